@@ -1,0 +1,2 @@
+//! rdzv_perf (work in progress).
+fn main() {}

@@ -1,0 +1,3 @@
+//! # dtcomm
+//!
+//! The collective engine (work in progress).

@@ -1,0 +1,2 @@
+//! `dt-rdzv`: the rendezvous server CLI.
+fn main() {}

@@ -1,0 +1,1 @@
+//! Clients of the c10d TCPStore wire protocol.

@@ -1,0 +1,1 @@
+//! The tokio server behind `dt-rdzv serve`.
