@@ -1,1 +1,6 @@
-//! Shared helpers of the dtcomm benchmarks.
+//! Shared pieces of the dtcomm benchmarks.
+//!
+//! * [`rdzv`]: the rendezvous barrier herd and the servers it runs against (`rdzv_perf`).
+
+pub mod rdzv;
+pub mod stats;
