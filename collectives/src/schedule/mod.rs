@@ -39,6 +39,7 @@ impl Region {
     pub(crate) const fn scratch(off: usize, len: usize) -> Region {
         Region { buf: Buf::Scratch, off, len }
     }
+    #[cfg(test)]
     pub(crate) fn overlaps(&self, o: &Region) -> bool {
         self.buf == o.buf && self.off < o.off + o.len && o.off < self.off + self.len
     }
