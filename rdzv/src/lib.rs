@@ -11,6 +11,6 @@
 //! [`dt_rdzv_proto`]; this crate only drives it.
 
 pub mod client;
-pub mod store;
 #[cfg(feature = "server")]
 pub mod server;
+pub mod store;

@@ -153,7 +153,9 @@ mod tests {
     fn wait_names_missing_keys() {
         let s = MemoryStore::new();
         s.set("here", b"").unwrap();
-        let err = s.wait(&["here", "gone"], Duration::from_millis(20)).unwrap_err();
+        let err = s
+            .wait(&["here", "gone"], Duration::from_millis(20))
+            .unwrap_err();
         match err {
             StoreError::Timeout { missing, .. } => assert_eq!(missing, vec!["gone".to_string()]),
             other => panic!("unexpected {other}"),

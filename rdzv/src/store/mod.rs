@@ -35,8 +35,12 @@ pub trait Store: Send + Sync {
     /// Compare-and-set with torch's rules; returns the value the server answered with
     /// (equal to `desired` exactly when the swap happened, see
     /// [`dt_rdzv_proto::tcpstore::semantics::compare_set`]).
-    fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8])
-    -> Result<Vec<u8>, StoreError>;
+    fn compare_set(
+        &self,
+        key: &str,
+        expected: &[u8],
+        desired: &[u8],
+    ) -> Result<Vec<u8>, StoreError>;
 
     /// Waits until every key exists, up to `timeout`; the error names the keys still missing.
     fn wait(&self, keys: &[&str], timeout: Duration) -> Result<(), StoreError>;
@@ -68,7 +72,9 @@ pub trait Store: Send + Sync {
                 values.len()
             )));
         }
-        keys.iter().zip(values).try_for_each(|(k, v)| self.set(k, v))
+        keys.iter()
+            .zip(values)
+            .try_for_each(|(k, v)| self.set(k, v))
     }
 }
 

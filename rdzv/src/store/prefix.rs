@@ -36,7 +36,11 @@ impl<S: Store> PrefixStore<S> {
 
     fn strip(&self, err: StoreError) -> StoreError {
         match err {
-            StoreError::Timeout { op, missing, waited } => StoreError::Timeout {
+            StoreError::Timeout {
+                op,
+                missing,
+                waited,
+            } => StoreError::Timeout {
                 op,
                 missing: missing
                     .into_iter()
@@ -57,7 +61,9 @@ impl<S: Store> Store for PrefixStore<S> {
         self.inner.set(&self.key(key), value)
     }
     fn get(&self, key: &str, timeout: Duration) -> Result<Vec<u8>, StoreError> {
-        self.inner.get(&self.key(key), timeout).map_err(|e| self.strip(e))
+        self.inner
+            .get(&self.key(key), timeout)
+            .map_err(|e| self.strip(e))
     }
     fn add(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
         self.inner.add(&self.key(key), delta)
@@ -92,7 +98,9 @@ impl<S: Store> Store for PrefixStore<S> {
     fn multi_get(&self, keys: &[&str], timeout: Duration) -> Result<Vec<Vec<u8>>, StoreError> {
         let owned = self.keys(keys);
         let refs: Vec<&str> = owned.iter().map(String::as_str).collect();
-        self.inner.multi_get(&refs, timeout).map_err(|e| self.strip(e))
+        self.inner
+            .multi_get(&refs, timeout)
+            .map_err(|e| self.strip(e))
     }
     fn multi_set(&self, keys: &[&str], values: &[&[u8]]) -> Result<(), StoreError> {
         let owned = self.keys(keys);

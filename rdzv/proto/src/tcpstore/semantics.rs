@@ -102,9 +102,9 @@ pub fn add(stored: Option<&[u8]>, delta: i64) -> Result<i64, CounterError> {
         None => 0,
         Some(v) => stoll(v)?,
     };
-    current.checked_add(delta).ok_or_else(|| {
-        CounterError::Overflow(current.to_string(), delta)
-    })
+    current
+        .checked_add(delta)
+        .ok_or_else(|| CounterError::Overflow(current.to_string(), delta))
 }
 
 /// How a counter is stored: ASCII decimal, as `std::to_string` writes it.
@@ -124,7 +124,10 @@ mod tests {
         assert_eq!(stoll(b"\t\n 0"), Ok(0));
         assert_eq!(stoll(b"-9223372036854775808"), Ok(i64::MIN));
         assert_eq!(stoll(b"9223372036854775807"), Ok(i64::MAX));
-        assert!(matches!(stoll(b"9223372036854775808"), Err(CounterError::Overflow(..))));
+        assert!(matches!(
+            stoll(b"9223372036854775808"),
+            Err(CounterError::Overflow(..))
+        ));
         assert!(matches!(stoll(b"xyz"), Err(CounterError::NotAnInteger(_))));
         assert!(matches!(stoll(b""), Err(CounterError::NotAnInteger(_))));
         assert!(matches!(stoll(b"-"), Err(CounterError::NotAnInteger(_))));
@@ -144,11 +147,17 @@ mod tests {
     #[test]
     fn compare_set_table() {
         let o = compare_set(None, b"", b"new");
-        assert_eq!((o.store.as_deref(), o.reply.as_slice()), (Some(&b"new"[..]), &b"new"[..]));
+        assert_eq!(
+            (o.store.as_deref(), o.reply.as_slice()),
+            (Some(&b"new"[..]), &b"new"[..])
+        );
         let o = compare_set(None, b"x", b"new");
         assert_eq!((o.store, o.reply.as_slice()), (None, &b"x"[..]));
         let o = compare_set(Some(b"new"), b"new", b"newer");
-        assert_eq!((o.store.as_deref(), o.reply.as_slice()), (Some(&b"newer"[..]), &b"newer"[..]));
+        assert_eq!(
+            (o.store.as_deref(), o.reply.as_slice()),
+            (Some(&b"newer"[..]), &b"newer"[..])
+        );
         let o = compare_set(Some(b"newer"), b"bogus", b"zzz");
         assert_eq!((o.store, o.reply.as_slice()), (None, &b"newer"[..]));
         let o = compare_set(Some(b""), b"", b"a");

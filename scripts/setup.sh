@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Sets up everything dtcomm needs on a fresh machine: checks the Rust toolchain, creates the
+# project-local virtualenv (.venv, or $DTCOMM_VENV) with torch from PyPI, and builds the
+# workspace. Idempotent: a second run reuses what is there and takes seconds.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+VENV=${DTCOMM_VENV:-$ROOT/.venv}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+command -v cargo >/dev/null || { log "cargo not found: install Rust (https://rustup.rs)"; exit 1; }
+command -v python3 >/dev/null || { log "python3 not found"; exit 1; }
+
+# uv makes the torch install take seconds once its cache is warm.
+if ! command -v uv >/dev/null; then
+  log "installing uv (pip --user)"
+  python3 -m pip install --quiet --user uv 2>/dev/null || python3 -m pip install --quiet uv
+  export PATH="$HOME/.local/bin:$PATH"
+fi
+
+want=$(cat requirements-dev.txt | sha256sum | cut -c1-16)
+have=$(cat "$VENV/.dtcomm-stamp" 2>/dev/null || true)
+if [ "$want" != "$have" ] || [ ! -x "$VENV/bin/python" ]; then
+  log "creating $VENV (torch and test packages from PyPI)"
+  uv venv --quiet --allow-existing --python python3 "$VENV"
+  VIRTUAL_ENV="$VENV" uv pip install --quiet -r requirements-dev.txt
+  echo "$want" > "$VENV/.dtcomm-stamp"
+else
+  log "$VENV is up to date"
+fi
+
+log "building the workspace (target dir $CARGO_TARGET_DIR)"
+cargo build --quiet --workspace --bins
+log "ready: $CARGO_TARGET_DIR/debug/dt-rdzv, $VENV/bin/python"

@@ -1,0 +1,82 @@
+"""Fixtures shared by the Python test suites: a `dt-rdzv serve` process per test."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def dt_rdzv_bin() -> str:
+    """The dt-rdzv binary: $DT_RDZV_BIN, else the debug build in the cargo target dir."""
+    if os.environ.get("DT_RDZV_BIN"):
+        return os.environ["DT_RDZV_BIN"]
+    target = os.environ.get("CARGO_TARGET_DIR", str(ROOT / "target"))
+    return str(Path(target) / "debug" / "dt-rdzv")
+
+
+@dataclass
+class RdzvServer:
+    """A running `dt-rdzv serve` started by a test."""
+
+    proc: subprocess.Popen[str]
+    host: str
+    port: int
+    log_path: Path
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
+        """Stops the server by PID and returns its exit code."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=timeout)
+        return self.proc.returncode
+
+
+def start_server(tmp_path: Path, *extra: str) -> RdzvServer:
+    """Starts `dt-rdzv serve` on an ephemeral loopback port and waits for its ready line."""
+    log_path = tmp_path / f"dt-rdzv-{len(list(tmp_path.glob('dt-rdzv-*.log')))}.log"
+    log = open(log_path, "w")
+    proc = subprocess.Popen(
+        [dt_rdzv_bin(), "serve", "--host", "127.0.0.1", "--port", "0", *extra],
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+        env={**os.environ, "DTRDZV_LOG": os.environ.get("DTRDZV_LOG", "info")},
+    )
+    line = proc.stdout.readline() if proc.stdout else ""
+    if not line.startswith("dt-rdzv listening tcpstore="):
+        proc.kill()
+        raise RuntimeError(f"dt-rdzv did not start: {line!r}\n{log_path.read_text()}")
+    port = int(line.strip().rsplit(":", 1)[1])
+    return RdzvServer(proc=proc, host="127.0.0.1", port=port, log_path=log_path)
+
+
+@pytest.fixture
+def rdzv(tmp_path: Path) -> Iterator[RdzvServer]:
+    server = start_server(tmp_path)
+    try:
+        yield server
+    finally:
+        code = server.stop()
+        if code != 0:
+            sys.stderr.write(server.log())
+        assert code == 0, f"dt-rdzv exited {code} on SIGTERM"
