@@ -31,10 +31,16 @@ struct Setup {
 
 impl Setup {
     fn err(&self, detail: impl Into<String>) -> CommError {
-        CommError::Setup { rank: self.rank, elapsed: self.start.elapsed(), detail: detail.into() }
+        CommError::Setup {
+            rank: self.rank,
+            elapsed: self.start.elapsed(),
+            detail: detail.into(),
+        }
     }
     fn remaining(&self) -> Option<Duration> {
-        self.timeout.checked_sub(self.start.elapsed()).filter(|d| !d.is_zero())
+        self.timeout
+            .checked_sub(self.start.elapsed())
+            .filter(|d| !d.is_zero())
     }
     fn tune(&self, s: &TcpStream) -> std::io::Result<()> {
         s.set_nodelay(true)?;
@@ -64,7 +70,12 @@ fn rank_of_key(k: &str) -> String {
 }
 
 /// Builds this rank's TCP transport.
-pub(crate) fn tcp_mesh(store: &dyn Store, rank: usize, world: usize, cfg: &Config) -> Result<TcpTransport, CommError> {
+pub(crate) fn tcp_mesh(
+    store: &dyn Store,
+    rank: usize,
+    world: usize,
+    cfg: &Config,
+) -> Result<TcpTransport, CommError> {
     let su = Setup {
         rank,
         world,
@@ -74,7 +85,8 @@ pub(crate) fn tcp_mesh(store: &dyn Store, rank: usize, world: usize, cfg: &Confi
         bufsize: cfg.socket_bufsize.value,
     };
     let addrs = iface::list().map_err(|e| su.err(format!("listing interfaces: {e}")))?;
-    let chosen = iface::choose(cfg.socket_ifname.value.as_deref(), &addrs).map_err(|e| su.err(e))?;
+    let chosen =
+        iface::choose(cfg.socket_ifname.value.as_deref(), &addrs).map_err(|e| su.err(e))?;
     let bind = SocketAddr::new(chosen.ip, 0);
     let sock = Socket::new(Domain::for_address(bind), Type::STREAM, Some(Protocol::TCP))
         .and_then(|s| {
@@ -86,13 +98,18 @@ pub(crate) fn tcp_mesh(store: &dyn Store, rank: usize, world: usize, cfg: &Confi
         })
         .map_err(|e| su.err(format!("listening on {bind} ({}): {e}", chosen.name)))?;
     let listener: TcpListener = sock.into();
-    let me = listener.local_addr().map_err(|e| su.err(format!("local_addr: {e}")))?;
+    let me = listener
+        .local_addr()
+        .map_err(|e| su.err(format!("local_addr: {e}")))?;
     let host = hostname();
     tracing::info!(rank, world, interface = %chosen.name, address = %me, host = %host, "dtcomm: advertising data address");
     let prefix = &cfg.store_prefix.value;
     let key = |r: usize| format!("{prefix}/addr/{r}");
     store
-        .set(&key(rank), format!("{me}\n{host}\n{}", chosen.name).as_bytes())
+        .set(
+            &key(rank),
+            format!("{me}\n{host}\n{}", chosen.name).as_bytes(),
+        )
         .map_err(|e| su.err(format!("publishing address: {e}")))?;
 
     // Read every peer's address: half the deadline, a warning naming who is missing, the rest.
@@ -101,7 +118,11 @@ pub(crate) fn tcp_mesh(store: &dyn Store, rank: usize, world: usize, cfg: &Confi
     let half = su.timeout / 2;
     if let Err(StoreError::Timeout { missing, .. }) = store.wait(&krefs, half) {
         let ranks: Vec<String> = missing.iter().map(|k| rank_of_key(k)).collect();
-        tracing::warn!(rank, ?ranks, "dtcomm: half the setup deadline passed; ranks not heard from: {ranks:?}");
+        tracing::warn!(
+            rank,
+            ?ranks,
+            "dtcomm: half the setup deadline passed; ranks not heard from: {ranks:?}"
+        );
     }
     let values = store
         .multi_get(&krefs, su.remaining().unwrap_or(Duration::from_millis(1)))
@@ -125,13 +146,18 @@ pub(crate) fn tcp_mesh(store: &dyn Store, rank: usize, world: usize, cfg: &Confi
     }
     check_loopback(&su, me.ip(), &host, &peers_addr)?;
 
-    let mut peers: Vec<Option<(Vec<Option<TcpStream>>, Option<TcpStream>)>> =
-        (0..world).map(|p| (p != rank).then(|| ((0..su.nsocks).map(|_| None).collect(), None))).collect();
+    let mut peers: Slots = (0..world)
+        .map(|p| (p != rank).then(|| ((0..su.nsocks).map(|_| None).collect(), None)))
+        .collect();
     for (p, (addr, _)) in peers_addr.iter().enumerate().take(rank) {
         for s in 0..=su.nsocks {
             let stream = connect(&su, p, *addr, s)?;
             let slot = peers[p].as_mut().expect("peer");
-            if s == su.nsocks { slot.1 = Some(stream) } else { slot.0[s] = Some(stream) }
+            if s == su.nsocks {
+                slot.1 = Some(stream)
+            } else {
+                slot.0[s] = Some(stream)
+            }
         }
     }
     accept_all(&su, &listener, &mut peers)?;
@@ -140,24 +166,40 @@ pub(crate) fn tcp_mesh(store: &dyn Store, rank: usize, world: usize, cfg: &Confi
         out.push(match p {
             None => None,
             Some((data, ctrl)) => {
-                let data: Vec<TcpStream> = data.into_iter().map(|d| d.expect("all data streams connected")).collect();
+                let data: Vec<TcpStream> = data
+                    .into_iter()
+                    .map(|d| d.expect("all data streams connected"))
+                    .collect();
                 let ctrl = ctrl.expect("control stream connected");
                 for s in data.iter().chain(std::iter::once(&ctrl)) {
-                    s.set_nonblocking(true).map_err(|e| su.err(format!("set_nonblocking: {e}")))?;
+                    s.set_nonblocking(true)
+                        .map_err(|e| su.err(format!("set_nonblocking: {e}")))?;
                 }
                 Some(Peer::new(data, ctrl))
             }
         });
     }
-    let describe = format!("tcp {me} on {} ({} data socket(s)/peer)", chosen.name, su.nsocks);
+    let describe = format!(
+        "tcp {me} on {} ({} data socket(s)/peer)",
+        chosen.name, su.nsocks
+    );
     tracing::info!(rank, world, elapsed = ?su.start.elapsed(), "dtcomm: mesh connected: {describe}");
     Ok(TcpTransport::new(rank, out, describe))
 }
 
-fn check_loopback(su: &Setup, me: IpAddr, host: &str, peers: &[(SocketAddr, String)]) -> Result<(), CommError> {
+fn check_loopback(
+    su: &Setup,
+    me: IpAddr,
+    host: &str,
+    peers: &[(SocketAddr, String)],
+) -> Result<(), CommError> {
     for (p, (addr, h)) in peers.iter().enumerate() {
         if h != host && (me.is_loopback() || addr.ip().is_loopback()) {
-            let who = if me.is_loopback() { format!("this rank advertises loopback {me}") } else { format!("rank {p} advertises loopback {addr}") };
+            let who = if me.is_loopback() {
+                format!("this rank advertises loopback {me}")
+            } else {
+                format!("rank {p} advertises loopback {addr}")
+            };
             return Err(su.err(format!(
                 "{who} but rank {p} is on another host ({h:?}, this is {host:?}); \
                  set DTCOMM_SOCKET_IFNAME to a routable interface"
@@ -167,7 +209,12 @@ fn check_loopback(su: &Setup, me: IpAddr, host: &str, peers: &[(SocketAddr, Stri
     Ok(())
 }
 
-fn connect(su: &Setup, peer: usize, addr: SocketAddr, stream: usize) -> Result<TcpStream, CommError> {
+fn connect(
+    su: &Setup,
+    peer: usize,
+    addr: SocketAddr,
+    stream: usize,
+) -> Result<TcpStream, CommError> {
     let mut warned = false;
     let mut last_err = String::new();
     loop {
@@ -198,7 +245,9 @@ fn connect(su: &Setup, peer: usize, addr: SocketAddr, stream: usize) -> Result<T
                     let mut ack = [0u8; 4];
                     s.read_exact(&mut ack)?;
                     if &ack != ACK_MAGIC {
-                        return Err(std::io::Error::other(format!("bad handshake reply {ack:?}")));
+                        return Err(std::io::Error::other(format!(
+                            "bad handshake reply {ack:?}"
+                        )));
                     }
                     s.set_read_timeout(None)?;
                     s.set_write_timeout(None)?;
@@ -206,7 +255,11 @@ fn connect(su: &Setup, peer: usize, addr: SocketAddr, stream: usize) -> Result<T
                 });
                 match r {
                     Ok(()) => return Ok(s),
-                    Err(e) => return Err(su.err(format!("handshake with rank {peer} at {addr} (stream {stream}): {e}"))),
+                    Err(e) => {
+                        return Err(su.err(format!(
+                            "handshake with rank {peer} at {addr} (stream {stream}): {e}"
+                        )));
+                    }
                 }
             }
             Err(e) => {
@@ -217,12 +270,17 @@ fn connect(su: &Setup, peer: usize, addr: SocketAddr, stream: usize) -> Result<T
     }
 }
 
+/// Per peer: its data streams and its control stream, as they connect.
 type Slots = Vec<Option<(Vec<Option<TcpStream>>, Option<TcpStream>)>>;
 
 fn accept_all(su: &Setup, listener: &TcpListener, peers: &mut Slots) -> Result<(), CommError> {
     let missing = |peers: &Slots| -> Vec<usize> {
         (su.rank + 1..su.world)
-            .filter(|&p| peers[p].as_ref().is_some_and(|(d, c)| c.is_none() || d.iter().any(Option::is_none)))
+            .filter(|&p| {
+                peers[p]
+                    .as_ref()
+                    .is_some_and(|(d, c)| c.is_none() || d.iter().any(Option::is_none))
+            })
             .collect()
     };
     let mut warned = false;
@@ -232,15 +290,23 @@ fn accept_all(su: &Setup, listener: &TcpListener, peers: &mut Slots) -> Result<(
             return Ok(());
         }
         let Some(left) = su.remaining() else {
-            return Err(su.err(format!("ranks {waiting:?} never connected to {:?}", listener.local_addr().ok())));
+            return Err(su.err(format!(
+                "ranks {waiting:?} never connected to {:?}",
+                listener.local_addr().ok()
+            )));
         };
         if !warned && su.start.elapsed() > su.timeout / 2 {
             warned = true;
-            tracing::warn!(rank = su.rank, ?waiting, "dtcomm: half the setup deadline passed; ranks not connected yet: {waiting:?}");
+            tracing::warn!(
+                rank = su.rank,
+                ?waiting,
+                "dtcomm: half the setup deadline passed; ranks not connected yet: {waiting:?}"
+            );
         }
         match listener.accept() {
             Ok((mut s, from)) => {
-                s.set_nonblocking(false).map_err(|e| su.err(format!("accept from {from}: {e}")))?;
+                s.set_nonblocking(false)
+                    .map_err(|e| su.err(format!("accept from {from}: {e}")))?;
                 let mut hello = [0u8; 24];
                 let r = su.tune(&s).and_then(|_| {
                     s.set_read_timeout(Some(left))?;
@@ -250,7 +316,8 @@ fn accept_all(su: &Setup, listener: &TcpListener, peers: &mut Slots) -> Result<(
                     tracing::warn!(rank = su.rank, %from, "dtcomm: dropping a connection with no valid hello: {e}");
                     continue;
                 }
-                let f = |i: usize| u32::from_le_bytes(hello[i..i + 4].try_into().expect("4")) as usize;
+                let f =
+                    |i: usize| u32::from_le_bytes(hello[i..i + 4].try_into().expect("4")) as usize;
                 let (ver, p, world, stream, nsocks) = (f(4), f(8), f(12), f(16), f(20));
                 if &hello[..4] != HELLO_MAGIC || ver != VERSION as usize {
                     tracing::warn!(rank = su.rank, %from, "dtcomm: dropping a connection that is not a dtcomm peer");
@@ -264,17 +331,33 @@ fn accept_all(su: &Setup, listener: &TcpListener, peers: &mut Slots) -> Result<(
                 }
                 let slot = match peers.get_mut(p).and_then(Option::as_mut) {
                     Some(slot) if p > su.rank && stream <= su.nsocks => slot,
-                    _ => return Err(su.err(format!("unexpected hello from {from}: rank {p}, stream {stream}"))),
+                    _ => {
+                        return Err(su.err(format!(
+                            "unexpected hello from {from}: rank {p}, stream {stream}"
+                        )));
+                    }
                 };
-                let place = if stream == su.nsocks { &mut slot.1 } else { &mut slot.0[stream] };
+                let place = if stream == su.nsocks {
+                    &mut slot.1
+                } else {
+                    &mut slot.0[stream]
+                };
                 if place.is_some() {
-                    return Err(su.err(format!("rank {p} connected stream {stream} twice (two ranks with one rank number?)")));
+                    return Err(su.err(format!(
+                        "rank {p} connected stream {stream} twice (two ranks with one rank number?)"
+                    )));
                 }
-                s.set_read_timeout(None).and_then(|_| s.write_all(ACK_MAGIC)).map_err(|e| su.err(format!("ack to rank {p}: {e}")))?;
+                s.set_read_timeout(None)
+                    .and_then(|_| s.write_all(ACK_MAGIC))
+                    .map_err(|e| su.err(format!("ack to rank {p}: {e}")))?;
                 *place = Some(s);
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                let mut pfd = libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+                let mut pfd = libc::pollfd {
+                    fd: listener.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
                 let ms = left.min(Duration::from_millis(100)).as_millis().max(1) as i32;
                 // SAFETY: one initialised pollfd on the stack.
                 unsafe { libc::poll(&mut pfd, 1, ms) };

@@ -93,11 +93,21 @@ impl Communicator {
     /// Blocks until every rank has joined, or fails at the deadline naming the missing ranks.
     /// `store` may be `dt_rdzv::client::TcpStoreClient` (a `dt-rdzv serve` or torch TCPStore)
     /// or a [`MemoryStore`](dt_rdzv::store::MemoryStore) shared by threads.
-    pub fn new(store: Arc<dyn Store>, rank: usize, world: usize, opts: Options) -> Result<Communicator, CommError> {
+    pub fn new(
+        store: Arc<dyn Store>,
+        rank: usize,
+        world: usize,
+        opts: Options,
+    ) -> Result<Communicator, CommError> {
         let config = resolve(rank, world, &opts)?;
         tracing::info!(rank, world, "dtcomm config: {config}");
         let transport = crate::bootstrap::tcp_mesh(store.as_ref(), rank, world, &config)?;
-        Ok(Communicator::from_transport(rank, world, config, Box::new(transport)))
+        Ok(Communicator::from_transport(
+            rank,
+            world,
+            config,
+            Box::new(transport),
+        ))
     }
 
     /// A whole group in this process over the in-memory transport (for tests and for
@@ -112,10 +122,21 @@ impl Communicator {
             .collect())
     }
 
-    fn from_transport(rank: usize, world: usize, config: Config, t: Box<dyn Transport>) -> Communicator {
+    fn from_transport(
+        rank: usize,
+        world: usize,
+        config: Config,
+        t: Box<dyn Transport>,
+    ) -> Communicator {
         let describe = t.describe();
         let engine = Engine::new(rank, t, config.timeout.value, config.spin.value);
-        let state = State { engine, seq: 0, send_seq: vec![0; world], recv_seq: vec![0; world], failed: None };
+        let state = State {
+            engine,
+            seq: 0,
+            send_seq: vec![0; world],
+            recv_seq: vec![0; world],
+            failed: None,
+        };
         Communicator {
             inner: Arc::new(Inner {
                 rank,
@@ -156,21 +177,33 @@ impl Communicator {
         lock(&self.inner.state).failed.clone()
     }
 
-    pub(crate) fn exec(&self, call: &Call, sched: Schedule, work: &mut [u8], input: &[u8]) -> Result<(), CommError> {
+    pub(crate) fn exec(
+        &self,
+        call: &Call,
+        sched: Schedule,
+        work: &mut [u8],
+        input: &[u8],
+    ) -> Result<(), CommError> {
         let inner = &self.inner;
         let mut st = lock(&inner.state);
         // Calls queued asynchronously before this one go first.
         let start = Instant::now();
         while inner.pending.load(Ordering::Acquire) > 0 {
-            let limit = inner.config.timeout.value * (inner.pending.load(Ordering::Acquire) as u32 + 1);
+            let limit =
+                inner.config.timeout.value * (inner.pending.load(Ordering::Acquire) as u32 + 1);
             if start.elapsed() > limit {
                 return Err(CommError::Setup {
                     rank: inner.rank,
                     elapsed: start.elapsed(),
-                    detail: "earlier asynchronous calls did not drain within their deadlines".into(),
+                    detail: "earlier asynchronous calls did not drain within their deadlines"
+                        .into(),
                 });
             }
-            st = inner.drained.wait_timeout(st, Duration::from_millis(100)).unwrap_or_else(|p| p.into_inner()).0;
+            st = inner
+                .drained
+                .wait_timeout(st, Duration::from_millis(100))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
         inner.exec_locked(&mut st, call, sched, work, input)
     }
@@ -191,7 +224,9 @@ impl Communicator {
             inner.drained.notify_all();
             let _ = tx.send(r);
         });
-        let progress = self.progress.get_or_init(|| Progress::start(self.inner.rank, self.inner.config.spin.value));
+        let progress = self
+            .progress
+            .get_or_init(|| Progress::start(self.inner.rank, self.inner.config.spin.value));
         if !progress.submit(job) {
             self.inner.pending.fetch_sub(1, Ordering::AcqRel);
         }
@@ -199,7 +234,11 @@ impl Communicator {
     }
 
     pub(crate) fn invalid(&self, op: &'static str, detail: impl Into<String>) -> CommError {
-        CommError::InvalidArgument { rank: self.inner.rank, op, detail: detail.into() }
+        CommError::InvalidArgument {
+            rank: self.inner.rank,
+            op,
+            detail: detail.into(),
+        }
     }
 }
 
@@ -243,7 +282,11 @@ impl Inner {
 }
 
 fn resolve(rank: usize, world: usize, opts: &Options) -> Result<Config, CommError> {
-    let setup = |detail: String| CommError::Setup { rank, elapsed: Duration::ZERO, detail };
+    let setup = |detail: String| CommError::Setup {
+        rank,
+        elapsed: Duration::ZERO,
+        detail,
+    };
     if world == 0 || rank >= world {
         return Err(setup(format!("rank {rank} is not in a world of {world}")));
     }

@@ -122,14 +122,23 @@ fn pick<T>(
     default: T,
 ) -> Result<Setting<T>, String> {
     if let Some(value) = explicit {
-        return Ok(Setting { value, source: Source::Explicit });
+        return Ok(Setting {
+            value,
+            source: Source::Explicit,
+        });
     }
     match std::env::var(var) {
         Ok(s) if !s.trim().is_empty() => {
             let value = parse(s.trim()).map_err(|e| format!("{var}={s:?}: {e}"))?;
-            Ok(Setting { value, source: Source::Env(var) })
+            Ok(Setting {
+                value,
+                source: Source::Env(var),
+            })
         }
-        _ => Ok(Setting { value: default, source: Source::Default }),
+        _ => Ok(Setting {
+            value: default,
+            source: Source::Default,
+        }),
     }
 }
 

@@ -130,7 +130,10 @@ pub(crate) fn as_bytes_mut<T: Element>(s: &mut [T]) -> &mut [u8] {
 pub(crate) fn cast_slice<T: Element>(b: &[u8]) -> &[T] {
     // SAFETY: every bit pattern is a valid `T`; `align_to` only yields the aligned middle.
     let (pre, mid, post) = unsafe { b.align_to::<T>() };
-    assert!(pre.is_empty() && post.is_empty(), "misaligned element buffer");
+    assert!(
+        pre.is_empty() && post.is_empty(),
+        "misaligned element buffer"
+    );
     mid
 }
 
@@ -138,7 +141,10 @@ pub(crate) fn cast_slice<T: Element>(b: &[u8]) -> &[T] {
 pub(crate) fn cast_slice_mut<T: Element>(b: &mut [u8]) -> &mut [T] {
     // SAFETY: as in `cast_slice`.
     let (pre, mid, post) = unsafe { b.align_to_mut::<T>() };
-    assert!(pre.is_empty() && post.is_empty(), "misaligned element buffer");
+    assert!(
+        pre.is_empty() && post.is_empty(),
+        "misaligned element buffer"
+    );
     mid
 }
 

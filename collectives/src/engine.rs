@@ -13,7 +13,7 @@ use crate::reduce::reduce_bytes;
 use crate::schedule::{Buf, Region, Schedule};
 use crate::transport::frame::{self, FRAME_BYTES, HEADER_LEN};
 use crate::transport::{LinkError, StreamId, Transport};
-use crate::watchdog::Deadline;
+use crate::watchdog::{Deadline, Phase, suspects};
 
 /// The buffers of one call, as bytes.
 pub(crate) struct Bufs<'a> {
@@ -93,8 +93,20 @@ impl Ctx<'_, '_> {
 }
 
 impl Engine {
-    pub(crate) fn new(rank: usize, transport: Box<dyn Transport>, timeout: Duration, spin: Duration) -> Engine {
-        Engine { rank, transport, timeout, spin, scratch: Vec::new(), stages: Vec::new() }
+    pub(crate) fn new(
+        rank: usize,
+        transport: Box<dyn Transport>,
+        timeout: Duration,
+        spin: Duration,
+    ) -> Engine {
+        Engine {
+            rank,
+            transport,
+            timeout,
+            spin,
+            scratch: Vec::new(),
+            stages: Vec::new(),
+        }
     }
 
     /// Runs `sched` for `call`. `combine` is the operator receives reduce with.
@@ -113,7 +125,10 @@ impl Engine {
         let mut deadline = Deadline::new(self.rank, self.timeout);
         let mut scratch = std::mem::take(&mut self.scratch);
         let result = (|| {
-            let mut ctx = Ctx { bufs, scratch: &mut u64_bytes(&mut scratch)[..sched.scratch * es] };
+            let mut ctx = Ctx {
+                bufs,
+                scratch: &mut u64_bytes(&mut scratch)[..sched.scratch * es],
+            };
             for step in &sched.steps {
                 for l in &step.locals {
                     let src = ctx.src(&l.src, es).to_vec();
@@ -137,15 +152,34 @@ impl Engine {
         let rank = self.rank;
         let err = match e {
             EngineError::Comm(c) => c,
-            EngineError::Link(LinkError::Aborted { origin, lost, reason }) => {
-                return CommError::Aborted { rank, origin, lost, call: *call, elapsed, reason };
+            EngineError::Link(LinkError::Aborted {
+                origin,
+                lost,
+                reason,
+            }) => {
+                return CommError::Aborted {
+                    rank,
+                    origin,
+                    lost,
+                    call: *call,
+                    elapsed,
+                    reason,
+                };
             }
-            EngineError::Link(LinkError::Closed { peer, graceful, detail }) => CommError::PeerLost {
+            EngineError::Link(LinkError::Closed {
+                peer,
+                graceful,
+                detail,
+            }) => CommError::PeerLost {
                 rank,
                 peer,
                 call: *call,
                 elapsed,
-                detail: if graceful { format!("{detail} (it said goodbye before this call was done)") } else { detail },
+                detail: if graceful {
+                    format!("{detail} (it said goodbye before this call was done)")
+                } else {
+                    detail
+                },
             },
         };
         let lost = match &err {
@@ -182,11 +216,22 @@ impl Engine {
         for s in &step.sends {
             let (a, b) = bytes_of(&s.src, es);
             for (fa, fb) in frame::split(b - a) {
-                let id = (s.peer, next_stream(s.peer, &mut counters, self.transport.streams(s.peer)));
-                let f = TxFrame { src: s.src, range: (fa, fb) };
+                let id = (
+                    s.peer,
+                    next_stream(s.peer, &mut counters, self.transport.streams(s.peer)),
+                );
+                let f = TxFrame {
+                    src: s.src,
+                    range: (fa, fb),
+                };
                 match txs.iter_mut().find(|t| t.id == id) {
                     Some(t) => t.frames.push_back(f),
-                    None => txs.push(Tx { id, frames: VecDeque::from([f]), hdr: [0; HEADER_LEN], written: 0 }),
+                    None => txs.push(Tx {
+                        id,
+                        frames: VecDeque::from([f]),
+                        hdr: [0; HEADER_LEN],
+                        written: 0,
+                    }),
                 }
             }
         }
@@ -195,13 +240,31 @@ impl Engine {
         for r in &step.recvs {
             let (a, b) = bytes_of(&r.dst, es);
             for (fa, fb) in frame::split(b - a) {
-                let id = (r.peer, next_stream(r.peer, &mut counters, self.transport.streams(r.peer)));
-                let f = RxFrame { dst: r.dst, range: (fa, fb), reduce: r.reduce };
+                let id = (
+                    r.peer,
+                    next_stream(r.peer, &mut counters, self.transport.streams(r.peer)),
+                );
+                let f = RxFrame {
+                    dst: r.dst,
+                    range: (fa, fb),
+                    reduce: r.reduce,
+                };
                 match rxs.iter_mut().find(|t| t.id == id) {
                     Some(t) => t.frames.push_back(f),
                     None => {
-                        let stage = if r.reduce { self.stages.pop().unwrap_or_default() } else { Vec::new() };
-                        rxs.push(Rx { id, frames: VecDeque::from([f]), hdr: [0; HEADER_LEN], got: 0, checked: false, stage })
+                        let stage = if r.reduce {
+                            self.stages.pop().unwrap_or_default()
+                        } else {
+                            Vec::new()
+                        };
+                        rxs.push(Rx {
+                            id,
+                            frames: VecDeque::from([f]),
+                            hdr: [0; HEADER_LEN],
+                            got: 0,
+                            checked: false,
+                            stage,
+                        })
                     }
                 }
             }
@@ -278,9 +341,15 @@ impl Engine {
                             &mut ctx.dst(&dst_region, es)[range.0..range.1]
                         };
                         if r.got < HEADER_LEN {
-                            self.transport.try_recv(r.id.0, r.id.1, &mut r.hdr[r.got..], target)?
+                            self.transport
+                                .try_recv(r.id.0, r.id.1, &mut r.hdr[r.got..], target)?
                         } else {
-                            self.transport.try_recv(r.id.0, r.id.1, &mut [], &mut target[r.got - HEADER_LEN..])?
+                            self.transport.try_recv(
+                                r.id.0,
+                                r.id.1,
+                                &mut [],
+                                &mut target[r.got - HEADER_LEN..],
+                            )?
                         }
                     };
                     if n == 0 && HEADER_LEN + len > r.got {
@@ -323,25 +392,71 @@ impl Engine {
                 continue;
             }
             self.transport.check()?;
-            let pending_rx = || {
-                let mut v: Vec<usize> = rxs.iter().filter(|r| !r.frames.is_empty()).map(|r| r.id.0).collect();
-                v.sort_unstable();
-                v.dedup();
-                v
+            let mut waiting: Vec<usize> = rxs
+                .iter()
+                .filter(|r| !r.frames.is_empty())
+                .map(|r| r.id.0)
+                .collect();
+            waiting.sort_unstable();
+            waiting.dedup();
+            let wait = match deadline.check(call, &waiting) {
+                Phase::Wait(d) => d,
+                Phase::Half(d) => {
+                    self.transport
+                        .report_stall(call.op as u8, call.seq, &waiting);
+                    d
+                }
+                Phase::Expired(elapsed) => {
+                    // Peers may be failing at this moment too, with a better diagnosis: take a
+                    // last look at the control plane first.
+                    self.transport.check()?;
+                    let reports = self.transport.stalls(call.op as u8, call.seq);
+                    let suspects = suspects(self.rank, &waiting, &reports);
+                    return Err(EngineError::Comm(CommError::Timeout {
+                        rank: self.rank,
+                        call: *call,
+                        elapsed,
+                        waiting_for: waiting,
+                        suspects,
+                    }));
+                }
             };
-            let wait = deadline.check(call, pending_rx).map_err(EngineError::Comm)?;
-            let sends: Vec<StreamId> = txs.iter().filter(|t| !t.frames.is_empty()).map(|t| t.id).collect();
-            let recvs: Vec<StreamId> = rxs.iter().filter(|r| !r.frames.is_empty()).map(|r| r.id).collect();
+            let sends: Vec<StreamId> = txs
+                .iter()
+                .filter(|t| !t.frames.is_empty())
+                .map(|t| t.id)
+                .collect();
+            let recvs: Vec<StreamId> = rxs
+                .iter()
+                .filter(|r| !r.frames.is_empty())
+                .map(|r| r.id)
+                .collect();
             self.transport.park(&sends, &recvs, wait)?;
         }
     }
 
-    fn check_header(&self, peer: usize, hdr: &[u8; HEADER_LEN], call: &CallDesc, len: usize) -> Result<(), EngineError> {
+    fn check_header(
+        &self,
+        peer: usize,
+        hdr: &[u8; HEADER_LEN],
+        call: &CallDesc,
+        len: usize,
+    ) -> Result<(), EngineError> {
         let (theirs, plen) = frame::decode(hdr).map_err(|detail| {
-            EngineError::Comm(CommError::Protocol { rank: self.rank, peer, call: *call, detail })
+            EngineError::Comm(CommError::Protocol {
+                rank: self.rank,
+                peer,
+                call: *call,
+                detail,
+            })
         })?;
         if theirs != *call {
-            return Err(EngineError::Comm(CommError::Mismatch { rank: self.rank, peer, ours: *call, theirs }));
+            return Err(EngineError::Comm(CommError::Mismatch {
+                rank: self.rank,
+                peer,
+                ours: *call,
+                theirs,
+            }));
         }
         if plen != len {
             return Err(EngineError::Comm(CommError::Protocol {
@@ -367,4 +482,3 @@ impl From<LinkError> for EngineError {
         EngineError::Link(e)
     }
 }
-

@@ -87,7 +87,14 @@ pub struct CallDesc {
 
 impl fmt::Display for CallDesc {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}(seq {}, {} x {}", self.op.name(), self.seq, self.dtype, self.count)?;
+        write!(
+            f,
+            "{}(seq {}, {} x {}",
+            self.op.name(),
+            self.seq,
+            self.dtype,
+            self.count
+        )?;
         if let Some(r) = self.redop {
             write!(f, ", {r}")?;
         }
@@ -104,7 +111,10 @@ impl fmt::Display for CallDesc {
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CommError {
     /// The call ran past its deadline (`DTCOMM_TIMEOUT`).
-    #[error("rank {rank}: {call} timed out after {elapsed:?}; not heard from ranks {waiting_for:?}")]
+    #[error(
+        "rank {rank}: {call} timed out after {elapsed:?}; not heard from ranks {waiting_for:?}{}",
+        if suspects.is_empty() { String::new() } else { format!("; ranks {suspects:?} appear not to have entered the call") }
+    )]
     Timeout {
         /// This rank.
         rank: usize,
@@ -114,6 +124,10 @@ pub enum CommError {
         elapsed: Duration,
         /// Ranks this rank was still waiting to receive from.
         waiting_for: Vec<usize>,
+        /// Following the stall reports other ranks sent at half the deadline ("I wait for
+        /// X"): the ranks that are waited on but did not report waiting themselves, i.e. the
+        /// likely culprits. Empty when nothing is known beyond `waiting_for`.
+        suspects: Vec<usize>,
     },
     /// A peer's connection broke without a goodbye: the process died or the network failed.
     #[error("rank {rank}: rank {peer} was lost during {call} after {elapsed:?}: {detail}")]

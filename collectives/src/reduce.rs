@@ -175,7 +175,12 @@ mod tests {
             assert_eq!(dst, want, "{op}");
         }
         let mut d = [100i8, -128, 5];
-        reduce_bytes(DType::I8, ReduceOp::Sum, as_bytes_mut(&mut d), as_bytes(&[100i8, -1, -7]));
+        reduce_bytes(
+            DType::I8,
+            ReduceOp::Sum,
+            as_bytes_mut(&mut d),
+            as_bytes(&[100i8, -1, -7]),
+        );
         assert_eq!(d, [-56, 127, -2], "integers wrap");
         divide_bytes(DType::I8, as_bytes_mut(&mut d), 2);
         assert_eq!(d, [-28, 63, -1]);
@@ -185,12 +190,22 @@ mod tests {
     fn half_types_widen_and_round() {
         let mut d: Vec<f16> = (0..1000).map(|i| f16::from_f32((i % 7) as f32)).collect();
         let s: Vec<f16> = (0..1000).map(|i| f16::from_f32((i % 5) as f32)).collect();
-        reduce_bytes(DType::F16, ReduceOp::Max, as_bytes_mut(&mut d), as_bytes(&s));
+        reduce_bytes(
+            DType::F16,
+            ReduceOp::Max,
+            as_bytes_mut(&mut d),
+            as_bytes(&s),
+        );
         for (i, x) in d.iter().enumerate() {
             assert_eq!(x.to_f32(), ((i % 7).max(i % 5)) as f32);
         }
         let mut b = vec![bf16::from_f32(3.0); 300];
-        reduce_bytes(DType::BF16, ReduceOp::Prod, as_bytes_mut(&mut b), as_bytes(&vec![bf16::from_f32(-2.0); 300]));
+        reduce_bytes(
+            DType::BF16,
+            ReduceOp::Prod,
+            as_bytes_mut(&mut b),
+            as_bytes(&vec![bf16::from_f32(-2.0); 300]),
+        );
         assert!(b.iter().all(|x| x.to_f32() == -6.0));
     }
 }

@@ -29,8 +29,19 @@ pub struct Work<T> {
 }
 
 impl<T> Work<T> {
-    pub(crate) fn new(rx: Receiver<Result<T, CommError>>, spin: Duration, deadline: Duration, rank: usize) -> Work<T> {
-        Work { rx, got: None, spin, deadline, rank }
+    pub(crate) fn new(
+        rx: Receiver<Result<T, CommError>>,
+        spin: Duration,
+        deadline: Duration,
+        rank: usize,
+    ) -> Work<T> {
+        Work {
+            rx,
+            got: None,
+            spin,
+            deadline,
+            rank,
+        }
     }
 
     /// Whether the call has finished (successfully or not). Never blocks.
@@ -49,7 +60,8 @@ impl<T> Work<T> {
         CommError::Setup {
             rank: self.rank,
             elapsed: Duration::ZERO,
-            detail: "the progress thread dropped this call (communicator dropped or a panic)".into(),
+            detail: "the progress thread dropped this call (communicator dropped or a panic)"
+                .into(),
         }
     }
 
@@ -98,7 +110,9 @@ impl Progress {
                         match rx.try_recv() {
                             Ok(j) => break Some(j),
                             Err(TryRecvError::Disconnected) => break None,
-                            Err(TryRecvError::Empty) if start.elapsed() < spin => std::thread::yield_now(),
+                            Err(TryRecvError::Empty) if start.elapsed() < spin => {
+                                std::thread::yield_now()
+                            }
                             Err(TryRecvError::Empty) => match rx.recv() {
                                 Ok(j) => break Some(j),
                                 Err(_) => break None,
@@ -112,7 +126,10 @@ impl Progress {
                 }
             })
             .expect("spawning the dtcomm progress thread");
-        Progress { tx: Some(tx), thread: Some(thread) }
+        Progress {
+            tx: Some(tx),
+            thread: Some(thread),
+        }
     }
 
     pub(crate) fn submit(&self, job: Job) -> bool {

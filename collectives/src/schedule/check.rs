@@ -42,7 +42,10 @@ pub(crate) fn simulate(scheds: &[Schedule], ranks: &mut [Rank]) {
         for st in &s.steps {
             for snd in &st.sends {
                 for rcv in &st.recvs {
-                    assert!(!snd.src.overlaps(&rcv.dst), "step sends from a region it receives into");
+                    assert!(
+                        !snd.src.overlaps(&rcv.dst),
+                        "step sends from a region it receives into"
+                    );
                 }
             }
         }
@@ -71,7 +74,10 @@ pub(crate) fn simulate(scheds: &[Schedule], ranks: &mut [Rank]) {
                     progress = true;
                 }
                 for (i, rcv) in st.recvs.iter().enumerate() {
-                    let earlier_pending = st.recvs[..i].iter().zip(&got[r]).any(|(o, g)| o.peer == rcv.peer && !g);
+                    let earlier_pending = st.recvs[..i]
+                        .iter()
+                        .zip(&got[r])
+                        .any(|(o, g)| o.peer == rcv.peer && !g);
                     if got[r][i] || earlier_pending {
                         continue;
                     }
@@ -103,12 +109,21 @@ fn val(rank: usize, i: usize) -> i64 {
     (rank as i64 + 1) * 1000 + i as i64
 }
 
-fn ranks_with(world: usize, work_len: usize, input: impl Fn(usize) -> Vec<i64>, work: impl Fn(usize) -> Vec<i64>) -> Vec<Rank> {
+fn ranks_with(
+    world: usize,
+    work_len: usize,
+    input: impl Fn(usize) -> Vec<i64>,
+    work: impl Fn(usize) -> Vec<i64>,
+) -> Vec<Rank> {
     (0..world)
         .map(|r| {
             let w = work(r);
             assert_eq!(w.len(), work_len);
-            Rank { work: w, input: input(r), scratch: Vec::new() }
+            Rank {
+                work: w,
+                input: input(r),
+                scratch: Vec::new(),
+            }
         })
         .collect()
 }
@@ -117,10 +132,23 @@ fn ranks_with(world: usize, work_len: usize, input: impl Fn(usize) -> Vec<i64>, 
 fn allreduce_ring_and_doubling_match_sequential_sum() {
     for world in 1..=9 {
         for count in COUNTS {
-            let want: Vec<i64> = (0..count).map(|i| (0..world).map(|r| val(r, i)).sum()).collect();
-            for (name, f) in [("ring", ring::allreduce as fn(usize, usize, usize) -> Schedule), ("rd", doubling::allreduce)] {
+            let want: Vec<i64> = (0..count)
+                .map(|i| (0..world).map(|r| val(r, i)).sum())
+                .collect();
+            for (name, f) in [
+                (
+                    "ring",
+                    ring::allreduce as fn(usize, usize, usize) -> Schedule,
+                ),
+                ("rd", doubling::allreduce),
+            ] {
                 let scheds: Vec<_> = (0..world).map(|r| f(r, world, count)).collect();
-                let mut ranks = ranks_with(world, count, |_| Vec::new(), |r| (0..count).map(|i| val(r, i)).collect());
+                let mut ranks = ranks_with(
+                    world,
+                    count,
+                    |_| Vec::new(),
+                    |r| (0..count).map(|i| val(r, i)).collect(),
+                );
                 simulate(&scheds, &mut ranks);
                 for (r, rk) in ranks.iter().enumerate() {
                     assert_eq!(rk.work, want, "{name} world {world} count {count} rank {r}");
@@ -134,40 +162,81 @@ fn allreduce_ring_and_doubling_match_sequential_sum() {
 fn reduce_scatter_allgather_gather_scatter_alltoall() {
     for world in 1..=9 {
         for count in COUNTS {
-            let counts: Vec<usize> = (0..world).map(|p| (count + p) % 4 + usize::from(p == 0) * count).collect();
+            let counts: Vec<usize> = (0..world)
+                .map(|p| (count + p) % 4 + usize::from(p == 0) * count)
+                .collect();
             let total: usize = counts.iter().sum();
             let b = blocks(&counts);
             // reduce_scatter: in place over the whole vector.
-            let scheds: Vec<_> = (0..world).map(|r| ring::reduce_scatter(r, world, &counts)).collect();
-            let mut ranks = ranks_with(world, total, |_| Vec::new(), |r| (0..total).map(|i| val(r, i)).collect());
+            let scheds: Vec<_> = (0..world)
+                .map(|r| ring::reduce_scatter(r, world, &counts))
+                .collect();
+            let mut ranks = ranks_with(
+                world,
+                total,
+                |_| Vec::new(),
+                |r| (0..total).map(|i| val(r, i)).collect(),
+            );
             simulate(&scheds, &mut ranks);
             for (r, rk) in ranks.iter().enumerate() {
                 let (o, l) = b[r];
-                let want: Vec<i64> = (o..o + l).map(|i| (0..world).map(|q| val(q, i)).sum()).collect();
-                assert_eq!(&rk.work[o..o + l], &want[..], "reduce_scatter world {world} rank {r}");
+                let want: Vec<i64> = (o..o + l)
+                    .map(|i| (0..world).map(|q| val(q, i)).sum())
+                    .collect();
+                assert_eq!(
+                    &rk.work[o..o + l],
+                    &want[..],
+                    "reduce_scatter world {world} rank {r}"
+                );
             }
             // allgather(v) from Input.
-            let scheds: Vec<_> = (0..world).map(|r| ring::allgather(r, world, &counts, true)).collect();
-            let mut ranks = ranks_with(world, total, |r| (0..counts[r]).map(|i| val(r, i)).collect(), |_| vec![-1; total]);
+            let scheds: Vec<_> = (0..world)
+                .map(|r| ring::allgather(r, world, &counts, true))
+                .collect();
+            let mut ranks = ranks_with(
+                world,
+                total,
+                |r| (0..counts[r]).map(|i| val(r, i)).collect(),
+                |_| vec![-1; total],
+            );
             simulate(&scheds, &mut ranks);
-            let want: Vec<i64> = (0..world).flat_map(|q| (0..counts[q]).map(move |i| val(q, i))).collect();
+            let want: Vec<i64> = (0..world)
+                .flat_map(|q| (0..counts[q]).map(move |i| val(q, i)))
+                .collect();
             for rk in &ranks {
                 assert_eq!(rk.work, want, "allgather world {world}");
             }
             for root in 0..world {
                 // gather
-                let scheds: Vec<_> = (0..world).map(|r| gather_sched(r, world, root, &counts)).collect();
-                let mut ranks = ranks_with(world, total, |r| (0..counts[r]).map(|i| val(r, i)).collect(), |_| vec![-1; total]);
+                let scheds: Vec<_> = (0..world)
+                    .map(|r| gather_sched(r, world, root, &counts))
+                    .collect();
+                let mut ranks = ranks_with(
+                    world,
+                    total,
+                    |r| (0..counts[r]).map(|i| val(r, i)).collect(),
+                    |_| vec![-1; total],
+                );
                 simulate(&scheds, &mut ranks);
                 assert_eq!(ranks[root].work, want, "gather world {world} root {root}");
                 // scatter
-                let scheds: Vec<_> = (0..world).map(|r| direct::scatter(r, world, root, &counts)).collect();
+                let scheds: Vec<_> = (0..world)
+                    .map(|r| direct::scatter(r, world, root, &counts))
+                    .collect();
                 let mut ranks: Vec<Rank> = (0..world)
-                    .map(|r| Rank { work: vec![-1; counts[r]], input: if r == root { want.clone() } else { Vec::new() }, scratch: Vec::new() })
+                    .map(|r| Rank {
+                        work: vec![-1; counts[r]],
+                        input: if r == root { want.clone() } else { Vec::new() },
+                        scratch: Vec::new(),
+                    })
                     .collect();
                 simulate(&scheds, &mut ranks);
                 for (r, rk) in ranks.iter().enumerate() {
-                    assert_eq!(rk.work, &want[b[r].0..b[r].0 + b[r].1], "scatter world {world} root {root}");
+                    assert_eq!(
+                        rk.work,
+                        &want[b[r].0..b[r].0 + b[r].1],
+                        "scatter world {world} root {root}"
+                    );
                 }
             }
             // all_to_all_v: rank r sends (r + p) % 3 + count % 5 elements to p.
@@ -183,7 +252,11 @@ fn reduce_scatter_allgather_gather_scatter_alltoall() {
                 .map(|r| {
                     let n_in: usize = (0..world).map(|p| sc(r, p)).sum();
                     let n_out: usize = (0..world).map(|p| sc(p, r)).sum();
-                    Rank { work: vec![-1; n_out], input: (0..n_in).map(|i| val(r, i)).collect(), scratch: Vec::new() }
+                    Rank {
+                        work: vec![-1; n_out],
+                        input: (0..n_in).map(|i| val(r, i)).collect(),
+                        scratch: Vec::new(),
+                    }
                 })
                 .collect();
             simulate(&scheds, &mut ranks);
@@ -222,16 +295,33 @@ fn rooted_broadcast_and_reduce_and_barrier() {
                             }
                         })
                         .collect();
-                    let mut ranks = ranks_with(world, count, |_| Vec::new(), |r| (0..count).map(|i| val(r, i)).collect());
+                    let mut ranks = ranks_with(
+                        world,
+                        count,
+                        |_| Vec::new(),
+                        |r| (0..count).map(|i| val(r, i)).collect(),
+                    );
                     simulate(&scheds, &mut ranks);
                     for rk in &ranks {
-                        assert_eq!(rk.work, want, "broadcast world {world} root {root} chunks {chunks}");
+                        assert_eq!(
+                            rk.work, want,
+                            "broadcast world {world} root {root} chunks {chunks}"
+                        );
                     }
                 }
-                let scheds: Vec<_> = (0..world).map(|r| tree::reduce_binomial(r, world, root, count)).collect();
-                let mut ranks = ranks_with(world, count, |_| Vec::new(), |r| (0..count).map(|i| val(r, i)).collect());
+                let scheds: Vec<_> = (0..world)
+                    .map(|r| tree::reduce_binomial(r, world, root, count))
+                    .collect();
+                let mut ranks = ranks_with(
+                    world,
+                    count,
+                    |_| Vec::new(),
+                    |r| (0..count).map(|i| val(r, i)).collect(),
+                );
                 simulate(&scheds, &mut ranks);
-                let sum: Vec<i64> = (0..count).map(|i| (0..world).map(|r| val(r, i)).sum()).collect();
+                let sum: Vec<i64> = (0..count)
+                    .map(|i| (0..world).map(|r| val(r, i)).sum())
+                    .collect();
                 assert_eq!(ranks[root].work, sum, "reduce world {world} root {root}");
             }
         }
@@ -242,8 +332,16 @@ fn rooted_broadcast_and_reduce_and_barrier() {
 fn point_to_point_and_partition() {
     let scheds = vec![direct::send(1, 5), direct::recv(0, 5)];
     let mut ranks = vec![
-        Rank { work: vec![], input: vec![1, 2, 3, 4, 5], scratch: vec![] },
-        Rank { work: vec![0; 5], input: vec![], scratch: vec![] },
+        Rank {
+            work: vec![],
+            input: vec![1, 2, 3, 4, 5],
+            scratch: vec![],
+        },
+        Rank {
+            work: vec![0; 5],
+            input: vec![],
+            scratch: vec![],
+        },
     ];
     simulate(&scheds, &mut ranks);
     assert_eq!(ranks[1].work, vec![1, 2, 3, 4, 5]);

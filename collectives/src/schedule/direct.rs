@@ -14,12 +14,22 @@ pub(crate) fn gather(rank: usize, world: usize, root: usize, counts: &[usize]) -
             reduce: false,
         });
         for p in (0..world).filter(|&p| p != root) {
-            step.recvs.push(RecvOp { peer: p, dst: Region::work(b[p].0, b[p].1), reduce: false });
+            step.recvs.push(RecvOp {
+                peer: p,
+                dst: Region::work(b[p].0, b[p].1),
+                reduce: false,
+            });
         }
     } else {
-        step.sends.push(SendOp { peer: root, src: Region::input(0, b[rank].1) });
+        step.sends.push(SendOp {
+            peer: root,
+            src: Region::input(0, b[rank].1),
+        });
     }
-    Schedule { steps: vec![step], scratch: 0 }
+    Schedule {
+        steps: vec![step],
+        scratch: 0,
+    }
 }
 
 /// Scatter: block p of `root`'s Input (blocks of `counts`) into rank p's Work.
@@ -33,18 +43,33 @@ pub(crate) fn scatter(rank: usize, world: usize, root: usize, counts: &[usize]) 
             reduce: false,
         });
         for p in (0..world).filter(|&p| p != root) {
-            step.sends.push(SendOp { peer: p, src: Region::input(b[p].0, b[p].1) });
+            step.sends.push(SendOp {
+                peer: p,
+                src: Region::input(b[p].0, b[p].1),
+            });
         }
     } else {
-        step.recvs.push(RecvOp { peer: root, dst: Region::work(0, b[rank].1), reduce: false });
+        step.recvs.push(RecvOp {
+            peer: root,
+            dst: Region::work(0, b[rank].1),
+            reduce: false,
+        });
     }
-    Schedule { steps: vec![step], scratch: 0 }
+    Schedule {
+        steps: vec![step],
+        scratch: 0,
+    }
 }
 
 /// All-to-all(v): block p of Input (blocks of `send_counts`) goes to rank p; block p of Work
 /// (blocks of `recv_counts`) comes from rank p. Peers are visited starting after this rank, so
 /// the ranks do not all start on the same peer.
-pub(crate) fn all_to_all(rank: usize, world: usize, send_counts: &[usize], recv_counts: &[usize]) -> Schedule {
+pub(crate) fn all_to_all(
+    rank: usize,
+    world: usize,
+    send_counts: &[usize],
+    recv_counts: &[usize],
+) -> Schedule {
     let sb = blocks(send_counts);
     let rb = blocks(recv_counts);
     let mut step = Step::default();
@@ -56,16 +81,32 @@ pub(crate) fn all_to_all(rank: usize, world: usize, send_counts: &[usize], recv_
     for i in 1..world {
         let to = (rank + i) % world;
         let from = (rank + world - i) % world;
-        step.sends.push(SendOp { peer: to, src: Region::input(sb[to].0, sb[to].1) });
-        step.recvs.push(RecvOp { peer: from, dst: Region::work(rb[from].0, rb[from].1), reduce: false });
+        step.sends.push(SendOp {
+            peer: to,
+            src: Region::input(sb[to].0, sb[to].1),
+        });
+        step.recvs.push(RecvOp {
+            peer: from,
+            dst: Region::work(rb[from].0, rb[from].1),
+            reduce: false,
+        });
     }
-    Schedule { steps: vec![step], scratch: 0 }
+    Schedule {
+        steps: vec![step],
+        scratch: 0,
+    }
 }
 
 /// Point to point: send Input to `peer`.
 pub(crate) fn send(peer: usize, count: usize) -> Schedule {
     Schedule {
-        steps: vec![Step { sends: vec![SendOp { peer, src: Region::input(0, count) }], ..Step::default() }],
+        steps: vec![Step {
+            sends: vec![SendOp {
+                peer,
+                src: Region::input(0, count),
+            }],
+            ..Step::default()
+        }],
         scratch: 0,
     }
 }
@@ -74,7 +115,11 @@ pub(crate) fn send(peer: usize, count: usize) -> Schedule {
 pub(crate) fn recv(peer: usize, count: usize) -> Schedule {
     Schedule {
         steps: vec![Step {
-            recvs: vec![RecvOp { peer, dst: Region::work(0, count), reduce: false }],
+            recvs: vec![RecvOp {
+                peer,
+                dst: Region::work(0, count),
+                reduce: false,
+            }],
             ..Step::default()
         }],
         scratch: 0,

@@ -8,22 +8,42 @@ use super::{LocalOp, RecvOp, Region, Schedule, SendOp, Step, sub_mod};
 /// into scratch and combines at the start of the next step, so a send never reads a region
 /// being reduced. Combining is commutative pairwise, so all ranks end bitwise equal.
 pub(crate) fn allreduce(rank: usize, world: usize, count: usize) -> Schedule {
-    let mut s = Schedule { steps: Vec::new(), scratch: count };
+    let mut s = Schedule {
+        steps: Vec::new(),
+        scratch: count,
+    };
     if world == 1 {
         return Schedule::default();
     }
     let whole = Region::work(0, count);
     let tmp = Region::scratch(0, count);
-    let combine = LocalOp { src: tmp, dst: whole, reduce: true };
+    let combine = LocalOp {
+        src: tmp,
+        dst: whole,
+        reduce: true,
+    };
     let p = 1usize << (usize::BITS - 1 - world.leading_zeros()); // largest power of two <= world
     let rem = world - p;
     // Fold: among the first 2*rem ranks, each even rank hands its data to the odd one above.
     let newrank = if rank < 2 * rem {
         if rank % 2 == 0 {
-            s.push(Step { sends: vec![SendOp { peer: rank + 1, src: whole }], ..Step::default() });
+            s.push(Step {
+                sends: vec![SendOp {
+                    peer: rank + 1,
+                    src: whole,
+                }],
+                ..Step::default()
+            });
             None
         } else {
-            s.push(Step { recvs: vec![RecvOp { peer: rank - 1, dst: tmp, reduce: false }], ..Step::default() });
+            s.push(Step {
+                recvs: vec![RecvOp {
+                    peer: rank - 1,
+                    dst: tmp,
+                    reduce: false,
+                }],
+                ..Step::default()
+            });
             Some(rank / 2)
         }
     } else {
@@ -37,7 +57,11 @@ pub(crate) fn allreduce(rank: usize, world: usize, count: usize) -> Schedule {
             let peer = real(nr ^ mask);
             let mut step = Step {
                 sends: vec![SendOp { peer, src: whole }],
-                recvs: vec![RecvOp { peer, dst: tmp, reduce: false }],
+                recvs: vec![RecvOp {
+                    peer,
+                    dst: tmp,
+                    reduce: false,
+                }],
                 ..Step::default()
             };
             if pending {
@@ -51,18 +75,31 @@ pub(crate) fn allreduce(rank: usize, world: usize, count: usize) -> Schedule {
     // Unfold: the odd ranks hand the result back.
     if rank < 2 * rem {
         if rank % 2 == 0 {
-            s.push(Step { recvs: vec![RecvOp { peer: rank + 1, dst: whole, reduce: false }], ..Step::default() });
+            s.push(Step {
+                recvs: vec![RecvOp {
+                    peer: rank + 1,
+                    dst: whole,
+                    reduce: false,
+                }],
+                ..Step::default()
+            });
         } else {
             s.push(Step {
                 locals: vec![combine.clone()],
-                sends: vec![SendOp { peer: rank - 1, src: whole }],
+                sends: vec![SendOp {
+                    peer: rank - 1,
+                    src: whole,
+                }],
                 ..Step::default()
             });
             pending = false;
         }
     }
     if pending {
-        s.push(Step { locals: vec![combine], ..Step::default() });
+        s.push(Step {
+            locals: vec![combine],
+            ..Step::default()
+        });
     }
     s
 }
@@ -73,8 +110,15 @@ pub(crate) fn barrier(rank: usize, world: usize) -> Schedule {
     let mut dist = 1;
     while dist < world {
         s.push(Step {
-            sends: vec![SendOp { peer: (rank + dist) % world, src: Region::work(0, 0) }],
-            recvs: vec![RecvOp { peer: sub_mod(rank, dist, world), dst: Region::work(0, 0), reduce: false }],
+            sends: vec![SendOp {
+                peer: (rank + dist) % world,
+                src: Region::work(0, 0),
+            }],
+            recvs: vec![RecvOp {
+                peer: sub_mod(rank, dist, world),
+                dst: Region::work(0, 0),
+                reduce: false,
+            }],
             ..Step::default()
         });
         dist <<= 1;

@@ -31,13 +31,25 @@ pub(crate) struct Region {
 
 impl Region {
     pub(crate) const fn work(off: usize, len: usize) -> Region {
-        Region { buf: Buf::Work, off, len }
+        Region {
+            buf: Buf::Work,
+            off,
+            len,
+        }
     }
     pub(crate) const fn input(off: usize, len: usize) -> Region {
-        Region { buf: Buf::Input, off, len }
+        Region {
+            buf: Buf::Input,
+            off,
+            len,
+        }
     }
     pub(crate) const fn scratch(off: usize, len: usize) -> Region {
-        Region { buf: Buf::Scratch, off, len }
+        Region {
+            buf: Buf::Scratch,
+            off,
+            len,
+        }
     }
     #[cfg(test)]
     pub(crate) fn overlaps(&self, o: &Region) -> bool {
@@ -95,7 +107,12 @@ impl Schedule {
         let mut p: Vec<usize> = self
             .steps
             .iter()
-            .flat_map(|s| s.sends.iter().map(|o| o.peer).chain(s.recvs.iter().map(|o| o.peer)))
+            .flat_map(|s| {
+                s.sends
+                    .iter()
+                    .map(|o| o.peer)
+                    .chain(s.recvs.iter().map(|o| o.peer))
+            })
             .collect();
         p.sort_unstable();
         p.dedup();

@@ -2,12 +2,21 @@
 //! sends one block to the next rank and receives one from the previous; the engine streams
 //! each block as frames, so sending, receiving and reducing overlap.
 
-use super::{Region, RecvOp, Schedule, SendOp, Step, blocks, partition, sub_mod};
+use super::{RecvOp, Region, Schedule, SendOp, Step, blocks, partition, sub_mod};
 
-fn ring_step(rank: usize, world: usize, send: (usize, usize), recv: (usize, usize), reduce: bool) -> Step {
+fn ring_step(
+    rank: usize,
+    world: usize,
+    send: (usize, usize),
+    recv: (usize, usize),
+    reduce: bool,
+) -> Step {
     Step {
         locals: Vec::new(),
-        sends: vec![SendOp { peer: (rank + 1) % world, src: Region::work(send.0, send.1) }],
+        sends: vec![SendOp {
+            peer: (rank + 1) % world,
+            src: Region::work(send.0, send.1),
+        }],
         recvs: vec![RecvOp {
             peer: sub_mod(rank, 1, world),
             dst: Region::work(recv.0, recv.1),
@@ -24,11 +33,23 @@ pub(crate) fn allreduce(rank: usize, world: usize, count: usize) -> Schedule {
     }
     let seg = partition(count, world);
     for k in 0..world - 1 {
-        s.push(ring_step(rank, world, seg[sub_mod(rank, k, world)], seg[sub_mod(rank, k + 1, world)], true));
+        s.push(ring_step(
+            rank,
+            world,
+            seg[sub_mod(rank, k, world)],
+            seg[sub_mod(rank, k + 1, world)],
+            true,
+        ));
     }
     // Rank r now holds the reduced segment r + 1.
     for k in 0..world - 1 {
-        s.push(ring_step(rank, world, seg[(rank + 1 + world - k) % world], seg[sub_mod(rank, k, world)], false));
+        s.push(ring_step(
+            rank,
+            world,
+            seg[(rank + 1 + world - k) % world],
+            seg[sub_mod(rank, k, world)],
+            false,
+        ));
     }
     s
 }
@@ -39,7 +60,13 @@ pub(crate) fn reduce_scatter(rank: usize, world: usize, counts: &[usize]) -> Sch
     let mut s = Schedule::default();
     let b = blocks(counts);
     for k in 0..world.saturating_sub(1) {
-        s.push(ring_step(rank, world, b[sub_mod(rank, k + 1, world)], b[sub_mod(rank, k + 2, world)], true));
+        s.push(ring_step(
+            rank,
+            world,
+            b[sub_mod(rank, k + 1, world)],
+            b[sub_mod(rank, k + 2, world)],
+            true,
+        ));
     }
     s
 }
@@ -51,7 +78,13 @@ pub(crate) fn allgather(rank: usize, world: usize, counts: &[usize], from_input:
     let b = blocks(counts);
     let mut first = true;
     for k in 0..world.saturating_sub(1) {
-        let mut step = ring_step(rank, world, b[sub_mod(rank, k, world)], b[sub_mod(rank, k + 1, world)], false);
+        let mut step = ring_step(
+            rank,
+            world,
+            b[sub_mod(rank, k, world)],
+            b[sub_mod(rank, k + 1, world)],
+            false,
+        );
         if first && from_input {
             step.locals.push(super::LocalOp {
                 src: Region::input(0, b[rank].1),

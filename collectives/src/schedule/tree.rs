@@ -13,7 +13,11 @@ pub(crate) fn broadcast_binomial(rank: usize, world: usize, root: usize, count: 
     while mask < world {
         if vr & mask != 0 {
             s.push(Step {
-                recvs: vec![RecvOp { peer: real(vr - mask), dst: whole, reduce: false }],
+                recvs: vec![RecvOp {
+                    peer: real(vr - mask),
+                    dst: whole,
+                    reduce: false,
+                }],
                 ..Step::default()
             });
             break;
@@ -24,19 +28,31 @@ pub(crate) fn broadcast_binomial(rank: usize, world: usize, root: usize, count: 
     mask >>= 1;
     while mask > 0 {
         if vr + mask < world {
-            sends.push(SendOp { peer: real(vr + mask), src: whole });
+            sends.push(SendOp {
+                peer: real(vr + mask),
+                src: whole,
+            });
         }
         mask >>= 1;
     }
     if !sends.is_empty() {
-        s.push(Step { sends, ..Step::default() });
+        s.push(Step {
+            sends,
+            ..Step::default()
+        });
     }
     s
 }
 
 /// Pipelined chain broadcast: the buffer is cut into `chunks` pieces that flow
 /// root -> root+1 -> ... so that every rank forwards piece j while it receives piece j+1.
-pub(crate) fn broadcast_chain(rank: usize, world: usize, root: usize, count: usize, chunks: usize) -> Schedule {
+pub(crate) fn broadcast_chain(
+    rank: usize,
+    world: usize,
+    root: usize,
+    count: usize,
+    chunks: usize,
+) -> Schedule {
     let mut s = Schedule::default();
     if world == 1 {
         return s;
@@ -51,11 +67,18 @@ pub(crate) fn broadcast_chain(rank: usize, world: usize, root: usize, count: usi
         // Send piece t - vr; receive piece t - vr + 1.
         if vr < world - 1 && t >= vr && t - vr < c {
             let (o, l) = pieces[t - vr];
-            step.sends.push(SendOp { peer: next, src: Region::work(o, l) });
+            step.sends.push(SendOp {
+                peer: next,
+                src: Region::work(o, l),
+            });
         }
         if vr >= 1 && t + 1 >= vr && t + 1 - vr < c {
             let (o, l) = pieces[t + 1 - vr];
-            step.recvs.push(RecvOp { peer: prev, dst: Region::work(o, l), reduce: false });
+            step.recvs.push(RecvOp {
+                peer: prev,
+                dst: Region::work(o, l),
+                reduce: false,
+            });
         }
         if !step.sends.is_empty() || !step.recvs.is_empty() {
             s.push(step);
@@ -67,7 +90,10 @@ pub(crate) fn broadcast_chain(rank: usize, world: usize, root: usize, count: usi
 /// Binomial-tree reduce of Work (`count` elements) into `root`'s Work. Non-root Work is
 /// overwritten with partial results.
 pub(crate) fn reduce_binomial(rank: usize, world: usize, root: usize, count: usize) -> Schedule {
-    let mut s = Schedule { steps: Vec::new(), scratch: count };
+    let mut s = Schedule {
+        steps: Vec::new(),
+        scratch: count,
+    };
     let vr = sub_mod(rank, root, world);
     let real = |v: usize| (v + root) % world;
     let whole = Region::work(0, count);
@@ -77,16 +103,27 @@ pub(crate) fn reduce_binomial(rank: usize, world: usize, root: usize, count: usi
     while mask < world {
         let mut step = Step::default();
         if pending {
-            step.locals.push(LocalOp { src: tmp, dst: whole, reduce: true });
+            step.locals.push(LocalOp {
+                src: tmp,
+                dst: whole,
+                reduce: true,
+            });
             pending = false;
         }
         if vr & mask != 0 {
-            step.sends.push(SendOp { peer: real(vr - mask), src: whole });
+            step.sends.push(SendOp {
+                peer: real(vr - mask),
+                src: whole,
+            });
             s.push(step);
             return s;
         }
         if vr + mask < world {
-            step.recvs.push(RecvOp { peer: real(vr + mask), dst: tmp, reduce: false });
+            step.recvs.push(RecvOp {
+                peer: real(vr + mask),
+                dst: tmp,
+                reduce: false,
+            });
             pending = true;
         }
         if step != Step::default() {
@@ -95,7 +132,14 @@ pub(crate) fn reduce_binomial(rank: usize, world: usize, root: usize, count: usi
         mask <<= 1;
     }
     if pending {
-        s.push(Step { locals: vec![LocalOp { src: tmp, dst: whole, reduce: true }], ..Step::default() });
+        s.push(Step {
+            locals: vec![LocalOp {
+                src: tmp,
+                dst: whole,
+                reduce: true,
+            }],
+            ..Step::default()
+        });
     }
     if world == 1 {
         s.scratch = 0;

@@ -46,7 +46,14 @@ pub(crate) fn decode(h: &[u8; HEADER_LEN]) -> Result<(CallDesc, usize), String> 
         u32::MAX => None,
         r => Some(r as usize),
     };
-    let call = CallDesc { op, dtype, redop, count: u64_at(16), root, seq: u64_at(8) };
+    let call = CallDesc {
+        op,
+        dtype,
+        redop,
+        count: u64_at(16),
+        root,
+        seq: u64_at(8),
+    };
     Ok((call, u32_at(28) as usize))
 }
 

@@ -34,7 +34,9 @@ pub(crate) fn list() -> std::io::Result<Vec<IfAddr>> {
             continue;
         }
         // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-        let name = unsafe { CStr::from_ptr(ifa.ifa_name) }.to_string_lossy().into_owned();
+        let name = unsafe { CStr::from_ptr(ifa.ifa_name) }
+            .to_string_lossy()
+            .into_owned();
         // SAFETY: ifa_addr is non-null and points to a sockaddr whose family says its layout.
         let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
         let ip = match family {
@@ -80,12 +82,27 @@ impl IfSpec {
         if exact {
             s = &s[1..];
         }
-        let names = s.split(',').map(str::trim).filter(|n| !n.is_empty()).map(String::from).collect();
-        IfSpec { exclude, exact, names }
+        let names = s
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(String::from)
+            .collect();
+        IfSpec {
+            exclude,
+            exact,
+            names,
+        }
     }
 
     pub(crate) fn matches(&self, name: &str) -> bool {
-        let hit = self.names.iter().any(|n| if self.exact { name == n } else { name.starts_with(n.as_str()) });
+        let hit = self.names.iter().any(|n| {
+            if self.exact {
+                name == n
+            } else {
+                name.starts_with(n.as_str())
+            }
+        });
         hit != self.exclude
     }
 }
@@ -100,12 +117,17 @@ pub(crate) fn choose(spec: Option<&str>, addrs: &[IfAddr]) -> Result<IfAddr, Str
             c.sort_by_key(order);
             c.first().map(|a| (*a).clone()).ok_or_else(|| {
                 let names: Vec<&str> = addrs.iter().map(|a| a.name.as_str()).collect();
-                format!("DTCOMM_SOCKET_IFNAME={s:?} matches no interface that is up (have {names:?})")
+                format!(
+                    "DTCOMM_SOCKET_IFNAME={s:?} matches no interface that is up (have {names:?})"
+                )
             })
         }
         None => {
             let skip = IfSpec::parse("^docker,virbr,lo");
-            let mut c: Vec<&IfAddr> = addrs.iter().filter(|a| skip.matches(&a.name) && !a.ip.is_loopback()).collect();
+            let mut c: Vec<&IfAddr> = addrs
+                .iter()
+                .filter(|a| skip.matches(&a.name) && !a.ip.is_loopback())
+                .collect();
             c.sort_by_key(order);
             Ok(c.first().map(|a| (*a).clone()).unwrap_or(IfAddr {
                 name: "lo".into(),
@@ -120,17 +142,35 @@ mod tests {
     use super::*;
 
     fn a(name: &str, ip: &str) -> IfAddr {
-        IfAddr { name: name.into(), ip: ip.parse().unwrap() }
+        IfAddr {
+            name: name.into(),
+            ip: ip.parse().unwrap(),
+        }
     }
 
     #[test]
     fn nccl_syntax() {
-        let addrs = [a("lo", "127.0.0.1"), a("docker0", "172.17.0.1"), a("eth0", "10.0.0.5"), a("eth1", "10.1.0.5")];
+        let addrs = [
+            a("lo", "127.0.0.1"),
+            a("docker0", "172.17.0.1"),
+            a("eth0", "10.0.0.5"),
+            a("eth1", "10.1.0.5"),
+        ];
         assert_eq!(choose(None, &addrs).unwrap().name, "eth0");
-        assert_eq!(choose(Some("lo"), &addrs).unwrap().ip.to_string(), "127.0.0.1");
-        assert_eq!(choose(Some("^eth0,lo,docker"), &addrs).unwrap().name, "eth1");
+        assert_eq!(
+            choose(Some("lo"), &addrs).unwrap().ip.to_string(),
+            "127.0.0.1"
+        );
+        assert_eq!(
+            choose(Some("^eth0,lo,docker"), &addrs).unwrap().name,
+            "eth1"
+        );
         assert_eq!(choose(Some("=eth1"), &addrs).unwrap().name, "eth1");
-        assert_eq!(choose(Some("=eth"), &addrs).unwrap_err().contains("matches no interface"), true);
+        assert!(
+            choose(Some("=eth"), &addrs)
+                .unwrap_err()
+                .contains("matches no interface")
+        );
         assert_eq!(choose(None, &addrs[..2]).unwrap().name, "lo");
         assert!(list().unwrap().iter().any(|i| i.ip.is_loopback()));
     }

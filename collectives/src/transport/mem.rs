@@ -30,6 +30,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// (origin, lost rank, reason).
+type AbortMsg = (usize, Option<usize>, String);
+/// (origin, op, seq, waiting for).
+type StallMsg = (usize, u8, u64, Vec<usize>);
+
 struct Shared {
     world: usize,
     streams: usize,
@@ -37,7 +42,9 @@ struct Shared {
     /// Index: (from * world + to) * streams + stream.
     pipes: Vec<Mutex<VecDeque<u8>>>,
     status: Vec<AtomicU8>,
-    inbox: Vec<Mutex<Option<(usize, Option<usize>, String)>>>,
+    inbox: Vec<Mutex<Option<AbortMsg>>>,
+    /// Stall reports received, per rank: (origin, op, seq, waiting for).
+    stalls: Vec<Mutex<Vec<StallMsg>>>,
     notify: Vec<Notify>,
 }
 
@@ -61,12 +68,21 @@ pub(crate) fn group(world: usize, streams: usize, capacity: usize) -> Vec<MemTra
         world,
         streams,
         capacity,
-        pipes: (0..world * world * streams).map(|_| Mutex::new(VecDeque::new())).collect(),
+        pipes: (0..world * world * streams)
+            .map(|_| Mutex::new(VecDeque::new()))
+            .collect(),
         status: (0..world).map(|_| AtomicU8::new(ALIVE)).collect(),
         inbox: (0..world).map(|_| Mutex::new(None)).collect(),
+        stalls: (0..world).map(|_| Mutex::new(Vec::new())).collect(),
         notify: (0..world).map(|_| Notify::default()).collect(),
     });
-    (0..world).map(|rank| MemTransport { rank, shared: shared.clone(), seen: 0 }).collect()
+    (0..world)
+        .map(|rank| MemTransport {
+            rank,
+            shared: shared.clone(),
+            seen: 0,
+        })
+        .collect()
 }
 
 impl MemTransport {
@@ -76,7 +92,12 @@ impl MemTransport {
             s => Some(LinkError::Closed {
                 peer,
                 graceful: s == GOODBYE,
-                detail: if s == GOODBYE { "peer closed its communicator" } else { "peer thread is gone" }.into(),
+                detail: if s == GOODBYE {
+                    "peer closed its communicator"
+                } else {
+                    "peer thread is gone"
+                }
+                .into(),
             }),
         }
     }
@@ -94,7 +115,13 @@ impl Transport for MemTransport {
         self.shared.streams
     }
 
-    fn try_send(&mut self, peer: usize, stream: usize, a: &[u8], b: &[u8]) -> Result<usize, LinkError> {
+    fn try_send(
+        &mut self,
+        peer: usize,
+        stream: usize,
+        a: &[u8],
+        b: &[u8],
+    ) -> Result<usize, LinkError> {
         if let Some(e) = self.closed(peer) {
             return Err(e);
         }
@@ -111,7 +138,13 @@ impl Transport for MemTransport {
         Ok(na + nb)
     }
 
-    fn try_recv(&mut self, peer: usize, stream: usize, a: &mut [u8], b: &mut [u8]) -> Result<usize, LinkError> {
+    fn try_recv(
+        &mut self,
+        peer: usize,
+        stream: usize,
+        a: &mut [u8],
+        b: &mut [u8],
+    ) -> Result<usize, LinkError> {
         let mut q = lock(self.shared.pipe(peer, self.rank, stream));
         if q.is_empty() {
             drop(q);
@@ -135,24 +168,54 @@ impl Transport for MemTransport {
 
     fn check(&mut self) -> Result<(), LinkError> {
         if let Some((origin, lost, reason)) = lock(&self.shared.inbox[self.rank]).clone() {
-            return Err(LinkError::Aborted { origin, lost, reason });
+            return Err(LinkError::Aborted {
+                origin,
+                lost,
+                reason,
+            });
         }
         for peer in (0..self.shared.world).filter(|&p| p != self.rank) {
             if self.shared.status[peer].load(Ordering::Acquire) == DEAD {
-                return Err(LinkError::Closed { peer, graceful: false, detail: "peer thread is gone".into() });
+                return Err(LinkError::Closed {
+                    peer,
+                    graceful: false,
+                    detail: "peer thread is gone".into(),
+                });
             }
         }
         Ok(())
     }
 
-    fn park(&mut self, _sends: &[StreamId], _recvs: &[StreamId], timeout: Duration) -> Result<(), LinkError> {
+    fn park(
+        &mut self,
+        _sends: &[StreamId],
+        _recvs: &[StreamId],
+        timeout: Duration,
+    ) -> Result<(), LinkError> {
         let n = &self.shared.notify[self.rank];
         let mut g = lock(&n.generation);
         if *g == self.seen {
-            g = n.cv.wait_timeout(g, timeout).unwrap_or_else(|p| p.into_inner()).0;
+            g =
+                n.cv.wait_timeout(g, timeout)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
         }
         self.seen = *g;
         Ok(())
+    }
+
+    fn report_stall(&mut self, op: u8, seq: u64, waiting_for: &[usize]) {
+        for peer in (0..self.shared.world).filter(|&p| p != self.rank) {
+            lock(&self.shared.stalls[peer]).push((self.rank, op, seq, waiting_for.to_vec()));
+        }
+    }
+
+    fn stalls(&mut self, op: u8, seq: u64) -> Vec<(usize, Vec<usize>)> {
+        lock(&self.shared.stalls[self.rank])
+            .iter()
+            .filter(|s| s.1 == op && s.2 == seq)
+            .map(|s| (s.0, s.3.clone()))
+            .collect()
     }
 
     fn abort(&mut self, lost: Option<usize>, reason: &str) {
@@ -171,7 +234,10 @@ impl Transport for MemTransport {
     }
 
     fn describe(&self) -> String {
-        format!("mem ({} streams/peer, {} B pipes)", self.shared.streams, self.shared.capacity)
+        format!(
+            "mem ({} streams/peer, {} B pipes)",
+            self.shared.streams, self.shared.capacity
+        )
     }
 }
 
