@@ -84,35 +84,39 @@ impl TcpTransport {
             return Ok(());
         }
         let mut buf = [0u8; 4096];
+        let mut closed: Option<String> = None;
         loop {
             match read_fd(p.ctrl.as_raw_fd(), &mut buf, &mut []) {
                 Ok(0) => {
-                    p.eof = true;
-                    if !p.goodbye {
-                        return Err(LinkError::Closed {
-                            peer,
-                            graceful: false,
-                            detail: "connection closed without goodbye (process died?)".into(),
-                        });
-                    }
-                    return Ok(());
+                    closed = Some("connection closed without goodbye (process died?)".into());
+                    break;
                 }
                 Ok(n) => p.ctrl_buf.extend_from_slice(&buf[..n]),
                 Err(e) if would_block(&e) => break,
                 Err(e) => {
-                    p.eof = true;
-                    if !p.goodbye {
-                        return Err(LinkError::Closed {
-                            peer,
-                            graceful: false,
-                            detail: format!("control socket: {e}"),
-                        });
-                    }
-                    return Ok(());
+                    closed = Some(format!("control socket: {e}"));
+                    break;
                 }
             }
         }
-        // Parse complete messages.
+        // Messages that arrived before the end of the stream count first (a goodbye, an abort).
+        let parsed = Self::parse_ctrl(p, peer);
+        if let Some(detail) = closed {
+            p.eof = true;
+            parsed?;
+            if !p.goodbye {
+                return Err(LinkError::Closed {
+                    peer,
+                    graceful: false,
+                    detail,
+                });
+            }
+            return Ok(());
+        }
+        parsed
+    }
+
+    fn parse_ctrl(p: &mut Peer, peer: usize) -> Result<(), LinkError> {
         loop {
             let b = &p.ctrl_buf;
             match b.first() {
