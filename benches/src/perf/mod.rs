@@ -98,6 +98,9 @@ pub struct Args {
     /// Fixed increment between sizes (overrides -f).
     #[arg(short = 'i', long = "stepbytes")]
     pub stepbytes: Option<String>,
+    /// Explicit comma-separated sizes (e.g. `8,1K,64K,1M,16M,64M`), instead of -b/-e/-f/-i.
+    #[arg(long)]
+    pub sizes: Option<String>,
     /// Timed iterations per size.
     #[arg(short = 'n', long = "iters", default_value_t = 20)]
     pub iters: usize,
@@ -264,9 +267,24 @@ fn rank_main(coll: Collective, args: &Args, rank: usize, store: &str) -> Result<
         print_preamble(coll, args, &comm, min, max, step, setup);
     }
     let mut rows = Vec::new();
-    let mut size = min.max(1);
     let es = dtype.size();
-    while size <= max {
+    let sizes: Vec<usize> = match &args.sizes {
+        Some(list) => list.split(',').map(parse_size).collect::<Result<_, _>>()?,
+        None => {
+            let mut v = Vec::new();
+            let mut size = min.max(1);
+            while size <= max {
+                v.push(size);
+                size = match step {
+                    Some(s) if s > 0 => size + s,
+                    _ if args.stepfactor > 1 => size * args.stepfactor,
+                    _ => break,
+                };
+            }
+            v
+        }
+    };
+    for size in sizes {
         let mut count = size / es;
         if coll.per_rank_blocks() {
             count = count / world * world;
@@ -324,11 +342,6 @@ fn rank_main(coll: Collective, args: &Args, rank: usize, store: &str) -> Result<
             }
             rows.push(row);
         }
-        size = match step {
-            Some(s) if s > 0 => size + s,
-            _ if args.stepfactor > 1 => size * args.stepfactor,
-            _ => break,
-        };
     }
     let wrong: u64 = rows
         .iter()
