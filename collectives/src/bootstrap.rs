@@ -42,14 +42,16 @@ impl Setup {
             .checked_sub(self.start.elapsed())
             .filter(|d| !d.is_zero())
     }
-    fn tune(&self, s: &TcpStream) -> std::io::Result<()> {
-        s.set_nodelay(true)?;
+    /// Socket buffer sizes, set before connect/listen so the TCP window scale covers them.
+    fn size_buffers(&self, s: SockRef<'_>) -> std::io::Result<()> {
         if let Some(b) = self.bufsize {
-            let r = SockRef::from(s);
-            r.set_send_buffer_size(b)?;
-            r.set_recv_buffer_size(b)?;
+            s.set_send_buffer_size(b)?;
+            s.set_recv_buffer_size(b)?;
         }
         Ok(())
+    }
+    fn tune(&self, s: &TcpStream) -> std::io::Result<()> {
+        s.set_nodelay(true)
     }
 }
 
@@ -91,6 +93,7 @@ pub(crate) fn tcp_mesh(
     let sock = Socket::new(Domain::for_address(bind), Type::STREAM, Some(Protocol::TCP))
         .and_then(|s| {
             s.set_reuse_address(true)?;
+            su.size_buffers(SockRef::from(&s))?;
             s.bind(&bind.into())?;
             s.listen(1024)?;
             s.set_nonblocking(true)?;
@@ -225,7 +228,13 @@ fn connect(
             warned = true;
             tracing::warn!(rank = su.rank, peer, %addr, "dtcomm: still connecting to rank {peer} at {addr} after half the deadline");
         }
-        match TcpStream::connect_timeout(&addr, left.min(Duration::from_secs(5))) {
+        let attempt = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
+            .and_then(|s| {
+                su.size_buffers(SockRef::from(&s))?;
+                s.connect_timeout(&addr.into(), left.min(Duration::from_secs(5)))?;
+                Ok(TcpStream::from(s))
+            });
+        match attempt {
             Ok(s) => {
                 let mut s = s;
                 let hello = [

@@ -52,7 +52,9 @@ pub struct Options {
     pub socket_ifname: Option<String>,
     /// TCP data streams per peer (`DTCOMM_NSOCKS_PERPEER`, default 1, at most 16).
     pub nsocks_perpeer: Option<usize>,
-    /// Kernel socket buffer size in bytes (`DTCOMM_SOCKET_BUFSIZE`; default: kernel autotuning).
+    /// Kernel socket buffer size in bytes, set before connecting (`DTCOMM_SOCKET_BUFSIZE`;
+    /// default 4 MiB; `0` leaves the kernel's autotuning). Linux caps it at
+    /// `net.core.wmem_max`/`rmem_max` and doubles it.
     pub socket_bufsize: Option<usize>,
     /// Microseconds to spin before parking in a wait (`DTCOMM_SPIN_US`, default 200).
     pub spin_us: Option<u64>,
@@ -180,10 +182,10 @@ impl Config {
             )?,
             nsocks_perpeer: nsocks,
             socket_bufsize: pick(
-                opts.socket_bufsize.map(Some),
+                opts.socket_bufsize.map(|v| (v > 0).then_some(v)),
                 "DTCOMM_SOCKET_BUFSIZE",
-                |s| num(s).map(Some),
-                None,
+                |s| num::<usize>(s).map(|v| (v > 0).then_some(v)),
+                Some(4 << 20),
             )?,
             spin: pick(
                 opts.spin_us.map(Duration::from_micros),

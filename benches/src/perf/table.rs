@@ -121,7 +121,7 @@ mod tests {
 
     #[test]
     fn numbers_fit_their_columns() {
-        assert_eq!(num(3.14159, 7), "   3.14");
+        assert_eq!(num(1.23456, 7), "   1.23");
         assert_eq!(num(123456.7, 7), " 123457");
         assert_eq!(num(12345678.0, 7), "    1e7");
         let r = Row {
