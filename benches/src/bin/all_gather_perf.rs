@@ -1,0 +1,4 @@
+//! `all_gather_perf`: the nccl-tests benchmark of dtcomm's all gather, over TCP. See [`dt_bench::perf`].
+fn main() {
+    std::process::exit(dt_bench::perf::main(dt_bench::perf::Collective::AllGather));
+}

@@ -1,0 +1,4 @@
+//! `broadcast_perf`: the nccl-tests benchmark of dtcomm's broadcast, over TCP. See [`dt_bench::perf`].
+fn main() {
+    std::process::exit(dt_bench::perf::main(dt_bench::perf::Collective::Broadcast));
+}

@@ -1,0 +1,254 @@
+//! The one place configuration is read. Precedence: explicit [`Options`] field, then the
+//! `DTCOMM_*` environment variable, then the default. Every resolved value remembers where it
+//! came from, and [`Config`]'s `Display` is the start-up log line.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// Which algorithm family the engine uses (`DTCOMM_ALGO`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algo {
+    /// Choose by message size and world size.
+    Auto,
+    /// Bandwidth-optimal: ring allreduce (reduce-scatter + allgather), pipelined chain
+    /// broadcast.
+    Ring,
+    /// Latency-optimal: recursive-doubling allreduce, binomial-tree broadcast.
+    Tree,
+}
+
+impl FromStr for Algo {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" | "" => Ok(Algo::Auto),
+            "ring" | "chain" => Ok(Algo::Ring),
+            "tree" | "rd" | "recursive_doubling" | "doubling" => Ok(Algo::Tree),
+            other => Err(format!("unknown algorithm {other:?} (auto, ring, tree)")),
+        }
+    }
+}
+
+impl fmt::Display for Algo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Algo::Auto => "auto",
+            Algo::Ring => "ring",
+            Algo::Tree => "tree",
+        })
+    }
+}
+
+/// Explicit settings; a `Some` field wins over the environment.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Deadline of every connect, handshake and call (`DTCOMM_TIMEOUT`, seconds; default 300).
+    pub timeout: Option<Duration>,
+    /// Algorithm override (`DTCOMM_ALGO`: `auto`, `ring`, `tree`).
+    pub algo: Option<Algo>,
+    /// Interfaces to bind and advertise, NCCL syntax (`DTCOMM_SOCKET_IFNAME`: `eth0,ib`,
+    /// `^docker,lo`, `=eth0` for an exact name).
+    pub socket_ifname: Option<String>,
+    /// TCP data streams per peer (`DTCOMM_NSOCKS_PERPEER`, default 1, at most 16).
+    pub nsocks_perpeer: Option<usize>,
+    /// Kernel socket buffer size in bytes, set before connecting (`DTCOMM_SOCKET_BUFSIZE`;
+    /// default 4 MiB; `0` leaves the kernel's autotuning). Linux caps it at
+    /// `net.core.wmem_max`/`rmem_max` and doubles it.
+    pub socket_bufsize: Option<usize>,
+    /// Microseconds to spin before parking in a wait (`DTCOMM_SPIN_US`, default 200).
+    pub spin_us: Option<u64>,
+    /// Messages up to this many bytes use the latency-optimal algorithm under `auto`
+    /// (`DTCOMM_TREE_THRESHOLD`, default 32768).
+    pub tree_threshold: Option<usize>,
+    /// Key prefix in the store, so several communicators can share one
+    /// (`DTCOMM_STORE_PREFIX`, default `dtcomm`).
+    pub store_prefix: Option<String>,
+}
+
+/// Where a resolved value came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The built-in default.
+    Default,
+    /// An explicit [`Options`] field.
+    Explicit,
+    /// This environment variable.
+    Env(&'static str),
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Default => f.write_str("default"),
+            Source::Explicit => f.write_str("explicit"),
+            Source::Env(v) => f.write_str(v),
+        }
+    }
+}
+
+/// A resolved value and its provenance.
+#[derive(Debug, Clone)]
+pub struct Setting<T> {
+    /// The value in force.
+    pub value: T,
+    /// Where it came from.
+    pub source: Source,
+}
+
+/// The resolved configuration of one communicator.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// See [`Options::timeout`].
+    pub timeout: Setting<Duration>,
+    /// See [`Options::algo`].
+    pub algo: Setting<Algo>,
+    /// See [`Options::socket_ifname`] (`None`: first non-loopback interface, else loopback).
+    pub socket_ifname: Setting<Option<String>>,
+    /// See [`Options::nsocks_perpeer`].
+    pub nsocks_perpeer: Setting<usize>,
+    /// See [`Options::socket_bufsize`].
+    pub socket_bufsize: Setting<Option<usize>>,
+    /// See [`Options::spin_us`].
+    pub spin: Setting<Duration>,
+    /// See [`Options::tree_threshold`].
+    pub tree_threshold: Setting<usize>,
+    /// See [`Options::store_prefix`].
+    pub store_prefix: Setting<String>,
+}
+
+fn pick<T>(
+    explicit: Option<T>,
+    var: &'static str,
+    parse: impl Fn(&str) -> Result<T, String>,
+    default: T,
+) -> Result<Setting<T>, String> {
+    if let Some(value) = explicit {
+        return Ok(Setting {
+            value,
+            source: Source::Explicit,
+        });
+    }
+    match std::env::var(var) {
+        Ok(s) if !s.trim().is_empty() => {
+            let value = parse(s.trim()).map_err(|e| format!("{var}={s:?}: {e}"))?;
+            Ok(Setting {
+                value,
+                source: Source::Env(var),
+            })
+        }
+        _ => Ok(Setting {
+            value: default,
+            source: Source::Default,
+        }),
+    }
+}
+
+fn num<T: FromStr>(s: &str) -> Result<T, String>
+where
+    T::Err: fmt::Display,
+{
+    s.parse::<T>().map_err(|e| e.to_string())
+}
+
+impl Config {
+    /// Resolves `opts` against the environment. Errors name the variable and its bad value.
+    pub fn resolve(opts: &Options) -> Result<Config, String> {
+        let timeout = pick(
+            opts.timeout,
+            "DTCOMM_TIMEOUT",
+            |s| {
+                let secs: f64 = num(s)?;
+                if secs.is_finite() && secs > 0.0 {
+                    Ok(Duration::from_secs_f64(secs))
+                } else {
+                    Err("must be a positive number of seconds".into())
+                }
+            },
+            Duration::from_secs(300),
+        )?;
+        let nsocks = pick(opts.nsocks_perpeer, "DTCOMM_NSOCKS_PERPEER", num, 1)?;
+        if !(1..=16).contains(&nsocks.value) {
+            return Err(format!("nsocks_perpeer {} is outside 1..=16", nsocks.value));
+        }
+        Ok(Config {
+            timeout,
+            algo: pick(opts.algo, "DTCOMM_ALGO", Algo::from_str, Algo::Auto)?,
+            socket_ifname: pick(
+                opts.socket_ifname.clone().map(Some),
+                "DTCOMM_SOCKET_IFNAME",
+                |s| Ok(Some(s.to_owned())),
+                None,
+            )?,
+            nsocks_perpeer: nsocks,
+            socket_bufsize: pick(
+                opts.socket_bufsize.map(|v| (v > 0).then_some(v)),
+                "DTCOMM_SOCKET_BUFSIZE",
+                |s| num::<usize>(s).map(|v| (v > 0).then_some(v)),
+                Some(4 << 20),
+            )?,
+            spin: pick(
+                opts.spin_us.map(Duration::from_micros),
+                "DTCOMM_SPIN_US",
+                |s| num(s).map(Duration::from_micros),
+                Duration::from_micros(200),
+            )?,
+            tree_threshold: pick(opts.tree_threshold, "DTCOMM_TREE_THRESHOLD", num, 32 << 10)?,
+            store_prefix: pick(
+                opts.store_prefix.clone(),
+                "DTCOMM_STORE_PREFIX",
+                |s| Ok(s.to_owned()),
+                "dtcomm".to_owned(),
+            )?,
+        })
+    }
+}
+
+impl fmt::Display for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "timeout={:?} ({}) algo={} ({}) socket_ifname={} ({}) nsocks_perpeer={} ({}) \
+             socket_bufsize={} ({}) spin={:?} ({}) tree_threshold={} ({}) store_prefix={} ({})",
+            self.timeout.value,
+            self.timeout.source,
+            self.algo.value,
+            self.algo.source,
+            self.socket_ifname.value.as_deref().unwrap_or("auto"),
+            self.socket_ifname.source,
+            self.nsocks_perpeer.value,
+            self.nsocks_perpeer.source,
+            self.socket_bufsize
+                .value
+                .map_or_else(|| "kernel".to_owned(), |v| v.to_string()),
+            self.socket_bufsize.source,
+            self.spin.value,
+            self.spin.source,
+            self.tree_threshold.value,
+            self.tree_threshold.source,
+            self.store_prefix.value,
+            self.store_prefix.source,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn explicit_wins_and_provenance_is_kept() {
+        let opts = Options {
+            timeout: Some(Duration::from_secs(7)),
+            algo: Some(Algo::Ring),
+            ..Options::default()
+        };
+        let c = Config::resolve(&opts).unwrap();
+        assert_eq!(c.timeout.value, Duration::from_secs(7));
+        assert_eq!(c.timeout.source, Source::Explicit);
+        assert_eq!(c.algo.value, Algo::Ring);
+        let line = c.to_string();
+        assert!(line.contains("timeout=7s (explicit)"), "{line}");
+        assert!("bogus".parse::<Algo>().is_err());
+    }
+}

@@ -1,0 +1,164 @@
+//! Element types: the [`DType`] tag that travels in frame headers and the [`Element`] trait
+//! that ties a Rust type to it.
+
+use std::fmt;
+
+use half::{bf16, f16};
+
+/// The element type of a buffer. Its `u8` value goes into every data frame header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum DType {
+    /// 32-bit IEEE float (`float`).
+    F32 = 1,
+    /// 64-bit IEEE float (`double`).
+    F64 = 2,
+    /// 16-bit IEEE float (`half`).
+    F16 = 3,
+    /// bfloat16 (`bfloat16`).
+    BF16 = 4,
+    /// Signed 8-bit integer (`int8`).
+    I8 = 5,
+    /// Unsigned 8-bit integer (`uint8`).
+    U8 = 6,
+    /// Signed 32-bit integer (`int32`).
+    I32 = 7,
+    /// Signed 64-bit integer (`int64`).
+    I64 = 8,
+}
+
+impl DType {
+    /// Every dtype, in tag order.
+    pub const ALL: [DType; 8] = [
+        DType::F32,
+        DType::F64,
+        DType::F16,
+        DType::BF16,
+        DType::I8,
+        DType::U8,
+        DType::I32,
+        DType::I64,
+    ];
+
+    /// Size of one element in bytes.
+    pub const fn size(self) -> usize {
+        match self {
+            DType::F32 | DType::I32 => 4,
+            DType::F64 | DType::I64 => 8,
+            DType::F16 | DType::BF16 => 2,
+            DType::I8 | DType::U8 => 1,
+        }
+    }
+
+    /// The name nccl-tests prints (`float`, `half`, `bfloat16`, `int32`, ...).
+    pub const fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "float",
+            DType::F64 => "double",
+            DType::F16 => "half",
+            DType::BF16 => "bfloat16",
+            DType::I8 => "int8",
+            DType::U8 => "uint8",
+            DType::I32 => "int32",
+            DType::I64 => "int64",
+        }
+    }
+
+    /// Parses a name as nccl-tests spells it, or the Rust/torch spelling (`f32`, `float32`).
+    pub fn parse(s: &str) -> Option<DType> {
+        Some(match s.to_ascii_lowercase().as_str() {
+            "float" | "f32" | "float32" => DType::F32,
+            "double" | "f64" | "float64" => DType::F64,
+            "half" | "f16" | "float16" => DType::F16,
+            "bfloat16" | "bf16" => DType::BF16,
+            "int8" | "i8" | "char" => DType::I8,
+            "uint8" | "u8" => DType::U8,
+            "int32" | "i32" | "int" => DType::I32,
+            "int64" | "i64" | "long" => DType::I64,
+            _ => return None,
+        })
+    }
+
+    pub(crate) fn from_u8(v: u8) -> Option<DType> {
+        DType::ALL.iter().copied().find(|d| *d as u8 == v)
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A plain-old-data element type the collectives accept: `f32`, `f64`, `half::f16`,
+/// `half::bf16`, `i8`, `u8`, `i32`, `i64`. Sealed: every bit pattern is a valid value and
+/// the type has no padding, which is what lets the engine move it as bytes.
+pub trait Element: sealed::Sealed + Copy + Send + Sync + PartialEq + fmt::Debug + 'static {
+    /// The tag of this type.
+    const DTYPE: DType;
+}
+
+macro_rules! element {
+    ($($t:ty => $d:ident),*) => {$(
+        impl sealed::Sealed for $t {}
+        impl Element for $t {
+            const DTYPE: DType = DType::$d;
+        }
+    )*};
+}
+element!(f32 => F32, f64 => F64, f16 => F16, bf16 => BF16, i8 => I8, u8 => U8, i32 => I32, i64 => I64);
+
+/// Views a slice of elements as bytes.
+pub(crate) fn as_bytes<T: Element>(s: &[T]) -> &[u8] {
+    // SAFETY: `T` is one of the sealed plain-old-data types (no padding, no invalid bit
+    // patterns); the byte view covers exactly the same memory and lifetime.
+    unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<u8>(), std::mem::size_of_val(s)) }
+}
+
+/// Views a mutable slice of elements as bytes.
+pub(crate) fn as_bytes_mut<T: Element>(s: &mut [T]) -> &mut [u8] {
+    // SAFETY: as in `as_bytes`; every byte pattern written through the view is a valid `T`.
+    unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(s)) }
+}
+
+/// Views bytes as elements. Panics if `b` is misaligned for `T` or not a multiple of its size
+/// (the engine only hands out element-aligned ranges of element buffers, so it never is).
+pub(crate) fn cast_slice<T: Element>(b: &[u8]) -> &[T] {
+    // SAFETY: every bit pattern is a valid `T`; `align_to` only yields the aligned middle.
+    let (pre, mid, post) = unsafe { b.align_to::<T>() };
+    assert!(
+        pre.is_empty() && post.is_empty(),
+        "misaligned element buffer"
+    );
+    mid
+}
+
+/// Mutable twin of [`cast_slice`].
+pub(crate) fn cast_slice_mut<T: Element>(b: &mut [u8]) -> &mut [T] {
+    // SAFETY: as in `cast_slice`.
+    let (pre, mid, post) = unsafe { b.align_to_mut::<T>() };
+    assert!(
+        pre.is_empty() && post.is_empty(),
+        "misaligned element buffer"
+    );
+    mid
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_roundtrip_and_names_parse() {
+        for d in DType::ALL {
+            assert_eq!(DType::from_u8(d as u8), Some(d));
+            assert_eq!(DType::parse(d.name()), Some(d));
+        }
+        assert_eq!(DType::from_u8(0), None);
+        assert_eq!(<bf16 as Element>::DTYPE.size(), 2);
+    }
+}

@@ -1,0 +1,484 @@
+//! The engine: runs one rank's [`Schedule`] over a [`Transport`], step by step. Within a step,
+//! every send and receive is a state machine over frames; a single loop drives them all without
+//! blocking, so sending, receiving and reducing overlap. When nothing moves, it spins briefly
+//! (small messages then never pay an idle core's wake-up), then parks in the transport with the
+//! deadline in view.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use crate::error::{CallDesc, CommError};
+use crate::op::ReduceOp;
+use crate::reduce::reduce_bytes;
+use crate::schedule::{Buf, Region, Schedule};
+use crate::transport::frame::{self, FRAME_BYTES, HEADER_LEN};
+use crate::transport::{LinkError, StreamId, Transport};
+use crate::watchdog::{Deadline, Phase, suspects};
+
+/// The buffers of one call, as bytes.
+pub(crate) struct Bufs<'a> {
+    pub work: &'a mut [u8],
+    pub input: &'a [u8],
+}
+
+struct TxFrame {
+    src: Region,
+    range: (usize, usize),
+}
+
+struct Tx {
+    id: StreamId,
+    frames: VecDeque<TxFrame>,
+    hdr: [u8; HEADER_LEN],
+    written: usize,
+}
+
+struct RxFrame {
+    dst: Region,
+    range: (usize, usize),
+    reduce: bool,
+}
+
+struct Rx {
+    id: StreamId,
+    frames: VecDeque<RxFrame>,
+    hdr: [u8; HEADER_LEN],
+    got: usize,
+    checked: bool,
+    /// Staging for reducing frames (u64 for alignment).
+    stage: Vec<u64>,
+}
+
+/// One rank's engine: its transport plus reusable scratch.
+pub(crate) struct Engine {
+    pub rank: usize,
+    pub transport: Box<dyn Transport>,
+    pub timeout: Duration,
+    pub spin: Duration,
+    scratch: Vec<u64>,
+    stages: Vec<Vec<u64>>,
+}
+
+fn bytes_of(r: &Region, es: usize) -> (usize, usize) {
+    (r.off * es, (r.off + r.len) * es)
+}
+
+fn u64_bytes(v: &mut [u64]) -> &mut [u8] {
+    // SAFETY: u64 has no invalid bit patterns and no padding; the view covers the same memory.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
+
+struct Ctx<'a, 'b> {
+    bufs: &'a mut Bufs<'b>,
+    scratch: &'a mut [u8],
+}
+
+impl Ctx<'_, '_> {
+    fn src(&self, r: &Region, es: usize) -> &[u8] {
+        let (a, b) = bytes_of(r, es);
+        match r.buf {
+            Buf::Work => &self.bufs.work[a..b],
+            Buf::Input => &self.bufs.input[a..b],
+            Buf::Scratch => &self.scratch[a..b],
+        }
+    }
+    fn dst(&mut self, r: &Region, es: usize) -> &mut [u8] {
+        let (a, b) = bytes_of(r, es);
+        match r.buf {
+            Buf::Work => &mut self.bufs.work[a..b],
+            Buf::Scratch => &mut self.scratch[a..b],
+            Buf::Input => unreachable!("schedules never write Input"),
+        }
+    }
+}
+
+impl Engine {
+    pub(crate) fn new(
+        rank: usize,
+        transport: Box<dyn Transport>,
+        timeout: Duration,
+        spin: Duration,
+    ) -> Engine {
+        Engine {
+            rank,
+            transport,
+            timeout,
+            spin,
+            scratch: Vec::new(),
+            stages: Vec::new(),
+        }
+    }
+
+    /// Runs `sched` for `call`. `combine` is the operator receives reduce with.
+    pub(crate) fn run(
+        &mut self,
+        sched: &Schedule,
+        call: &CallDesc,
+        combine: ReduceOp,
+        bufs: &mut Bufs<'_>,
+    ) -> Result<(), CommError> {
+        let es = call.dtype.size();
+        let need = (sched.scratch * es).div_ceil(8);
+        if self.scratch.len() < need {
+            self.scratch.resize(need, 0);
+        }
+        let mut deadline = Deadline::new(self.rank, self.timeout);
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let result = (|| {
+            let mut ctx = Ctx {
+                bufs,
+                scratch: &mut u64_bytes(&mut scratch)[..sched.scratch * es],
+            };
+            for step in &sched.steps {
+                for l in &step.locals {
+                    let src = ctx.src(&l.src, es).to_vec();
+                    let dst = ctx.dst(&l.dst, es);
+                    if l.reduce {
+                        reduce_bytes(call.dtype, combine, dst, &src);
+                    } else {
+                        dst.copy_from_slice(&src);
+                    }
+                }
+                self.run_step(step, call, combine, &mut ctx, &mut deadline)?;
+            }
+            Ok(())
+        })();
+        self.scratch = scratch;
+        result.map_err(|e| self.fail(e, call, &deadline))
+    }
+
+    fn fail(&mut self, e: EngineError, call: &CallDesc, deadline: &Deadline) -> CommError {
+        let elapsed = deadline.elapsed();
+        let rank = self.rank;
+        let err = match e {
+            EngineError::Comm(c) => c,
+            EngineError::Link(LinkError::Aborted {
+                origin,
+                lost,
+                reason,
+            }) => {
+                return CommError::Aborted {
+                    rank,
+                    origin,
+                    lost,
+                    call: *call,
+                    elapsed,
+                    reason,
+                };
+            }
+            EngineError::Link(LinkError::Closed {
+                peer,
+                graceful,
+                detail,
+            }) => CommError::PeerLost {
+                rank,
+                peer,
+                call: *call,
+                elapsed,
+                detail: if graceful {
+                    format!("{detail} (it said goodbye before this call was done)")
+                } else {
+                    detail
+                },
+            },
+        };
+        let lost = match &err {
+            CommError::PeerLost { peer, .. } => Some(*peer),
+            _ => None,
+        };
+        self.transport.abort(lost, &err.to_string());
+        err
+    }
+
+    fn run_step(
+        &mut self,
+        step: &crate::schedule::Step,
+        call: &CallDesc,
+        combine: ReduceOp,
+        ctx: &mut Ctx<'_, '_>,
+        deadline: &mut Deadline,
+    ) -> Result<(), EngineError> {
+        let es = call.dtype.size();
+        let mut txs: Vec<Tx> = Vec::new();
+        let mut counters: Vec<(usize, usize)> = Vec::new();
+        let next_stream = |peer: usize, counters: &mut Vec<(usize, usize)>, n: usize| {
+            let c = match counters.iter_mut().find(|(p, _)| *p == peer) {
+                Some((_, c)) => c,
+                None => {
+                    counters.push((peer, 0));
+                    &mut counters.last_mut().expect("just pushed").1
+                }
+            };
+            let s = *c % n;
+            *c += 1;
+            s
+        };
+        for s in &step.sends {
+            let (a, b) = bytes_of(&s.src, es);
+            for (fa, fb) in frame::split(b - a) {
+                let id = (
+                    s.peer,
+                    next_stream(s.peer, &mut counters, self.transport.streams(s.peer)),
+                );
+                let f = TxFrame {
+                    src: s.src,
+                    range: (fa, fb),
+                };
+                match txs.iter_mut().find(|t| t.id == id) {
+                    Some(t) => t.frames.push_back(f),
+                    None => txs.push(Tx {
+                        id,
+                        frames: VecDeque::from([f]),
+                        hdr: [0; HEADER_LEN],
+                        written: 0,
+                    }),
+                }
+            }
+        }
+        counters.clear();
+        let mut rxs: Vec<Rx> = Vec::new();
+        for r in &step.recvs {
+            let (a, b) = bytes_of(&r.dst, es);
+            for (fa, fb) in frame::split(b - a) {
+                let id = (
+                    r.peer,
+                    next_stream(r.peer, &mut counters, self.transport.streams(r.peer)),
+                );
+                let f = RxFrame {
+                    dst: r.dst,
+                    range: (fa, fb),
+                    reduce: r.reduce,
+                };
+                match rxs.iter_mut().find(|t| t.id == id) {
+                    Some(t) => t.frames.push_back(f),
+                    None => {
+                        let stage = if r.reduce {
+                            self.stages.pop().unwrap_or_default()
+                        } else {
+                            Vec::new()
+                        };
+                        rxs.push(Rx {
+                            id,
+                            frames: VecDeque::from([f]),
+                            hdr: [0; HEADER_LEN],
+                            got: 0,
+                            checked: false,
+                            stage,
+                        })
+                    }
+                }
+            }
+        }
+        for t in &mut txs {
+            let f = &t.frames[0];
+            t.hdr = frame::encode(call, f.range.1 - f.range.0);
+        }
+        let result = self.drive(&mut txs, &mut rxs, call, combine, ctx, deadline);
+        for r in rxs {
+            if r.stage.capacity() > 0 {
+                self.stages.push(r.stage);
+            }
+        }
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn drive(
+        &mut self,
+        txs: &mut [Tx],
+        rxs: &mut [Rx],
+        call: &CallDesc,
+        combine: ReduceOp,
+        ctx: &mut Ctx<'_, '_>,
+        deadline: &mut Deadline,
+    ) -> Result<(), EngineError> {
+        let es = call.dtype.size();
+        let mut idle_since: Option<Instant> = None;
+        let mut idle_rounds = 0u32;
+        loop {
+            let mut progress = false;
+            let mut open = false;
+            for t in txs.iter_mut() {
+                while let Some(f) = t.frames.front() {
+                    let (a, b) = bytes_of(&f.src, es);
+                    let payload = &ctx.src(&f.src, es)[f.range.0..f.range.1];
+                    debug_assert!(a + f.range.1 <= b);
+                    let (ha, pa) = if t.written < HEADER_LEN {
+                        (&t.hdr[t.written..], payload)
+                    } else {
+                        (&[][..], &payload[t.written - HEADER_LEN..])
+                    };
+                    let total = HEADER_LEN + payload.len();
+                    let n = self.transport.try_send(t.id.0, t.id.1, ha, pa)?;
+                    if n == 0 && total > t.written {
+                        break;
+                    }
+                    progress = true;
+                    t.written += n;
+                    if t.written == total {
+                        t.frames.pop_front();
+                        t.written = 0;
+                        if let Some(nf) = t.frames.front() {
+                            t.hdr = frame::encode(call, nf.range.1 - nf.range.0);
+                        }
+                    }
+                }
+                open |= !t.frames.is_empty();
+            }
+            for r in rxs.iter_mut() {
+                while let Some(f) = r.frames.front() {
+                    let len = f.range.1 - f.range.0;
+                    let (reduce, dst_region, range) = (f.reduce, f.dst, f.range);
+                    let n = {
+                        let stage;
+                        let target: &mut [u8] = if reduce {
+                            if r.stage.len() < FRAME_BYTES / 8 {
+                                r.stage.resize(FRAME_BYTES / 8, 0);
+                            }
+                            stage = &mut u64_bytes(&mut r.stage)[..len];
+                            stage
+                        } else {
+                            &mut ctx.dst(&dst_region, es)[range.0..range.1]
+                        };
+                        if r.got < HEADER_LEN {
+                            self.transport
+                                .try_recv(r.id.0, r.id.1, &mut r.hdr[r.got..], target)?
+                        } else {
+                            self.transport.try_recv(
+                                r.id.0,
+                                r.id.1,
+                                &mut [],
+                                &mut target[r.got - HEADER_LEN..],
+                            )?
+                        }
+                    };
+                    if n == 0 && HEADER_LEN + len > r.got {
+                        break;
+                    }
+                    progress = true;
+                    r.got += n;
+                    if !r.checked && r.got >= HEADER_LEN {
+                        self.check_header(r.id.0, &r.hdr, call, len)?;
+                        r.checked = true;
+                    }
+                    if r.got == HEADER_LEN + len {
+                        if reduce {
+                            let src = &u64_bytes(&mut r.stage)[..len];
+                            let dst = &mut ctx.dst(&dst_region, es)[range.0..range.1];
+                            reduce_bytes(call.dtype, combine, dst, src);
+                        }
+                        r.frames.pop_front();
+                        r.got = 0;
+                        r.checked = false;
+                    }
+                }
+                open |= !r.frames.is_empty();
+            }
+            if !open {
+                return Ok(());
+            }
+            if progress {
+                idle_since = None;
+                continue;
+            }
+            let now = Instant::now();
+            let since = *idle_since.get_or_insert(now);
+            idle_rounds = idle_rounds.wrapping_add(1);
+            if now - since < self.spin {
+                if idle_rounds % 256 == 0 {
+                    self.transport.check()?;
+                }
+                std::thread::yield_now();
+                continue;
+            }
+            self.transport.check()?;
+            let mut waiting: Vec<usize> = rxs
+                .iter()
+                .filter(|r| !r.frames.is_empty())
+                .map(|r| r.id.0)
+                .collect();
+            waiting.sort_unstable();
+            waiting.dedup();
+            let wait = match deadline.check(call, &waiting) {
+                Phase::Wait(d) => d,
+                Phase::Half(d) => {
+                    self.transport
+                        .report_stall(call.op as u8, call.seq, &waiting);
+                    d
+                }
+                Phase::Expired(elapsed) => {
+                    // Peers may be failing at this moment too, with a better diagnosis: take a
+                    // last look at the control plane first.
+                    self.transport.check()?;
+                    let reports = self.transport.stalls(call.op as u8, call.seq);
+                    let suspects = suspects(self.rank, &waiting, &reports);
+                    return Err(EngineError::Comm(CommError::Timeout {
+                        rank: self.rank,
+                        call: *call,
+                        elapsed,
+                        waiting_for: waiting,
+                        suspects,
+                    }));
+                }
+            };
+            let sends: Vec<StreamId> = txs
+                .iter()
+                .filter(|t| !t.frames.is_empty())
+                .map(|t| t.id)
+                .collect();
+            let recvs: Vec<StreamId> = rxs
+                .iter()
+                .filter(|r| !r.frames.is_empty())
+                .map(|r| r.id)
+                .collect();
+            self.transport.park(&sends, &recvs, wait)?;
+        }
+    }
+
+    fn check_header(
+        &self,
+        peer: usize,
+        hdr: &[u8; HEADER_LEN],
+        call: &CallDesc,
+        len: usize,
+    ) -> Result<(), EngineError> {
+        let (theirs, plen) = frame::decode(hdr).map_err(|detail| {
+            EngineError::Comm(CommError::Protocol {
+                rank: self.rank,
+                peer,
+                call: *call,
+                detail,
+            })
+        })?;
+        if theirs != *call {
+            return Err(EngineError::Comm(CommError::Mismatch {
+                rank: self.rank,
+                peer,
+                ours: *call,
+                theirs,
+            }));
+        }
+        if plen != len {
+            return Err(EngineError::Comm(CommError::Protocol {
+                rank: self.rank,
+                peer,
+                call: *call,
+                detail: format!(
+                    "frame of {plen} bytes where {len} were expected (different per-rank counts in a v-collective?)"
+                ),
+            }));
+        }
+        Ok(())
+    }
+}
+
+pub(crate) enum EngineError {
+    Comm(CommError),
+    Link(LinkError),
+}
+
+impl From<LinkError> for EngineError {
+    fn from(e: LinkError) -> Self {
+        EngineError::Link(e)
+    }
+}

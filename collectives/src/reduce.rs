@@ -1,0 +1,211 @@
+//! Reduction kernels: `dst[i] = dst[i] (op) src[i]` over byte buffers of one dtype.
+//!
+//! The loops are plain zips that LLVM vectorises (SSE2 baseline); on x86-64 a second copy of
+//! each loop is compiled with AVX2 enabled and picked at run time. f16 and bf16 are widened
+//! to f32 in blocks (with `half`'s slice conversions, which use F16C where present), combined,
+//! and rounded back once per step.
+
+use half::slice::HalfFloatSliceExt;
+use half::{bf16, f16};
+
+use crate::dtype::{DType, cast_slice, cast_slice_mut};
+use crate::op::ReduceOp;
+
+/// Arithmetic the kernels need. Integers wrap; float min/max use plain comparisons (which
+/// vectorise to `minps`/`maxps`).
+pub(crate) trait Arith: Copy {
+    fn add(a: Self, b: Self) -> Self;
+    fn mul(a: Self, b: Self) -> Self;
+    fn min(a: Self, b: Self) -> Self;
+    fn max(a: Self, b: Self) -> Self;
+    fn div_n(a: Self, n: usize) -> Self;
+}
+
+macro_rules! arith_int {
+    ($($t:ty),*) => {$(
+        impl Arith for $t {
+            #[inline(always)]
+            fn add(a: Self, b: Self) -> Self { a.wrapping_add(b) }
+            #[inline(always)]
+            fn mul(a: Self, b: Self) -> Self { a.wrapping_mul(b) }
+            #[inline(always)]
+            fn min(a: Self, b: Self) -> Self { if b < a { b } else { a } }
+            #[inline(always)]
+            fn max(a: Self, b: Self) -> Self { if b > a { b } else { a } }
+            #[inline(always)]
+            fn div_n(a: Self, n: usize) -> Self { a / (n as $t) }
+        }
+    )*};
+}
+arith_int!(i8, u8, i32, i64);
+
+macro_rules! arith_float {
+    ($($t:ty),*) => {$(
+        impl Arith for $t {
+            #[inline(always)]
+            fn add(a: Self, b: Self) -> Self { a + b }
+            #[inline(always)]
+            fn mul(a: Self, b: Self) -> Self { a * b }
+            #[inline(always)]
+            fn min(a: Self, b: Self) -> Self { if b < a { b } else { a } }
+            #[inline(always)]
+            fn max(a: Self, b: Self) -> Self { if b > a { b } else { a } }
+            #[inline(always)]
+            fn div_n(a: Self, n: usize) -> Self { a / (n as $t) }
+        }
+    )*};
+}
+arith_float!(f32, f64);
+
+#[inline(always)]
+fn zip_apply<T: Arith>(dst: &mut [T], src: &[T], f: impl Fn(T, T) -> T) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d = f(*d, *s);
+    }
+}
+
+#[inline(always)]
+fn combine<T: Arith>(op: ReduceOp, dst: &mut [T], src: &[T]) {
+    match op.combine() {
+        ReduceOp::Sum | ReduceOp::Avg => zip_apply(dst, src, T::add),
+        ReduceOp::Prod => zip_apply(dst, src, T::mul),
+        ReduceOp::Min => zip_apply(dst, src, T::min),
+        ReduceOp::Max => zip_apply(dst, src, T::max),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn combine_avx2<T: Arith>(op: ReduceOp, dst: &mut [T], src: &[T]) {
+    combine(op, dst, src);
+}
+
+/// Combines native slices of equal length, with the widest vector unit available.
+pub(crate) fn combine_native<T: Arith>(op: ReduceOp, dst: &mut [T], src: &[T]) {
+    debug_assert_eq!(dst.len(), src.len());
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2 (checked just above), which is all the
+        // `target_feature` function requires.
+        unsafe { combine_avx2(op, dst, src) };
+        return;
+    }
+    combine(op, dst, src);
+}
+
+const HALF_BLOCK: usize = 256;
+
+macro_rules! half_combine {
+    ($name:ident, $t:ty) => {
+        fn $name(op: ReduceOp, dst: &mut [$t], src: &[$t]) {
+            let mut a = [0f32; HALF_BLOCK];
+            let mut b = [0f32; HALF_BLOCK];
+            for (d, s) in dst.chunks_mut(HALF_BLOCK).zip(src.chunks(HALF_BLOCK)) {
+                let n = d.len();
+                d.convert_to_f32_slice(&mut a[..n]);
+                s.convert_to_f32_slice(&mut b[..n]);
+                combine_native(op, &mut a[..n], &b[..n]);
+                d.convert_from_f32_slice(&a[..n]);
+            }
+        }
+    };
+}
+half_combine!(combine_f16, f16);
+half_combine!(combine_bf16, bf16);
+
+/// `dst = dst (op) src` elementwise; both are byte views of `dtype` elements of equal length.
+pub(crate) fn reduce_bytes(dtype: DType, op: ReduceOp, dst: &mut [u8], src: &[u8]) {
+    assert_eq!(dst.len(), src.len(), "reduce of unequal lengths");
+    match dtype {
+        DType::F32 => combine_native::<f32>(op, cast_slice_mut(dst), cast_slice(src)),
+        DType::F64 => combine_native::<f64>(op, cast_slice_mut(dst), cast_slice(src)),
+        DType::I8 => combine_native::<i8>(op, cast_slice_mut(dst), cast_slice(src)),
+        DType::U8 => combine_native::<u8>(op, cast_slice_mut(dst), cast_slice(src)),
+        DType::I32 => combine_native::<i32>(op, cast_slice_mut(dst), cast_slice(src)),
+        DType::I64 => combine_native::<i64>(op, cast_slice_mut(dst), cast_slice(src)),
+        DType::F16 => combine_f16(op, cast_slice_mut(dst), cast_slice(src)),
+        DType::BF16 => combine_bf16(op, cast_slice_mut(dst), cast_slice(src)),
+    }
+}
+
+fn div_native<T: Arith>(buf: &mut [T], n: usize) {
+    for x in buf {
+        *x = T::div_n(*x, n);
+    }
+}
+
+/// Divides every element by `n` (the last step of `Avg`).
+pub(crate) fn divide_bytes(dtype: DType, buf: &mut [u8], n: usize) {
+    match dtype {
+        DType::F32 => div_native::<f32>(cast_slice_mut(buf), n),
+        DType::F64 => div_native::<f64>(cast_slice_mut(buf), n),
+        DType::I8 => div_native::<i8>(cast_slice_mut(buf), n),
+        DType::U8 => div_native::<u8>(cast_slice_mut(buf), n),
+        DType::I32 => div_native::<i32>(cast_slice_mut(buf), n),
+        DType::I64 => div_native::<i64>(cast_slice_mut(buf), n),
+        DType::F16 => {
+            for x in cast_slice_mut::<f16>(buf) {
+                *x = f16::from_f32(x.to_f32() / n as f32);
+            }
+        }
+        DType::BF16 => {
+            for x in cast_slice_mut::<bf16>(buf) {
+                *x = bf16::from_f32(x.to_f32() / n as f32);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::{as_bytes, as_bytes_mut};
+
+    #[test]
+    fn every_op_on_f32_and_i8() {
+        let src = [1.0f32, -2.0, 3.0, 8.0, 0.5];
+        for (op, want) in [
+            (ReduceOp::Sum, [3.0f32, 0.0, 4.0, 12.0, 1.0]),
+            (ReduceOp::Prod, [2.0, -4.0, 3.0, 32.0, 0.25]),
+            (ReduceOp::Min, [1.0, -2.0, 1.0, 4.0, 0.5]),
+            (ReduceOp::Max, [2.0, 2.0, 3.0, 8.0, 0.5]),
+        ] {
+            let mut dst = [2.0f32, 2.0, 1.0, 4.0, 0.5];
+            reduce_bytes(DType::F32, op, as_bytes_mut(&mut dst), as_bytes(&src));
+            assert_eq!(dst, want, "{op}");
+        }
+        let mut d = [100i8, -128, 5];
+        reduce_bytes(
+            DType::I8,
+            ReduceOp::Sum,
+            as_bytes_mut(&mut d),
+            as_bytes(&[100i8, -1, -7]),
+        );
+        assert_eq!(d, [-56, 127, -2], "integers wrap");
+        divide_bytes(DType::I8, as_bytes_mut(&mut d), 2);
+        assert_eq!(d, [-28, 63, -1]);
+    }
+
+    #[test]
+    fn half_types_widen_and_round() {
+        let mut d: Vec<f16> = (0..1000).map(|i| f16::from_f32((i % 7) as f32)).collect();
+        let s: Vec<f16> = (0..1000).map(|i| f16::from_f32((i % 5) as f32)).collect();
+        reduce_bytes(
+            DType::F16,
+            ReduceOp::Max,
+            as_bytes_mut(&mut d),
+            as_bytes(&s),
+        );
+        for (i, x) in d.iter().enumerate() {
+            assert_eq!(x.to_f32(), ((i % 7).max(i % 5)) as f32);
+        }
+        let mut b = vec![bf16::from_f32(3.0); 300];
+        reduce_bytes(
+            DType::BF16,
+            ReduceOp::Prod,
+            as_bytes_mut(&mut b),
+            as_bytes(&vec![bf16::from_f32(-2.0); 300]),
+        );
+        assert!(b.iter().all(|x| x.to_f32() == -6.0));
+    }
+}

@@ -1,0 +1,127 @@
+//! One-step schedules where every rank talks to its peers directly: gather, scatter,
+//! all-to-all(v) and point-to-point send/recv.
+
+use super::{LocalOp, RecvOp, Region, Schedule, SendOp, Step, blocks};
+
+/// Gather: Input (`counts[rank]` elements) of every rank into `root`'s Work, in rank order.
+pub(crate) fn gather(rank: usize, world: usize, root: usize, counts: &[usize]) -> Schedule {
+    let b = blocks(counts);
+    let mut step = Step::default();
+    if rank == root {
+        step.locals.push(LocalOp {
+            src: Region::input(0, b[rank].1),
+            dst: Region::work(b[rank].0, b[rank].1),
+            reduce: false,
+        });
+        for p in (0..world).filter(|&p| p != root) {
+            step.recvs.push(RecvOp {
+                peer: p,
+                dst: Region::work(b[p].0, b[p].1),
+                reduce: false,
+            });
+        }
+    } else {
+        step.sends.push(SendOp {
+            peer: root,
+            src: Region::input(0, b[rank].1),
+        });
+    }
+    Schedule {
+        steps: vec![step],
+        scratch: 0,
+    }
+}
+
+/// Scatter: block p of `root`'s Input (blocks of `counts`) into rank p's Work.
+pub(crate) fn scatter(rank: usize, world: usize, root: usize, counts: &[usize]) -> Schedule {
+    let b = blocks(counts);
+    let mut step = Step::default();
+    if rank == root {
+        step.locals.push(LocalOp {
+            src: Region::input(b[rank].0, b[rank].1),
+            dst: Region::work(0, b[rank].1),
+            reduce: false,
+        });
+        for p in (0..world).filter(|&p| p != root) {
+            step.sends.push(SendOp {
+                peer: p,
+                src: Region::input(b[p].0, b[p].1),
+            });
+        }
+    } else {
+        step.recvs.push(RecvOp {
+            peer: root,
+            dst: Region::work(0, b[rank].1),
+            reduce: false,
+        });
+    }
+    Schedule {
+        steps: vec![step],
+        scratch: 0,
+    }
+}
+
+/// All-to-all(v): block p of Input (blocks of `send_counts`) goes to rank p; block p of Work
+/// (blocks of `recv_counts`) comes from rank p. Peers are visited starting after this rank, so
+/// the ranks do not all start on the same peer.
+pub(crate) fn all_to_all(
+    rank: usize,
+    world: usize,
+    send_counts: &[usize],
+    recv_counts: &[usize],
+) -> Schedule {
+    let sb = blocks(send_counts);
+    let rb = blocks(recv_counts);
+    let mut step = Step::default();
+    step.locals.push(LocalOp {
+        src: Region::input(sb[rank].0, sb[rank].1),
+        dst: Region::work(rb[rank].0, rb[rank].1),
+        reduce: false,
+    });
+    for i in 1..world {
+        let to = (rank + i) % world;
+        let from = (rank + world - i) % world;
+        step.sends.push(SendOp {
+            peer: to,
+            src: Region::input(sb[to].0, sb[to].1),
+        });
+        step.recvs.push(RecvOp {
+            peer: from,
+            dst: Region::work(rb[from].0, rb[from].1),
+            reduce: false,
+        });
+    }
+    Schedule {
+        steps: vec![step],
+        scratch: 0,
+    }
+}
+
+/// Point to point: send Input to `peer`.
+pub(crate) fn send(peer: usize, count: usize) -> Schedule {
+    Schedule {
+        steps: vec![Step {
+            sends: vec![SendOp {
+                peer,
+                src: Region::input(0, count),
+            }],
+            ..Step::default()
+        }],
+        scratch: 0,
+    }
+}
+
+/// Point to point: receive Work from `peer`.
+pub(crate) fn recv(peer: usize, count: usize) -> Schedule {
+    Schedule {
+        steps: vec![Step {
+            recvs: vec![RecvOp {
+                peer,
+                dst: Region::work(0, count),
+                reduce: false,
+            }],
+            ..Step::default()
+        }],
+        scratch: 0,
+    }
+}

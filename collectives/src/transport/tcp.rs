@@ -1,0 +1,379 @@
+//! The TCP transport: `nsocks` data sockets and one control socket per peer, all
+//! non-blocking. Data sockets carry frames; the control socket carries goodbyes and aborts,
+//! and its end-of-file without a goodbye means the peer is lost. Built by
+//! [`bootstrap`](crate::bootstrap).
+
+use std::io;
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use super::{LinkError, StreamId, Transport};
+
+const CTRL_GOODBYE: u8 = b'G';
+const CTRL_ABORT: u8 = b'A';
+const CTRL_STALL: u8 = b'S';
+
+/// One peer's sockets.
+pub(crate) struct Peer {
+    pub data: Vec<TcpStream>,
+    pub ctrl: TcpStream,
+    ctrl_buf: Vec<u8>,
+    goodbye: bool,
+    eof: bool,
+    /// Stall reports from this peer: (op, seq, waiting for).
+    stalls: Vec<(u8, u64, Vec<usize>)>,
+}
+
+impl Peer {
+    pub(crate) fn new(data: Vec<TcpStream>, ctrl: TcpStream) -> Peer {
+        Peer {
+            data,
+            ctrl,
+            ctrl_buf: Vec::new(),
+            goodbye: false,
+            eof: false,
+            stalls: Vec::new(),
+        }
+    }
+}
+
+/// This rank's end of a TCP mesh.
+pub(crate) struct TcpTransport {
+    rank: usize,
+    /// Indexed by rank; `None` for this rank.
+    peers: Vec<Option<Peer>>,
+    describe: String,
+    pollfds: Vec<libc::pollfd>,
+}
+
+fn would_block(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+    )
+}
+
+impl TcpTransport {
+    pub(crate) fn new(rank: usize, peers: Vec<Option<Peer>>, describe: String) -> TcpTransport {
+        TcpTransport {
+            rank,
+            peers,
+            describe,
+            pollfds: Vec::new(),
+        }
+    }
+
+    fn peer(&mut self, peer: usize) -> &mut Peer {
+        self.peers[peer].as_mut().expect("no link to self")
+    }
+
+    fn closed(&self, peer: usize, e: &io::Error) -> LinkError {
+        let graceful = self.peers[peer].as_ref().is_some_and(|p| p.goodbye);
+        LinkError::Closed {
+            peer,
+            graceful,
+            detail: format!("socket error: {e}"),
+        }
+    }
+
+    /// Reads what the control socket of `peer` has; returns an abort or loss if it says so.
+    fn read_ctrl(&mut self, peer: usize) -> Result<(), LinkError> {
+        let p = self.peer(peer);
+        if p.eof {
+            return Ok(());
+        }
+        let mut buf = [0u8; 4096];
+        let mut closed: Option<String> = None;
+        loop {
+            match read_fd(p.ctrl.as_raw_fd(), &mut buf, &mut []) {
+                Ok(0) => {
+                    closed = Some("connection closed without goodbye (process died?)".into());
+                    break;
+                }
+                Ok(n) => p.ctrl_buf.extend_from_slice(&buf[..n]),
+                Err(e) if would_block(&e) => break,
+                Err(e) => {
+                    closed = Some(format!("control socket: {e}"));
+                    break;
+                }
+            }
+        }
+        // Messages that arrived before the end of the stream count first (a goodbye, an abort).
+        let parsed = Self::parse_ctrl(p, peer);
+        if let Some(detail) = closed {
+            p.eof = true;
+            parsed?;
+            if !p.goodbye {
+                return Err(LinkError::Closed {
+                    peer,
+                    graceful: false,
+                    detail,
+                });
+            }
+            return Ok(());
+        }
+        parsed
+    }
+
+    fn parse_ctrl(p: &mut Peer, peer: usize) -> Result<(), LinkError> {
+        loop {
+            let b = &p.ctrl_buf;
+            match b.first() {
+                None => return Ok(()),
+                Some(&CTRL_GOODBYE) => {
+                    p.goodbye = true;
+                    p.ctrl_buf.drain(..1);
+                }
+                Some(&CTRL_STALL) => {
+                    if b.len() < 14 {
+                        return Ok(());
+                    }
+                    let op = b[1];
+                    let seq = u64::from_le_bytes(b[2..10].try_into().expect("8"));
+                    let n = u32::from_le_bytes(b[10..14].try_into().expect("4")) as usize;
+                    if b.len() < 14 + 4 * n {
+                        return Ok(());
+                    }
+                    let w = (0..n)
+                        .map(|i| {
+                            u32::from_le_bytes(b[14 + 4 * i..18 + 4 * i].try_into().expect("4"))
+                                as usize
+                        })
+                        .collect();
+                    p.stalls.push((op, seq, w));
+                    p.ctrl_buf.drain(..14 + 4 * n);
+                }
+                Some(&CTRL_ABORT) => {
+                    if b.len() < 13 {
+                        return Ok(());
+                    }
+                    let origin = u32::from_le_bytes(b[1..5].try_into().expect("4")) as usize;
+                    let lost = u32::from_le_bytes(b[5..9].try_into().expect("4"));
+                    let len = u32::from_le_bytes(b[9..13].try_into().expect("4")) as usize;
+                    if b.len() < 13 + len {
+                        return Ok(());
+                    }
+                    let reason = String::from_utf8_lossy(&b[13..13 + len]).into_owned();
+                    return Err(LinkError::Aborted {
+                        origin,
+                        lost: (lost != u32::MAX).then_some(lost as usize),
+                        reason,
+                    });
+                }
+                Some(other) => {
+                    return Err(LinkError::Closed {
+                        peer,
+                        graceful: false,
+                        detail: format!("garbage on control socket (byte {other:#x})"),
+                    });
+                }
+            }
+        }
+    }
+
+    fn ctrl_send_all(&mut self, msg: &[u8]) {
+        for p in self.peers.iter_mut().flatten() {
+            // Best effort: the control socket is idle, so a small message fits its buffer.
+            let _ = send_fd(p.ctrl.as_raw_fd(), msg, &[]);
+        }
+    }
+}
+
+fn read_fd(fd: i32, a: &mut [u8], b: &mut [u8]) -> io::Result<usize> {
+    let iov = [
+        libc::iovec {
+            iov_base: a.as_mut_ptr().cast(),
+            iov_len: a.len(),
+        },
+        libc::iovec {
+            iov_base: b.as_mut_ptr().cast(),
+            iov_len: b.len(),
+        },
+    ];
+    let cnt = if b.is_empty() { 1 } else { 2 };
+    // SAFETY: both iovecs point into live, exclusively borrowed buffers of the given lengths.
+    let n = unsafe { libc::readv(fd, iov.as_ptr(), cnt) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+fn send_fd(fd: i32, a: &[u8], b: &[u8]) -> io::Result<usize> {
+    let mut iov = [
+        libc::iovec {
+            iov_base: a.as_ptr() as *mut _,
+            iov_len: a.len(),
+        },
+        libc::iovec {
+            iov_base: b.as_ptr() as *mut _,
+            iov_len: b.len(),
+        },
+    ];
+    // SAFETY: msghdr is plain data; zeroed is a valid empty header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = if b.is_empty() { 1 } else { 2 };
+    // SAFETY: the iovecs point into live buffers that sendmsg only reads; MSG_NOSIGNAL turns
+    // SIGPIPE into EPIPE.
+    let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+impl Transport for TcpTransport {
+    fn streams(&self, peer: usize) -> usize {
+        self.peers[peer].as_ref().map_or(1, |p| p.data.len())
+    }
+
+    fn try_send(
+        &mut self,
+        peer: usize,
+        stream: usize,
+        a: &[u8],
+        b: &[u8],
+    ) -> Result<usize, LinkError> {
+        if a.is_empty() && b.is_empty() {
+            return Ok(0);
+        }
+        let fd = self.peer(peer).data[stream].as_raw_fd();
+        match send_fd(fd, a, b) {
+            Ok(n) => Ok(n),
+            Err(e) if would_block(&e) => Ok(0),
+            Err(e) => {
+                // A reset often means the peer died: let the control plane say why first.
+                self.read_ctrl(peer)?;
+                Err(self.closed(peer, &e))
+            }
+        }
+    }
+
+    fn try_recv(
+        &mut self,
+        peer: usize,
+        stream: usize,
+        a: &mut [u8],
+        b: &mut [u8],
+    ) -> Result<usize, LinkError> {
+        let fd = self.peer(peer).data[stream].as_raw_fd();
+        match read_fd(fd, a, b) {
+            Ok(0) if a.len() + b.len() > 0 => {
+                self.read_ctrl(peer)?;
+                let eof = io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "end of stream in the middle of a call",
+                );
+                Err(self.closed(peer, &eof))
+            }
+            Ok(n) => Ok(n),
+            Err(e) if would_block(&e) => Ok(0),
+            Err(e) => {
+                self.read_ctrl(peer)?;
+                Err(self.closed(peer, &e))
+            }
+        }
+    }
+
+    fn check(&mut self) -> Result<(), LinkError> {
+        for peer in 0..self.peers.len() {
+            if peer != self.rank {
+                self.read_ctrl(peer)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn park(
+        &mut self,
+        sends: &[StreamId],
+        recvs: &[StreamId],
+        timeout: Duration,
+    ) -> Result<(), LinkError> {
+        self.pollfds.clear();
+        for &(p, s) in sends {
+            let fd = self.peer(p).data[s].as_raw_fd();
+            self.pollfds.push(libc::pollfd {
+                fd,
+                events: libc::POLLOUT,
+                revents: 0,
+            });
+        }
+        for &(p, s) in recvs {
+            let fd = self.peer(p).data[s].as_raw_fd();
+            self.pollfds.push(libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        for p in self.peers.iter().flatten().filter(|p| !p.eof) {
+            self.pollfds.push(libc::pollfd {
+                fd: p.ctrl.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
+        // SAFETY: pollfds is a live Vec of initialised pollfd structs of the given length.
+        let rc = unsafe {
+            libc::poll(
+                self.pollfds.as_mut_ptr(),
+                self.pollfds.len() as libc::nfds_t,
+                ms,
+            )
+        };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if !would_block(&e) {
+                tracing::debug!("poll failed: {e}");
+            }
+        }
+        Ok(())
+    }
+
+    fn report_stall(&mut self, op: u8, seq: u64, waiting_for: &[usize]) {
+        let mut msg = vec![CTRL_STALL, op];
+        msg.extend_from_slice(&seq.to_le_bytes());
+        msg.extend_from_slice(&(waiting_for.len() as u32).to_le_bytes());
+        for w in waiting_for {
+            msg.extend_from_slice(&(*w as u32).to_le_bytes());
+        }
+        self.ctrl_send_all(&msg);
+    }
+
+    fn stalls(&mut self, op: u8, seq: u64) -> Vec<(usize, Vec<usize>)> {
+        let mut out = Vec::new();
+        for (r, p) in self.peers.iter().enumerate() {
+            if let Some(p) = p {
+                if let Some((_, _, w)) = p.stalls.iter().rev().find(|s| s.0 == op && s.1 == seq) {
+                    out.push((r, w.clone()));
+                }
+            }
+        }
+        out
+    }
+
+    fn abort(&mut self, lost: Option<usize>, reason: &str) {
+        let r = reason.as_bytes();
+        let r = &r[..r.len().min(4000)];
+        let mut msg = vec![CTRL_ABORT];
+        msg.extend_from_slice(&(self.rank as u32).to_le_bytes());
+        msg.extend_from_slice(&lost.map_or(u32::MAX, |l| l as u32).to_le_bytes());
+        msg.extend_from_slice(&(r.len() as u32).to_le_bytes());
+        msg.extend_from_slice(r);
+        self.ctrl_send_all(&msg);
+    }
+
+    fn shutdown(&mut self) {
+        self.ctrl_send_all(&[CTRL_GOODBYE]);
+    }
+
+    fn describe(&self) -> String {
+        self.describe.clone()
+    }
+}

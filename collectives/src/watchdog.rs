@@ -1,0 +1,96 @@
+//! The deadline of one call: a warning at half of it naming the ranks not heard from, and the
+//! timeout error at the end.
+
+use std::time::{Duration, Instant};
+
+use crate::error::CallDesc;
+
+pub(crate) struct Deadline {
+    rank: usize,
+    start: Instant,
+    timeout: Duration,
+    warned: bool,
+}
+
+impl Deadline {
+    pub(crate) fn new(rank: usize, timeout: Duration) -> Deadline {
+        Deadline {
+            rank,
+            start: Instant::now(),
+            timeout,
+            warned: false,
+        }
+    }
+
+    pub(crate) fn elapsed(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    /// Checks the clock: warns once past half the deadline (naming `waiting_for`).
+    pub(crate) fn check(&mut self, call: &CallDesc, waiting_for: &[usize]) -> Phase {
+        let elapsed = self.start.elapsed();
+        if elapsed >= self.timeout {
+            return Phase::Expired(elapsed);
+        }
+        let half = self.timeout / 2;
+        if !self.warned && elapsed >= half {
+            self.warned = true;
+            tracing::warn!(
+                rank = self.rank,
+                %call,
+                ?elapsed,
+                timeout = ?self.timeout,
+                ?waiting_for,
+                "dtcomm: call has run for half its deadline; not heard from ranks {waiting_for:?}"
+            );
+            return Phase::Half((self.timeout - elapsed).min(Duration::from_millis(100)));
+        }
+        let next = if self.warned {
+            self.timeout - elapsed
+        } else {
+            half - elapsed
+        };
+        Phase::Wait(next.min(Duration::from_millis(100)))
+    }
+}
+
+/// Where a call stands against its deadline.
+pub(crate) enum Phase {
+    /// Park at most this long.
+    Wait(Duration),
+    /// Just crossed half the deadline (warned); park at most this long.
+    Half(Duration),
+    /// Past the deadline, after this long.
+    Expired(Duration),
+}
+
+/// The likely culprits of a stall: follow "A waits for B" reports from `mine` until reaching
+/// ranks that did not report waiting themselves.
+pub(crate) fn suspects(rank: usize, mine: &[usize], reports: &[(usize, Vec<usize>)]) -> Vec<usize> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = std::collections::BTreeSet::new();
+    let mut stack: Vec<usize> = mine.to_vec();
+    while let Some(x) = stack.pop() {
+        if x == rank || !seen.insert(x) {
+            continue;
+        }
+        match reports.iter().find(|(o, _)| *o == x) {
+            Some((_, w)) => stack.extend(w.iter().copied()),
+            None => {
+                out.insert(x);
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn suspects_follow_the_chain() {
+        let reports = vec![(1, vec![2]), (3, vec![1, 0])];
+        assert_eq!(super::suspects(0, &[1], &reports), vec![2]);
+        assert_eq!(super::suspects(0, &[3], &reports), vec![2]);
+        assert_eq!(super::suspects(0, &[4], &reports), vec![4]);
+    }
+}

@@ -1,0 +1,207 @@
+//! Errors, not hangs: mismatched calls, deadlines naming the missing rank, a peer that left,
+//! and the failed state, over the in-memory transport and over TCP between threads.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::on_ranks;
+use dt_rdzv::store::MemoryStore;
+use dtcomm::{CommError, Communicator, OpKind, Options, ReduceOp};
+
+fn opts(timeout_ms: u64) -> Options {
+    Options {
+        timeout: Some(Duration::from_millis(timeout_ms)),
+        spin_us: Some(20),
+        ..Options::default()
+    }
+}
+
+fn tcp_group(world: usize, o: Options) -> Vec<Communicator> {
+    let store = Arc::new(MemoryStore::new());
+    let o = Options {
+        socket_ifname: Some("lo".into()),
+        ..o
+    };
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..world)
+            .map(|r| {
+                let (store, o) = (store.clone(), o.clone());
+                s.spawn(move || Communicator::new(store, r, world, o).unwrap())
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// Both ranks of a mismatched allreduce fail, and the message names both calls.
+fn mismatched_counts(comms: Vec<Communicator>) {
+    let start = Instant::now();
+    let errs = on_ranks(&comms, |c| {
+        let mut v = vec![1f32; 100 + c.rank()];
+        let e = c.all_reduce(&mut v, ReduceOp::Sum).unwrap_err();
+        // A failed communicator answers every later call with the original error, at once.
+        let later = c.barrier().unwrap_err();
+        match &later {
+            CommError::Failed(inner) => assert_eq!(inner.to_string(), e.to_string()),
+            other => panic!("later call: {other}"),
+        }
+        e
+    });
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "mismatch must fail fast, not at the deadline"
+    );
+    for e in &errs {
+        let text = e.to_string();
+        assert!(
+            text.contains("all_reduce(seq 0, float x 100, sum)")
+                && text.contains("all_reduce(seq 0, float x 101, sum)"),
+            "error must name both calls: {text}"
+        );
+        assert!(
+            matches!(e, CommError::Mismatch { .. } | CommError::Aborted { .. }),
+            "{e:?}"
+        );
+    }
+    assert!(errs.iter().any(|e| matches!(e, CommError::Mismatch { .. })));
+}
+
+#[test]
+fn mismatched_calls_fail_fast_mem() {
+    mismatched_counts(Communicator::in_memory(2, opts(60_000)).unwrap());
+}
+
+#[test]
+fn mismatched_calls_fail_fast_tcp() {
+    mismatched_counts(tcp_group(2, opts(60_000)));
+}
+
+#[test]
+fn mismatched_ops_name_both_ranks_and_calls() {
+    let comms = tcp_group(3, opts(60_000));
+    let errs = on_ranks(&comms, |c| {
+        let mut v = vec![1i64; 8];
+        if c.rank() == 1 {
+            c.broadcast(&mut v, 1)
+                .and_then(|_| c.barrier())
+                .unwrap_err()
+        } else {
+            c.all_reduce(&mut v, ReduceOp::Max)
+                .and_then(|_| c.barrier())
+                .unwrap_err()
+        }
+    });
+    let mismatch = errs
+        .iter()
+        .find_map(|e| match e.root_cause() {
+            CommError::Mismatch {
+                rank,
+                peer,
+                ours,
+                theirs,
+            } => Some((*rank, *peer, *ours, *theirs)),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("someone saw the mismatch: {errs:#?}"));
+    let ops = [mismatch.2.op, mismatch.3.op];
+    assert!(
+        ops.contains(&OpKind::Broadcast) && ops.contains(&OpKind::AllReduce),
+        "{mismatch:?}"
+    );
+    assert_ne!(mismatch.0, mismatch.1);
+    // The broadcasting rank only sends, so its broadcast may complete; then its next call is
+    // the one that mismatches (one call ahead, which the sequence numbers show).
+    let all: String = errs
+        .iter()
+        .map(|e| e.to_string())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        all.contains("broadcast(seq 0, int64 x 8, root 1)") || all.contains("barrier(seq 1"),
+        "{all}"
+    );
+    for e in &errs {
+        assert!(
+            matches!(
+                e.root_cause(),
+                CommError::Mismatch { .. } | CommError::Aborted { .. }
+            ),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn deadline_names_the_rank_not_heard_from() {
+    for comms in [
+        Communicator::in_memory(3, opts(1500)).unwrap(),
+        tcp_group(3, opts(1500)),
+    ] {
+        let start = Instant::now();
+        let errs = on_ranks(&comms[..2], |c| {
+            let mut v = vec![1f32; 1000];
+            c.all_reduce(&mut v, ReduceOp::Sum).unwrap_err()
+        });
+        assert!(start.elapsed() < Duration::from_secs(30));
+        for e in &errs {
+            let named = match e {
+                CommError::Timeout {
+                    waiting_for,
+                    suspects,
+                    call,
+                    ..
+                } => {
+                    assert_eq!(call.op, OpKind::AllReduce);
+                    waiting_for.contains(&2) || suspects == &vec![2]
+                }
+                CommError::Aborted { reason, .. } => {
+                    reason.contains("not heard from ranks [2]")
+                        || reason.contains("ranks [2] appear not to have entered")
+                }
+                other => panic!("unexpected {other}"),
+            };
+            assert!(named, "error must name rank 2: {e}");
+        }
+        drop(comms);
+    }
+}
+
+#[test]
+fn a_peer_that_left_is_named() {
+    for mut comms in [
+        Communicator::in_memory(2, opts(60_000)).unwrap(),
+        tcp_group(2, opts(60_000)),
+    ] {
+        drop(comms.pop());
+        let c = &comms[0];
+        let mut v = vec![1f32; 100_000];
+        let e = c.all_reduce(&mut v, ReduceOp::Sum).unwrap_err();
+        match &e {
+            CommError::PeerLost {
+                peer, call, detail, ..
+            } => {
+                assert_eq!(*peer, 1);
+                assert_eq!(call.seq, 0);
+                assert!(
+                    detail.contains("goodbye") || detail.contains("closed"),
+                    "{detail}"
+                );
+            }
+            other => panic!("unexpected {other}"),
+        }
+    }
+}
+
+#[test]
+fn setup_deadline_names_missing_ranks() {
+    let store = Arc::new(MemoryStore::new());
+    let o = Options {
+        socket_ifname: Some("lo".into()),
+        ..opts(800)
+    };
+    let e = Communicator::new(store, 0, 3, o).unwrap_err();
+    let text = e.to_string();
+    assert!(text.contains("[\"1\", \"2\"]"), "{text}");
+}

@@ -1,0 +1,184 @@
+//! The TCP transport: thread-per-rank groups over loopback with a shared in-memory store, and
+//! separate processes that meet through a real `dt-rdzv` server: every collective and dtype,
+//! several sockets per peer, and a rank killed in the middle of an allreduce.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::procs::*;
+use common::*;
+use dt_rdzv::server::{BackgroundServer, ServeConfig};
+use dt_rdzv::store::MemoryStore;
+use dtcomm::{Algo, CommError, Communicator, Options, ReduceOp};
+
+fn tcp_group(world: usize, o: Options) -> Vec<Communicator> {
+    let store = Arc::new(MemoryStore::new());
+    let o = Options {
+        socket_ifname: Some("lo".into()),
+        timeout: Some(Duration::from_secs(60)),
+        ..o
+    };
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..world)
+            .map(|r| {
+                let (store, o) = (store.clone(), o.clone());
+                s.spawn(move || Communicator::new(store, r, world, o).unwrap())
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+#[test]
+fn threads_every_collective_and_dtype() {
+    let comms = tcp_group(3, Options::default());
+    assert!(
+        comms[0]
+            .transport_description()
+            .starts_with("tcp 127.0.0.1:")
+    );
+    on_ranks(&comms, full_suite);
+}
+
+#[test]
+fn threads_several_sockets_per_peer_and_both_algorithms() {
+    for (world, algo, nsocks) in [(2, Algo::Ring, 4), (4, Algo::Tree, 2), (5, Algo::Ring, 2)] {
+        let comms = tcp_group(
+            world,
+            Options {
+                algo: Some(algo),
+                nsocks_perpeer: Some(nsocks),
+                ..Options::default()
+            },
+        );
+        on_ranks(&comms, |c| {
+            for count in [0, 5, 1 << 20] {
+                for op in [ReduceOp::Sum, ReduceOp::Min] {
+                    allreduce_case::<f32>(c, op, count);
+                }
+            }
+            other_collectives::<i32>(c, 3001);
+        });
+    }
+}
+
+/// The child side of the multi-process tests (a no-op when run as a normal test).
+#[test]
+fn child_rank() {
+    let Some((role, rank, world, endpoint)) = child_args() else {
+        return;
+    };
+    let store = child_store(&endpoint);
+    let c = Communicator::new(
+        store,
+        rank,
+        world,
+        Options {
+            spin_us: Some(50),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    match role.as_str() {
+        "suite" => {
+            full_suite(&c);
+            println!("SUITE OK rank {rank}");
+        }
+        "kill" => {
+            let victim: usize = std::env::var("DTCOMM_TEST_VICTIM")
+                .unwrap()
+                .parse()
+                .unwrap();
+            let mut v = vec![1f32; 1 << 18];
+            let start = Instant::now();
+            let mut i = 0u64;
+            while start.elapsed() < Duration::from_secs(60) {
+                if let Err(e) = c.all_reduce(&mut v, ReduceOp::Sum) {
+                    let lost = match &e {
+                        CommError::PeerLost { peer, .. } => Some(*peer),
+                        CommError::Aborted { lost, .. } => *lost,
+                        _ => None,
+                    };
+                    println!("ERROR lost={lost:?} after {i} calls: {e}");
+                    // Every later call fails at once with the same error.
+                    let again = c.barrier().unwrap_err();
+                    println!("AGAIN {}", matches!(again, CommError::Failed(_)));
+                    std::process::exit(0);
+                }
+                i += 1;
+                if rank == victim && i == 3 {
+                    println!("READY");
+                }
+                v.fill(1.0);
+            }
+            println!("NO ERROR");
+            std::process::exit(3);
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+#[test]
+fn processes_every_collective_and_dtype_through_dt_rdzv() {
+    let server = BackgroundServer::start(ServeConfig::loopback_ephemeral()).unwrap();
+    let kids = spawn_ranks("child_rank", "suite", 3, &server.endpoint(), &[]);
+    for (r, k) in kids.into_iter().enumerate() {
+        let (code, out, err) = wait_output(k, Duration::from_secs(120));
+        assert_eq!(code, Some(0), "rank {r} failed:\n{out}\n{err}");
+        assert!(out.contains(&format!("SUITE OK rank {r}")), "{out}");
+    }
+}
+
+#[test]
+fn killed_rank_is_named_by_every_survivor() {
+    let server = BackgroundServer::start(ServeConfig::loopback_ephemeral()).unwrap();
+    let victim = 1;
+    let mut kids = spawn_ranks(
+        "child_rank",
+        "kill",
+        4,
+        &server.endpoint(),
+        &[("DTCOMM_TEST_VICTIM", "1"), ("DTCOMM_TIMEOUT", "10")],
+    );
+    // Wait for the victim to be in its allreduce loop, then SIGKILL it (our own child).
+    let mut lines = BufReader::new(kids[victim].stdout.take().unwrap()).lines();
+    // (The test harness prints its own lines first.)
+    let ready = lines
+        .by_ref()
+        .map(|l| l.unwrap())
+        .find(|l| l.ends_with("READY"));
+    if ready.is_none() {
+        let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+        let others: Vec<_> = kids
+            .into_iter()
+            .map(|k| wait_output(k, Duration::from_secs(90)))
+            .collect();
+        panic!("victim never got going: {rest:?}\n{others:#?}");
+    }
+    let killed_at = Instant::now();
+    kids[victim].kill().unwrap();
+    kids[victim].wait().unwrap();
+    for (r, k) in kids.into_iter().enumerate() {
+        if r == victim {
+            continue;
+        }
+        let (code, out, err) = wait_output(k, Duration::from_secs(90));
+        assert_eq!(code, Some(0), "survivor {r}:\n{out}\n{err}");
+        assert!(
+            out.contains("ERROR lost=Some(1)"),
+            "survivor {r} must name rank 1: {out}"
+        );
+        assert!(
+            out.contains("all_reduce(seq "),
+            "survivor {r} must name the op and seq: {out}"
+        );
+        assert!(out.contains("AGAIN true"), "{out}");
+    }
+    assert!(
+        killed_at.elapsed() < Duration::from_secs(60),
+        "survivors must fail well before the deadline"
+    );
+}

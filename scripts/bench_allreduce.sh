@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# dtcomm allreduce against the incumbents, in one invocation, interleaved in rounds:
+# dtcomm (all_reduce_perf), gloo (torch) and Open MPI over TCP, world 2 and world 4, float32
+# sum in place, the anchor scripts' per-size schedule. Prints the medians over rounds and the
+# ratios. Every step is wrapped by the anchors' probe.py (bounded wait for an idle window, then
+# it records the co-tenant load) and bounded by `timeout`.
+#
+# Usage: scripts/bench_allreduce.sh [outdir=target/bench-allreduce] [rounds=3]
+# Env:   TORCH_PY   python with torch (gloo); default /tmp/torchprobe/venv/bin/python
+#        MPI_PY     python with mpi4py + numpy; default /usr/bin/python3 (Debian python3-mpi4py)
+#        ANCHORS    the anchor scripts; default ../shared/anchors/allreduce (beside the repo)
+#        SIZES_W2 / SIZES_W4   sizes (default 8,1K,64K,1M,16M,64M / 8,1M,16M,64M)
+#        SKIP="gloo mpi"       leave incumbents out
+# Needs: cargo; Open MPI (apt-get install -y openmpi-bin libopenmpi-dev python3-mpi4py python3-numpy).
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${1:-$ROOT/target/bench-allreduce}; ROUNDS=${2:-3}
+mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
+ANCHORS=${ANCHORS:-$ROOT/../shared/anchors/allreduce}
+[ -d "$ANCHORS" ] || ANCHORS=/work/shared/anchors/allreduce
+TPY=${TORCH_PY:-/tmp/torchprobe/venv/bin/python}
+MPY=${MPI_PY:-/usr/bin/python3}
+SIZES_W2=${SIZES_W2:-8,1K,64K,1M,16M,64M}
+SIZES_W4=${SIZES_W4:-8,1M,16M,64M}
+SKIP=${SKIP:-}
+log() { echo "[$(date +%T) load $(cut -d' ' -f1-3 /proc/loadavg)] $*" | tee -a "$OUT/run.log" >&2; }
+P() { local name=$1; shift; python3 "$ANCHORS/probe.py" "$OUT/probe_$name.json" --wait-idle 0.6 --max-wait 10 -- "$@"; }
+
+(cd "$ROOT" && cargo build --release -q -p dt-bench --bin all_reduce_perf) || exit 1
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+BENCH="$TARGET/release/all_reduce_perf"
+
+dtcomm() {  # $1 world, $2 sizes, $3 tag
+  log "dtcomm w$1 $3"
+  P "dtcomm_w$1_$3" env DTCOMM_SOCKET_IFNAME=lo timeout 600 "$BENCH" --world "$1" --sizes "$2" --anchor-schedule \
+    -d float -o sum --json "$OUT/dtcomm_w$1_$3.json" >> "$OUT/run.log" 2>&1 || log "FAILED dtcomm w$1 $3"
+}
+gloo() {
+  case " $SKIP " in *" gloo "*) return;; esac
+  log "gloo w$1 $3"
+  # shellcheck disable=SC2046
+  (cd "$ANCHORS" && P "gloo_w$1_$3" timeout 900 "$TPY" gloo_bench.py --world "$1" --timeout 850 \
+    --sizes $(echo "$2" | tr , ' ') --out "$OUT/gloo_w$1_$3.json") >> "$OUT/run.log" 2>&1 || log "FAILED gloo w$1 $3"
+}
+mpi() {
+  case " $SKIP " in *" mpi "*) return;; esac
+  log "mpi-tcp w$1 $3"
+  # shellcheck disable=SC2046
+  (cd "$ANCHORS" && P "mpi-tcp_w$1_$3" env OMPI_MCA_pml=ob1 OMPI_MCA_btl=tcp,self OMPI_MCA_btl_tcp_if_include=lo \
+    timeout 900 mpirun --allow-run-as-root --oversubscribe -np "$1" "$MPY" mpi_bench.py --label tcp \
+    --sizes $(echo "$2" | tr , ' ') --out "$OUT/mpi-tcp_w$1_$3.json") >> "$OUT/run.log" 2>&1 || log "FAILED mpi w$1 $3"
+}
+
+for r in $(seq 1 "$ROUNDS"); do
+  dtcomm 2 "$SIZES_W2" r$r; gloo 2 "$SIZES_W2" r$r; mpi 2 "$SIZES_W2" r$r
+  dtcomm 4 "$SIZES_W4" r$r; gloo 4 "$SIZES_W4" r$r; mpi 4 "$SIZES_W4" r$r
+done
+
+python3 - "$OUT" <<'PY'
+import glob, json, os, re, statistics, sys
+out = sys.argv[1]
+rows = {}  # (impl, world, bytes) -> list of (busbw, avg_us, p50_us, foreign)
+def foreign(name):
+    try:
+        return json.load(open(os.path.join(out, f"probe_{name}.json")))["foreign_frac"]
+    except Exception:
+        return float("nan")
+for f in sorted(glob.glob(os.path.join(out, "*_w*_r*.json"))):
+    if os.path.basename(f).startswith("probe_"):
+        continue
+    name = os.path.basename(f)[:-5]
+    impl, world = re.match(r"(.+)_w(\d+)_r\d+", name).groups()
+    d = json.load(open(f))
+    fr = foreign(name)
+    if impl == "dtcomm":
+        for r in d["results"]:
+            c = r["in_place"]
+            rows.setdefault((impl, int(world), r["size"]), []).append((c["bus_bw"], c["time"], c["p50_us"], fr))
+    else:
+        for r in d["results"]:
+            rows.setdefault((impl, int(world), r["bytes"]), []).append((r["busbw_GBps"], r["avg_us"], r.get("p50_us", float("nan")), fr))
+def med(k, i):
+    v = [x[i] for x in rows.get(k, [])]
+    return statistics.median(v) if v else float("nan")
+def rng(k, i):
+    v = [x[i] for x in rows.get(k, [])]
+    return f"[{min(v):.3g}-{max(v):.3g}]" if v else ""
+def size(b):
+    return f"{b >> 20} MiB" if b >= 1 << 20 else (f"{b >> 10} KiB" if b >= 1024 else f"{b} B")
+impls = ["dtcomm", "gloo", "mpi-tcp"]
+print("allreduce, float32 sum in place, medians over rounds ([min-max] of dtcomm); busbw in GB/s; latency = p50 per call (avg per op) in us")
+print("| world | size | dtcomm busbw | gloo busbw | mpi-tcp busbw | dtcomm p50 (avg) us | gloo p50 (avg) us | mpi-tcp p50 (avg) us | dtcomm/gloo | dtcomm/mpi-tcp | co-tenant load (dtcomm runs) |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+for world in sorted({k[1] for k in rows}):
+    for b in sorted({k[2] for k in rows if k[1] == world}):
+        d, g, m = (("dtcomm", world, b), ("gloo", world, b), ("mpi-tcp", world, b))
+        small = b <= 1024
+        def ratio(x, y):
+            if small:  # latency: how many times faster (by p50)
+                return med(y, 2) / med(x, 2)
+            return med(x, 0) / med(y, 0)
+        ld = max((x[3] for x in rows.get(d, [])), default=float("nan"))
+        print(f"| {world} | {size(b)} | {med(d,0):.3f} {rng(d,0)} | {med(g,0):.3f} | {med(m,0):.3f} | "
+              f"{med(d,2):.1f} ({med(d,1):.1f}) | {med(g,2):.1f} ({med(g,1):.1f}) | {med(m,2):.1f} ({med(m,1):.1f}) | "
+              f"{ratio(d,g):.2f}x | {ratio(d,m):.2f}x | {ld:.2f} |")
+print("ratios: busbw ratio for sizes > 1 KiB; for <= 1 KiB, p50 latency ratio (incumbent / dtcomm, >1 = dtcomm faster)")
+PY
