@@ -46,6 +46,7 @@ struct Args {
 
 struct Sample {
     seconds: Vec<f64>,
+    cpu: Vec<f64>,
     connect: Vec<f64>,
     rss: u64,
 }
@@ -81,18 +82,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             args.rounds
         );
         println!(
-            "# {:>7} {:>12} {:>12} {:>8} {:>14} {:>14}",
-            "members", "dt-rdzv s", "torch s", "ratio", "dt-rdzv RSS", "torch RSS"
+            "# {:>7} {:>12} {:>12} {:>8} {:>12} {:>12} {:>14} {:>14}",
+            "members",
+            "dt-rdzv s",
+            "torch s",
+            "ratio",
+            "dt-rdzv cpu",
+            "torch cpu",
+            "dt-rdzv RSS",
+            "torch RSS"
         );
     }
     for &n in &args.members {
         let mut ours_s = Sample {
             seconds: vec![],
+            cpu: vec![],
             connect: vec![],
             rss: 0,
         };
         let mut torch_s = Sample {
             seconds: vec![],
+            cpu: vec![],
             connect: vec![],
             rss: 0,
         };
@@ -106,6 +116,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             for (server, sample) in order {
                 let tag = format!("n{n}-r{round}");
                 let mut rss = 0;
+                let cpu0 = server.cpu_seconds();
                 let r = rt.block_on(run_herd(&server.endpoint, n, &tag, timeout, || {
                     rss = server.rss().0;
                 }))?;
@@ -115,6 +126,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     server.name
                 );
                 sample.seconds.push(r.total.as_secs_f64());
+                sample.cpu.push(server.cpu_seconds() - cpu0);
                 sample.connect.push(r.connect_all.as_secs_f64());
                 sample.rss = sample.rss.max(rss);
                 std::thread::sleep(Duration::from_millis(200));
@@ -130,6 +142,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "ratio_torch_over_ours": t.map(|t| t / s),
                 "server_rss_bytes": ours_s.rss,
                 "torch_server_rss_bytes": torch.as_ref().map(|_| torch_s.rss),
+                "server_cpu_seconds": median(&ours_s.cpu),
+                "torch_server_cpu_seconds": median(&torch_s.cpu),
                 "connect_seconds": median(&ours_s.connect),
                 "torch_connect_seconds": median(&torch_s.connect),
                 "rounds": args.rounds,
@@ -139,11 +153,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!("{obj}");
         } else {
             println!(
-                "  {:>7} {:>12.4} {:>12} {:>8} {:>11.1} MiB {:>10}",
+                "  {:>7} {:>12.4} {:>12} {:>8} {:>12.3} {:>12} {:>11.1} MiB {:>10}",
                 n,
                 s,
                 t.map_or("-".into(), |t| format!("{t:.4}")),
                 t.map_or("-".into(), |t| format!("{:.2}x", t / s)),
+                median(&ours_s.cpu).unwrap_or(f64::NAN),
+                torch.as_ref().map_or("-".into(), |_| format!(
+                    "{:.3}",
+                    median(&torch_s.cpu).unwrap_or(f64::NAN)
+                )),
                 ours_s.rss as f64 / (1 << 20) as f64,
                 torch.as_ref().map_or("-".into(), |_| format!(
                     "{:.1} MiB",

@@ -5,4 +5,4 @@ mod herd;
 mod servers;
 
 pub use herd::{HerdResult, run_herd};
-pub use servers::{ServerProcess, rss_bytes, start_dt_rdzv, start_torch_store};
+pub use servers::{ServerProcess, cpu_seconds, rss_bytes, start_dt_rdzv, start_torch_store};

@@ -20,6 +20,11 @@ impl ServerProcess {
         rss_bytes(self.child.id())
     }
 
+    /// CPU time (user + system) the server has used so far, in seconds.
+    pub fn cpu_seconds(&self) -> f64 {
+        cpu_seconds(self.child.id())
+    }
+
     /// Stops the server by PID (SIGTERM for dt-rdzv, closing stdin for the Python one).
     pub fn stop(mut self) {
         // SAFETY: kill(2) on our own child's pid.
@@ -35,6 +40,22 @@ impl Drop for ServerProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// User + system CPU seconds of a process (from /proc/PID/stat); 0 if unreadable.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // fields after the parenthesised command name; utime and stime are fields 14 and 15
+    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+        return 0.0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    (ticks(11) + ticks(12)) / hz
 }
 
 /// (VmRSS, VmHWM) of a process, in bytes; zeros if unreadable.

@@ -62,7 +62,7 @@ impl Server {
                 accepted = self.listener.accept() => match accepted {
                     Ok((stream, peer)) => {
                         next_id += 1;
-                        listener::tune_with(&stream, config.tcp_keepalive);
+                        listener::tune(&stream, config.tcp_keepalive);
                         tokio::spawn(conn::serve(
                             next_id, stream, peer, self.core.clone(), config.clone(), stop_rx.clone(),
                         ));
