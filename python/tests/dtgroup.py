@@ -72,7 +72,8 @@ def run_group(
     procs = []
     for r in range(world):
         e = base_env(
-            {"DTCOMM_RANK": str(r), "DTCOMM_WORLD_SIZE": str(world), **env, **(per_rank or {}).get(r, {})}
+            {"DTCOMM_RANK": str(r), "DTCOMM_WORLD_SIZE": str(world), "RANK": str(r),
+             "WORLD_SIZE": str(world), **env, **(per_rank or {}).get(r, {})}
         )
         log = open(tmp_path / f"rank{r}.log", "w+")
         p = subprocess.Popen(
@@ -90,6 +91,15 @@ def run_group(
         results.append(Result(r, p.returncode, log.read()))
         log.close()
     return results
+
+
+def torch_env(server: dtcomm.RdzvServer) -> dict[str, str]:
+    """torch's env:// rendezvous on the test's dt-rdzv: every rank a client (as under dtrun)."""
+    return {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(server.port),
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+    }
 
 
 def check(results: list[Result]) -> None:
