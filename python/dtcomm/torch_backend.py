@@ -110,9 +110,16 @@ class DtcommBackend(_C10dBackend):
         self._seq += 1
         return DtcommWork(result, self._rank, op)
 
-    def _one(self, op: str, result: list[torch.Tensor], start: Any, finish: Any = None) -> DtcommWork:
-        """One native call: `start(callback)` submits it."""
+    def _one(
+        self, op: str, result: list[torch.Tensor], start: Any, finish: Any = None, opts: Any = None
+    ) -> DtcommWork:
+        """One native call: `start(callback)` submits it. A blocking torch call
+        (``opts.asyncOp`` False) runs it here, without the GIL, and raises its error at once."""
         w = self._work(op, result)
+        if opts is not None and not opts.asyncOp:
+            start(None)
+            w.expect(0, finish)
+            return w
         w.expect(1, finish)
         w.add(start(w.callback))
         return w
@@ -124,7 +131,7 @@ class DtcommBackend(_C10dBackend):
         op = _redop(self._rank, opts.reduceOp)
         if isinstance(op, str):
             return self._bitwise(t, tensors, op)
-        return self._one("all_reduce", tensors, lambda cb: self._comm.all_reduce(t, op, callback=cb))
+        return self._one("all_reduce", tensors, lambda cb: self._comm.all_reduce(t, op, callback=cb), opts=opts)
 
     def _bitwise(self, t: torch.Tensor, result: list[torch.Tensor], name: str) -> DtcommWork:
         if t.is_floating_point():
@@ -163,7 +170,7 @@ class DtcommBackend(_C10dBackend):
     def broadcast(self, tensors: list[torch.Tensor], opts: Any) -> DtcommWork:
         _check(self._rank, "broadcast", tensors)
         t, root = tensors[0].detach(), opts.rootRank
-        return self._one("broadcast", tensors, lambda cb: self._comm.broadcast(t, root, callback=cb))
+        return self._one("broadcast", tensors, lambda cb: self._comm.broadcast(t, root, callback=cb), opts=opts)
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any) -> DtcommWork:
         _check(self._rank, "reduce", tensors)
@@ -171,7 +178,7 @@ class DtcommBackend(_C10dBackend):
         op = _redop(self._rank, opts.reduceOp)
         if isinstance(op, str):
             raise ValueError(f"rank {self._rank}: reduce with {op} is not supported; use all_reduce")
-        return self._one("reduce", tensors, lambda cb: self._comm.reduce(t, op, root, callback=cb))
+        return self._one("reduce", tensors, lambda cb: self._comm.reduce(t, op, root, callback=cb), opts=opts)
 
     def allgather(
         self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any
@@ -196,7 +203,7 @@ class DtcommBackend(_C10dBackend):
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> DtcommWork:
         o, i = output.detach(), input.detach()
-        return self._one("all_gather", [output], lambda cb: self._comm.all_gather(i, o, callback=cb))
+        return self._one("all_gather", [output], lambda cb: self._comm.all_gather(i, o, callback=cb), opts=opts)
 
     def allgather_into_tensor_coalesced(
         self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any
@@ -218,8 +225,7 @@ class DtcommBackend(_C10dBackend):
             raise ValueError(f"rank {self._rank}: reduce_scatter with {op} is not supported")
         o, i = output.detach(), input.detach()
         return self._one(
-            "reduce_scatter", [output], lambda cb: self._comm.reduce_scatter(i, o, op, callback=cb)
-        )
+            "reduce_scatter", [output], lambda cb: self._comm.reduce_scatter(i, o, op, callback=cb), opts=opts)
 
     def reduce_scatter_single_coalesced(
         self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any
@@ -253,8 +259,7 @@ class DtcommBackend(_C10dBackend):
             )
         flat = torch.cat([i.detach().reshape(-1) for i in ins])
         return self._one(
-            "reduce_scatter", outputs, lambda cb: self._comm.reduce_scatter(flat, out, op, callback=cb)
-        )
+            "reduce_scatter", outputs, lambda cb: self._comm.reduce_scatter(flat, out, op, callback=cb), opts=opts)
 
     def all_to_all_single(
         self,
@@ -266,7 +271,7 @@ class DtcommBackend(_C10dBackend):
     ) -> DtcommWork:
         o, i = output.detach(), input.detach()
         if not output_split_sizes and not input_split_sizes:
-            return self._one("all_to_all", [output], lambda cb: self._comm.all_to_all(i, o, callback=cb))
+            return self._one("all_to_all", [output], lambda cb: self._comm.all_to_all(i, o, callback=cb), opts=opts)
         n = self._size
         in_row = i.numel() // i.size(0) if i.dim() and i.size(0) else 1
         out_row = o.numel() // o.size(0) if o.dim() and o.size(0) else 1
@@ -275,8 +280,7 @@ class DtcommBackend(_C10dBackend):
         sc = [s * in_row for s in isz]
         rc = [s * out_row for s in osz]
         return self._one(
-            "all_to_all", [output], lambda cb: self._comm.all_to_all(i, o, sc, rc, callback=cb)
-        )
+            "all_to_all", [output], lambda cb: self._comm.all_to_all(i, o, sc, rc, callback=cb), opts=opts)
 
     def alltoall(
         self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any
@@ -300,7 +304,7 @@ class DtcommBackend(_C10dBackend):
         _check(self._rank, "gather", inputs)
         x, root = inputs[0].detach(), opts.rootRank
         if self._rank != root:
-            return self._one("gather", [], lambda cb: self._comm.gather(x, None, root, callback=cb))
+            return self._one("gather", [], lambda cb: self._comm.gather(x, None, root, callback=cb), opts=opts)
         outs = outputs[0]
         flat = torch.empty(x.numel() * self._size, dtype=x.dtype)
 
@@ -316,10 +320,10 @@ class DtcommBackend(_C10dBackend):
         _check(self._rank, "scatter", outputs)
         out, root = outputs[0].detach(), opts.rootRank
         src = torch.cat([t.detach().reshape(-1) for t in inputs[0]]) if self._rank == root else None
-        return self._one("scatter", outputs, lambda cb: self._comm.scatter(src, out, root, callback=cb))
+        return self._one("scatter", outputs, lambda cb: self._comm.scatter(src, out, root, callback=cb), opts=opts)
 
     def barrier(self, opts: Any = None) -> DtcommWork:
-        return self._one("barrier", [], lambda cb: self._comm.barrier(callback=cb))
+        return self._one("barrier", [], lambda cb: self._comm.barrier(callback=cb), opts=opts)
 
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> DtcommWork:
         _check(self._rank, "send", tensors)
