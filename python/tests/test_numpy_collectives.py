@@ -159,3 +159,27 @@ print("ok")
 
 def test_shutdown_then_second_init(tmp_path: Path, server: dtcomm.RdzvServer) -> None:
     check(run_group(tmp_path, 2, SECOND_INIT, {"DTCOMM_RDZV_ENDPOINT": server.endpoint}))
+
+
+ENV_RANK0_HOSTS = """
+import numpy as np, dtcomm
+dtcomm.init(verbose=True)            # plain env://: rank 0 hosts the store at MASTER_ADDR:MASTER_PORT
+x = np.full(2, dtcomm.rank() + 1, dtype=np.int64)
+dtcomm.all_reduce(x)
+assert x.tolist() == [3, 3], x
+dtcomm.shutdown()
+"""
+
+
+def test_plain_env_rank0_hosts_the_store(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "DTCOMM_TIMEOUT": "60"}
+    per_rank = {r: {"DTCOMM_RANK": "", "DTCOMM_WORLD_SIZE": ""} for r in range(2)}
+    res = run_group(tmp_path, 2, ENV_RANK0_HOSTS, env, per_rank=per_rank)
+    check(res)
+    assert "host_store=True (rank 0 of env://)" in res[0].out, res[0].out
+    assert "rank=1 (RANK)" in res[1].out and "host_store=False" in res[1].out, res[1].out
