@@ -30,7 +30,6 @@ class _Group:
 
 
 _group: _Group | None = None
-_generation = 0
 
 
 def _say(line: str) -> None:
@@ -62,7 +61,7 @@ def init(
 
     A second ``init()`` after :func:`shutdown` joins a fresh group (every rank must call it).
     """
-    global _group, _generation
+    global _group
     if _group is not None:
         raise RuntimeError(
             f"rank {_group.comm.rank}: dtcomm.init() called twice; call dtcomm.shutdown() first"
@@ -102,7 +101,6 @@ def init(
     # Each rank counts its own joins: the n-th init() of every rank meets under generation n,
     # so an earlier run's keys (same run id, long-lived server) are never read.
     gen = store.add(f"{base}/gen/{me}", 1)
-    _generation += 1
     comm = _dtcomm.Communicator.connect(
         endpoint,
         me,
@@ -136,19 +134,16 @@ def is_initialized() -> bool:
 
 
 def _g(op: str) -> _Group:
-    if _group is None:
+    g = _group
+    if g is None:
         raise _dtcomm.ShutdownError(
             f"dtcomm.{op}() before dtcomm.init() (or after dtcomm.shutdown())"
         )
-    return _group
+    return g
 
 
 def _c(op: str) -> _dtcomm.Communicator:
-    g = _group
-    if g is None:
-        _g(op)
-        raise AssertionError
-    return g.comm
+    return _g(op).comm
 
 
 def communicator() -> _dtcomm.Communicator:
