@@ -152,6 +152,7 @@ impl Connector {
             heartbeat: None,
             config: BTreeMap::new(),
             welcome: None,
+            own_endpoint: false,
         })
     }
 }
@@ -219,12 +220,15 @@ pub struct NativeClient {
     heartbeat: Option<JoinHandle<()>>,
     config: BTreeMap<String, Vec<u8>>,
     welcome: Option<Welcome>,
+    own_endpoint: bool,
 }
 
 impl NativeClient {
     /// Connects with a connector of its own.
     pub async fn connect(cfg: &ClientConfig) -> Result<Self, NativeError> {
-        Connector::new(&cfg.trust)?.connect(cfg).await
+        let mut c = Connector::new(&cfg.trust)?.connect(cfg).await?;
+        c.own_endpoint = true;
+        Ok(c)
     }
 
     fn send(&self, msg: ClientMsg) -> Result<(), NativeError> {
@@ -443,7 +447,11 @@ impl NativeClient {
             let _ = tokio::time::timeout(Duration::from_millis(500), w).await;
         }
         self.conn.close(0u32.into(), why.as_bytes());
-        let _ = tokio::time::timeout(Duration::from_millis(200), self.endpoint.wait_idle()).await;
+        // With an endpoint of its own, wait (briefly) until the close has gone out.
+        if self.own_endpoint {
+            let _ =
+                tokio::time::timeout(Duration::from_millis(200), self.endpoint.wait_idle()).await;
+        }
     }
 
     /// Stops sending heartbeats but keeps the connection open, as a hung or frozen process
