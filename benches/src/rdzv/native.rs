@@ -25,7 +25,7 @@ pub fn client_config(endpoint: &str, fingerprint: &str, token: &str) -> ClientCo
     c
 }
 
-fn who(job: &str, i: usize, n: usize, spec: &JobSpec) -> Membership {
+fn who(job: &str, i: usize, spec: &JobSpec) -> Membership {
     Membership {
         job: job.into(),
         member: format!("m{i:05}"),
@@ -75,7 +75,7 @@ pub async fn run_native_herd(
         .into_iter()
         .enumerate()
         .map(|(i, mut c)| {
-            let who = who(job, i, n, &spec);
+            let who = who(job, i, &spec);
             tokio::spawn(async move {
                 c.join(who).await?;
                 let w = c.wait_welcome(timeout).await?;
@@ -150,7 +150,7 @@ pub async fn run_kill_one(
     let mut survivors: Vec<NativeClient> = Vec::new();
     for i in 0..n - 1 {
         let mut c = connector.connect(cfg).await.map_err(err)?;
-        c.join(who(job, i, n, &spec)).await.map_err(err)?;
+        c.join(who(job, i, &spec)).await.map_err(err)?;
         survivors.push(c);
     }
     let mut child = spawn_member(bin, &cfg.endpoint, fingerprint, token, job, n)?;
