@@ -54,11 +54,19 @@ pub async fn run_native_herd(
         .map(|_| Connector::new(&cfg.trust))
         .collect::<Result<_, _>>()
         .map_err(err)?;
+    // At most 64 handshakes in flight, as a launcher starting hosts would spread them: a
+    // burst of thousands of 1200-byte QUIC initials overflows loopback UDP buffers, and every
+    // dropped initial costs a retransmission timeout.
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(64));
     let start = Instant::now();
     let conns: Vec<_> = (0..n)
         .map(|i| {
             let (c, cfg) = (connectors[i % connectors.len()].clone(), cfg.clone());
-            tokio::spawn(async move { c.connect(&cfg).await })
+            let gate = gate.clone();
+            tokio::spawn(async move {
+                let _permit = gate.acquire().await;
+                c.connect(&cfg).await
+            })
         })
         .collect();
     let mut clients = Vec::with_capacity(n);
