@@ -18,7 +18,7 @@ echo "[demo] dtrun --nproc-per-node 4 examples/train_ddp.py (DDP over dtcomm)"
 [ "${DEMO_TORCHRUN:-1}" = 1 ] || exit 0
 
 LOG=$(mktemp -d)
-"$CARGO_TARGET_DIR/debug/dt-rdzv" serve --host 127.0.0.1 --port "${DEMO_PORT:-0}" \
+"$CARGO_TARGET_DIR/debug/dt-rdzv" serve --host 127.0.0.1 --port "${DEMO_PORT:-0}" --native-port 0 --http-port 0 --no-auth \
   > "$LOG/ready" 2> "$LOG/dt-rdzv.log" &
 SERVER=$!
 trap 'kill -TERM $SERVER 2>/dev/null; wait $SERVER 2>/dev/null || true' EXIT

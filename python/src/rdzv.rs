@@ -35,6 +35,10 @@ impl RdzvServer {
             host: ip,
             port,
             worker_threads: Some(1),
+            // The embedded server serves this job's store only; fixed native/HTTP ports would
+            // collide between jobs (and tests) on one host.
+            no_native: true,
+            no_http: true,
             ..ServeConfig::default()
         };
         let server = py

@@ -10,6 +10,8 @@ pub struct ServerProcess {
     pub child: Child,
     /// `host:port` for clients.
     pub endpoint: String,
+    /// Native endpoint and certificate fingerprint (dt-rdzv only).
+    pub native: Option<(String, String)>,
     /// What it is, for reports.
     pub name: &'static str,
 }
@@ -72,35 +74,69 @@ pub fn rss_bytes(pid: u32) -> (u64, u64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
-fn read_ready(child: &mut Child, prefix: &str) -> std::io::Result<String> {
+fn read_lines(child: &mut Child, n: usize) -> std::io::Result<Vec<String>> {
     let out = child
         .stdout
         .take()
         .ok_or_else(|| std::io::Error::other("no stdout"))?;
-    let mut line = String::new();
-    BufReader::new(out).read_line(&mut line)?;
-    line.trim()
-        .strip_prefix(prefix)
+    let mut r = BufReader::new(out);
+    let mut lines = Vec::new();
+    for _ in 0..n {
+        let mut line = String::new();
+        r.read_line(&mut line)?;
+        lines.push(line.trim().to_string());
+    }
+    Ok(lines)
+}
+
+fn read_ready(child: &mut Child, prefix: &str) -> std::io::Result<String> {
+    let line = read_lines(child, 1)?.remove(0);
+    line.strip_prefix(prefix)
         .map(str::to_owned)
         .ok_or_else(|| std::io::Error::other(format!("server did not start: {line:?}")))
 }
 
-/// Starts `dt-rdzv serve` on an ephemeral loopback port.
+/// The token `start_dt_rdzv` gives the server.
+pub const BENCH_TOKEN: &str = "rdzv-perf";
+
+/// Starts `dt-rdzv serve` on ephemeral loopback ports (TCPStore, native, HTTP) with default
+/// rendezvous settings and the token [`BENCH_TOKEN`].
 pub fn start_dt_rdzv(bin: &Path) -> std::io::Result<ServerProcess> {
     let mut child = Command::new(bin)
-        .args(["serve", "--host", "127.0.0.1", "--port", "0"])
+        .args([
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--native-port",
+            "0",
+            "--http-port",
+            "0",
+        ])
         .env(
             "DTRDZV_LOG",
             std::env::var("DTRDZV_LOG").unwrap_or_else(|_| "warn".into()),
         )
+        .env("DTRDZV_TOKEN", BENCH_TOKEN)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()?;
-    let addr = read_ready(&mut child, "dt-rdzv listening tcpstore=")?;
+    let lines = read_lines(&mut child, 3)?;
+    let bad = || std::io::Error::other(format!("server did not start: {lines:?}"));
+    let addr = lines[0]
+        .strip_prefix("dt-rdzv listening tcpstore=")
+        .ok_or_else(bad)?
+        .to_string();
+    let (native, fp) = lines[1]
+        .strip_prefix("dt-rdzv listening native=")
+        .and_then(|r| r.split_once(" fingerprint="))
+        .ok_or_else(bad)?;
     Ok(ServerProcess {
         child,
         endpoint: addr,
+        native: Some((native.to_string(), fp.to_string())),
         name: "dt-rdzv",
     })
 }
@@ -133,6 +169,7 @@ sys.stdin.read()
     Ok(ServerProcess {
         child,
         endpoint: addr,
+        native: None,
         name: "torch TCPStore",
     })
 }

@@ -11,9 +11,10 @@ use super::config::ServeConfig;
 /// Binds `host:port`. For `::` it asks for a dual-stack socket and falls back to `0.0.0.0` on
 /// hosts without IPv6.
 pub(crate) fn bind(config: &ServeConfig) -> std::io::Result<TcpListener> {
-    let addr = SocketAddr::new(config.host, config.port);
+    let host = config.tcpstore_host.unwrap_or(config.host);
+    let addr = SocketAddr::new(host, config.port);
     match bind_one(addr, config) {
-        Err(e) if config.host == IpAddr::from([0u16; 8]) => {
+        Err(e) if host == IpAddr::from([0u16; 8]) => {
             tracing::warn!(error = %e, "no IPv6 on this host; listening on 0.0.0.0 only");
             bind_one(
                 SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), config.port),
