@@ -246,7 +246,8 @@ def resolve(
         hs = Value(host_store, "explicit")
     elif _set(env, "DTCOMM_RDZV_HOST") is not None:
         hs = Value(_truthy(env.get("DTCOMM_RDZV_HOST")), "DTCOMM_RDZV_HOST")
-    elif ep.source == "MASTER_ADDR, MASTER_PORT" and r.value == 0 and w.value > 1:
+    elif ep.source == "MASTER_ADDR, MASTER_PORT" and r.value == 0:
+        # (a world of one too: torchrun points it at a store nobody else hosts)
         agent = _truthy(env.get("TORCHELASTIC_USE_AGENT_STORE"))
         hs = Value(not agent, "TORCHELASTIC_USE_AGENT_STORE" if agent else "rank 0 of env://")
     elif oci_mode == "MAIN" and rdzv_endpoint is None:

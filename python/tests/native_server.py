@@ -145,6 +145,12 @@ class Procs:
         try:
             return p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            # Python processes run with PYTHONFAULTHANDLER=1: SIGABRT dumps every thread's stack
+            os.kill(p.pid, signal.SIGABRT)
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
             pytest.fail(f"{name} still running after {timeout:.0f}s\n{self.dump()}")
 
     def kill_group(self, name: str) -> None:
