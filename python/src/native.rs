@@ -57,8 +57,18 @@ fn to_py(py: Python<'_>, ctx: &str, e: NativeError) -> PyErr {
             py,
             RdzvRefusedError::new_err(msg),
             &[
-                ("code", code_name(code).into_pyobject(py).unwrap().into_any().unbind()),
-                ("server_message", message.into_pyobject(py).unwrap().into_any().unbind()),
+                (
+                    "code",
+                    code_name(code)
+                        .into_pyobject(py)
+                        .unwrap()
+                        .into_any()
+                        .unbind(),
+                ),
+                (
+                    "server_message",
+                    message.into_pyobject(py).unwrap().into_any().unbind(),
+                ),
             ],
         ),
         NativeError::JobEnded { job, end } => job_ended(py, msg, &job, &end),
@@ -76,8 +86,18 @@ fn job_ended(py: Python<'_>, msg: String, job: &str, end: &JobEnd) -> PyErr {
         RdzvJobEndedError::new_err(msg),
         &[
             ("job", job.into_pyobject(py).unwrap().into_any().unbind()),
-            ("how", end.label().into_pyobject(py).unwrap().into_any().unbind()),
-            ("end", end.to_string().into_pyobject(py).unwrap().into_any().unbind()),
+            (
+                "how",
+                end.label().into_pyobject(py).unwrap().into_any().unbind(),
+            ),
+            (
+                "end",
+                end.to_string()
+                    .into_pyobject(py)
+                    .unwrap()
+                    .into_any()
+                    .unbind(),
+            ),
         ],
     )
 }
@@ -523,11 +543,7 @@ impl NativeClient {
 
     /// Operator: the status of one job or of every job, as dicts (needs the token).
     #[pyo3(signature = (job=None))]
-    fn status<'py>(
-        &self,
-        py: Python<'py>,
-        job: Option<String>,
-    ) -> PyResult<Bound<'py, PyList>> {
+    fn status<'py>(&self, py: Python<'py>, job: Option<String>) -> PyResult<Bound<'py, PyList>> {
         let jobs = self.call(py, move |c| c.status(job.as_deref()))?;
         let out = PyList::empty(py);
         for j in &jobs {
