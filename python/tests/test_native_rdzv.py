@@ -4,7 +4,9 @@ and `dtcomm.elastic.run` surviving a SIGKILLed member with its state restored.""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import sys
 import uuid
 from pathlib import Path
@@ -273,3 +275,38 @@ def test_torchrun_two_agents_one_sigkilled(
     assert re.search(r"STEP 20 rank 0 world 1 group 0", out) and "FINISHED alone" in out, out
     st = native_server.cli("status", job)
     assert st.returncode == 0, st.stderr
+
+
+def test_dtrun_native_two_nodes_one_sigkilled(
+    native_server: NativeServer, procs: Procs, tmp_path: Path
+) -> None:
+    """dtrun --rdzv-backend native: one member per node; a SIGKILLed dtrun (and its worker)
+    ends the round, the surviving dtrun restarts its worker into the next round, alone."""
+    script = _script(tmp_path, "dt_worker.py", TORCHRUN_WORKER)
+    job = _job()
+    env = base_env({**native_server.client_env(job, DTCOMM_RDZV_LAST_CALL="10"),
+                    "DTCOMM_TIMEOUT": "60", "PYTHONFAULTHANDLER": "1"})
+    del env["DTCOMM_RDZV_ENDPOINT"]
+    cmd = [sys.executable, "-m", "dtcomm", "--rdzv-backend", "native", "--rdzv-endpoint",
+           native_server.native, "--nnodes", "1:2", "--nproc-per-node", "1",
+           "--max-restarts", "1", script]
+    for n in ("A", "B"):
+        procs.start(n, cmd, env)
+
+    def group_in_two(n: str) -> int | None:
+        m = re.findall(r"STEP (\d+) rank \d world 2 group (\d)", procs.out(n))
+        return int(m[-1][1]) if m and int(m[-1][0]) >= 5 else None
+
+    procs.wait_for("both nodes' workers training in a world of 2",
+                   lambda: all(group_in_two(n) is not None for n in ("A", "B")), 120)
+    survivor, victim = ("A", "B") if group_in_two("A") == 0 else ("B", "A")
+    procs.kill_group(victim)
+    for pid_line in re.findall(r"^\[dtrun\] worker pid (\d+)", procs.out(victim), re.M):
+        try:
+            os.kill(int(pid_line), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert procs.wait_exit(survivor, 120) == 0, procs.dump()
+    out = procs.out(survivor)
+    assert re.search(r"STEP 20 rank 0 world 1 group 0", out) and "FINISHED alone" in out, out
+    assert re.search(r"native rendezvous .* round \d+ \(member .* lost", out), out

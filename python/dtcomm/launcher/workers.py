@@ -100,6 +100,7 @@ def run(spec: Spec, rdzv: Rendezvous, interrupt: Callable[[], str | None] | None
             start_new_session=True,
         )
         rank = int(env["RANK"])
+        print(f"[dtrun] worker pid {p.pid} rank {rank}", file=sys.stderr, flush=True)
         procs.append(p)
         ranks.append(rank)
         for src, dst in ((p.stdout, sys.stdout), (p.stderr, sys.stderr)):
