@@ -1,8 +1,9 @@
-//! The native rendezvous client for Python: `NativeClient` over dt-rdzv's blocking client (QUIC
-//! + TLS on a private one-thread runtime, heartbeats in the background), the GIL released in
-//! every call that waits. `Welcome`, `Peer` and `RdzvEvent` are read-only values; failures are
-//! typed exceptions (`RdzvRefusedError` with the server's code, `RdzvJobEndedError` with how the
-//! job ended, `RdzvTimeoutError`, `RdzvLostError`, `RdzvConnectError`).
+//! The native rendezvous client for Python: `NativeClient` over dt-rdzv's blocking client
+//! (QUIC and TLS on a private one-thread runtime, heartbeats in the background), the GIL
+//! released in every call that waits. `Welcome`, `Peer` and `RdzvEvent` are read-only values;
+//! failures are typed exceptions (`RdzvRefusedError` with the server's code,
+//! `RdzvJobEndedError` with how the job ended, `RdzvTimeoutError`, `RdzvLostError`,
+//! `RdzvConnectError`).
 
 use std::path::PathBuf;
 use std::sync::Mutex;
