@@ -5,6 +5,11 @@ environment: dtrun, torchrun, Horovod / Open MPI / PMI, OCI); every collective t
 arrays or CPU torch tensors in place, zero copy, with the GIL released, synchronously or with
 ``async_op=True``. ``torch.distributed.init_process_group("dtcomm")`` uses the same engine as a
 torch backend (see ``dtcomm.torch_backend``), and ``dtrun`` launches jobs.
+
+With ``DTCOMM_RDZV_ENDPOINT`` on ``dt-rdzv serve``'s native port, ``init()`` joins the job over
+the native protocol (``dtcomm._native``), ``dtcomm.elastic.run`` survives members coming and
+going, and ``torchrun --rdzv-backend=dtcomm`` uses the same protocol
+(``dtcomm.torchrun_handler``).
 """
 
 from __future__ import annotations
@@ -36,15 +41,25 @@ from ._dtcomm import (
     Communicator,
     DtcommError,
     MismatchError,
+    NativeClient,
     PeerLostError,
+    RdzvConnectError,
+    RdzvError,
+    RdzvEvent,
+    RdzvJobEndedError,
+    RdzvLostError,
+    RdzvRefusedError,
     RdzvServer,
+    RdzvTimeoutError,
     SetupError,
     ShutdownError,
     StoreClient,
+    Welcome,
     __version__,
 )
 from ._ops import AVG, MAX, MIN, PROD, SUM, ReduceOp
 from ._work import Work
+from . import elastic  # noqa: E402  (dtcomm.elastic.run, ObjectState, TorchState)
 
 __all__ = [
     "AVG",
@@ -57,12 +72,21 @@ __all__ = [
     "ConfigError",
     "DtcommError",
     "MismatchError",
+    "NativeClient",
     "PeerLostError",
+    "RdzvConnectError",
+    "RdzvError",
+    "RdzvEvent",
+    "RdzvJobEndedError",
+    "RdzvLostError",
+    "RdzvRefusedError",
     "RdzvServer",
+    "RdzvTimeoutError",
     "ReduceOp",
     "SetupError",
     "ShutdownError",
     "StoreClient",
+    "Welcome",
     "Work",
     "__version__",
     "all_gather",
@@ -71,6 +95,7 @@ __all__ = [
     "barrier",
     "broadcast",
     "communicator",
+    "elastic",
     "gather",
     "init",
     "is_initialized",

@@ -3,11 +3,13 @@ arrays and CPU torch tensors (sync, or ``async_op=True`` for a :class:`Work`).""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
+import time
 from typing import Any
 
-from . import _config, _dtcomm
+from . import _config, _dtcomm, _native
 from ._arrays import empty, plain, shape
 from ._ops import ReduceOp
 from ._work import Work
@@ -23,10 +25,16 @@ class _Group:
         comm: _dtcomm.Communicator,
         cfg: _config.Resolved,
         server: _dtcomm.RdzvServer | None,
+        member: _native.Member | None = None,
+        opts: dict[str, Any] | None = None,
     ) -> None:
         self.comm = comm
         self.cfg = cfg
         self.server = server
+        #: The native rendezvous membership (``DTCOMM_RDZV_ENDPOINT`` on the native port).
+        self.member = member
+        #: Communicator options, to rebuild it for a new round.
+        self.opts = opts or {}
 
 
 _group: _Group | None = None
@@ -77,6 +85,9 @@ def init(
         timeout=timeout,
         host_store=host_store,
     )
+    if cfg.native.value:
+        _group = _init_native(cfg, algo=algo, socket_ifname=socket_ifname, verbose=verbose)
+        return
     server: _dtcomm.RdzvServer | None = None
     endpoint = cfg.endpoint.value
     if endpoint is None:
@@ -116,9 +127,111 @@ def init(
         _say(f"dtcomm: {cfg.log_line()} generation={gen}; engine: {comm.config()}; {comm.transport()}")
 
 
+def _round_cfg(cfg: _config.Resolved, w: _dtcomm.Welcome) -> _config.Resolved:
+    src = f"native rendezvous, round {w.round}"
+    return dataclasses.replace(
+        cfg,
+        rank=_config.Value(w.rank, src),
+        world_size=_config.Value(w.world, src),
+        local_rank=_config.Value(w.local_rank, src),
+        local_size=_config.Value(w.local_world, src),
+    )
+
+
+def _connect_round(
+    member: _native.Member, opts: dict[str, Any], ask_after: float | None = None
+) -> _dtcomm.Communicator:
+    """Builds the communicator of ``member``'s next round, taking later rounds when one ends
+    while it is being built. Every step is bounded (join timeout, communicator timeout)."""
+    while True:
+        w = member.next_welcome(ask_after=ask_after)
+        timeout = opts.get("timeout")
+        try:
+            prefix = member.fence(timeout if timeout is not None else 300.0)
+            return _dtcomm.Communicator.connect(
+                member.settings.store.value, w.rank, w.world, prefix=prefix, **opts
+            )
+        except _native.RoundChanged:
+            continue
+        except _dtcomm.RdzvError:
+            raise
+        except _dtcomm.DtcommError:
+            if member.poll() or _wait_round_end(member):
+                continue  # a member went away while we connected: take the next round
+            raise
+
+
+def _wait_round_end(member: _native.Member) -> bool:
+    """After a failure: whether the server ends the round within twice its heartbeat timeout
+    (the failure was a member going away)."""
+    hb = member.welcome.heartbeat_timeout if member.welcome is not None else 2.0
+    deadline = time.monotonic() + 2 * hb + 1.0
+    while time.monotonic() < deadline:
+        if member.poll():
+            return True
+        time.sleep(0.05)
+    return member.poll()
+
+
+def _init_native(
+    cfg: _config.Resolved, *, algo: str | None, socket_ifname: str | None, verbose: bool
+) -> _Group:
+    s = _native.settings(
+        endpoint=cfg.endpoint.value,
+        job=cfg.run_id.value if cfg.run_id.source == "explicit" else None,
+    )
+    member = _native.Member.join(s)
+    opts: dict[str, Any] = dict(timeout=cfg.timeout.value, algo=algo, socket_ifname=socket_ifname)
+    try:
+        comm = _connect_round(member, opts)
+    except BaseException:
+        member.leave()
+        raise
+    assert member.welcome is not None
+    g = _Group(comm, _round_cfg(cfg, member.welcome), None, member, opts)
+    if verbose:
+        w = member.welcome
+        _say(f"dtcomm: {g.cfg.log_line()} round={w.round} ({w.cause}); {s.log_line()}; "
+             f"engine: {comm.config()}; {comm.transport()}")
+    return g
+
+
+def _renew(reason: str) -> _dtcomm.Welcome:
+    """Elastic: drops the communicator and builds the next round's (a member was lost, left or
+    joined). Survivors keep their ranks (the server's rule); returns the new welcome."""
+    g = _g("elastic reset")
+    if g.member is None:
+        raise _dtcomm.SetupError(
+            f"rank {g.comm.rank}: elastic reset ({reason}) needs the native rendezvous "
+            "(DTCOMM_RDZV_ENDPOINT on dt-rdzv's native port)"
+        )
+    member = g.member
+    old = member.welcome
+    g.comm.shutdown()
+    # If the server has not ended the round, wait for it to notice a loss; past twice its
+    # heartbeat timeout, ask for a new round (the group failed without a membership change).
+    hb = old.heartbeat_timeout if old is not None else 2.0
+    comm = _connect_round(member, g.opts, ask_after=2 * hb + 1.0)
+    assert member.welcome is not None
+    g.comm = comm
+    g.cfg = _round_cfg(g.cfg, member.welcome)
+    w = member.welcome
+    _say(f"dtcomm: {member.who}: new round {w.round} ({w.cause}), rank {w.rank} of {w.world} "
+         f"(was {'-' if old is None else f'{old.rank} of {old.world} in round {old.round}'}); "
+         f"reason: {reason}")
+    return w
+
+
+def _round_changed() -> bool:
+    """Elastic: whether the server ended this member's round (polls pushed messages)."""
+    g = _group
+    return g is not None and g.member is not None and g.member.poll()
+
+
 def shutdown() -> None:
     """Leaves the group: finishes queued calls, says goodbye to the peers, closes sockets (and
-    the store this rank hosted). Later collectives raise ``ShutdownError``. Idempotent."""
+    the store this rank hosted). Later collectives raise ``ShutdownError``. Idempotent. A
+    member of a native job leaves it (the others, if any, get a new round)."""
     global _group
     g, _group = _group, None
     if g is None:
@@ -126,6 +239,8 @@ def shutdown() -> None:
     g.comm.shutdown()
     if g.server is not None:
         g.server.stop()
+    if g.member is not None:
+        g.member.leave()
 
 
 def is_initialized() -> bool:
@@ -162,7 +277,7 @@ def size() -> int:
 
 
 def local_rank() -> int:
-    """Rank within this node (from the launcher)."""
+    """Rank within this node (from the launcher, or the native rendezvous's round)."""
     return _g("local_rank").cfg.local_rank.value
 
 

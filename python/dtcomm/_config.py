@@ -5,6 +5,11 @@ arguments, then ``DTCOMM_*``, then torchrun (``RANK``, ``WORLD_SIZE``, ``LOCAL_R
 ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT``, ``TORCHELASTIC_RUN_ID``), then Horovod,
 Open MPI and PMI (``HOROVOD_RANK``, ``OMPI_COMM_WORLD_RANK``, ``PMI_RANK`` and their sizes),
 then OCI Data Science (``OCI__MODE``, ``OCI__WORKER_COUNT``, ``OCI__TIMEOUT``), else rank 0 of 1.
+
+With ``DTCOMM_RDZV_ENDPOINT`` on dt-rdzv's native port (``dtcomm._native``), the native
+rendezvous assigns rank, world size and local rank, unless a launcher already did (a rank pair
+from explicit arguments, ``DTCOMM_RANK``, torchrun, Horovod or MPI): then that launcher's
+rendezvous (``MASTER_ADDR``/``MASTER_PORT``) is used and the native endpoint is not joined.
 A pair set by half (a rank without its size, an address without its port) is an error naming
 both variables. The engine's own settings (``DTCOMM_TIMEOUT``, ``DTCOMM_ALGO``, ...) resolve in
 Rust; this module only resolves what launchers set.
@@ -65,6 +70,8 @@ class Resolved:
     run_id: Value[str]
     timeout: Value[float | None]
     host_store: Value[bool]
+    #: Whether ranks come from the native rendezvous (``endpoint`` is then its native port).
+    native: Value[bool] = Value(False, "default")
 
     def log_line(self) -> str:
         parts = [
@@ -78,6 +85,9 @@ class Resolved:
             self.timeout.show("timeout"),
             self.host_store.show("host_store"),
         ]
+        if self.native.value:
+            parts = [p for p in parts if not p.startswith("host_store")]
+            parts.append(self.native.show("native"))
         return " ".join(parts)
 
 
@@ -196,9 +206,27 @@ def resolve(
     else:
         lr, ls = Value(0, "default (unknown)"), Value(1, "default (unknown)")
 
-    # rendezvous
-    if rdzv_endpoint is not None:
-        ep: Value[str | None] = Value(rdzv_endpoint, "explicit")
+    # rendezvous: the native port assigns ranks unless a launcher did
+    from . import _native
+
+    raw = rdzv_endpoint if rdzv_endpoint is not None else _set(env, "DTCOMM_RDZV_ENDPOINT")
+    nat = _native.is_native(env, raw) if raw is not None else Value(False, "default")
+    launcher_rank = r.source not in ("default", "OCI__MODE=MAIN", "OCI__MODE=WORKER")
+    if nat.value and launcher_rank:
+        nat = Value(False, f"rank from {r.source}: that launcher's rendezvous is used")
+        raw = None
+        rdzv_endpoint = None
+        env = {k: v for k, v in env.items() if k != "DTCOMM_RDZV_ENDPOINT"}
+    if nat.value:
+        assert raw is not None
+        host, port = _native.split_host_port(raw, _native.NATIVE_PORT)
+        src = "explicit" if rdzv_endpoint is not None else "DTCOMM_RDZV_ENDPOINT"
+        why = f"native rendezvous ({nat.source})"
+        r, w = Value(None, why), Value(0, why)
+        lr, ls = Value(0, why), Value(1, why)
+        ep: Value[str | None] = Value(_native.join_host_port(host, port), src)
+    elif rdzv_endpoint is not None:
+        ep = Value(rdzv_endpoint, "explicit")
     else:
         ep = _endpoint(env)
         if ep.value is None and oci_mode == "MAIN":
@@ -212,11 +240,14 @@ def resolve(
     # who hosts the store: torch's env:// rule (rank 0 hosts MASTER_ADDR:MASTER_PORT unless the
     # launcher's agent does), or OCI's MAIN
     hs: Value[bool]
-    if host_store is not None:
+    if nat.value:
+        hs = Value(False, "native rendezvous")
+    elif host_store is not None:
         hs = Value(host_store, "explicit")
     elif _set(env, "DTCOMM_RDZV_HOST") is not None:
         hs = Value(_truthy(env.get("DTCOMM_RDZV_HOST")), "DTCOMM_RDZV_HOST")
-    elif ep.source == "MASTER_ADDR, MASTER_PORT" and r.value == 0 and w.value > 1:
+    elif ep.source == "MASTER_ADDR, MASTER_PORT" and r.value == 0:
+        # (a world of one too: torchrun points it at a store nobody else hosts)
         agent = _truthy(env.get("TORCHELASTIC_USE_AGENT_STORE"))
         hs = Value(not agent, "TORCHELASTIC_USE_AGENT_STORE" if agent else "rank 0 of env://")
     elif oci_mode == "MAIN" and rdzv_endpoint is None:
@@ -240,4 +271,4 @@ def resolve(
         to = Value(float(_int("OCI__TIMEOUT", t, 1)), "OCI__TIMEOUT")
     else:
         to = Value(None, "engine default")
-    return Resolved(r, w, lr, ls, ep, rid, to, hs)
+    return Resolved(r, w, lr, ls, ep, rid, to, hs, nat)

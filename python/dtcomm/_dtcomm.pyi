@@ -11,6 +11,20 @@ class PeerLostError(DtcommError): ...
 class MismatchError(DtcommError): ...
 class SetupError(DtcommError): ...
 class ShutdownError(DtcommError): ...
+class RdzvError(DtcommError): ...
+class RdzvConnectError(RdzvError): ...
+
+class RdzvRefusedError(RdzvError):
+    code: str
+    server_message: str
+
+class RdzvJobEndedError(RdzvError):
+    job: str
+    how: str
+    end: str
+
+class RdzvTimeoutError(RdzvError): ...
+class RdzvLostError(RdzvError): ...
 
 Callback = Callable[[BaseException | None], object]
 
@@ -149,5 +163,93 @@ class StoreClient:
     def wait(self, keys: list[str], timeout: float | None = None) -> None: ...
     def check(self, keys: list[str]) -> bool: ...
     def delete_key(self, key: str) -> bool: ...
+
+@final
+class Peer:
+    rank: int
+    member: str
+    node: str
+    addrs: list[str]
+    observed_ip: str
+
+@final
+class Welcome:
+    job: str
+    round: int
+    cause: str
+    rank: int
+    world: int
+    local_rank: int
+    local_world: int
+    node_rank: int
+    nodes: int
+    peers: list[Peer]
+    all_peers: bool
+    restarts: int
+    heartbeat_timeout: float
+    config: list[tuple[str, bytes]]
+    def config_dict(self) -> dict[str, bytes]: ...
+
+@final
+class RdzvEvent:
+    kind: str
+    job: str | None
+    round: int | None
+    why: str | None
+    how: str | None
+    waiting: int | None
+    key: str | None
+    value: bytes | None
+    welcome: Welcome | None
+
+@final
+class NativeClient:
+    def __init__(
+        self,
+        endpoint: str,
+        token: str = "",
+        *,
+        fingerprint: str | None = None,
+        cacert: str | None = None,
+        server_name: str = "localhost",
+        timeout: float = 30.0,
+    ) -> None: ...
+    @property
+    def endpoint(self) -> str: ...
+    @property
+    def closed(self) -> bool: ...
+    def join(
+        self,
+        job: str,
+        member: str,
+        node: str,
+        *,
+        addrs: list[str] = ...,
+        main: bool = False,
+        min_members: int = 1,
+        max_members: int = 1024,
+        max_spares: int = 1024,
+        last_call: float = 3.0,
+        join_timeout: float = 600.0,
+        max_rounds: int = 0,
+        max_restarts: int | None = None,
+        late_join: str = "immediate",
+        ephemeral: bool = False,
+        ttl: float | None = None,
+        full_peer_table_max: int = 64,
+    ) -> tuple[int, bool]: ...
+    def wait_welcome(self, timeout: float) -> Welcome: ...
+    def next_message(self, timeout: float) -> RdzvEvent | None: ...
+    def try_message(self) -> RdzvEvent | None: ...
+    def current(self) -> Welcome | None: ...
+    def config(self) -> dict[str, bytes]: ...
+    def publish(self, key: str, value: bytes) -> None: ...
+    def next_round(self) -> None: ...
+    def lookup(self, ranks: list[int]) -> list[Peer]: ...
+    def status(self, job: str | None = None) -> list[dict[str, Any]]: ...
+    def stop(self, job: str, reason: str = "stopped from Python") -> None: ...
+    def leave(self) -> None: ...
+    def finish(self) -> None: ...
+    def close(self) -> None: ...
 
 def init_logging() -> None: ...

@@ -45,6 +45,43 @@ pyo3::create_exception!(
     "The communicator was shut down; call dtcomm.init() again."
 );
 
+pyo3::create_exception!(
+    _dtcomm,
+    RdzvError,
+    DtcommError,
+    "The native rendezvous (dt-rdzv serve's QUIC port) failed; the message names job and member."
+);
+pyo3::create_exception!(
+    _dtcomm,
+    RdzvConnectError,
+    RdzvError,
+    "The native rendezvous server could not be reached, or its certificate is not the trusted one."
+);
+pyo3::create_exception!(
+    _dtcomm,
+    RdzvRefusedError,
+    RdzvError,
+    "The server refused a request: `code` (e.g. 'bad_token') and `server_message` say why."
+);
+pyo3::create_exception!(
+    _dtcomm,
+    RdzvJobEndedError,
+    RdzvError,
+    "The job ended: `job`, `how` ('finished', 'stopped', 'join_timeout', ...) and `end` (in words)."
+);
+pyo3::create_exception!(
+    _dtcomm,
+    RdzvTimeoutError,
+    RdzvError,
+    "Nothing came from the rendezvous server in time (e.g. the round did not complete)."
+);
+pyo3::create_exception!(
+    _dtcomm,
+    RdzvLostError,
+    RdzvError,
+    "The connection to the rendezvous server was lost or closed."
+);
+
 /// The Python exception for an engine error.
 pub(crate) fn to_py(e: CommError) -> PyErr {
     let msg = e.to_string();
@@ -67,5 +104,11 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MismatchError", py.get_type::<MismatchError>())?;
     m.add("SetupError", py.get_type::<SetupError>())?;
     m.add("ShutdownError", py.get_type::<ShutdownError>())?;
+    m.add("RdzvError", py.get_type::<RdzvError>())?;
+    m.add("RdzvConnectError", py.get_type::<RdzvConnectError>())?;
+    m.add("RdzvRefusedError", py.get_type::<RdzvRefusedError>())?;
+    m.add("RdzvJobEndedError", py.get_type::<RdzvJobEndedError>())?;
+    m.add("RdzvTimeoutError", py.get_type::<RdzvTimeoutError>())?;
+    m.add("RdzvLostError", py.get_type::<RdzvLostError>())?;
     Ok(())
 }

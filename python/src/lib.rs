@@ -8,6 +8,7 @@
 //! * `exec.rs`: ordering of synchronous and asynchronous calls, the worker thread, `Work`;
 //! * `buffer.rs`: zero-copy views (buffer protocol), `dlpack.rs`: torch tensors (DLPack);
 //! * `pystore.rs`: a Rust `Store` over torch's c10d store objects;
+//! * `native.rs`: the native rendezvous client (`NativeClient`, `Welcome`, `RdzvEvent`);
 //! * `rdzv.rs`: the in-process `dt-rdzv` server and a store client (for `dtrun`);
 //! * `errors.rs`: the exception types and the mapping from the engine's errors.
 
@@ -16,6 +17,7 @@ mod comm;
 mod dlpack;
 mod errors;
 mod exec;
+mod native;
 mod pystore;
 mod rdzv;
 
@@ -39,6 +41,10 @@ fn _dtcomm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<exec::Work>()?;
     m.add_class::<rdzv::RdzvServer>()?;
     m.add_class::<rdzv::StoreClient>()?;
+    m.add_class::<native::NativeClient>()?;
+    m.add_class::<native::PyWelcome>()?;
+    m.add_class::<native::PyPeer>()?;
+    m.add_class::<native::RdzvEvent>()?;
     m.add_function(wrap_pyfunction!(init_logging, m)?)?;
     errors::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -7,6 +7,7 @@ import os
 import sys
 import uuid
 
+from .. import _dtcomm, _native
 from . import rendezvous, workers
 
 
@@ -22,8 +23,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--nproc-per-node", "--nproc_per_node", type=int,
                    default=int(os.environ.get("DTRUN_NPROC_PER_NODE", "1")),
                    help="workers on this node (default 1; env DTRUN_NPROC_PER_NODE)")
-    p.add_argument("--nnodes", type=int, default=int(os.environ.get("DTRUN_NNODES", "1")),
-                   help="nodes in the job (default 1; env DTRUN_NNODES)")
+    p.add_argument("--nnodes", default=os.environ.get("DTRUN_NNODES"),
+                   help="nodes in the job: N, or MIN:MAX with the native rendezvous (default 1, "
+                        "or the OCI variables with the native rendezvous; env DTRUN_NNODES)")
+    p.add_argument("--rdzv-backend", "--rdzv_backend", choices=("auto", "store", "native"),
+                   default=os.environ.get("DTRUN_RDZV_BACKEND", "auto"),
+                   help="'native': join dt-rdzv's native port as one member per node (rounds, "
+                        "liveness, restarts into new rounds); 'store': its TCPStore port; 'auto' "
+                        "(default): native when the endpoint's port is 29401 or "
+                        "DTCOMM_RDZV_FINGERPRINT / DTCOMM_RDZV_CACERT is set")
+    p.add_argument("--max-restarts", "--max_restarts", type=int, default=0,
+                   help="native rendezvous: worker-group failures this node restarts from "
+                        "(round changes from lost or new nodes do not count; default 0)")
     p.add_argument("--rdzv-endpoint", "--rdzv_endpoint",
                    default=os.environ.get("DTRUN_RDZV_ENDPOINT"),
                    help="host:port of a running dt-rdzv serve (several nodes); env DTRUN_RDZV_ENDPOINT")
@@ -34,8 +45,9 @@ def parser() -> argparse.ArgumentParser:
                    help="host the dt-rdzv server at --rdzv-endpoint's port on this node")
     p.add_argument("--node-rank", "--node_rank", type=int, default=None,
                    help="this node's rank (default: order of arrival)")
-    p.add_argument("--rdzv-timeout", type=float, default=600.0,
-                   help="seconds to wait for the other nodes (default 600)")
+    p.add_argument("--rdzv-timeout", type=float, default=None,
+                   help="seconds to wait for the other nodes (default 600, or OCI__TIMEOUT with "
+                        "the native rendezvous)")
     p.add_argument("-m", "--module", action="store_true",
                    help="run the target as a module, like python -m")
     p.add_argument("--no-python", action="store_true",
@@ -45,20 +57,89 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _command(a: argparse.Namespace) -> list[str]:
+    if a.no_python:
+        return [a.target, *a.args]
+    if a.module:
+        return [sys.executable, "-u", "-m", a.target, *a.args]
+    return [sys.executable, "-u", a.target, *a.args]
+
+
+def _native_main(a: argparse.Namespace, cmd: list[str]) -> int:
+    """One member of a native job per node; the workers restart into every new round."""
+    settings = rendezvous.native_settings(a.rdzv_endpoint, a.rdzv_id, a.nnodes, a.rdzv_timeout)
+    print(f"[dtrun] {settings.log_line()}", file=sys.stderr, flush=True)
+    try:
+        member = _native.Member.join(settings)
+    except _dtcomm.RdzvError as e:
+        raise SystemExit(f"dtrun: {e}") from None
+    restarts = 0
+    ask: float | None = None
+    code = 1
+    try:
+        while True:
+            try:
+                rdzv = rendezvous.native_round(member, ask)
+            except _dtcomm.RdzvError as e:
+                print(f"[dtrun] {e}", file=sys.stderr, flush=True)
+                return code if isinstance(e, _dtcomm.RdzvJobEndedError) and code else 1
+            w = member.welcome
+            assert w is not None
+            spec = workers.Spec(cmd, a.nproc_per_node, w.world, rdzv.namespace, restarts,
+                                a.max_restarts)
+
+            def changed() -> str | None:
+                try:
+                    return member.ended if member.poll() else None
+                except _dtcomm.RdzvJobEndedError as e:
+                    return str(e)
+
+            try:
+                code = workers.run(spec, rdzv, interrupt=changed)
+            except workers.Interrupted as e:
+                print(f"[dtrun] {member.who}: {e}; restarting the workers in the next round",
+                      file=sys.stderr, flush=True)
+                if member.job_end is not None:
+                    return 1
+                ask = None
+                continue
+            if code == 0:
+                return 0
+            if member.job_end is not None or restarts >= a.max_restarts:
+                return code
+            restarts += 1
+            hb = w.heartbeat_timeout
+            ask = 2 * hb + 1.0
+            print(f"[dtrun] {member.who}: workers failed (exit {code}); restart {restarts} of "
+                  f"{a.max_restarts} in the next round", file=sys.stderr, flush=True)
+    finally:
+        member.leave()
+
+
 def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
+    if a.rdzv_backend == "native" or (
+        a.rdzv_backend == "auto" and a.rdzv_endpoint is not None
+        and _native.is_native(os.environ, a.rdzv_endpoint).value
+    ):
+        if a.rdzv_endpoint is None:
+            raise SystemExit("dtrun: --rdzv-backend native needs --rdzv-endpoint HOST:29401")
+        if a.nproc_per_node < 1:
+            raise SystemExit("dtrun: --nproc-per-node must be at least 1")
+        return _native_main(a, _command(a))
+    try:
+        a.nnodes = int(a.nnodes) if a.nnodes is not None else 1
+    except ValueError:
+        raise SystemExit(f"dtrun: --nnodes {a.nnodes!r}: MIN:MAX needs the native rendezvous "
+                         "(--rdzv-backend native)") from None
     if a.nproc_per_node < 1 or a.nnodes < 1:
         raise SystemExit("dtrun: --nproc-per-node and --nnodes must be at least 1")
     if a.node_rank is not None and not 0 <= a.node_rank < a.nnodes:
         raise SystemExit(f"dtrun: --node-rank {a.node_rank} is not in 0..{a.nnodes - 1}")
     run_id = a.rdzv_id or ("dtrun" if a.nnodes > 1 else uuid.uuid4().hex[:12])
-    if a.no_python:
-        cmd = [a.target, *a.args]
-    elif a.module:
-        cmd = [sys.executable, "-u", "-m", a.target, *a.args]
-    else:
-        cmd = [sys.executable, "-u", a.target, *a.args]
-    rdzv = rendezvous.setup(a.nnodes, a.rdzv_endpoint, run_id, a.node_rank, a.rdzv_host, a.rdzv_timeout)
+    cmd = _command(a)
+    timeout = a.rdzv_timeout if a.rdzv_timeout is not None else 600.0
+    rdzv = rendezvous.setup(a.nnodes, a.rdzv_endpoint, run_id, a.node_rank, a.rdzv_host, timeout)
     try:
         return workers.run(workers.Spec(cmd, a.nproc_per_node, a.nnodes, run_id), rdzv)
     finally:

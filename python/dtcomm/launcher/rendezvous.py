@@ -1,6 +1,11 @@
 """The node-level rendezvous of ``dtrun``: which node this is, and where the workers meet.
 
 Single node: an embedded ``dt-rdzv`` server in this process (loopback, ephemeral port).
+Native (``--rdzv-backend native``, or an endpoint on port 29401 or with
+``DTCOMM_RDZV_FINGERPRINT``): each ``dtrun`` is a member of a job on ``dt-rdzv serve``'s native
+port; the server forms rounds of nodes (``--nnodes MIN:MAX``), and a lost or new node starts a
+new round, into which every ``dtrun`` restarts its workers (``native_round``).
+
 Several nodes: every ``dtrun`` connects to a running ``dt-rdzv serve`` (``--rdzv-endpoint``)
 and takes a node rank from a counter under the run id. The counter also numbers *generations*:
 the n-th group of N nodes to join a run id is generation n, and every key of that job lives
@@ -12,7 +17,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from .. import _dtcomm
+from .. import _dtcomm, _native
 
 
 @dataclass
@@ -108,3 +113,43 @@ def setup(
         flush=True,
     )
     return Rendezvous(endpoint, host, port, me, ns, server, store)
+
+
+def native_settings(
+    endpoint: str, run_id: str | None, nnodes: str | None, timeout: float | None
+) -> _native.Settings:
+    """The native job of this node's ``dtrun``: one member per node (``--nnodes N`` or
+    ``MIN:MAX``, else ``DTCOMM_RDZV_MEMBERS`` or the OCI variables), the rest as
+    ``dtcomm._native`` resolves it (``DTCOMM_RDZV_TOKEN``, ``DTCOMM_RDZV_FINGERPRINT``, ...)."""
+    members = _native.parse_members(nnodes, "--nnodes") if nnodes is not None else None
+    try:
+        return _native.settings(endpoint=endpoint, job=run_id, members=members,
+                                join_timeout=timeout)
+    except _native.ConfigError as e:
+        raise SystemExit(f"dtrun: {e}") from None
+
+
+def native_round(member: _native.Member, ask_after: float | None) -> Rendezvous:
+    """The next round of the native job, as a :class:`Rendezvous` for the workers: node rank
+    and node count from the server's welcome, the workers' store on the server's TCPStore port
+    under the round's own prefix."""
+    while True:
+        w = member.next_welcome(ask_after=ask_after)
+        try:
+            prefix = member.fence(member.settings.join_timeout.value)
+        except _native.RoundChanged:
+            continue
+        break
+    s = member.settings
+    host, port = _native.split_host_port(s.store.value, _native.STORE_PORT)
+    try:
+        store = _dtcomm.StoreClient(s.store.value, 60.0)
+    except _dtcomm.DtcommError as e:
+        raise SystemExit(f"dtrun: {member.who}: cannot reach the store at {s.store.value}: {e}") from None
+    print(
+        f"[dtrun] native rendezvous {s.endpoint.value}: job {w.job!r} round {w.round} "
+        f"({w.cause}), node {w.rank} of {w.world}; store {s.store.value} prefix {prefix}",
+        file=sys.stderr,
+        flush=True,
+    )
+    return Rendezvous(s.store.value, host, port, w.rank, prefix, None, store)

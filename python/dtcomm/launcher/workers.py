@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO
 
@@ -25,6 +26,13 @@ class Spec:
     nproc: int
     nnodes: int
     run_id: str
+    #: Restarts of this node's workers so far (TORCHELASTIC_RESTART_COUNT).
+    restart: int = 0
+    max_restarts: int = 0
+
+
+class Interrupted(Exception):
+    """The workers were stopped because ``interrupt`` said so (a new rendezvous round)."""
 
 
 def worker_env(spec: Spec, rdzv: Rendezvous, local_rank: int) -> dict[str, str]:
@@ -45,8 +53,8 @@ def worker_env(spec: Spec, rdzv: Rendezvous, local_rank: int) -> dict[str, str]:
         MASTER_ADDR=rdzv.host,
         MASTER_PORT=str(rdzv.port),
         TORCHELASTIC_RUN_ID=spec.run_id,
-        TORCHELASTIC_RESTART_COUNT="0",
-        TORCHELASTIC_MAX_RESTARTS="0",
+        TORCHELASTIC_RESTART_COUNT=str(spec.restart),
+        TORCHELASTIC_MAX_RESTARTS=str(spec.max_restarts),
         # env:// then connects every rank as a client of the rendezvous server (nobody binds).
         TORCHELASTIC_USE_AGENT_STORE="True",
         DTCOMM_RDZV_ENDPOINT=rdzv.endpoint,
@@ -77,8 +85,10 @@ def _signal_all(procs: list[subprocess.Popen[bytes]], sig: int) -> None:
                 pass
 
 
-def run(spec: Spec, rdzv: Rendezvous) -> int:
-    """Runs the node's workers; returns dtrun's exit code (the first failed worker's)."""
+def run(spec: Spec, rdzv: Rendezvous, interrupt: Callable[[], str | None] | None = None) -> int:
+    """Runs the node's workers; returns dtrun's exit code (the first failed worker's). With
+    ``interrupt``, polled twice a second: when it returns a reason, the workers are stopped
+    and :class:`Interrupted` is raised (unless one had failed first)."""
     lock = threading.Lock()
     procs: list[subprocess.Popen[bytes]] = []
     pumps: list[threading.Thread] = []
@@ -90,6 +100,7 @@ def run(spec: Spec, rdzv: Rendezvous) -> int:
             start_new_session=True,
         )
         rank = int(env["RANK"])
+        print(f"[dtrun] worker pid {p.pid} rank {rank}", file=sys.stderr, flush=True)
         procs.append(p)
         ranks.append(rank)
         for src, dst in ((p.stdout, sys.stdout), (p.stderr, sys.stderr)):
@@ -107,6 +118,7 @@ def run(spec: Spec, rdzv: Rendezvous) -> int:
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     code = 0
     failed: tuple[int, int] | None = None
+    interrupted: str | None = None
     last_check = 0.0
     try:
         while any(p.poll() is None for p in procs):
@@ -114,7 +126,12 @@ def run(spec: Spec, rdzv: Rendezvous) -> int:
                 rc = p.poll()
                 if rc is not None and rc != 0 and failed is None:
                     failed = (rank, rc)
-            if failed is None and spec.nnodes > 1 and time.monotonic() - last_check > 0.5:
+            if failed is None and interrupt is not None and time.monotonic() - last_check > 0.5:
+                last_check = time.monotonic()
+                interrupted = interrupt()
+                if interrupted is not None:
+                    break
+            elif failed is None and spec.nnodes > 1 and time.monotonic() - last_check > 0.5:
                 last_check = time.monotonic()
                 other = rdzv.failed_elsewhere()
                 if other is not None:
@@ -126,7 +143,7 @@ def run(spec: Spec, rdzv: Rendezvous) -> int:
             time.sleep(0.05)
         if failed is not None and failed[0] >= 0:
             rdzv.fail(*failed)
-        if failed is not None or stopping:
+        if failed is not None or stopping or interrupted is not None:
             _signal_all(procs, signal.SIGTERM)
             deadline = time.monotonic() + GRACE_S
             while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
@@ -136,6 +153,8 @@ def run(spec: Spec, rdzv: Rendezvous) -> int:
             p.wait()
         for t in pumps:
             t.join(timeout=2.0)
+        if interrupted is not None and failed is None:
+            raise Interrupted(interrupted)
         if failed is None:
             for rank, p in zip(ranks, procs):
                 if p.returncode != 0:

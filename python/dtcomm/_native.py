@@ -1,0 +1,440 @@
+"""The native rendezvous from Python: settings (with provenance) and one member's rounds.
+
+``dt-rdzv serve`` has two doors: the TCPStore port (29400) and the native QUIC port (29401).
+A member joins a *job* on the native port and the server pushes each completed *round*: rank,
+world, local rank, node rank and peers (a :class:`~dtcomm._dtcomm.Welcome`). Liveness is the
+server's (heartbeats), so a lost member ends the round for everyone at once.
+
+The communicator of a round is bootstrapped on the **TCPStore port of the same server**
+(``DTCOMM_RDZV_STORE``, default: the native endpoint's host, port 29400), under a key prefix
+that is unique to the round: ``dtcomm.native.<job>/<nonce>``, where ``nonce`` is a random id
+rank 0 draws for every round and publishes through the native protocol (configuration entry
+``dtcomm.round`` = ``"<round> <nonce>"``). Members wait for the entry of *their* round, so keys of
+an earlier round, or of an earlier job of the same name on a long-lived server, are never read.
+
+Environment (every value has a source in the start-up line):
+
+==============================  ===========================================================
+``DTCOMM_RDZV_ENDPOINT``        ``host[:port]`` of the native port (29401 if left out)
+``DTCOMM_RDZV_BACKEND``         ``native`` or ``store``; default: native when a trust variable
+                                is set or the port is 29401, else the TCPStore protocol
+``DTCOMM_RDZV_TOKEN``           the join token (or ``DTCOMM_RDZV_TOKEN_FILE``: its first line)
+``DTCOMM_RDZV_FINGERPRINT``     ``sha256:...`` the server printed (or ``DTCOMM_RDZV_CACERT``)
+``DTCOMM_RDZV_STORE``           ``host:port`` of the server's TCPStore port
+``DTCOMM_RDZV_MEMBERS``         ``N`` or ``MIN:MAX`` members (else ``OCI__WORKER_COUNT`` + 1)
+``DTCOMM_RDZV_LAST_CALL``       seconds to wait for more members once ``MIN`` are there (3)
+``DTCOMM_RDZV_JOIN_TIMEOUT``    seconds a round may take to form (else ``OCI__TIMEOUT``; 600)
+``DTCOMM_RDZV_EPHEMERAL``       the job ends when its main member leaves (else
+                                ``OCI__EPHEMERAL``)
+``DTCOMM_RDZV_MAX_RESTARTS``    rounds the job may start because a member was lost
+``DTCOMM_RDZV_MEMBER``          this member's id (default ``<node>:<pid>``)
+``DTCOMM_RDZV_NODE``            this member's node (default the host name)
+``DTCOMM_RUN_ID``               the job (else ``TORCHELASTIC_RUN_ID``, OCI ``JOB_OCID``;
+                                default ``dtcomm``)
+``OCI__MODE=MAIN``              join as the job's main member (rank 0, may publish)
+==============================  ===========================================================
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from . import _dtcomm
+from ._config import ConfigError, Value
+
+NATIVE_PORT = 29401
+STORE_PORT = 29400
+#: Configuration entry rank 0 publishes for every round: ``"<round> <nonce>"``.
+ROUND_KEY = "dtcomm.round"
+
+
+def _set(env: Mapping[str, str], var: str) -> str | None:
+    v = env.get(var)
+    return v.strip() if v is not None and v.strip() != "" else None
+
+
+def split_host_port(endpoint: str, default_port: int) -> tuple[str, int]:
+    """``host[:port]`` (IPv6 in brackets) as (host without brackets, port)."""
+    ep = endpoint.strip()
+    if ep.startswith("["):
+        host, _, rest = ep[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    elif ep.count(":") == 1:
+        host, port = ep.split(":")
+    else:
+        host, port = ep, ""
+    if port and not port.isdigit():
+        raise ConfigError(f"rendezvous endpoint {endpoint!r}: port {port!r} is not a number")
+    return host, int(port) if port else default_port
+
+
+def join_host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def loose_bool(text: str | None) -> bool:
+    """OCI's loose booleans: ``1``, ``true``, ``yes`` are true; ``0``, ``false``, ``None``, empty
+    are false."""
+    return text is not None and text.strip().lower() in ("1", "true", "t", "yes", "y", "on")
+
+
+def is_native(env: Mapping[str, str], endpoint: str | None = None) -> Value[bool]:
+    """Whether ``endpoint`` (default ``DTCOMM_RDZV_ENDPOINT``) speaks the native protocol."""
+    ep = endpoint if endpoint is not None else _set(env, "DTCOMM_RDZV_ENDPOINT")
+    if ep is None:
+        return Value(False, "no DTCOMM_RDZV_ENDPOINT")
+    backend = (_set(env, "DTCOMM_RDZV_BACKEND") or "").lower()
+    if backend == "native":
+        return Value(True, "DTCOMM_RDZV_BACKEND")
+    if backend in ("store", "tcpstore", "c10d"):
+        return Value(False, "DTCOMM_RDZV_BACKEND")
+    if backend:
+        raise ConfigError(f"DTCOMM_RDZV_BACKEND={backend!r}: expected 'native' or 'store'")
+    for var in ("DTCOMM_RDZV_FINGERPRINT", "DTCOMM_RDZV_CACERT"):
+        if _set(env, var) is not None:
+            return Value(True, var)
+    if split_host_port(ep, STORE_PORT)[1] == NATIVE_PORT:
+        return Value(True, f"port {NATIVE_PORT}")
+    return Value(False, "default (TCPStore protocol)")
+
+
+def parse_members(text: str, var: str) -> tuple[int, int]:
+    """``N`` or ``MIN:MAX`` as (min, max)."""
+    lo, sep, hi = text.partition(":")
+    try:
+        mn = int(lo)
+        mx = int(hi) if sep else mn
+    except ValueError:
+        raise ConfigError(f"{var}={text!r}: expected N or MIN:MAX") from None
+    if mn < 1 or mx < mn:
+        raise ConfigError(f"{var}={text!r}: need 1 <= MIN <= MAX")
+    return mn, mx
+
+
+def _seconds(env: Mapping[str, str], var: str) -> float | None:
+    t = _set(env, var)
+    if t is None:
+        return None
+    try:
+        v = float(t)
+    except ValueError:
+        raise ConfigError(f"{var}={t!r} is not a number of seconds") from None
+    if v < 0:
+        raise ConfigError(f"{var}={t!r} must not be negative")
+    return v
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything needed to connect to the native port and join a job, with provenance."""
+
+    endpoint: Value[str]
+    token: Value[str]
+    fingerprint: Value[str | None]
+    cacert: Value[str | None]
+    store: Value[str]
+    job: Value[str]
+    member: Value[str]
+    node: Value[str]
+    main: Value[bool]
+    members: Value[tuple[int, int]]
+    last_call: Value[float]
+    join_timeout: Value[float]
+    ephemeral: Value[bool]
+    max_restarts: Value[int | None]
+    server_name: str = "localhost"
+
+    def log_line(self) -> str:
+        mn, mx = self.members.value
+        size = str(mn) if mn == mx else f"{mn}:{mx}"
+        trust = (f"fingerprint ({self.fingerprint.source})" if self.fingerprint.value
+                 else f"cacert={self.cacert.value} ({self.cacert.source})")
+        return (
+            f"native rdzv={self.endpoint.value} ({self.endpoint.source}) "
+            f"job={self.job.value} ({self.job.source}) member={self.member.value} "
+            f"({self.member.source}) node={self.node.value} members={size} "
+            f"({self.members.source}) main={self.main.value} ({self.main.source}) "
+            f"join_timeout={self.join_timeout.value:g}s ({self.join_timeout.source}) "
+            f"ephemeral={self.ephemeral.value} ({self.ephemeral.source}) "
+            f"store={self.store.value} ({self.store.source}) trust={trust} "
+            f"token=({self.token.source})"
+        )
+
+    def connect(self, timeout: float = 30.0) -> _dtcomm.NativeClient:
+        """A connection to the native port (raises ``RdzvConnectError``)."""
+        return _dtcomm.NativeClient(
+            self.endpoint.value,
+            self.token.value,
+            fingerprint=self.fingerprint.value,
+            cacert=self.cacert.value,
+            server_name=self.server_name,
+            timeout=timeout,
+        )
+
+    def spec(self) -> dict[str, object]:
+        """The job spec as ``NativeClient.join`` keywords."""
+        mn, mx = self.members.value
+        return dict(
+            main=self.main.value,
+            min_members=mn,
+            max_members=mx,
+            last_call=self.last_call.value,
+            join_timeout=self.join_timeout.value,
+            ephemeral=self.ephemeral.value,
+            max_restarts=self.max_restarts.value,
+        )
+
+
+def settings(
+    env: Mapping[str, str] | None = None,
+    *,
+    endpoint: str | None = None,
+    job: str | None = None,
+    members: tuple[int, int] | None = None,
+    token: str | None = None,
+    fingerprint: str | None = None,
+    cacert: str | None = None,
+    store: str | None = None,
+    last_call: float | None = None,
+    join_timeout: float | None = None,
+) -> Settings:
+    """Resolves the native rendezvous settings: explicit arguments, then ``DTCOMM_RDZV_*``,
+    then the OCI Data Science variables, then defaults. Raises :class:`ConfigError`."""
+    env = os.environ if env is None else env
+    ep_text = endpoint if endpoint is not None else _set(env, "DTCOMM_RDZV_ENDPOINT")
+    if ep_text is None:
+        raise ConfigError("the native rendezvous needs DTCOMM_RDZV_ENDPOINT=host:29401")
+    host, port = split_host_port(ep_text, NATIVE_PORT)
+    ep = Value(join_host_port(host, port), "explicit" if endpoint is not None else "DTCOMM_RDZV_ENDPOINT")
+
+    if token is not None:
+        tok = Value(token, "explicit")
+    elif (t := env.get("DTCOMM_RDZV_TOKEN")) is not None:
+        tok = Value(t.strip(), "DTCOMM_RDZV_TOKEN")
+    elif (f := _set(env, "DTCOMM_RDZV_TOKEN_FILE")) is not None:
+        try:
+            with open(f) as fh:
+                first = fh.readline().strip()
+        except OSError as e:
+            raise ConfigError(f"DTCOMM_RDZV_TOKEN_FILE={f!r}: {e}") from None
+        tok = Value(first, "DTCOMM_RDZV_TOKEN_FILE")
+    else:
+        tok = Value("", "none (a server with --no-auth)")
+
+    fp: Value[str | None]
+    ca: Value[str | None]
+    fp = Value(fingerprint, "explicit") if fingerprint else Value(
+        _set(env, "DTCOMM_RDZV_FINGERPRINT"), "DTCOMM_RDZV_FINGERPRINT")
+    ca = Value(cacert, "explicit") if cacert else Value(_set(env, "DTCOMM_RDZV_CACERT"), "DTCOMM_RDZV_CACERT")
+    if fp.value and ca.value:
+        raise ConfigError("set DTCOMM_RDZV_FINGERPRINT or DTCOMM_RDZV_CACERT, not both")
+    if not fp.value and not ca.value:
+        raise ConfigError(
+            f"native rendezvous at {ep.value}: say how to trust the server: "
+            "DTCOMM_RDZV_FINGERPRINT=sha256:... (printed by `dt-rdzv serve` as "
+            "'dt-rdzv listening native=ADDR fingerprint=...') or DTCOMM_RDZV_CACERT=ca.pem"
+        )
+
+    if store is not None:
+        st = Value(store, "explicit")
+    elif (s := _set(env, "DTCOMM_RDZV_STORE")) is not None:
+        st = Value(join_host_port(*split_host_port(s, STORE_PORT)), "DTCOMM_RDZV_STORE")
+    else:
+        st = Value(join_host_port(host, STORE_PORT), f"native host, port {STORE_PORT}")
+
+    oci_mode = (_set(env, "OCI__MODE") or "").upper()
+    if job is not None:
+        jb = Value(job, "explicit")
+    else:
+        jb = Value("dtcomm", "default")
+        for var in ("DTCOMM_RUN_ID", "TORCHELASTIC_RUN_ID") + (("JOB_OCID",) if oci_mode else ()):
+            if (v := _set(env, var)) is not None:
+                jb = Value(v, var)
+                break
+
+    nd = Value(_set(env, "DTCOMM_RDZV_NODE") or socket.gethostname(),
+               "DTCOMM_RDZV_NODE" if _set(env, "DTCOMM_RDZV_NODE") else "host name")
+    mb = Value(_set(env, "DTCOMM_RDZV_MEMBER") or f"{nd.value}:{os.getpid()}",
+               "DTCOMM_RDZV_MEMBER" if _set(env, "DTCOMM_RDZV_MEMBER") else "node:pid")
+    main = Value(oci_mode == "MAIN", "OCI__MODE" if oci_mode else "default")
+
+    size: Value[tuple[int, int]]
+    if members is not None:
+        size = Value(members, "explicit")
+    elif (m := _set(env, "DTCOMM_RDZV_MEMBERS")) is not None:
+        size = Value(parse_members(m, "DTCOMM_RDZV_MEMBERS"), "DTCOMM_RDZV_MEMBERS")
+    elif oci_mode in ("MAIN", "WORKER"):
+        count = _set(env, "OCI__WORKER_COUNT")
+        n = (int(count) if count is not None and count.isdigit() else 1) + 1
+        if count is not None and not count.isdigit():
+            raise ConfigError(f"OCI__WORKER_COUNT={count!r} is not a whole number")
+        size = Value((n, n), "OCI__WORKER_COUNT + 1 (main)" if count is not None else "OCI default (1 worker + main)")
+    else:
+        size = Value((1, 1024), "default (elastic 1..1024)")
+
+    lc = Value(last_call, "explicit") if last_call is not None else (
+        Value(v, "DTCOMM_RDZV_LAST_CALL") if (v := _seconds(env, "DTCOMM_RDZV_LAST_CALL")) is not None
+        else Value(3.0, "default"))
+    if join_timeout is not None:
+        jt = Value(float(join_timeout), "explicit")
+    elif (v := _seconds(env, "DTCOMM_RDZV_JOIN_TIMEOUT")) is not None:
+        jt = Value(v, "DTCOMM_RDZV_JOIN_TIMEOUT")
+    elif (v := _seconds(env, "OCI__TIMEOUT")) is not None:
+        jt = Value(v, "OCI__TIMEOUT")
+    else:
+        jt = Value(600.0, "default")
+    if (e := _set(env, "DTCOMM_RDZV_EPHEMERAL")) is not None:
+        eph = Value(loose_bool(e), "DTCOMM_RDZV_EPHEMERAL")
+    elif (e := _set(env, "OCI__EPHEMERAL")) is not None:
+        eph = Value(loose_bool(e), "OCI__EPHEMERAL")
+    else:
+        eph = Value(False, "default")
+    mr: Value[int | None] = Value(None, "default (no limit)")
+    if (r := _set(env, "DTCOMM_RDZV_MAX_RESTARTS")) is not None:
+        if not r.isdigit():
+            raise ConfigError(f"DTCOMM_RDZV_MAX_RESTARTS={r!r} is not a whole number")
+        mr = Value(int(r), "DTCOMM_RDZV_MAX_RESTARTS")
+    return Settings(ep, tok, fp, ca, st, jb, mb, nd, main, size, lc, jt, eph, mr,
+                    server_name=_set(env, "DTCOMM_RDZV_SERVER_NAME") or "localhost")
+
+
+class RoundChanged(Exception):
+    """The round this member was setting up ended before it was ready (retry with the next)."""
+
+
+@dataclass
+class Member:
+    """One member of a native job: its connection and the rounds it has seen.
+
+    Every wait is bounded: by ``settings.join_timeout`` for a round to form, and by ``timeout``
+    for everything else; errors name the job, the member and the round.
+    """
+
+    settings: Settings
+    client: _dtcomm.NativeClient
+    welcome: _dtcomm.Welcome | None = None
+    #: The latest round the server ended (or superseded) since ``welcome``.
+    ended: str | None = None
+    #: Members waiting to join, as the server last said.
+    waiting: int = 0
+    #: The job's end, once the server said so.
+    job_end: _dtcomm.RdzvEvent | None = None
+    _next: _dtcomm.Welcome | None = None
+    _nonces: dict[int, str] = field(default_factory=dict)
+
+    @classmethod
+    def join(cls, s: Settings, addrs: list[str] | None = None) -> Member:
+        """Connects and joins (the round may still be forming)."""
+        client = s.connect()
+        client.join(s.job.value, s.member.value, s.node.value, addrs=addrs or [], **s.spec())
+        return cls(s, client)
+
+    @property
+    def who(self) -> str:
+        r = f" round {self.welcome.round} rank {self.welcome.rank}" if self.welcome else ""
+        return f"job {self.settings.job.value!r} member {self.settings.member.value!r}{r}"
+
+    def _ended(self, ev: _dtcomm.RdzvEvent) -> None:
+        self.job_end = ev
+        err = _dtcomm.RdzvJobEndedError(f"{self.who}: job {ev.job!r} ended: {ev.why}")
+        err.job, err.how, err.end = ev.job, ev.how, ev.why  # type: ignore[attr-defined]
+        raise err
+
+    def _take(self, ev: _dtcomm.RdzvEvent) -> None:
+        """Notes one pushed message."""
+        cur = self.welcome.round if self.welcome is not None else 0
+        if ev.kind == "welcome" and ev.welcome is not None and ev.welcome.round > cur:
+            self._next = ev.welcome
+            self.ended = self.ended or f"round {cur} was superseded by round {ev.welcome.round}"
+        elif ev.kind == "round_ended" and ev.round is not None and ev.round >= cur:
+            self.ended = f"round {ev.round} ended: {ev.why}"
+        elif ev.kind == "pending":
+            self.waiting = ev.waiting or 0
+        elif ev.kind == "config" and ev.key == ROUND_KEY and ev.value is not None:
+            rnd, _, nonce = ev.value.decode(errors="replace").partition(" ")
+            if rnd.isdigit():
+                self._nonces[int(rnd)] = nonce
+        elif ev.kind == "job_ended":
+            self._ended(ev)
+        elif ev.kind == "refused":
+            sys.stderr.write(f"dtcomm: {self.who}: dt-rdzv refused a request ({ev.how}): {ev.why}\n")
+
+    def poll(self) -> bool:
+        """Takes the messages already received; True when the current round is over (a member
+        was lost, left or joined). Raises ``RdzvJobEndedError`` when the job ended."""
+        while (ev := self.client.try_message()) is not None:
+            self._take(ev)
+        return self.ended is not None
+
+    def next_welcome(self, timeout: float | None = None, ask_after: float | None = None) -> _dtcomm.Welcome:
+        """The next round: the first one, or one after the current. With ``ask_after``
+        seconds, a member whose round the server has not ended by then asks for a new one
+        (its group failed without a membership change). Waits at most ``timeout`` (default the
+        join timeout plus the server's heartbeat timeout)."""
+        hb = self.welcome.heartbeat_timeout if self.welcome is not None else 2.0
+        limit = timeout if timeout is not None else self.settings.join_timeout.value + 2 * hb + 5
+        start = time.monotonic()
+        asked = False
+        while self._next is None:
+            waited = time.monotonic() - start
+            if waited >= limit:
+                raise _dtcomm.RdzvTimeoutError(
+                    f"{self.who}: no new round within {limit:.0f}s ({self.ended or 'the round did not end'}); "
+                    f"see `dt-rdzv status {self.settings.job.value}` for who is missing"
+                )
+            if ask_after is not None and not asked and self.ended is None and waited >= ask_after:
+                self.client.next_round()
+                asked = True
+            step = min(0.5, max(0.01, limit - waited))
+            ev = self.client.next_message(step)
+            if ev is not None:
+                self._take(ev)
+        w, self._next = self._next, None
+        self.welcome, self.ended, self.waiting = w, None, 0
+        return w
+
+    def fence(self, timeout: float) -> str:
+        """The key prefix of the current round, ``dtcomm.native.<job>/<nonce>``: rank 0 draws
+        and publishes the nonce, the others wait for it. Raises :class:`RoundChanged` if the
+        round ends first."""
+        w = self.welcome
+        assert w is not None, "fence() before a welcome"
+        base = f"dtcomm.native.{w.job}"
+        if w.rank == 0:
+            nonce = uuid.uuid4().hex
+            self.client.publish(ROUND_KEY, f"{w.round} {nonce}".encode())
+            return f"{base}/{nonce}"
+        v = w.config_dict().get(ROUND_KEY)
+        if v is not None:
+            rnd, _, nonce = v.decode(errors="replace").partition(" ")
+            if rnd == str(w.round):
+                return f"{base}/{nonce}"
+        deadline = time.monotonic() + timeout
+        while w.round not in self._nonces:
+            if self.ended is not None or self._next is not None:
+                raise RoundChanged(f"{self.who}: {self.ended}")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _dtcomm.RdzvTimeoutError(
+                    f"{self.who}: rank 0 did not publish round {w.round}'s store prefix within {timeout:.0f}s"
+                )
+            ev = self.client.next_message(min(0.5, left))
+            if ev is not None:
+                self._take(ev)
+        return f"{base}/{self._nonces[w.round]}"
+
+    def leave(self) -> None:
+        """Leaves the job for good (the others get a new round)."""
+        try:
+            self.client.leave()
+        except _dtcomm.RdzvError:
+            pass
+
+    def close(self) -> None:
+        self.client.close()

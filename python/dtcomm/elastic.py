@@ -1,0 +1,215 @@
+"""Elastic training on the native rendezvous, like ``horovod.torch.elastic``.
+
+::
+
+    state = dtcomm.elastic.ObjectState(step=0, weights=w)   # or TorchState(model, optimizer)
+
+    @dtcomm.elastic.run
+    def train(state):
+        while state.step < steps:
+            dtcomm.all_reduce(grad)             # raises PeerLostError when a member dies
+            ...
+            state.step += 1
+            state.commit()                      # saves; raises HostsUpdatedInterrupt on a
+                                                # round change (a member joined or left)
+
+    train(state)                                # or dtcomm.elastic.run(train, state)
+
+When a member is lost (its process died: collectives fail with ``PeerLostError``), the state
+is restored from the last ``commit()``; when the round changes without a failure (members
+joined), the state is kept. Either way the communicator is rebuilt from the server's next
+round (survivors keep their ranks), ``state.sync()`` broadcasts rank 0's state to every
+member (newcomers included), the reset callbacks run, and ``train`` is called again.
+
+Needs ``dtcomm.init()`` on the native rendezvous (``DTCOMM_RDZV_ENDPOINT`` on dt-rdzv's native
+port); ``run`` calls it if it was not called. Every wait is bounded: a new round must form
+within the job's join timeout, or ``RdzvTimeoutError``/``RdzvJobEndedError`` is raised.
+"""
+
+from __future__ import annotations
+
+import array
+import copy
+import functools
+import io
+import pickle
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from . import _api, _dtcomm
+
+R = TypeVar("R")
+
+
+class HostsUpdatedInterrupt(Exception):
+    """The server started a new round (members joined or left) while training ran; raised by
+    :meth:`State.commit` / :meth:`State.check_host_updates` so every member resets at the same
+    step. The state is kept."""
+
+
+def broadcast_object(obj: Any, root: int = 0) -> Any:
+    """``root``'s ``obj`` on every rank (pickled; two broadcasts: length, then bytes)."""
+    comm = _api.communicator()
+    data = pickle.dumps(obj) if comm.rank == root else b""
+    n = array.array("q", [len(data)])
+    _api.broadcast(n, root)
+    buf = bytearray(data) if comm.rank == root else bytearray(n[0])
+    if n[0]:
+        _api.broadcast(buf, root)
+    return obj if comm.rank == root else pickle.loads(bytes(buf))
+
+
+class State:
+    """Training state that survives round changes: ``commit()`` saves it (in memory) and
+    checks for a round change, ``restore()`` goes back to the last commit, ``sync()`` makes
+    every member's state rank 0's."""
+
+    def __init__(self) -> None:
+        self._reset_callbacks: list[Callable[[], None]] = []
+
+    def register_reset_callbacks(self, callbacks: list[Callable[[], None]]) -> None:
+        """Callables run after every reset (e.g. to rescale the learning rate to the new
+        world size)."""
+        self._reset_callbacks.extend(callbacks)
+
+    def on_reset(self) -> None:
+        """Runs the reset callbacks."""
+        for cb in self._reset_callbacks:
+            cb()
+
+    def commit(self) -> None:
+        """Saves the state, then raises :class:`HostsUpdatedInterrupt` if the round changed."""
+        self.save()
+        self.check_host_updates()
+
+    def check_host_updates(self) -> None:
+        """Raises :class:`HostsUpdatedInterrupt` if the server ended this round."""
+        if _api._round_changed():
+            raise HostsUpdatedInterrupt(_api._g("elastic").member.ended)  # type: ignore[union-attr]
+
+    def save(self) -> None:
+        """Saves a copy of the state in memory."""
+        raise NotImplementedError
+
+    def restore(self) -> None:
+        """Goes back to the last saved copy."""
+        raise NotImplementedError
+
+    def sync(self) -> None:
+        """Makes every member's state rank 0's."""
+        raise NotImplementedError
+
+
+class ObjectState(State):
+    """Picklable values as attributes: ``ObjectState(epoch=0, step=0, weights=array)``."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__()
+        self._keys = list(kwargs)
+        for k, v in kwargs.items():
+            setattr(self, k, v)
+        self._saved: dict[str, Any] = {}
+        self.save()
+
+    def _values(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self._keys}
+
+    def save(self) -> None:
+        self._saved = copy.deepcopy(self._values())
+
+    def restore(self) -> None:
+        for k, v in copy.deepcopy(self._saved).items():
+            setattr(self, k, v)
+
+    def sync(self) -> None:
+        values = broadcast_object(self._values() if _api.rank() == 0 else None)
+        for k, v in values.items():
+            setattr(self, k, v)
+        self.save()
+
+
+class TorchState(ObjectState):
+    """A torch ``model`` and ``optimizer`` (their ``state_dict``) plus picklable values."""
+
+    def __init__(self, model: Any = None, optimizer: Any = None, **kwargs: Any) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        self._saved_torch: dict[str, bytes] = {}
+        super().__init__(**kwargs)
+
+    def _torch_parts(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("model", "optimizer") if getattr(self, k) is not None}
+
+    def save(self) -> None:
+        import torch
+
+        self._saved_torch = {}
+        for k, obj in self._torch_parts().items():
+            b = io.BytesIO()
+            torch.save(obj.state_dict(), b)
+            self._saved_torch[k] = b.getvalue()
+        super().save()
+
+    def restore(self) -> None:
+        import torch
+
+        for k, obj in self._torch_parts().items():
+            if k in self._saved_torch:
+                obj.load_state_dict(torch.load(io.BytesIO(self._saved_torch[k]), weights_only=False))
+        super().restore()
+
+    def sync(self) -> None:
+        import torch
+
+        parts = self._torch_parts()
+        blobs = {}
+        if _api.rank() == 0:
+            for k, obj in parts.items():
+                b = io.BytesIO()
+                torch.save(obj.state_dict(), b)
+                blobs[k] = b.getvalue()
+        blobs = broadcast_object(blobs if _api.rank() == 0 else None)
+        for k, obj in parts.items():
+            obj.load_state_dict(torch.load(io.BytesIO(blobs[k]), weights_only=False))
+        super().sync()
+
+
+def _retryable(e: BaseException) -> bool:
+    # Rendezvous errors (job ended, refused, server lost) are final; a collective's failure
+    # (a peer lost, a deadline, a shut-down communicator) means the round is over.
+    return isinstance(e, _dtcomm.DtcommError) and not isinstance(e, _dtcomm.RdzvError)
+
+
+def run(fn: Callable[..., R], state: State | None = None, *args: Any, **kwargs: Any) -> Any:
+    """Runs ``fn(state, *args, **kwargs)`` elastically (see the module docs). With only
+    ``fn``, returns the wrapped function (a decorator, like ``hvd.elastic.run``)."""
+
+    @functools.wraps(fn)
+    def wrapper(state: State, *a: Any, **kw: Any) -> R:
+        if not _api.is_initialized():
+            _api.init()
+        g = _api._g("elastic.run")
+        if g.member is None:
+            raise _dtcomm.SetupError(
+                "dtcomm.elastic.run needs the native rendezvous: set DTCOMM_RDZV_ENDPOINT to "
+                "dt-rdzv's native port (and DTCOMM_RDZV_FINGERPRINT / DTCOMM_RDZV_TOKEN)"
+            )
+        reason: str | None = None
+        while True:
+            try:
+                if reason is not None:
+                    _api._renew(reason)
+                    state.on_reset()
+                state.sync()
+                return fn(state, *a, **kw)
+            except HostsUpdatedInterrupt as e:
+                reason = f"round changed: {e}"
+            except Exception as e:
+                if not _retryable(e):
+                    raise
+                state.restore()
+                reason = f"{type(e).__name__}: {e}"
+
+    if state is None:
+        return wrapper
+    return wrapper(state, *args, **kwargs)

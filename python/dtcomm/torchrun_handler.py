@@ -1,0 +1,176 @@
+"""torchrun's rendezvous on dt-rdzv's native protocol: ``--rdzv-backend=dtcomm``.
+
+::
+
+    dt-rdzv serve                      # prints its fingerprint and token
+    torchrun --nnodes=1:4 --nproc-per-node=8 --max-restarts=3 \\
+        --rdzv-backend=dtcomm --rdzv-endpoint=HOST:29401 --rdzv-id=job7 \\
+        --rdzv-conf=fingerprint=sha256:...,token_file=/etc/dtrdzv/token train.py
+
+Each agent (node) is a member of the native job ``--rdzv-id``: the server forms rounds of
+``--nnodes=MIN:MAX`` agents, assigns group ranks (stable for survivors), and detects a lost
+agent from its heartbeats in seconds. A round change (a lost or new agent) shows as
+``num_nodes_waiting() > 0``, so healthy agents restart their workers into the next round
+without spending a restart.
+
+``--rdzv-conf`` keys (each also read from the ``DTCOMM_RDZV_*`` variable of ``dtcomm._native``):
+``fingerprint``, ``cacert``, ``token``, ``token_file``, ``store`` (``host:port`` of the server's
+TCPStore port, default the endpoint's host and 29400), ``last_call_timeout`` (seconds, default
+3), ``join_timeout`` (default 600), ``max_restarts`` (rounds the server may start because an
+agent was lost).
+
+The store handed to the agents is a ``PrefixStore`` over a ``TCPStore`` client of the same
+server, fenced per round (``dtcomm.native.<run id>/<nonce>``, see ``dtcomm._native``); the
+workers' bootstrap store (``MASTER_ADDR``/``MASTER_PORT``) is hosted by group rank 0's first
+worker, as with torch's own handlers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from torch.distributed import PrefixStore, Store, TCPStore
+from torch.distributed.elastic.rendezvous import (
+    RendezvousClosedError,
+    RendezvousHandler,
+    RendezvousInfo,
+    RendezvousParameters,
+    RendezvousStoreInfo,
+    RendezvousTimeoutError,
+)
+from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError
+
+from . import _dtcomm, _native
+
+BACKEND = "dtcomm"
+
+
+class DtcommRendezvousHandler(RendezvousHandler):
+    """A ``RendezvousHandler`` whose rounds come from ``dt-rdzv serve``'s native port."""
+
+    def __init__(self, params: RendezvousParameters) -> None:
+        env = dict(os.environ)
+        for key, var in (("token_file", "DTCOMM_RDZV_TOKEN_FILE"), ("store", "DTCOMM_RDZV_STORE"),
+                         ("max_restarts", "DTCOMM_RDZV_MAX_RESTARTS")):
+            if params.get(key) is not None:
+                env[var] = str(params.get(key))
+        lc = params.get("last_call_timeout")
+        jt = params.get("join_timeout")
+        self._settings = _native.settings(
+            env,
+            endpoint=params.endpoint,
+            job=params.run_id,
+            members=(params.min_nodes, params.max_nodes),
+            token=params.get("token"),
+            fingerprint=params.get("fingerprint"),
+            cacert=params.get("cacert"),
+            last_call=float(lc) if lc is not None else None,
+            join_timeout=float(jt) if jt is not None else None,
+        )
+        self._local_addr = params.local_addr
+        self._member: _native.Member | None = None
+        self._handed: int = 0  # the round the agent's workers run in
+        self._closed = False
+
+    def get_backend(self) -> str:
+        return BACKEND
+
+    @property
+    def use_agent_store(self) -> bool:
+        # Workers bootstrap on group rank 0's own store (MASTER_ADDR/PORT), not the agents'.
+        return False
+
+    def get_run_id(self) -> str:
+        return self._settings.job.value
+
+    def _fail(self, e: BaseException) -> Exception:
+        if isinstance(e, _dtcomm.RdzvJobEndedError):
+            self._closed = True
+            return RendezvousClosedError(str(e))
+        if isinstance(e, _dtcomm.RdzvTimeoutError):
+            return RendezvousTimeoutError(str(e))
+        return RendezvousConnectionError(str(e))
+
+    def next_rendezvous(self) -> RendezvousInfo:
+        """Joins (first call) or moves to the next round: the one the server started after a
+        loss or a join, or, after a local failure the server did not see, one this agent asks
+        for once the server had twice its heartbeat timeout to notice a loss."""
+        if self._closed:
+            raise RendezvousClosedError(f"job {self.get_run_id()!r} is closed")
+        try:
+            while True:
+                if self._member is None:
+                    self._member = _native.Member.join(self._settings)
+                    ask = None
+                else:
+                    hb = self._member.welcome.heartbeat_timeout if self._member.welcome else 2.0
+                    ask = 2 * hb + 1.0
+                w = self._member.next_welcome(ask_after=ask)
+                try:
+                    prefix = self._member.fence(timeout=self._settings.join_timeout.value)
+                except _native.RoundChanged:
+                    continue
+                break
+        except (_dtcomm.RdzvError, _native.ConfigError) as e:
+            raise self._fail(e) from e
+        host, port = _native.split_host_port(self._settings.store.value, _native.STORE_PORT)
+        tcp = TCPStore(host, port, is_master=False,
+                       timeout=timedelta(seconds=self._settings.join_timeout.value))
+        store: Store = PrefixStore(prefix, tcp)
+        self._handed = w.round
+        boot = RendezvousStoreInfo.build(w.rank, store, self._local_addr)
+        return RendezvousInfo(store, w.rank, w.world, boot)
+
+    def is_closed(self) -> bool:
+        if self._member is not None and not self._closed:
+            try:
+                self._member.poll()
+            except _dtcomm.RdzvJobEndedError:
+                self._closed = True
+        return self._closed
+
+    def set_closed(self) -> None:
+        """Ends the job for every agent (``Finish``); later joins are refused."""
+        self._closed = True
+        if self._member is not None:
+            try:
+                self._member.client.finish()
+            except _dtcomm.RdzvError:
+                pass
+
+    def num_nodes_waiting(self) -> int:
+        """Agents waiting for the next round: the server's count of pending joiners, or 1 when
+        the server ended this agent's round (so torchrun restarts its workers)."""
+        if self._member is None:
+            return 0
+        try:
+            changed = self._member.poll()
+        except _dtcomm.RdzvJobEndedError:
+            self._closed = True
+            return 0
+        if changed:
+            return max(1, self._member.waiting)
+        return self._member.waiting
+
+    def shutdown(self) -> bool:
+        """Leaves the job (the other agents, if any, get a new round)."""
+        if self._member is not None:
+            self._member.leave()
+            self._member = None
+        return True
+
+
+def create_handler(params: RendezvousParameters) -> RendezvousHandler:
+    """The creator torch's registry calls with the parsed ``--rdzv-*`` arguments."""
+    return DtcommRendezvousHandler(params)
+
+
+def get_handler() -> Callable[[RendezvousParameters], RendezvousHandler]:
+    """The ``torchrun.handlers`` entry point: torch calls it and registers what it returns."""
+    return create_handler
+
+
+__all__: list[Any] = ["DtcommRendezvousHandler", "create_handler", "get_handler"]
