@@ -37,6 +37,8 @@ fn all_reduce_every_world_algo_op_and_count() {
                     for op in ReduceOp::ALL {
                         allreduce_case::<f32>(c, op, count);
                     }
+                    allreduce_into_case::<f32>(c, ReduceOp::Sum, count);
+                    allreduce_into_case::<i64>(c, ReduceOp::Max, count);
                     allreduce_case::<i32>(c, ReduceOp::Sum, count);
                 }
             });

@@ -18,6 +18,7 @@ pub(crate) fn gather(rank: usize, world: usize, root: usize, counts: &[usize]) -
                 peer: p,
                 dst: Region::work(b[p].0, b[p].1),
                 reduce: false,
+                with: None,
             });
         }
     } else {
@@ -53,6 +54,7 @@ pub(crate) fn scatter(rank: usize, world: usize, root: usize, counts: &[usize]) 
             peer: root,
             dst: Region::work(0, b[rank].1),
             reduce: false,
+            with: None,
         });
     }
     Schedule {
@@ -89,6 +91,7 @@ pub(crate) fn all_to_all(
             peer: from,
             dst: Region::work(rb[from].0, rb[from].1),
             reduce: false,
+            with: None,
         });
     }
     Schedule {
@@ -119,6 +122,7 @@ pub(crate) fn recv(peer: usize, count: usize) -> Schedule {
                 peer,
                 dst: Region::work(0, count),
                 reduce: false,
+                with: None,
             }],
             ..Step::default()
         }],
