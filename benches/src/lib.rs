@@ -1,7 +1,11 @@
-//! Shared helpers of the dtcomm benchmarks.
+//! Shared pieces of the dtcomm benchmarks.
 //!
 //! * [`perf`]: the nccl-tests style collective benchmarks (`all_reduce_perf`,
 //!   `broadcast_perf`, `reduce_perf`, `all_gather_perf`, `reduce_scatter_perf`,
 //!   `alltoall_perf`).
+//! * [`rdzv`]: the rendezvous barrier herd and the servers it runs against (`rdzv_perf`).
+//! * [`stats`]: medians for reports.
 
 pub mod perf;
+pub mod rdzv;
+pub mod stats;

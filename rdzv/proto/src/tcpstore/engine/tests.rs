@@ -890,3 +890,63 @@ fn explicit_purge() {
     assert_eq!(h.e.purge_namespace(b"j"), 2);
     assert_eq!(h.e.num_keys(), 1);
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn arb_op() -> impl Strategy<Value = (ConnId, Request)> {
+        let key = prop_oneof![
+            Just(k("/a")),
+            Just(k("/b")),
+            Just(k("/torch.rendezvous.j")),
+            Just(k("init/"))
+        ];
+        let val = prop_oneof![Just(vec![]), Just(k("1")), Just(k("x"))];
+        let req = prop_oneof![
+            (key.clone(), val.clone()).prop_map(|(key, value)| Request::Set { key, value }),
+            (key.clone(), val.clone(), val.clone()).prop_map(|(key, expected, desired)| {
+                Request::CompareSet {
+                    key,
+                    expected,
+                    desired,
+                }
+            }),
+            (key.clone(), -3i64..3).prop_map(|(key, delta)| Request::Add { key, delta }),
+            proptest::collection::vec(key.clone(), 0..3).prop_map(|keys| Request::Wait { keys }),
+            Just(Request::CancelWait),
+            key.clone().prop_map(|key| Request::DeleteKey { key }),
+            (key.clone(), val.clone()).prop_map(|(key, value)| Request::QueuePush { key, value }),
+            key.clone().prop_map(|key| Request::QueuePop { key }),
+            (key.clone(), 0i64..4)
+                .prop_map(|(key, world_size)| Request::Barrier { key, world_size }),
+        ];
+        (0u64..3, req)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+        /// Any interleaving of requests from three clients: nothing panics, a connection that
+        /// is still open can always cancel, and once every client cancelled or left no waiter
+        /// is left behind.
+        #[test]
+        fn waiters_never_leak(ops in proptest::collection::vec(arb_op(), 0..40), leave in any::<bool>()) {
+            let mut h = H::new();
+            (0..3).for_each(|c| h.conn(c));
+            for (c, r) in ops {
+                h.e.handle(c, r, h.now);
+                h.drain();
+            }
+            for c in 0..3 {
+                if leave {
+                    h.e.disconnect(c, h.now);
+                } else {
+                    h.e.handle(c, Request::CancelWait, h.now);
+                }
+            }
+            h.drain();
+            prop_assert!(h.e.waiters.is_empty(), "{:?}", h.e.waiters);
+        }
+    }
+}
