@@ -106,8 +106,14 @@ pub(crate) fn tcp_mesh(
         .map_err(|e| su.err(format!("local_addr: {e}")))?;
     let host = hostname();
     tracing::info!(rank, world, interface = %chosen.name, address = %me, host = %host, "dtcomm: advertising data address");
+    // The k-th communicator a rank builds on this store and prefix uses generation k, so
+    // several communicators (created in the same order on every rank) never read each other's
+    // addresses.
     let prefix = &cfg.store_prefix.value;
-    let key = |r: usize| format!("{prefix}/addr/{r}");
+    let generation = store
+        .add(&format!("{prefix}/generation/{rank}"), 1)
+        .map_err(|e| su.err(format!("store: {e}")))?;
+    let key = |r: usize| format!("{prefix}/{generation}/addr/{r}");
     store
         .set(
             &key(rank),
