@@ -146,8 +146,8 @@ mod tests {
         // bf16: rounding ties to even, NaN, infinities, against half's bf16::from_f32.
         let xs = [
             1.0f32,
-            1.00390625,
-            1.01171875,
+            f32::from_bits(0x3F80_8000), // a tie: rounds to even (1.0)
+            f32::from_bits(0x3F81_8000), // a tie: rounds to even (1.015625)
             -3.3e38,
             f32::INFINITY,
             f32::NAN,
