@@ -93,7 +93,9 @@ def rng(k, i):
     v = [x[i] for x in kept(k)]
     return f"[{min(v):.3g}-{max(v):.3g}]" if v else ""
 def used(k):
-    return f"{len(kept(k))}/{len(rows.get(k, []))}"
+    v = rows.get(k, [])
+    quiet = [x for x in v if x[3] <= max_load]
+    return f"{len(quiet)}/{len(v)}" if quiet else f"0/{len(v)} (all loaded, all used)"
 def size(b):
     return f"{b >> 20} MiB" if b >= 1 << 20 else (f"{b >> 10} KiB" if b >= 1024 else f"{b} B")
 impls = ["dtcomm", "gloo", "mpi-tcp"]
