@@ -49,6 +49,7 @@ fn allreduce_schedule(
 ) -> Schedule {
     match allreduce_algo(cfg, world, count, dtype) {
         Algo::Ring => ring::allreduce(rank, world, count),
+        Algo::Direct => direct::allreduce(rank, world, count),
         _ => doubling::allreduce(rank, world, count),
     }
 }
@@ -63,7 +64,7 @@ fn broadcast_schedule(
 ) -> Schedule {
     let bytes = count * dtype.size();
     let chain = match cfg.algo.value {
-        Algo::Auto => bytes > cfg.tree_threshold.value && world > 2,
+        Algo::Auto | Algo::Direct => bytes > cfg.tree_threshold.value && world > 2,
         a => a == Algo::Ring,
     };
     if chain {

@@ -27,6 +27,7 @@ fn all_reduce_every_world_algo_op_and_count() {
             (Algo::Tree, 1),
             (Algo::Ring, 3),
             (Algo::Auto, 2),
+            (Algo::Direct, 2),
         ] {
             let comms = Communicator::in_memory(world, opts(algo, nsocks)).unwrap();
             on_ranks(&comms, |c| {

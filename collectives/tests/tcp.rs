@@ -75,7 +75,12 @@ fn two_communicators_on_one_store_do_not_mix() {
 
 #[test]
 fn threads_several_sockets_per_peer_and_both_algorithms() {
-    for (world, algo, nsocks) in [(2, Algo::Ring, 4), (4, Algo::Tree, 2), (5, Algo::Ring, 2)] {
+    for (world, algo, nsocks) in [
+        (2, Algo::Ring, 4),
+        (4, Algo::Tree, 2),
+        (5, Algo::Ring, 2),
+        (3, Algo::Direct, 1),
+    ] {
         let comms = tcp_group(
             world,
             Options {

@@ -146,6 +146,7 @@ fn allreduce_ring_and_doubling_match_sequential_sum() {
                 ),
                 ("rd", doubling::allreduce),
                 ("ring out of place", ring::allreduce_out_of_place),
+                ("direct", direct::allreduce),
             ] {
                 let scheds: Vec<_> = (0..world).map(|r| f(r, world, count)).collect();
                 let oop = name == "ring out of place";
