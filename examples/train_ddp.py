@@ -1,8 +1,10 @@
 """A small DDP training job: every worker trains the same MLP on its shard of a synthetic
 regression task and prints the loss as it falls, then the measured all-reduce bandwidth.
 
-Launched by scripts/demo.sh through torchrun, with dt-rdzv serve as the rendezvous.
-(The collective backend is gloo until dtcomm's torch backend lands.)
+The collectives run on dtcomm (`init_process_group("dtcomm")`, found through the
+`torch.distributed.backends` entry point: no `import dtcomm` here); DEMO_BACKEND=gloo compares.
+Launched by scripts/demo.sh with `dtrun --nproc-per-node 4` and with torchrun through
+dt-rdzv serve; the script is the same for both.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from torch import nn
 
 
 def main() -> None:
-    backend = os.environ.get("DEMO_BACKEND", "gloo")
+    backend = os.environ.get("DEMO_BACKEND", "dtcomm")
     dist.init_process_group(backend, timeout=timedelta(seconds=120))
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)

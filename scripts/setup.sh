@@ -33,4 +33,18 @@ fi
 
 log "building the workspace (target dir $CARGO_TARGET_DIR)"
 cargo build --quiet --workspace --bins
-log "ready: $CARGO_TARGET_DIR/debug/dt-rdzv, $VENV/bin/python"
+
+# The Python package dtcomm (PyO3 module + python/dtcomm), installed editable into the venv by
+# maturin (release build). Skipped when no Rust source it links and no build file changed.
+pkg=$( { cat pyproject.toml Cargo.lock python/Cargo.toml;
+         find python/src collectives/src rdzv/src rdzv/proto/src -name '*.rs' -print0 | sort -z | xargs -0 cat; } \
+       | sha256sum | cut -c1-16)
+if [ "$pkg" != "$(cat "$VENV/.dtcomm-pkg-stamp" 2>/dev/null || true)" ] \
+   || ! ls python/dtcomm/_dtcomm*.so >/dev/null 2>&1; then
+  log "building the Python package dtcomm (maturin develop --release)"
+  VIRTUAL_ENV="$VENV" "$VENV/bin/maturin" develop --quiet --release
+  echo "$pkg" > "$VENV/.dtcomm-pkg-stamp"
+else
+  log "Python package dtcomm is up to date"
+fi
+log "ready: $CARGO_TARGET_DIR/debug/dt-rdzv, $VENV/bin/python (import dtcomm, dtrun)"

@@ -17,4 +17,4 @@ echo "== cargo test"
 cargo test --workspace
 echo "== pytest (real torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)'))"
 export DT_RDZV_BIN="$CARGO_TARGET_DIR/debug/dt-rdzv"
-"$VENV/bin/python" -m pytest -n 2 tests
+"$VENV/bin/python" -m pytest -n 2 tests python/tests

@@ -56,7 +56,8 @@ def start_server(tmp_path: Path, *extra: str) -> RdzvServer:
     log_path = tmp_path / f"dt-rdzv-{len(list(tmp_path.glob('dt-rdzv-*.log')))}.log"
     log = open(log_path, "w")
     proc = subprocess.Popen(
-        [dt_rdzv_bin(), "serve", "--host", "127.0.0.1", "--port", "0", *extra],
+        [dt_rdzv_bin(), "serve", "--host", "127.0.0.1", "--port", "0", "--native-port", "0",
+         "--http-port", "0", "--no-auth", *extra],
         stdout=subprocess.PIPE,
         stderr=log,
         text=True,

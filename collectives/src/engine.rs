@@ -178,10 +178,33 @@ impl Engine {
                 lost,
                 reason,
             }) => {
+                // Pass the abort on, naming the same lost rank: this rank may be about to exit,
+                // and a peer that sees it vanish must still learn the root cause.
+                self.transport.abort(lost, &reason);
                 return CommError::Aborted {
                     rank,
                     origin,
                     lost,
+                    call: *call,
+                    elapsed,
+                    reason,
+                };
+            }
+            EngineError::Link(LinkError::Closed { peer, .. })
+                if let Err(LinkError::Aborted {
+                    origin,
+                    lost: Some(lost),
+                    reason,
+                }) = self.transport.check()
+                    && lost != peer =>
+            {
+                // `peer` is gone, but another rank already reported an earlier loss: name the
+                // root cause, not the rank that left because of it.
+                self.transport.abort(Some(lost), &reason);
+                return CommError::Aborted {
+                    rank,
+                    origin,
+                    lost: Some(lost),
                     call: *call,
                     elapsed,
                     reason,

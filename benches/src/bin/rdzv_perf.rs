@@ -3,16 +3,26 @@
 //! same Rust client herd. Prints, per N, the time to release everyone for both servers (median
 //! of `--rounds`), the ratio, and each server's resident memory with N members connected.
 //!
+//! With `--native`, N members meet through the native rendezvous instead (QUIC, from the first
+//! connect to every member holding its rank and peers), beside the torchelastic way of meeting
+//! (a compare-set loop on one value in torch's TCPStore); `--kill-one` measures the time from
+//! SIGKILLing one member process to every survivor holding its new rank.
+//!
 //! ```text
 //! rdzv_perf --members 64,256,1024,4096            # table
 //! rdzv_perf --members 64,256,1024,4096 --json     # one JSON object per N
+//! rdzv_perf --native --members 64,256,1024,4096 --json
+//! rdzv_perf --native --kill-one --members 8 --json
 //! ```
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use dt_bench::rdzv::{ServerProcess, run_herd, start_dt_rdzv, start_torch_store};
+use dt_bench::rdzv::{
+    BENCH_TOKEN, ServerProcess, client_config, run_cas_herd, run_herd, run_kill_one,
+    run_native_herd, start_dt_rdzv, start_torch_store,
+};
 use dt_bench::stats::median;
 
 #[derive(Parser)]
@@ -42,10 +52,20 @@ struct Args {
     /// Give up on a round after this many seconds.
     #[arg(long, default_value_t = 120)]
     timeout_secs: u64,
+    /// Native rendezvous (QUIC) beside the torchelastic compare-set barrier on torch's TCPStore.
+    #[arg(long)]
+    native: bool,
+    /// With --native: SIGKILL one member and time the survivors' new round.
+    #[arg(long, requires = "native")]
+    kill_one: bool,
+    /// With --native: skip the torchelastic barrier above this many members (it takes minutes).
+    #[arg(long, default_value_t = 1024)]
+    torchelastic_max: usize,
 }
 
 struct Sample {
     seconds: Vec<f64>,
+    cpu: Vec<f64>,
     connect: Vec<f64>,
     rss: u64,
 }
@@ -58,6 +78,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         None => std::env::current_exe()?.with_file_name("dt-rdzv"),
     };
     let ours = start_dt_rdzv(&bin)?;
+    if args.native {
+        return native_main(&args, &bin, ours);
+    }
     let torch = if args.no_torch {
         None
     } else {
@@ -81,18 +104,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             args.rounds
         );
         println!(
-            "# {:>7} {:>12} {:>12} {:>8} {:>14} {:>14}",
-            "members", "dt-rdzv s", "torch s", "ratio", "dt-rdzv RSS", "torch RSS"
+            "# {:>7} {:>12} {:>12} {:>8} {:>12} {:>12} {:>14} {:>14}",
+            "members",
+            "dt-rdzv s",
+            "torch s",
+            "ratio",
+            "dt-rdzv cpu",
+            "torch cpu",
+            "dt-rdzv RSS",
+            "torch RSS"
         );
     }
     for &n in &args.members {
         let mut ours_s = Sample {
             seconds: vec![],
+            cpu: vec![],
             connect: vec![],
             rss: 0,
         };
         let mut torch_s = Sample {
             seconds: vec![],
+            cpu: vec![],
             connect: vec![],
             rss: 0,
         };
@@ -106,6 +138,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             for (server, sample) in order {
                 let tag = format!("n{n}-r{round}");
                 let mut rss = 0;
+                let cpu0 = server.cpu_seconds();
                 let r = rt.block_on(run_herd(&server.endpoint, n, &tag, timeout, || {
                     rss = server.rss().0;
                 }))?;
@@ -115,6 +148,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     server.name
                 );
                 sample.seconds.push(r.total.as_secs_f64());
+                sample.cpu.push(server.cpu_seconds() - cpu0);
                 sample.connect.push(r.connect_all.as_secs_f64());
                 sample.rss = sample.rss.max(rss);
                 std::thread::sleep(Duration::from_millis(200));
@@ -130,6 +164,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "ratio_torch_over_ours": t.map(|t| t / s),
                 "server_rss_bytes": ours_s.rss,
                 "torch_server_rss_bytes": torch.as_ref().map(|_| torch_s.rss),
+                "server_cpu_seconds": median(&ours_s.cpu),
+                "torch_server_cpu_seconds": median(&torch_s.cpu),
                 "connect_seconds": median(&ours_s.connect),
                 "torch_connect_seconds": median(&torch_s.connect),
                 "rounds": args.rounds,
@@ -139,16 +175,152 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!("{obj}");
         } else {
             println!(
-                "  {:>7} {:>12.4} {:>12} {:>8} {:>11.1} MiB {:>10}",
+                "  {:>7} {:>12.4} {:>12} {:>8} {:>12.3} {:>12} {:>11.1} MiB {:>10}",
                 n,
                 s,
                 t.map_or("-".into(), |t| format!("{t:.4}")),
                 t.map_or("-".into(), |t| format!("{:.2}x", t / s)),
+                median(&ours_s.cpu).unwrap_or(f64::NAN),
+                torch.as_ref().map_or("-".into(), |_| format!(
+                    "{:.3}",
+                    median(&torch_s.cpu).unwrap_or(f64::NAN)
+                )),
                 ours_s.rss as f64 / (1 << 20) as f64,
                 torch.as_ref().map_or("-".into(), |_| format!(
                     "{:.1} MiB",
                     torch_s.rss as f64 / (1 << 20) as f64
                 )),
+            );
+        }
+    }
+    ours.stop();
+    if let Some(t) = torch {
+        t.stop();
+    }
+    Ok(())
+}
+
+fn native_main(
+    args: &Args,
+    bin: &std::path::Path,
+    ours: ServerProcess,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let (endpoint, fp) = ours
+        .native
+        .clone()
+        .ok_or("dt-rdzv printed no native port")?;
+    let cfg = client_config(&endpoint, &fp, BENCH_TOKEN);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.client_threads.max(1))
+        .enable_all()
+        .build()?;
+    let timeout = Duration::from_secs(args.timeout_secs);
+    if args.kill_one {
+        for &n in &args.members {
+            let mut s = Vec::new();
+            for round in 0..args.rounds {
+                let job = format!("kill-one-n{n}-r{round}");
+                let d = rt.block_on(run_kill_one(
+                    &cfg,
+                    bin,
+                    &fp,
+                    BENCH_TOKEN,
+                    n.max(2),
+                    &job,
+                    timeout,
+                ))?;
+                s.push(d.as_secs_f64());
+            }
+            let m = median(&s).unwrap_or(f64::NAN);
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "members": n, "recovery_seconds": m, "recovery_seconds_all": s,
+                        "rounds": args.rounds, "heartbeat_timeout_seconds": 2.0,
+                        "torchelastic_recovery_seconds_reference": 46.2,
+                    })
+                );
+            } else {
+                println!(
+                    "# kill-one: {n} members, SIGKILL one member process, default settings (heartbeat timeout 2 s)"
+                );
+                println!(
+                    "  recovery (SIGKILL -> every survivor holds its new rank): median {m:.3} s of {s:?}"
+                );
+            }
+        }
+        ours.stop();
+        return Ok(());
+    }
+    let torch = if args.no_torch {
+        None
+    } else {
+        Some(start_torch_store(
+            &args.python.clone().unwrap_or_else(default_python),
+        )?)
+    };
+    if !args.json {
+        println!(
+            "# rdzv_perf --native: join -> every member holds rank and peers (QUIC), beside the torchelastic compare-set barrier on torch's TCPStore; median of {} rounds",
+            args.rounds
+        );
+        println!(
+            "# {:>7} {:>12} {:>12} {:>12} {:>14} {:>8} {:>12}",
+            "members", "native s", "connect s", "join s", "torchelastic s", "ratio", "CAS retries"
+        );
+    }
+    for &n in &args.members {
+        let (mut ours_s, mut conn_s, mut join_s, mut te_s, mut retries) =
+            (vec![], vec![], vec![], vec![], vec![]);
+        for round in 0..args.rounds {
+            let r = rt.block_on(run_native_herd(
+                &cfg,
+                n,
+                &format!("native-n{n}-r{round}"),
+                timeout,
+            ))?;
+            ours_s.push(r.total.as_secs_f64());
+            conn_s.push(r.connect_all.as_secs_f64());
+            join_s.push(r.join_to_welcome.as_secs_f64());
+            std::thread::sleep(Duration::from_millis(200));
+            if let Some(t) = torch.as_ref().filter(|_| n <= args.torchelastic_max) {
+                let c = rt.block_on(run_cas_herd(
+                    &t.endpoint,
+                    n,
+                    &format!("te-n{n}-r{round}"),
+                    timeout,
+                ))?;
+                te_s.push(c.total.as_secs_f64());
+                retries.push(c.retries as f64);
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+        let s = median(&ours_s).unwrap_or(f64::NAN);
+        let t = median(&te_s);
+        if args.json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "members": n, "seconds": s, "torchelastic_seconds": t,
+                    "ratio_torchelastic_over_native": t.map(|t| t / s),
+                    "connect_seconds": median(&conn_s), "join_to_welcome_seconds": median(&join_s),
+                    "torchelastic_cas_retries": median(&retries),
+                    "torchelastic_skipped": torch.is_some() && n > args.torchelastic_max,
+                    "rounds": args.rounds, "seconds_all": ours_s, "torchelastic_seconds_all": te_s,
+                    "server_rss_bytes": ours.rss().1,
+                })
+            );
+        } else {
+            println!(
+                "  {:>7} {:>12.4} {:>12.4} {:>12.4} {:>14} {:>8} {:>12}",
+                n,
+                s,
+                median(&conn_s).unwrap_or(f64::NAN),
+                median(&join_s).unwrap_or(f64::NAN),
+                t.map_or("-".into(), |t| format!("{t:.4}")),
+                t.map_or("-".into(), |t| format!("{:.1}x", t / s)),
+                median(&retries).map_or("-".into(), |r| format!("{r:.0}"))
             );
         }
     }

@@ -1,8 +1,15 @@
 //! The rendezvous benchmark: N members connect, `add` to a counter and `wait` on a release key,
-//! the shape of every store-based barrier (torchrun agents, `init_process_group`).
+//! the shape of every store-based barrier (torchrun agents, `init_process_group`); the
+//! torchelastic compare-set herd; and the native rendezvous herd and kill-one recovery.
 
+mod cas;
 mod herd;
+mod native;
 mod servers;
 
+pub use cas::{CasResult, run_cas_herd};
 pub use herd::{HerdResult, run_herd};
-pub use servers::{ServerProcess, rss_bytes, start_dt_rdzv, start_torch_store};
+pub use native::{NativeResult, client_config, run_kill_one, run_native_herd, spawn_member};
+pub use servers::{
+    BENCH_TOKEN, ServerProcess, cpu_seconds, rss_bytes, start_dt_rdzv, start_torch_store,
+};

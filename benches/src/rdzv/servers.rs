@@ -10,6 +10,8 @@ pub struct ServerProcess {
     pub child: Child,
     /// `host:port` for clients.
     pub endpoint: String,
+    /// Native endpoint and certificate fingerprint (dt-rdzv only).
+    pub native: Option<(String, String)>,
     /// What it is, for reports.
     pub name: &'static str,
 }
@@ -18,6 +20,11 @@ impl ServerProcess {
     /// Resident memory now, and the peak (VmRSS, VmHWM), in bytes.
     pub fn rss(&self) -> (u64, u64) {
         rss_bytes(self.child.id())
+    }
+
+    /// CPU time (user + system) the server has used so far, in seconds.
+    pub fn cpu_seconds(&self) -> f64 {
+        cpu_seconds(self.child.id())
     }
 
     /// Stops the server by PID (SIGTERM for dt-rdzv, closing stdin for the Python one).
@@ -37,6 +44,22 @@ impl Drop for ServerProcess {
     }
 }
 
+/// User + system CPU seconds of a process (from /proc/PID/stat); 0 if unreadable.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // fields after the parenthesised command name; utime and stime are fields 14 and 15
+    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+        return 0.0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    (ticks(11) + ticks(12)) / hz
+}
+
 /// (VmRSS, VmHWM) of a process, in bytes; zeros if unreadable.
 pub fn rss_bytes(pid: u32) -> (u64, u64) {
     let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
@@ -51,35 +74,69 @@ pub fn rss_bytes(pid: u32) -> (u64, u64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
-fn read_ready(child: &mut Child, prefix: &str) -> std::io::Result<String> {
+fn read_lines(child: &mut Child, n: usize) -> std::io::Result<Vec<String>> {
     let out = child
         .stdout
         .take()
         .ok_or_else(|| std::io::Error::other("no stdout"))?;
-    let mut line = String::new();
-    BufReader::new(out).read_line(&mut line)?;
-    line.trim()
-        .strip_prefix(prefix)
+    let mut r = BufReader::new(out);
+    let mut lines = Vec::new();
+    for _ in 0..n {
+        let mut line = String::new();
+        r.read_line(&mut line)?;
+        lines.push(line.trim().to_string());
+    }
+    Ok(lines)
+}
+
+fn read_ready(child: &mut Child, prefix: &str) -> std::io::Result<String> {
+    let line = read_lines(child, 1)?.remove(0);
+    line.strip_prefix(prefix)
         .map(str::to_owned)
         .ok_or_else(|| std::io::Error::other(format!("server did not start: {line:?}")))
 }
 
-/// Starts `dt-rdzv serve` on an ephemeral loopback port.
+/// The token `start_dt_rdzv` gives the server.
+pub const BENCH_TOKEN: &str = "rdzv-perf";
+
+/// Starts `dt-rdzv serve` on ephemeral loopback ports (TCPStore, native, HTTP) with default
+/// rendezvous settings and the token [`BENCH_TOKEN`].
 pub fn start_dt_rdzv(bin: &Path) -> std::io::Result<ServerProcess> {
     let mut child = Command::new(bin)
-        .args(["serve", "--host", "127.0.0.1", "--port", "0"])
+        .args([
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--native-port",
+            "0",
+            "--http-port",
+            "0",
+        ])
         .env(
             "DTRDZV_LOG",
             std::env::var("DTRDZV_LOG").unwrap_or_else(|_| "warn".into()),
         )
+        .env("DTRDZV_TOKEN", BENCH_TOKEN)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()?;
-    let addr = read_ready(&mut child, "dt-rdzv listening tcpstore=")?;
+    let lines = read_lines(&mut child, 3)?;
+    let bad = || std::io::Error::other(format!("server did not start: {lines:?}"));
+    let addr = lines[0]
+        .strip_prefix("dt-rdzv listening tcpstore=")
+        .ok_or_else(bad)?
+        .to_string();
+    let (native, fp) = lines[1]
+        .strip_prefix("dt-rdzv listening native=")
+        .and_then(|r| r.split_once(" fingerprint="))
+        .ok_or_else(bad)?;
     Ok(ServerProcess {
         child,
         endpoint: addr,
+        native: Some((native.to_string(), fp.to_string())),
         name: "dt-rdzv",
     })
 }
@@ -112,6 +169,7 @@ sys.stdin.read()
     Ok(ServerProcess {
         child,
         endpoint: addr,
+        native: None,
         name: "torch TCPStore",
     })
 }

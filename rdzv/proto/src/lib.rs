@@ -5,8 +5,15 @@
 //! * [`tcpstore`]: the c10d TCPStore wire protocol as torch 2.15 speaks it (codec, limits)
 //!   and the store engine that serves it (KV map, waiters, queues, compare-set, counters,
 //!   namespace lifecycle).
+//! * [`native`]: the native rendezvous protocol: its messages and their codec (rkyv archives
+//!   behind magic, version and length).
+//! * [`rendezvous`]: the rendezvous state machine (jobs, rounds, ranks, liveness, lifecycle)
+//!   that serves the native protocol.
 //!
 //! Drivers (the tokio server in `dt-rdzv`, the tests) feed decoded requests into
-//! [`tcpstore::Engine`] and carry out the actions it returns.
+//! [`tcpstore::Engine`] and [`rendezvous::RendezvousMachine`] and carry out the actions they
+//! return.
 
+pub mod native;
+pub mod rendezvous;
 pub mod tcpstore;

@@ -1,11 +1,14 @@
 //! `dt-rdzv`: the dtcomm rendezvous server and its operator commands.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use dt_rdzv::client::TcpStoreClient;
-use dt_rdzv::server::{ServeConfig, Server, parse_duration};
+use dt_rdzv::native::{BlockingNativeClient, ClientConfig, Membership, Trust};
+use dt_rdzv::server::{ServeConfig, Server, job_json, parse_duration};
+use dt_rdzv_proto::native::{JobSpec, JobStatus, LateJoin, Role, ServerMsg};
 use dt_rdzv_proto::tcpstore::namespace_of;
 
 #[derive(Parser)]
@@ -21,12 +24,117 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the server (TCPStore-compatible store on --port, 29400 by default).
-    Serve(ServeConfig),
+    /// Run the server: TCPStore port 29400, native QUIC port 29401, HTTP port 29402.
+    Serve(Box<ServeConfig>),
     /// Delete a job's keys from a running server.
     Purge(PurgeArgs),
     /// List the keys a running server holds.
     Keys(ClientArgs),
+    /// Show one job (members, ranks, round, last heartbeat, who is missing) or every job.
+    Status(StatusArgs),
+    /// List the jobs a running server holds.
+    Jobs(JobsArgs),
+    /// Stop a job: every member is told, and later joins are refused.
+    Stop(StopArgs),
+    /// Join a job as a member and print each round as a JSON line until the job ends
+    /// (for scripts, tests and benchmarks).
+    Member(MemberArgs),
+}
+
+#[derive(clap::Args)]
+struct NativeArgs {
+    /// The server's native endpoint, host[:port].
+    #[arg(
+        long,
+        env = "DTRDZV_NATIVE_ENDPOINT",
+        default_value = "127.0.0.1:29401"
+    )]
+    native: String,
+    /// The join token.
+    #[arg(long, env = "DTRDZV_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Read the token from this file.
+    #[arg(long, env = "DTRDZV_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+    /// The server certificate's fingerprint (printed by `dt-rdzv serve`).
+    #[arg(long, env = "DTRDZV_FINGERPRINT")]
+    fingerprint: Option<String>,
+    /// Verify the server certificate against this CA file instead.
+    #[arg(long, env = "DTRDZV_CACERT", conflicts_with = "fingerprint")]
+    cacert: Option<PathBuf>,
+    /// Server name to verify with --cacert.
+    #[arg(long, default_value = "localhost")]
+    server_name: String,
+    /// Deadline for connecting and for each answer.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    timeout: Duration,
+}
+
+#[derive(clap::Args)]
+struct StatusArgs {
+    #[command(flatten)]
+    native: NativeArgs,
+    /// The job (all jobs if left out).
+    job: Option<String>,
+    /// JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+struct JobsArgs {
+    #[command(flatten)]
+    native: NativeArgs,
+    /// JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+struct StopArgs {
+    #[command(flatten)]
+    native: NativeArgs,
+    /// The job.
+    job: String,
+    /// Told to every member.
+    #[arg(long, default_value = "stopped by dt-rdzv stop")]
+    reason: String,
+}
+
+#[derive(clap::Args)]
+struct MemberArgs {
+    #[command(flatten)]
+    native: NativeArgs,
+    /// The job (run id).
+    #[arg(long)]
+    job: String,
+    /// Member id (default: node:pid).
+    #[arg(long)]
+    member: Option<String>,
+    /// Node name (default: the host name).
+    #[arg(long)]
+    node: Option<String>,
+    /// Address to advertise to peers (repeatable).
+    #[arg(long)]
+    addr: Vec<String>,
+    /// Join as the main member.
+    #[arg(long)]
+    main: bool,
+    /// Fewest members of a round.
+    #[arg(long, default_value_t = 1)]
+    min: u32,
+    /// Most members of a round.
+    #[arg(long)]
+    max: u32,
+    /// Last call once min are present.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    last_call: Duration,
+    /// Join timeout of a round.
+    #[arg(long, default_value = "600s", value_parser = parse_duration)]
+    join_timeout: Duration,
+    /// Ephemeral job (ends when the main member leaves).
+    #[arg(long)]
+    ephemeral: bool,
 }
 
 #[derive(clap::Args)]
@@ -61,9 +169,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
     match cli.command {
-        Command::Serve(config) => serve(config),
+        Command::Serve(config) => serve(*config),
         Command::Purge(args) => report(purge(args)),
         Command::Keys(args) => report(keys(args)),
+        Command::Status(args) => report(status(args)),
+        Command::Jobs(args) => report(jobs(args)),
+        Command::Stop(args) => report(stop(args)),
+        Command::Member(args) => member(args),
     }
 }
 
@@ -112,22 +224,42 @@ fn serve(config: ServeConfig) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        let addr = match server.local_addr() {
-            Ok(a) => a,
-            Err(e) => {
-                eprintln!("dt-rdzv: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
+        let addr = server.local_addr().ok();
+        let native = server.native_addr();
+        let http = server.http_addr();
+        let fingerprint = server.fingerprint().unwrap_or("-").to_string();
         tracing::info!(
-            tcpstore = %addr,
+            tcpstore = ?addr,
+            native = ?native,
+            http = ?http,
+            %fingerprint,
             namespace_ttl = ?config.namespace_ttl.0,
-            handshake_timeout = ?config.handshake_timeout,
-            frame_timeout = ?config.frame_timeout,
+            heartbeat_timeout = ?config.heartbeat_timeout,
             "dt-rdzv serve listening"
         );
-        // One machine-readable line on stdout, for scripts that start us on port 0.
-        println!("dt-rdzv listening tcpstore={addr}");
+        // Machine-readable lines on stdout, for scripts that start us on port 0. The first
+        // line stays the TCPStore address.
+        let show = |a: Option<std::net::SocketAddr>| a.map_or("off".to_string(), |a| a.to_string());
+        println!("dt-rdzv listening tcpstore={}", show(addr));
+        println!(
+            "dt-rdzv listening native={} fingerprint={fingerprint}",
+            show(native)
+        );
+        println!("dt-rdzv listening http={}", show(http));
+        match server.token() {
+            (Some(t), true) => {
+                tracing::warn!(
+                    "no token given (DTRDZV_TOKEN, --token-file): generated one for this run"
+                );
+                println!("dt-rdzv token={t}");
+            }
+            (None, _) => tracing::warn!(
+                "--no-auth: anyone who reaches the native port may join and read jobs"
+            ),
+            _ => {}
+        }
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
         server.run(shutdown_signal()).await;
         ExitCode::SUCCESS
     })
@@ -210,4 +342,201 @@ fn purge(args: PurgeArgs) -> Result<(), String> {
         println!("deleted {deleted} keys");
     }
     Ok(())
+}
+
+fn native_client(a: &NativeArgs) -> Result<BlockingNativeClient, String> {
+    let token = match (&a.token, &a.token_file) {
+        (Some(t), _) => t.clone(),
+        (None, Some(p)) => std::fs::read_to_string(p)
+            .map_err(|e| format!("token file {}: {e}", p.display()))?
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_string(),
+        (None, None) => String::new(),
+    };
+    let trust = match (&a.fingerprint, &a.cacert) {
+        (Some(f), _) => Trust::Fingerprint(f.clone()),
+        (None, Some(c)) => Trust::CaFile(c.clone()),
+        (None, None) => {
+            return Err(
+                "say how to trust the server: --fingerprint (printed by dt-rdzv serve) or --cacert"
+                    .into(),
+            );
+        }
+    };
+    let mut cfg = ClientConfig::new(a.native.clone(), token, trust);
+    cfg.server_name = a.server_name.clone();
+    cfg.timeout = a.timeout;
+    BlockingNativeClient::connect(&cfg).map_err(|e| e.to_string())
+}
+
+fn print_job(j: &JobStatus) {
+    let s = &j.spec;
+    println!(
+        "job {}: {}, round {}, world {} (min {}, max {}), restarts {}, age {:.1} s",
+        j.job,
+        j.state,
+        j.round,
+        j.world,
+        s.min_members,
+        s.max_members,
+        j.restarts,
+        j.age_ms as f64 / 1000.0
+    );
+    if !j.missing.is_empty() {
+        println!("  missing: {}", j.missing.join(", "));
+    }
+    if !j.config_keys.is_empty() {
+        println!("  config: {}", j.config_keys.join(", "));
+    }
+    println!(
+        "  {:>6}  {:<24} {:<20} {:<8} {:>10}  addrs",
+        "rank", "member", "node", "state", "heartbeat"
+    );
+    for m in &j.members {
+        println!(
+            "  {:>6}  {:<24} {:<20} {:<8} {:>8.1}s  {} (seen from {})",
+            m.rank.map_or("-".into(), |r| r.to_string()),
+            m.member,
+            m.node,
+            m.state,
+            m.last_seen_ms as f64 / 1000.0,
+            m.addrs.join(","),
+            m.observed_ip
+        );
+    }
+}
+
+fn status(args: StatusArgs) -> Result<(), String> {
+    let mut c = native_client(&args.native)?;
+    let jobs = c.status(args.job.as_deref()).map_err(|e| e.to_string())?;
+    if args.json {
+        let v: Vec<_> = jobs.iter().map(job_json).collect();
+        let out = match args.job {
+            Some(_) => serde_json::to_string_pretty(&v[0]),
+            None => serde_json::to_string_pretty(&serde_json::json!({ "jobs": v })),
+        };
+        println!("{}", out.map_err(|e| e.to_string())?);
+    } else if jobs.is_empty() {
+        println!("no jobs");
+    } else {
+        for j in &jobs {
+            print_job(j);
+        }
+    }
+    Ok(())
+}
+
+fn jobs(args: JobsArgs) -> Result<(), String> {
+    let mut c = native_client(&args.native)?;
+    let jobs = c.status(None).map_err(|e| e.to_string())?;
+    if args.json {
+        let v: Vec<_> = jobs.iter().map(job_json).collect();
+        println!("{}", serde_json::json!({ "jobs": v }));
+        return Ok(());
+    }
+    println!(
+        "{:<32} {:<12} {:>6} {:>6} {:>8} {:>9}",
+        "job", "state", "round", "world", "members", "restarts"
+    );
+    for j in jobs {
+        println!(
+            "{:<32} {:<12} {:>6} {:>6} {:>8} {:>9}",
+            j.job,
+            j.state,
+            j.round,
+            j.world,
+            j.members.len(),
+            j.restarts
+        );
+    }
+    Ok(())
+}
+
+fn stop(args: StopArgs) -> Result<(), String> {
+    let mut c = native_client(&args.native)?;
+    c.stop(&args.job, &args.reason).map_err(|e| e.to_string())?;
+    println!("stopped job {}", args.job);
+    Ok(())
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+fn member(args: MemberArgs) -> ExitCode {
+    let mut c = match native_client(&args.native) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("dt-rdzv: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let node = args.node.clone().unwrap_or_else(host_name);
+    let who = Membership {
+        job: args.job.clone(),
+        member: args
+            .member
+            .clone()
+            .unwrap_or_else(|| format!("{node}:{}", std::process::id())),
+        node,
+        addrs: args.addr.clone(),
+        role: if args.main { Role::Main } else { Role::Worker },
+        spec: JobSpec {
+            min_members: args.min,
+            max_members: args.max,
+            last_call_ms: args.last_call.as_millis() as u64,
+            join_timeout_ms: args.join_timeout.as_millis() as u64,
+            ephemeral: args.ephemeral,
+            late_join: LateJoin::Immediate,
+            ..JobSpec::default()
+        },
+    };
+    if let Err(e) = c.join(who) {
+        eprintln!("dt-rdzv: {e}");
+        return ExitCode::FAILURE;
+    }
+    loop {
+        let line = match c.next_message(Duration::from_secs(3600)) {
+            Ok(ServerMsg::Welcome(w)) => serde_json::json!({
+                "event": "welcome", "job": w.job, "round": w.round, "rank": w.rank,
+                "world": w.world, "local_rank": w.local_rank, "local_world": w.local_world,
+                "node_rank": w.node_rank, "nodes": w.nodes, "cause": w.cause.to_string(),
+                "peers": w.peers.iter().map(|p| serde_json::json!({
+                    "rank": p.rank, "member": p.member, "addrs": p.addrs, "observed_ip": p.observed_ip,
+                })).collect::<Vec<_>>(),
+            }),
+            Ok(ServerMsg::RoundEnded { round, cause, .. }) => serde_json::json!({
+                "event": "round_ended", "round": round, "cause": cause.to_string(),
+            }),
+            Ok(ServerMsg::JobEnded { end, .. }) => {
+                println!(
+                    "{}",
+                    serde_json::json!({ "event": "job_ended", "end": end.to_string(), "how": end.label() })
+                );
+                return if end.label() == "finished" {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(3)
+                };
+            }
+            Ok(ServerMsg::Refused { message, .. }) => {
+                eprintln!("dt-rdzv: refused: {message}");
+                continue;
+            }
+            Ok(_) => continue,
+            Err(dt_rdzv::native::NativeError::Timeout { .. }) => continue,
+            Err(e) => {
+                eprintln!("dt-rdzv: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        println!("{line}");
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+    }
 }

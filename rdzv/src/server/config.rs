@@ -1,8 +1,10 @@
 //! `dt-rdzv serve` settings. Every flag has a `DTRDZV_*` environment twin.
 
 use std::net::IpAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
+use dt_rdzv_proto::rendezvous::MachineConfig;
 use dt_rdzv_proto::tcpstore::{EngineConfig, Limits};
 
 /// How `dt-rdzv serve` runs.
@@ -44,6 +46,86 @@ pub struct ServeConfig {
     /// Runtime worker threads (default: one per core).
     #[arg(long, env = "DTRDZV_WORKER_THREADS")]
     pub worker_threads: Option<usize>,
+
+    /// Turn the TCPStore port off (the native and HTTP ports stay).
+    #[arg(long, env = "DTRDZV_NO_TCPSTORE")]
+    pub no_tcpstore: bool,
+
+    /// Bind the TCPStore port to this address only (default: --host).
+    #[arg(long, env = "DTRDZV_TCPSTORE_HOST")]
+    pub tcpstore_host: Option<IpAddr>,
+
+    /// Native rendezvous port (QUIC, UDP). 0 picks a free one.
+    #[arg(long, env = "DTRDZV_NATIVE_PORT", default_value_t = 29401)]
+    pub native_port: u16,
+
+    /// Turn the native port off.
+    #[arg(long, env = "DTRDZV_NO_NATIVE")]
+    pub no_native: bool,
+
+    /// HTTP port for /healthz, /metrics and /v1/jobs. 0 picks a free one.
+    #[arg(long, env = "DTRDZV_HTTP_PORT", default_value_t = 29402)]
+    pub http_port: u16,
+
+    /// Turn the HTTP port off.
+    #[arg(long, env = "DTRDZV_NO_HTTP")]
+    pub no_http: bool,
+
+    /// The join token (prefer DTRDZV_TOKEN or --token-file: a command line is visible to
+    /// every user of the host).
+    #[arg(long, env = "DTRDZV_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+
+    /// Read the join token from this file (first line, trimmed).
+    #[arg(long, env = "DTRDZV_TOKEN_FILE", conflicts_with = "token")]
+    pub token_file: Option<PathBuf>,
+
+    /// Accept joins and status requests without a token (trusted networks only). Without a
+    /// token and without this flag, a random token is generated and printed.
+    #[arg(long, env = "DTRDZV_NO_AUTH", conflicts_with_all = ["token", "token_file"])]
+    pub no_auth: bool,
+
+    /// TLS certificate chain (PEM) of the native port; without it a self-signed certificate
+    /// is generated at start-up and its fingerprint printed for clients to pin.
+    #[arg(long, env = "DTRDZV_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// TLS private key (PEM) for --tls-cert.
+    #[arg(long, env = "DTRDZV_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Names in the generated certificate (comma separated).
+    #[arg(
+        long,
+        env = "DTRDZV_TLS_NAMES",
+        value_delimiter = ',',
+        default_value = "localhost"
+    )]
+    pub tls_names: Vec<String>,
+
+    /// Members are asked to send a heartbeat this often.
+    #[arg(long, env = "DTRDZV_HEARTBEAT_INTERVAL", default_value = "500ms", value_parser = parse_duration)]
+    pub heartbeat_interval: Duration,
+
+    /// A member silent this long is lost, and its round ends for everyone.
+    #[arg(long, env = "DTRDZV_HEARTBEAT_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
+    pub heartbeat_timeout: Duration,
+
+    /// An ended job is remembered this long (later joins are told how it ended).
+    #[arg(long, env = "DTRDZV_JOB_RETENTION", default_value = "60s", value_parser = parse_duration)]
+    pub job_retention: Duration,
+
+    /// A job with no members is forgotten after this long.
+    #[arg(long, env = "DTRDZV_JOB_IDLE_TTL", default_value = "300s", value_parser = parse_duration)]
+    pub job_idle_ttl: Duration,
+
+    /// Most rendezvous jobs at once.
+    #[arg(long, env = "DTRDZV_MAX_JOBS", default_value_t = 4096)]
+    pub max_jobs: usize,
+
+    /// Most native connections at once (more are refused at the handshake).
+    #[arg(long, env = "DTRDZV_MAX_NATIVE_CONNECTIONS", default_value_t = 65536)]
+    pub max_native_connections: usize,
 }
 
 /// A namespace time-to-live: `None` keeps namespaces forever.
@@ -62,6 +144,24 @@ impl Default for ServeConfig {
             max_frame_bytes: 64 * 1024 * 1024,
             tcp_keepalive: Duration::from_secs(30),
             worker_threads: None,
+            no_tcpstore: false,
+            tcpstore_host: None,
+            native_port: 29401,
+            no_native: false,
+            http_port: 29402,
+            no_http: false,
+            token: None,
+            token_file: None,
+            no_auth: false,
+            tls_cert: None,
+            tls_key: None,
+            tls_names: vec!["localhost".into()],
+            heartbeat_interval: Duration::from_millis(500),
+            heartbeat_timeout: Duration::from_secs(2),
+            job_retention: Duration::from_secs(60),
+            job_idle_ttl: Duration::from_secs(300),
+            max_jobs: 4096,
+            max_native_connections: 65536,
         }
     }
 }
@@ -72,6 +172,8 @@ impl ServeConfig {
         Self {
             host: IpAddr::from([127, 0, 0, 1]),
             port: 0,
+            native_port: 0,
+            http_port: 0,
             ..Self::default()
         }
     }
@@ -80,6 +182,47 @@ impl ServeConfig {
     pub fn engine_config(&self) -> EngineConfig {
         EngineConfig {
             namespace_ttl: self.namespace_ttl.0,
+        }
+    }
+
+    /// The join token: given, read from the file, none (`--no-auth`), or generated (the
+    /// second value says so).
+    pub fn resolve_token(&self) -> std::io::Result<(Option<String>, bool)> {
+        if self.no_auth {
+            return Ok((None, false));
+        }
+        if let Some(t) = &self.token {
+            return Ok((Some(t.clone()), false));
+        }
+        if let Some(path) = &self.token_file {
+            let s = std::fs::read_to_string(path).map_err(|e| {
+                std::io::Error::new(e.kind(), format!("token file {}: {e}", path.display()))
+            })?;
+            let t = s.lines().next().unwrap_or("").trim().to_string();
+            if t.is_empty() {
+                return Err(std::io::Error::other(format!(
+                    "token file {} is empty",
+                    path.display()
+                )));
+            }
+            return Ok((Some(t), false));
+        }
+        let mut b = [0u8; 24];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b)
+            .map_err(|_| std::io::Error::other("no system randomness for a token"))?;
+        Ok((Some(b.iter().map(|x| format!("{x:02x}")).collect()), true))
+    }
+
+    /// The rendezvous machine's part of the settings, with the resolved token.
+    pub fn machine_config(&self, token: Option<String>) -> MachineConfig {
+        MachineConfig {
+            token,
+            heartbeat_interval: self.heartbeat_interval,
+            heartbeat_timeout: self.heartbeat_timeout,
+            ended_retention: self.job_retention,
+            idle_ttl: self.job_idle_ttl,
+            max_jobs: self.max_jobs,
+            ..MachineConfig::default()
         }
     }
 

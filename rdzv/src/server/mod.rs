@@ -1,18 +1,28 @@
-//! The tokio server behind `dt-rdzv serve`: a thin driver of the sans-IO store engine.
+//! The tokio server behind `dt-rdzv serve`: a thin driver of the sans-IO store engine and
+//! rendezvous machine.
 //!
 //! * [`ServeConfig`]: every `dt-rdzv serve` flag (each with a `DTRDZV_*` twin in the CLI);
-//! * `listener`: the dual-stack listening socket (socket2: backlog, NODELAY, keepalive);
-//! * `core`: the engine and the per-connection outboxes behind one lock, so a reply and the
-//!   wake-ups other connections cause reach each client in engine order;
-//! * `conn`: one task per connection: read, decode, handle, write, with deadlines for a
-//!   handshake that never comes and a frame that stops half way;
+//! * `listener`: the dual-stack TCPStore listening socket (socket2: backlog, NODELAY, keepalive);
+//! * `core`: the store engine and the per-connection outboxes behind one lock, so a reply and
+//!   the wake-ups other connections cause reach each client in engine order;
+//! * `conn`: one task per TCPStore connection: read, decode, handle, write, with deadlines;
+//! * `rendezvous`: the rendezvous machine and the native connections' outboxes, and its timers;
+//! * `native`: the QUIC port (29401), one task per member connection;
+//! * [`Identity`]: the TLS certificate, from files or generated (fingerprint printed);
+//! * `http`, `metrics`, [`job_json`]: the HTTP port (29402): `/healthz`, `/metrics`, `/v1/jobs`;
 //! * [`Server`]: binds, runs until a shutdown signal, and [`BackgroundServer`] runs one on its
 //!   own thread (tests, benchmarks, embedding).
 
 mod config;
 mod conn;
 mod core;
+mod http;
+mod identity;
+mod json;
 mod listener;
+mod metrics;
+mod native;
+mod rendezvous;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -22,63 +32,162 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub use config::{ServeConfig, parse_duration};
+pub use identity::Identity;
+pub use json::job_json;
 
 use self::core::Core;
+use self::rendezvous::RdzvCore;
 
 /// A bound server, ready to run.
 pub struct Server {
     config: ServeConfig,
-    listener: TcpListener,
+    listener: Option<TcpListener>,
     core: Arc<Core>,
+    native: Option<quinn::Endpoint>,
+    rdzv: Arc<RdzvCore>,
+    http: Option<TcpListener>,
+    fingerprint: Option<String>,
+    token: Option<String>,
+    token_generated: bool,
 }
 
 impl Server {
-    /// Binds the TCPStore port. Call inside a tokio runtime.
+    /// Binds the ports that are on (TCPStore, native QUIC, HTTP). Call inside a tokio runtime.
     pub fn bind(config: ServeConfig) -> std::io::Result<Self> {
-        let listener = listener::bind(&config)?;
+        let (token, token_generated) = config.resolve_token()?;
+        let listener = if config.no_tcpstore {
+            None
+        } else {
+            Some(listener::bind(&config)?)
+        };
         let core = Arc::new(Core::new(config.engine_config()));
+        let rdzv = Arc::new(RdzvCore::new(config.machine_config(token.clone())));
+        let (native, fingerprint) = if config.no_native {
+            (None, None)
+        } else {
+            let identity = match (&config.tls_cert, &config.tls_key) {
+                (Some(c), Some(k)) => Identity::from_files(c, k)?,
+                _ => Identity::generate(&config.tls_names)?,
+            };
+            let idle = (config.heartbeat_timeout * 4).max(std::time::Duration::from_secs(10));
+            let endpoint = native::bind(&config, identity.quic_server_config(idle)?)?;
+            (Some(endpoint), Some(identity.fingerprint()))
+        };
+        let http = if config.no_http {
+            None
+        } else {
+            let host = config.host;
+            let addr = SocketAddr::new(host, config.http_port);
+            let l = match std::net::TcpListener::bind(addr) {
+                Err(e) if host == std::net::IpAddr::from([0u16; 8]) => {
+                    tracing::warn!(error = %e, "no IPv6 for the HTTP port; using 0.0.0.0");
+                    std::net::TcpListener::bind(SocketAddr::new(
+                        std::net::Ipv4Addr::UNSPECIFIED.into(),
+                        config.http_port,
+                    ))?
+                }
+                other => other?,
+            };
+            l.set_nonblocking(true)?;
+            Some(TcpListener::from_std(l)?)
+        };
         Ok(Self {
             config,
             listener,
             core,
+            native,
+            rdzv,
+            http,
+            fingerprint,
+            token,
+            token_generated,
         })
     }
 
-    /// The address the TCPStore port is bound to.
+    /// The address the TCPStore port is bound to (an error when it is off).
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.listener.local_addr()
+        match &self.listener {
+            Some(l) => l.local_addr(),
+            None => Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "the TCPStore port is off",
+            )),
+        }
+    }
+
+    /// The native (QUIC) port's address, if on.
+    pub fn native_addr(&self) -> Option<SocketAddr> {
+        self.native.as_ref().and_then(|e| e.local_addr().ok())
+    }
+
+    /// The HTTP port's address, if on.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
+    /// The native port's certificate fingerprint (`sha256:...`), for clients to pin.
+    pub fn fingerprint(&self) -> Option<&str> {
+        self.fingerprint.as_deref()
+    }
+
+    /// The join token in force (`None` with `--no-auth`) and whether it was generated.
+    pub fn token(&self) -> (Option<&str>, bool) {
+        (self.token.as_deref(), self.token_generated)
     }
 
     /// Serves until `shutdown` resolves, then closes every connection.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
         let (stop_tx, stop_rx) = watch::channel(false);
         let timer = tokio::spawn(core::run_timers(self.core.clone(), stop_rx.clone()));
+        let rdzv_timer = tokio::spawn(rendezvous::run_timers(self.rdzv.clone(), stop_rx.clone()));
         let config = Arc::new(self.config);
+        let native = self.native.map(|e| {
+            tokio::spawn(native::accept_loop(
+                e,
+                self.rdzv.clone(),
+                config.clone(),
+                stop_rx.clone(),
+            ))
+        });
+        if let Some(l) = self.http {
+            let state = Arc::new(http::HttpState {
+                store: self.listener.as_ref().map(|_| self.core.clone()),
+                rdzv: self.rdzv.clone(),
+            });
+            tokio::spawn(http::accept_loop(l, state, stop_rx.clone()));
+        }
         let mut next_id: u64 = 0;
         tokio::pin!(shutdown);
-        loop {
-            tokio::select! {
-                _ = &mut shutdown => break,
-                accepted = self.listener.accept() => match accepted {
-                    Ok((stream, peer)) => {
-                        next_id += 1;
-                        listener::tune_with(&stream, config.tcp_keepalive);
-                        tokio::spawn(conn::serve(
-                            next_id, stream, peer, self.core.clone(), config.clone(), stop_rx.clone(),
-                        ));
-                    }
-                    Err(e) => {
-                        // EMFILE and friends: keep serving the connections we have.
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                    }
-                },
-            }
+        match &self.listener {
+            None => shutdown.await,
+            Some(listener) => loop {
+                tokio::select! {
+                    _ = &mut shutdown => break,
+                    accepted = listener.accept() => match accepted {
+                        Ok((stream, peer)) => {
+                            next_id += 1;
+                            listener::tune(&stream, config.tcp_keepalive);
+                            tokio::spawn(conn::serve(
+                                next_id, stream, peer, self.core.clone(), config.clone(), stop_rx.clone(),
+                            ));
+                        }
+                        Err(e) => {
+                            // EMFILE and friends: keep serving the connections we have.
+                            tracing::warn!(error = %e, "accept failed");
+                            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                        }
+                    },
+                }
+            },
         }
         let (conns, keys) = self.core.sizes();
         tracing::info!(connections = conns, keys, "shutting down");
         let _ = stop_tx.send(true);
         let _ = timer.await;
+        let _ = rdzv_timer.await;
+        if let Some(n) = native {
+            let _ = n.await;
+        }
         // Give connection tasks a moment to flush and close.
         let deadline = Instant::now() + std::time::Duration::from_secs(2);
         while self.core.sizes().0 > 0 && Instant::now() < deadline {
@@ -94,13 +203,24 @@ impl Server {
 
 /// A server on its own thread and runtime; stops when dropped.
 pub struct BackgroundServer {
-    addr: SocketAddr,
+    addr: Option<SocketAddr>,
+    native: Option<SocketAddr>,
+    http: Option<SocketAddr>,
+    fingerprint: Option<String>,
+    token: Option<String>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
+fn loopback(mut a: SocketAddr) -> SocketAddr {
+    if a.ip().is_unspecified() {
+        a.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    a
+}
+
 impl BackgroundServer {
-    /// Starts a server with `config` (use port 0 for an ephemeral port).
+    /// Starts a server with `config` (use port 0 for ephemeral ports).
     pub fn start(config: ServeConfig) -> std::io::Result<Self> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(config.worker_threads.unwrap_or(2))
@@ -108,7 +228,10 @@ impl BackgroundServer {
             .thread_name("dt-rdzv")
             .build()?;
         let server = rt.block_on(async { Server::bind(config) })?;
-        let addr = server.local_addr()?;
+        let addr = server.local_addr().ok();
+        let (native, http) = (server.native_addr(), server.http_addr());
+        let fingerprint = server.fingerprint().map(str::to_owned);
+        let token = server.token().0.map(str::to_owned);
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("dt-rdzv-main".into())
@@ -119,23 +242,46 @@ impl BackgroundServer {
             })?;
         Ok(Self {
             addr,
+            native,
+            http,
+            fingerprint,
+            token,
             stop: Some(tx),
             thread: Some(thread),
         })
     }
 
-    /// The bound address (a loopback address when bound to a wildcard, for clients).
+    /// The TCPStore address (a loopback address when bound to a wildcard, for clients).
+    ///
+    /// # Panics
+    /// When the TCPStore port is off.
     pub fn addr(&self) -> SocketAddr {
-        let mut a = self.addr;
-        if a.ip().is_unspecified() {
-            a.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
-        }
-        a
+        loopback(self.addr.expect("the TCPStore port is off"))
     }
 
-    /// `host:port` for clients.
+    /// `host:port` of the TCPStore port for clients.
     pub fn endpoint(&self) -> String {
         self.addr().to_string()
+    }
+
+    /// `host:port` of the native (QUIC) port for clients, if on.
+    pub fn native_endpoint(&self) -> Option<String> {
+        self.native.map(|a| loopback(a).to_string())
+    }
+
+    /// `host:port` of the HTTP port, if on.
+    pub fn http_endpoint(&self) -> Option<String> {
+        self.http.map(|a| loopback(a).to_string())
+    }
+
+    /// The certificate fingerprint clients pin.
+    pub fn fingerprint(&self) -> Option<&str> {
+        self.fingerprint.as_deref()
+    }
+
+    /// The token in force.
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
     }
 }
 

@@ -1,0 +1,180 @@
+//! The native rendezvous herd: N members connect over QUIC, join one job and wait until each
+//! holds its rank and peers; and the kill-one recovery measurement.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use dt_rdzv::native::{ClientConfig, Connector, Membership, NativeClient, Trust};
+use dt_rdzv_proto::native::{JobSpec, Role};
+
+/// Timings of one native herd.
+#[derive(Debug, Clone)]
+pub struct NativeResult {
+    /// First connect -> last member holding its welcome.
+    pub total: Duration,
+    /// First connect -> last member connected.
+    pub connect_all: Duration,
+    /// Last member connected -> last welcome (the round completes when the last joins).
+    pub join_to_welcome: Duration,
+}
+
+/// Client settings for a server that printed `endpoint` and `fingerprint`.
+pub fn client_config(endpoint: &str, fingerprint: &str, token: &str) -> ClientConfig {
+    let mut c = ClientConfig::new(endpoint, token, Trust::Fingerprint(fingerprint.into()));
+    c.timeout = Duration::from_secs(120);
+    c
+}
+
+fn who(job: &str, i: usize, spec: &JobSpec) -> Membership {
+    Membership {
+        job: job.into(),
+        member: format!("m{i:05}"),
+        node: format!("node{:04}", i / 8),
+        addrs: vec![format!(
+            "10.{}.{}.{}:29500",
+            i / 65536,
+            (i / 256) % 256,
+            i % 256
+        )],
+        role: Role::Worker,
+        spec: spec.clone(),
+    }
+}
+
+/// N members join job `job` (min = max = N): connect all, then join all at once.
+pub async fn run_native_herd(
+    cfg: &ClientConfig,
+    n: usize,
+    job: &str,
+    timeout: Duration,
+) -> std::io::Result<NativeResult> {
+    let err = |e: dt_rdzv::native::NativeError| std::io::Error::other(e.to_string());
+    // A few client endpoints (UDP sockets) share the herd, as a few hosts would.
+    let connectors: Vec<Connector> = (0..8)
+        .map(|_| Connector::new(&cfg.trust))
+        .collect::<Result<_, _>>()
+        .map_err(err)?;
+    // At most 64 handshakes in flight, as a launcher starting hosts would spread them: a
+    // burst of thousands of 1200-byte QUIC initials overflows loopback UDP buffers, and every
+    // dropped initial costs a retransmission timeout.
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(64));
+    let spec = JobSpec {
+        join_timeout_ms: timeout.as_millis() as u64,
+        ..JobSpec::fixed(n as u32)
+    };
+    let start = Instant::now();
+    // Each member joins as soon as it is connected (the server closes a connection that
+    // opens no stream within its handshake timeout, so members do not idle in between).
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let (c, cfg) = (connectors[i % connectors.len()].clone(), cfg.clone());
+            let (gate, who) = (gate.clone(), who(job, i, &spec));
+            tokio::spawn(async move {
+                let permit = gate.acquire().await;
+                let mut c = c.connect(&cfg).await?;
+                drop(permit);
+                let connected = Instant::now();
+                c.join(who).await?;
+                let w = c.wait_welcome(timeout).await?;
+                Ok::<_, dt_rdzv::native::NativeError>((c, w, connected, Instant::now()))
+            })
+        })
+        .collect();
+    let (mut connect_all, mut last) = (Duration::ZERO, start);
+    let mut keep = Vec::with_capacity(n);
+    for t in tasks {
+        let (c, w, connected, at) = t.await.map_err(std::io::Error::other)?.map_err(err)?;
+        assert_eq!(w.world as usize, n);
+        connect_all = connect_all.max(connected - start);
+        last = last.max(at);
+        keep.push(c);
+    }
+    let joined = start + connect_all;
+    let result = NativeResult {
+        total: last - start,
+        connect_all,
+        join_to_welcome: last - joined,
+    };
+    for c in keep {
+        c.close("benchmark done").await;
+    }
+    Ok(result)
+}
+
+/// One member as a child process (`dt-rdzv member`), so that it can be SIGKILLed.
+pub fn spawn_member(
+    bin: &std::path::Path,
+    endpoint: &str,
+    fingerprint: &str,
+    token: &str,
+    job: &str,
+    n: usize,
+) -> std::io::Result<Child> {
+    Command::new(bin)
+        .args([
+            "member",
+            "--job",
+            job,
+            "--member",
+            "victim",
+            "--node",
+            "victim-host",
+            "--min",
+            "1",
+        ])
+        .args(["--max", &n.to_string()])
+        .env("DTRDZV_NATIVE_ENDPOINT", endpoint)
+        .env("DTRDZV_FINGERPRINT", fingerprint)
+        .env("DTRDZV_TOKEN", token)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+}
+
+/// N members (N-1 here, one a child process) form a round with default server settings; the
+/// child is SIGKILLed; returns the time from the kill to every survivor holding its new rank.
+pub async fn run_kill_one(
+    cfg: &ClientConfig,
+    bin: &std::path::Path,
+    fingerprint: &str,
+    token: &str,
+    n: usize,
+    job: &str,
+    timeout: Duration,
+) -> std::io::Result<Duration> {
+    let err = |e: dt_rdzv::native::NativeError| std::io::Error::other(e.to_string());
+    let spec = JobSpec::elastic(1, n as u32);
+    let connector = Connector::new(&cfg.trust).map_err(err)?;
+    let mut survivors: Vec<NativeClient> = Vec::new();
+    for i in 0..n - 1 {
+        let mut c = connector.connect(cfg).await.map_err(err)?;
+        c.join(who(job, i, &spec)).await.map_err(err)?;
+        survivors.push(c);
+    }
+    let mut child = spawn_member(bin, &cfg.endpoint, fingerprint, token, job, n)?;
+    for c in survivors.iter_mut() {
+        let w = c.wait_welcome(timeout).await.map_err(err)?;
+        assert_eq!(
+            w.world as usize, n,
+            "the round holds every member before the kill"
+        );
+    }
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGKILL);
+    }
+    let killed = Instant::now();
+    let _ = child.wait();
+    for c in survivors.iter_mut() {
+        let w = c.wait_welcome(timeout).await.map_err(err)?;
+        assert_eq!(w.world as usize, n - 1);
+    }
+    let recovery = killed.elapsed();
+    let mut rest = survivors.into_iter();
+    if let Some(first) = rest.next() {
+        first.finish().await.map_err(err)?;
+    }
+    drop(rest);
+    Ok(recovery)
+}

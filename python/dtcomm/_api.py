@@ -1,0 +1,290 @@
+"""The process-wide group: ``init()``, ``shutdown()``, topology, and every collective on numpy
+arrays and CPU torch tensors (sync, or ``async_op=True`` for a :class:`Work`)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+from . import _config, _dtcomm
+from ._arrays import empty, plain, shape
+from ._ops import ReduceOp
+from ._work import Work
+
+log = logging.getLogger("dtcomm")
+
+
+class _Group:
+    """What ``init()`` built."""
+
+    def __init__(
+        self,
+        comm: _dtcomm.Communicator,
+        cfg: _config.Resolved,
+        server: _dtcomm.RdzvServer | None,
+    ) -> None:
+        self.comm = comm
+        self.cfg = cfg
+        self.server = server
+
+
+_group: _Group | None = None
+
+
+def _say(line: str) -> None:
+    if log.handlers or logging.getLogger().handlers:
+        log.info(line)
+    else:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+
+def init(
+    rank: int | None = None,
+    world_size: int | None = None,
+    *,
+    local_rank: int | None = None,
+    local_size: int | None = None,
+    rdzv_endpoint: str | None = None,
+    run_id: str | None = None,
+    timeout: float | None = None,
+    host_store: bool | None = None,
+    algo: str | None = None,
+    socket_ifname: str | None = None,
+    verbose: bool = True,
+) -> None:
+    """Joins the group. Rank, world size, local rank and the rendezvous resolve from the
+    arguments, ``DTCOMM_*``, torchrun, Horovod / Open MPI / PMI and OCI variables, in that
+    order; one line (stderr, or the ``dtcomm`` logger when logging is configured) shows each
+    value and its source. Blocks until every rank joined or the deadline passes.
+
+    A second ``init()`` after :func:`shutdown` joins a fresh group (every rank must call it).
+    """
+    global _group
+    if _group is not None:
+        raise RuntimeError(
+            f"rank {_group.comm.rank}: dtcomm.init() called twice; call dtcomm.shutdown() first"
+        )
+    _dtcomm.init_logging()
+    cfg = _config.resolve(
+        rank=rank,
+        world_size=world_size,
+        local_rank=local_rank,
+        local_size=local_size,
+        rdzv_endpoint=rdzv_endpoint,
+        run_id=run_id,
+        timeout=timeout,
+        host_store=host_store,
+    )
+    server: _dtcomm.RdzvServer | None = None
+    endpoint = cfg.endpoint.value
+    if endpoint is None:
+        # A world of one: a private in-process store.
+        server = _dtcomm.RdzvServer("127.0.0.1", 0)
+        endpoint = server.endpoint
+    elif cfg.host_store.value:
+        host, port = endpoint.rsplit(":", 1)
+        server = _dtcomm.RdzvServer("::" if not host.startswith("127.") else host, int(port))
+    wait = cfg.timeout.value if cfg.timeout.value is not None else 300.0
+    store = _dtcomm.StoreClient(endpoint, wait)
+    base = f"{cfg.run_id.value}/dtcomm"
+    me = cfg.rank.value
+    if me is None:
+        # OCI workers: ranks 1.. in order of arrival.
+        me = store.add(f"{base}/oci-rank", 1)
+        if me >= cfg.world_size.value:
+            raise _config.ConfigError(
+                f"OCI worker joined as number {me} but OCI__WORKER_COUNT allows "
+                f"{cfg.world_size.value - 1} workers"
+            )
+    # Each rank counts its own joins: the n-th init() of every rank meets under generation n,
+    # so an earlier run's keys (same run id, long-lived server) are never read.
+    gen = store.add(f"{base}/gen/{me}", 1)
+    comm = _dtcomm.Communicator.connect(
+        endpoint,
+        me,
+        cfg.world_size.value,
+        prefix=f"{base}/g{gen}",
+        timeout=cfg.timeout.value,
+        algo=algo,
+        socket_ifname=socket_ifname,
+    )
+    del store
+    _group = _Group(comm, cfg, server)
+    if verbose:
+        _say(f"dtcomm: {cfg.log_line()} generation={gen}; engine: {comm.config()}; {comm.transport()}")
+
+
+def shutdown() -> None:
+    """Leaves the group: finishes queued calls, says goodbye to the peers, closes sockets (and
+    the store this rank hosted). Later collectives raise ``ShutdownError``. Idempotent."""
+    global _group
+    g, _group = _group, None
+    if g is None:
+        return
+    g.comm.shutdown()
+    if g.server is not None:
+        g.server.stop()
+
+
+def is_initialized() -> bool:
+    """Whether ``init()`` was called (and ``shutdown()`` not since)."""
+    return _group is not None
+
+
+def _g(op: str) -> _Group:
+    g = _group
+    if g is None:
+        raise _dtcomm.ShutdownError(
+            f"dtcomm.{op}() before dtcomm.init() (or after dtcomm.shutdown())"
+        )
+    return g
+
+
+def _c(op: str) -> _dtcomm.Communicator:
+    return _g(op).comm
+
+
+def communicator() -> _dtcomm.Communicator:
+    """The native communicator of the process group (for subgroups, build your own)."""
+    return _c("communicator")
+
+
+def rank() -> int:
+    """This process's rank."""
+    return _c("rank").rank
+
+
+def size() -> int:
+    """Number of ranks."""
+    return _c("size").world
+
+
+def local_rank() -> int:
+    """Rank within this node (from the launcher)."""
+    return _g("local_rank").cfg.local_rank.value
+
+
+def local_size() -> int:
+    """Ranks on this node (from the launcher)."""
+    return _g("local_size").cfg.local_size.value
+
+
+def _done(native: _dtcomm.Work | None, result: Any) -> Any:
+    return result if native is None else Work(native, result)
+
+
+def all_reduce(x: Any, op: ReduceOp = ReduceOp.SUM, *, async_op: bool = False) -> Any:
+    """In place: every rank's ``x`` becomes the reduction of all ranks' ``x``. Returns ``x``
+    (or a :class:`Work` whose ``wait()`` returns it)."""
+    w = _c("all_reduce").all_reduce(plain(x), op, async_op=async_op)
+    return x if w is None else Work(w, x)
+
+
+def broadcast(x: Any, root: int = 0, *, async_op: bool = False) -> Any:
+    """In place: ``root``'s ``x`` is copied into every rank's ``x``. Returns ``x``."""
+    return _done(_c("broadcast").broadcast(plain(x), root, async_op=async_op), x)
+
+
+def reduce(x: Any, op: ReduceOp = ReduceOp.SUM, root: int = 0, *, async_op: bool = False) -> Any:
+    """In place on ``root``: its ``x`` becomes the reduction; other ranks' ``x`` is unchanged."""
+    return _done(_c("reduce").reduce(plain(x), op, root, async_op=async_op), x)
+
+
+def all_gather(
+    x: Any, out: Any | None = None, *, counts: list[int] | None = None, async_op: bool = False
+) -> Any:
+    """Every rank's ``x`` stacked in rank order: shape ``(world, *x.shape)`` (or, with
+    ``counts`` of elements per rank, a flat ``out`` you pass). Returns ``out``."""
+    c = _c("all_gather")
+    if out is None:
+        if counts is not None:
+            out = empty(x, (sum(counts),))
+        else:
+            out = empty(x, (c.world, *shape(x)))
+    return _done(c.all_gather(plain(x), plain(out), counts, async_op=async_op), out)
+
+
+def reduce_scatter(
+    x: Any, out: Any | None = None, op: ReduceOp = ReduceOp.SUM, *, async_op: bool = False
+) -> Any:
+    """Reduces every rank's ``x`` (``world`` equal blocks along dim 0) and returns this rank's
+    block, shape ``(x.shape[0] // world, *x.shape[1:])``."""
+    c = _c("reduce_scatter")
+    if out is None:
+        s = shape(x)
+        if not s or s[0] % c.world:
+            raise ValueError(
+                f"rank {c.rank}: reduce_scatter: input shape {s} does not split into "
+                f"{c.world} equal blocks along dim 0"
+            )
+        out = empty(x, (s[0] // c.world, *s[1:]))
+    return _done(c.reduce_scatter(plain(x), plain(out), op, async_op=async_op), out)
+
+
+def gather(x: Any, out: Any | None = None, root: int = 0, *, async_op: bool = False) -> Any:
+    """Every rank's ``x`` stacked on ``root`` (shape ``(world, *x.shape)``); None elsewhere."""
+    c = _c("gather")
+    if out is None and c.rank == root:
+        out = empty(x, (c.world, *shape(x)))
+    res = out if c.rank == root else None
+    return _done(
+        c.gather(plain(x), None if out is None else plain(out), root, async_op=async_op), res
+    )
+
+
+def scatter(
+    x: Any | None, out: Any | None = None, root: int = 0, *, async_op: bool = False
+) -> Any:
+    """Block p (along dim 0) of ``root``'s ``x`` lands in rank p's ``out``. Other ranks pass
+    ``x=None`` and an ``out``; the root may omit ``out``."""
+    c = _c("scatter")
+    if out is None:
+        if x is None:
+            raise ValueError(f"rank {c.rank}: scatter: ranks other than the root pass out=")
+        s = shape(x)
+        if not s or s[0] % c.world:
+            raise ValueError(
+                f"rank {c.rank}: scatter: input shape {s} does not split into {c.world} blocks"
+            )
+        out = empty(x, (s[0] // c.world, *s[1:]))
+    return _done(
+        c.scatter(None if x is None else plain(x), plain(out), root, async_op=async_op), out
+    )
+
+
+def all_to_all(
+    x: Any,
+    out: Any | None = None,
+    *,
+    send_counts: list[int] | None = None,
+    recv_counts: list[int] | None = None,
+    async_op: bool = False,
+) -> Any:
+    """Block p of ``x`` goes to rank p, block p of the result comes from rank p (equal blocks,
+    or ``send_counts`` / ``recv_counts`` elements per peer with a flat ``out``)."""
+    c = _c("all_to_all")
+    if out is None:
+        if recv_counts is not None:
+            out = empty(x, (sum(recv_counts),))
+        else:
+            out = empty(x, shape(x))
+    return _done(
+        c.all_to_all(plain(x), plain(out), send_counts, recv_counts, async_op=async_op), out
+    )
+
+
+def barrier(*, async_op: bool = False) -> Any:
+    """Returns once every rank has called it."""
+    return _done(_c("barrier").barrier(async_op=async_op), None)
+
+
+def send(x: Any, peer: int, *, async_op: bool = False) -> Any:
+    """Sends ``x`` to ``peer``, which calls :func:`recv` with a buffer of the same size."""
+    return _done(_c("send").send(plain(x), peer, async_op=async_op), None)
+
+
+def recv(x: Any, peer: int, *, async_op: bool = False) -> Any:
+    """Receives ``peer``'s matching :func:`send` into ``x``. Returns ``x``."""
+    return _done(_c("recv").recv(plain(x), peer, async_op=async_op), x)

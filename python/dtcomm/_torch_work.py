@@ -1,0 +1,87 @@
+"""The Work objects the torch backend hands to ``torch.distributed``.
+
+``torch.distributed`` wraps whatever a Python backend returns and forwards only ``wait()`` and
+``get_future()`` (``shared/reference/torch-backend.md``). So: ``wait(timeout)`` raises the
+collective's error (a timeout of 0 means the engine's own deadline), and ``get_future()``
+returns a future chained on a private base future with ``then``. Completing the base with an
+exception makes the chained future a real error for every C++ consumer (DDP's reducer), where
+``Future.set_exception`` alone would look like success to them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from . import _dtcomm
+
+
+class DtcommWork(dist._Work):
+    """One or more native calls; done when all of them are."""
+
+    def __init__(self, result: list[torch.Tensor], rank: int, op: str) -> None:
+        super().__init__()
+        self._result = result
+        self._rank = rank
+        self._op = op
+        self._base: torch.futures.Future[Any] = torch.futures.Future()
+        self._fut: torch.futures.Future[Any] = self._base.then(lambda f: f.value())
+        self._natives: list[_dtcomm.Work] = []
+        self._left = 0
+        self._error: BaseException | None = None
+        self._finish: Callable[[], None] | None = None
+
+    def expect(self, n: int, finish: Callable[[], None] | None = None) -> None:
+        """`n` native calls will report through :meth:`callback`; `finish` runs (on the
+        completing thread, before the future completes) once all of them succeeded."""
+        self._left = n
+        self._finish = finish
+        if n == 0:
+            self._complete()
+
+    def add(self, native: _dtcomm.Work | None) -> None:
+        if native is not None:
+            self._natives.append(native)
+
+    def callback(self, exc: BaseException | None) -> None:
+        """Called by dtcomm's worker thread (with the GIL) when one native call ended."""
+        if exc is not None and self._error is None:
+            self._error = exc
+        self._left -= 1
+        if self._left == 0:
+            self._complete()
+
+    def _complete(self) -> None:
+        if self._error is None and self._finish is not None:
+            try:
+                self._finish()
+            except BaseException as e:  # noqa: BLE001 - reported through the future
+                self._error = e
+        if self._error is not None:
+            self._base.set_exception(self._error)
+        else:
+            self._base.set_result(self._result)
+
+    def wait(self, timeout: timedelta = timedelta(0)) -> bool:
+        secs = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout or 0)
+        for n in self._natives:
+            n.wait(secs if secs > 0 else None)
+        # The native calls are done; the future completes right after, on the worker thread.
+        self._fut.wait()
+        return True
+
+    def is_completed(self) -> bool:
+        return self._fut.done()
+
+    def get_future(self) -> torch.futures.Future[Any]:
+        return self._fut
+
+    def exception(self) -> BaseException | None:
+        return self._error
+
+    def __repr__(self) -> str:
+        return f"<DtcommWork {self._op} rank {self._rank} done={self._fut.done()}>"

@@ -1,0 +1,155 @@
+"""The workers of one node: spawned with torchrun's environment, each line of their output
+prefixed with the rank, and stopped together when one fails."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import IO
+
+from .rendezvous import Rendezvous
+
+GRACE_S = 5.0
+
+
+@dataclass
+class Spec:
+    """What to run and how many."""
+
+    cmd: list[str]
+    nproc: int
+    nnodes: int
+    run_id: str
+
+
+def worker_env(spec: Spec, rdzv: Rendezvous, local_rank: int) -> dict[str, str]:
+    """torchrun's variables (so scripts run unchanged) plus dtcomm's."""
+    rank = rdzv.node_rank * spec.nproc + local_rank
+    world = spec.nnodes * spec.nproc
+    env = dict(os.environ)
+    env.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(local_rank),
+        GROUP_RANK=str(rdzv.node_rank),
+        ROLE_RANK=str(rank),
+        ROLE_NAME="default",
+        ROLE_WORLD_SIZE=str(world),
+        LOCAL_WORLD_SIZE=str(spec.nproc),
+        WORLD_SIZE=str(world),
+        GROUP_WORLD_SIZE=str(spec.nnodes),
+        MASTER_ADDR=rdzv.host,
+        MASTER_PORT=str(rdzv.port),
+        TORCHELASTIC_RUN_ID=spec.run_id,
+        TORCHELASTIC_RESTART_COUNT="0",
+        TORCHELASTIC_MAX_RESTARTS="0",
+        # env:// then connects every rank as a client of the rendezvous server (nobody binds).
+        TORCHELASTIC_USE_AGENT_STORE="True",
+        DTCOMM_RDZV_ENDPOINT=rdzv.endpoint,
+        DTCOMM_RUN_ID=rdzv.namespace,
+        DTCOMM_STORE_PREFIX=f"{rdzv.namespace}/dtcomm",
+        PYTHONUNBUFFERED=env.get("PYTHONUNBUFFERED", "1"),
+    )
+    if spec.nproc > 1 and "OMP_NUM_THREADS" not in os.environ:
+        env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+def _pump(src: IO[bytes], dst: IO[str], prefix: str, lock: threading.Lock) -> None:
+    for raw in iter(src.readline, b""):
+        line = raw.decode(errors="replace")
+        with lock:
+            dst.write(prefix + line if line.endswith("\n") else prefix + line + "\n")
+            dst.flush()
+    src.close()
+
+
+def _signal_all(procs: list[subprocess.Popen[bytes]], sig: int) -> None:
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, sig)  # the worker's own session: it and its children
+            except ProcessLookupError:
+                pass
+
+
+def run(spec: Spec, rdzv: Rendezvous) -> int:
+    """Runs the node's workers; returns dtrun's exit code (the first failed worker's)."""
+    lock = threading.Lock()
+    procs: list[subprocess.Popen[bytes]] = []
+    pumps: list[threading.Thread] = []
+    ranks: list[int] = []
+    for lr in range(spec.nproc):
+        env = worker_env(spec, rdzv, lr)
+        p = subprocess.Popen(
+            spec.cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        rank = int(env["RANK"])
+        procs.append(p)
+        ranks.append(rank)
+        for src, dst in ((p.stdout, sys.stdout), (p.stderr, sys.stderr)):
+            assert src is not None
+            t = threading.Thread(target=_pump, args=(src, dst, f"[rank{rank}]: ", lock), daemon=True)
+            t.start()
+            pumps.append(t)
+
+    stopping: list[int] = []
+
+    def on_signal(sig: int, _frame: object) -> None:
+        stopping.append(sig)
+        _signal_all(procs, sig)
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    code = 0
+    failed: tuple[int, int] | None = None
+    last_check = 0.0
+    try:
+        while any(p.poll() is None for p in procs):
+            for rank, p in zip(ranks, procs):
+                rc = p.poll()
+                if rc is not None and rc != 0 and failed is None:
+                    failed = (rank, rc)
+            if failed is None and spec.nnodes > 1 and time.monotonic() - last_check > 0.5:
+                last_check = time.monotonic()
+                other = rdzv.failed_elsewhere()
+                if other is not None:
+                    print(f"[dtrun] a worker on another node failed (rank, code: {other}); "
+                          "stopping this node's workers", file=sys.stderr, flush=True)
+                    failed = (-1, int(other.split()[1]) or 1)
+            if failed is not None or stopping:
+                break
+            time.sleep(0.05)
+        if failed is not None and failed[0] >= 0:
+            rdzv.fail(*failed)
+        if failed is not None or stopping:
+            _signal_all(procs, signal.SIGTERM)
+            deadline = time.monotonic() + GRACE_S
+            while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            _signal_all(procs, signal.SIGKILL)
+        for p in procs:
+            p.wait()
+        for t in pumps:
+            t.join(timeout=2.0)
+        if failed is None:
+            for rank, p in zip(ranks, procs):
+                if p.returncode != 0:
+                    failed = (rank, p.returncode)
+                    break
+        if failed is not None:
+            rank, rc = failed
+            code = rc if rc > 0 else 128 - rc  # killed by signal n: 128 + n, like a shell
+            who = f"rank {rank}" if rank >= 0 else "a worker on another node"
+            print(f"[dtrun] {who} exited with code {rc}; stopped the others; exiting {code}",
+                  file=sys.stderr, flush=True)
+        elif stopping:
+            code = 128 + stopping[0]
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    return code

@@ -1,0 +1,351 @@
+"""dtcomm as a ``torch.distributed`` backend for CPU tensors.
+
+``init_process_group("dtcomm")`` finds it through the ``torch.distributed.backends`` entry
+point (``register``), so scripts need no ``import dtcomm``. Each process group (WORLD and every
+``new_group``) gets its own native communicator, built through the store torch hands the
+creator. Every call is queued to dtcomm's worker thread in order and returns a
+:class:`DtcommWork`; the tensors are used in place (DLPack, zero copy).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import Backend as _C10dBackend
+
+from . import _dtcomm
+from ._torch_work import DtcommWork
+
+NAME = "dtcomm"
+_TORCH_DEFAULT_TIMEOUT = timedelta(minutes=30)
+_BITWISE = ("BAND", "BOR", "BXOR")
+
+
+def _redop(rank: int, op: Any) -> int | str:
+    """The engine's op number, or the name of a bitwise op (done locally after a gather)."""
+    table = {
+        dist.ReduceOp.SUM: 1,
+        dist.ReduceOp.PRODUCT: 2,
+        dist.ReduceOp.MIN: 3,
+        dist.ReduceOp.MAX: 4,
+        dist.ReduceOp.AVG: 5,
+    }
+    for k, v in table.items():
+        if op == k:
+            return v
+    for name in _BITWISE:
+        if op == getattr(dist.ReduceOp, name):
+            return name
+    raise ValueError(f"rank {rank}: dtcomm does not support reduce op {op} (PREMUL_SUM is NCCL-only)")
+
+
+def _check(rank: int, op: str, tensors: list[torch.Tensor]) -> None:
+    if len(tensors) != 1:
+        raise ValueError(f"rank {rank}: {op}: dtcomm takes one tensor per call, got {len(tensors)}")
+
+
+class DtcommBackend(_C10dBackend):
+    """The c10d backend. Construction connects this rank to the group (blocks until all
+    ranks joined, or the group's timeout)."""
+
+    def __init__(self, store: Any, rank: int, size: int, timeout: timedelta) -> None:
+        super().__init__(rank, size)
+        secs: float | None = timeout.total_seconds()
+        if timeout == _TORCH_DEFAULT_TIMEOUT and os.environ.get("DTCOMM_TIMEOUT"):
+            secs = None  # torch's default was not the user's choice: DTCOMM_TIMEOUT decides
+        _dtcomm.init_logging()
+        self._comm = _dtcomm.Communicator.from_store(store, rank, size, timeout=secs)
+        self._rank = rank
+        self._size = size
+        self._seq = 0
+
+    # --- identity and capabilities (torch 2.15 recurses unless these are defined) ----------
+    @property
+    def supports_coalescing(self) -> bool:
+        return False
+
+    @property
+    def supports_splitting(self) -> bool:
+        return False
+
+    @property
+    def supports_shrinking(self) -> bool:
+        return False
+
+    @property
+    def supports_reconfigure(self) -> bool:
+        return False
+
+    @property
+    def supports_window(self) -> bool:
+        return False
+
+    @property
+    def _supports_time_estimate(self) -> bool:
+        return False
+
+    def getBackendName(self) -> str:  # noqa: N802 - torch's name
+        return NAME
+
+    def _get_sequence_number_for_group(self) -> int:
+        return self._seq
+
+    @property
+    def communicator(self) -> _dtcomm.Communicator:
+        """The native communicator of this group."""
+        return self._comm
+
+    def shutdown(self) -> None:
+        self._comm.shutdown()
+
+    def abort(self) -> None:
+        self._comm.shutdown()
+
+    # --- plumbing ----------------------------------------------------------------------------
+    def _work(self, op: str, result: list[torch.Tensor]) -> DtcommWork:
+        self._seq += 1
+        return DtcommWork(result, self._rank, op)
+
+    def _one(
+        self, op: str, result: list[torch.Tensor], start: Any, finish: Any = None, opts: Any = None
+    ) -> DtcommWork:
+        """One native call: `start(callback)` submits it. A blocking torch call
+        (``opts.asyncOp`` False) runs it here, without the GIL, and raises its error at once."""
+        w = self._work(op, result)
+        if opts is not None and not opts.asyncOp:
+            start(None)
+            w.expect(0, finish)
+            return w
+        w.expect(1, finish)
+        w.add(start(w.callback))
+        return w
+
+    # --- collectives ------------------------------------------------------------------------
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any) -> DtcommWork:
+        _check(self._rank, "all_reduce", tensors)
+        t = tensors[0].detach()
+        op = _redop(self._rank, opts.reduceOp)
+        if isinstance(op, str):
+            return self._bitwise(t, tensors, op)
+        return self._one("all_reduce", tensors, lambda cb: self._comm.all_reduce(t, op, callback=cb), opts=opts)
+
+    def _bitwise(self, t: torch.Tensor, result: list[torch.Tensor], name: str) -> DtcommWork:
+        if t.is_floating_point():
+            raise ValueError(f"rank {self._rank}: all_reduce {name} needs an integer tensor, got {t.dtype}")
+        flat = t.contiguous().view(-1)
+        out = torch.empty((self._size, flat.numel()), dtype=t.dtype)
+        fn = {"BAND": torch.bitwise_and, "BOR": torch.bitwise_or, "BXOR": torch.bitwise_xor}[name]
+
+        def finish() -> None:
+            acc = out[0].clone()
+            for row in out[1:]:
+                fn(acc, row, out=acc)
+            t.copy_(acc.view_as(t))
+
+        return self._one(
+            "all_reduce", result, lambda cb: self._comm.all_gather(flat, out, callback=cb), finish
+        )
+
+    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any) -> DtcommWork:
+        op = _redop(self._rank, opts.reduceOp)
+        if isinstance(op, str) or len({t.dtype for t in tensors}) > 1:
+            raise ValueError(f"rank {self._rank}: allreduce_coalesced needs one dtype and an arithmetic op")
+        flat = torch.cat([t.detach().reshape(-1) for t in tensors])
+
+        def finish() -> None:
+            off = 0
+            for t in tensors:
+                n = t.numel()
+                t.detach().copy_(flat[off : off + n].view_as(t))
+                off += n
+
+        return self._one(
+            "all_reduce", tensors, lambda cb: self._comm.all_reduce(flat, op, callback=cb), finish
+        )
+
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any) -> DtcommWork:
+        _check(self._rank, "broadcast", tensors)
+        t, root = tensors[0].detach(), opts.rootRank
+        return self._one("broadcast", tensors, lambda cb: self._comm.broadcast(t, root, callback=cb), opts=opts)
+
+    def reduce(self, tensors: list[torch.Tensor], opts: Any) -> DtcommWork:
+        _check(self._rank, "reduce", tensors)
+        t, root = tensors[0].detach(), opts.rootRank
+        op = _redop(self._rank, opts.reduceOp)
+        if isinstance(op, str):
+            raise ValueError(f"rank {self._rank}: reduce with {op} is not supported; use all_reduce")
+        return self._one("reduce", tensors, lambda cb: self._comm.reduce(t, op, root, callback=cb), opts=opts)
+
+    def allgather(
+        self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any
+    ) -> DtcommWork:
+        _check(self._rank, "all_gather", inputs)
+        outs, x = outputs[0], inputs[0].detach()
+        if len(outs) != self._size:
+            raise ValueError(f"rank {self._rank}: all_gather: {len(outs)} outputs for a world of {self._size}")
+        counts = [o.numel() for o in outs]
+        flat = torch.empty(sum(counts), dtype=x.dtype)
+
+        def finish() -> None:
+            for o, part in zip(outs, flat.split(counts)):
+                o.detach().copy_(part.view_as(o))
+
+        return self._one(
+            "all_gather",
+            outs,
+            lambda cb: self._comm.all_gather(x, flat, counts, callback=cb),
+            finish,
+        )
+
+    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> DtcommWork:
+        o, i = output.detach(), input.detach()
+        return self._one("all_gather", [output], lambda cb: self._comm.all_gather(i, o, callback=cb), opts=opts)
+
+    def allgather_into_tensor_coalesced(
+        self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any
+    ) -> DtcommWork:
+        return self.all_gather_single_coalesced(outputs, inputs, opts)
+
+    def all_gather_single_coalesced(
+        self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any
+    ) -> DtcommWork:
+        w = self._work("all_gather", list(outputs))
+        w.expect(len(outputs))
+        for o, i in zip(outputs, inputs):
+            w.add(self._comm.all_gather(i.detach(), o.detach(), callback=w.callback))
+        return w
+
+    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> DtcommWork:
+        op = _redop(self._rank, opts.reduceOp)
+        if isinstance(op, str):
+            raise ValueError(f"rank {self._rank}: reduce_scatter with {op} is not supported")
+        o, i = output.detach(), input.detach()
+        return self._one(
+            "reduce_scatter", [output], lambda cb: self._comm.reduce_scatter(i, o, op, callback=cb), opts=opts)
+
+    def reduce_scatter_single_coalesced(
+        self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any
+    ) -> DtcommWork:
+        op = _redop(self._rank, opts.reduceOp)
+        if isinstance(op, str):
+            raise ValueError(f"rank {self._rank}: reduce_scatter with {op} is not supported")
+        w = self._work("reduce_scatter", list(outputs))
+        w.expect(len(outputs))
+        for o, i in zip(outputs, inputs):
+            w.add(self._comm.reduce_scatter(i.detach(), o.detach(), op, callback=w.callback))
+        return w
+
+    def reduce_scatter_tensor_coalesced(
+        self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any
+    ) -> DtcommWork:
+        return self.reduce_scatter_single_coalesced(outputs, inputs, opts)
+
+    def reduce_scatter(
+        self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any
+    ) -> DtcommWork:
+        _check(self._rank, "reduce_scatter", outputs)
+        op = _redop(self._rank, opts.reduceOp)
+        if isinstance(op, str):
+            raise ValueError(f"rank {self._rank}: reduce_scatter with {op} is not supported")
+        out, ins = outputs[0].detach(), inputs[0]
+        if len(ins) != self._size or any(i.numel() != out.numel() for i in ins):
+            raise ValueError(
+                f"rank {self._rank}: reduce_scatter: needs {self._size} inputs of {out.numel()} "
+                f"elements, got {[i.numel() for i in ins]}"
+            )
+        flat = torch.cat([i.detach().reshape(-1) for i in ins])
+        return self._one(
+            "reduce_scatter", outputs, lambda cb: self._comm.reduce_scatter(flat, out, op, callback=cb), opts=opts)
+
+    def all_to_all_single(
+        self,
+        output: torch.Tensor,
+        input: torch.Tensor,
+        output_split_sizes: list[int],
+        input_split_sizes: list[int],
+        opts: Any,
+    ) -> DtcommWork:
+        o, i = output.detach(), input.detach()
+        if not output_split_sizes and not input_split_sizes:
+            return self._one("all_to_all", [output], lambda cb: self._comm.all_to_all(i, o, callback=cb), opts=opts)
+        n = self._size
+        in_row = i.numel() // i.size(0) if i.dim() and i.size(0) else 1
+        out_row = o.numel() // o.size(0) if o.dim() and o.size(0) else 1
+        isz = list(input_split_sizes) or [i.size(0) // n] * n
+        osz = list(output_split_sizes) or [o.size(0) // n] * n
+        sc = [s * in_row for s in isz]
+        rc = [s * out_row for s in osz]
+        return self._one(
+            "all_to_all", [output], lambda cb: self._comm.all_to_all(i, o, sc, rc, callback=cb), opts=opts)
+
+    def alltoall(
+        self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any
+    ) -> DtcommWork:
+        sc = [t.numel() for t in inputs]
+        rc = [t.numel() for t in outputs]
+        src = torch.cat([t.detach().reshape(-1) for t in inputs])
+        dst = torch.empty(sum(rc), dtype=src.dtype)
+
+        def finish() -> None:
+            for o, part in zip(outputs, dst.split(rc)):
+                o.detach().copy_(part.view_as(o))
+
+        return self._one(
+            "all_to_all", outputs, lambda cb: self._comm.all_to_all(src, dst, sc, rc, callback=cb), finish
+        )
+
+    def gather(
+        self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any
+    ) -> DtcommWork:
+        _check(self._rank, "gather", inputs)
+        x, root = inputs[0].detach(), opts.rootRank
+        if self._rank != root:
+            return self._one("gather", [], lambda cb: self._comm.gather(x, None, root, callback=cb), opts=opts)
+        outs = outputs[0]
+        flat = torch.empty(x.numel() * self._size, dtype=x.dtype)
+
+        def finish() -> None:
+            for o, part in zip(outs, flat.split(x.numel())):
+                o.detach().copy_(part.view_as(o))
+
+        return self._one("gather", outs, lambda cb: self._comm.gather(x, flat, root, callback=cb), finish)
+
+    def scatter(
+        self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any
+    ) -> DtcommWork:
+        _check(self._rank, "scatter", outputs)
+        out, root = outputs[0].detach(), opts.rootRank
+        src = torch.cat([t.detach().reshape(-1) for t in inputs[0]]) if self._rank == root else None
+        return self._one("scatter", outputs, lambda cb: self._comm.scatter(src, out, root, callback=cb), opts=opts)
+
+    def barrier(self, opts: Any = None) -> DtcommWork:
+        return self._one("barrier", [], lambda cb: self._comm.barrier(callback=cb), opts=opts)
+
+    def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> DtcommWork:
+        _check(self._rank, "send", tensors)
+        t = tensors[0].detach()
+        return self._one("send", tensors, lambda cb: self._comm.send(t, dst, callback=cb))
+
+    def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> DtcommWork:
+        _check(self._rank, "recv", tensors)
+        t = tensors[0].detach()
+        return self._one("recv", tensors, lambda cb: self._comm.recv(t, src, callback=cb))
+
+    def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> DtcommWork:
+        raise ValueError(f"rank {self._rank}: dtcomm has no receive from any source; name the peer")
+
+
+def _create(store: Any, rank: int, size: int, timeout: timedelta) -> DtcommBackend:
+    return DtcommBackend(store, rank, size, timeout)
+
+
+def register() -> None:
+    """Registers ``dtcomm`` with ``torch.distributed`` for CPU tensors (idempotent). The
+    ``torch.distributed.backends`` entry point calls this."""
+    if getattr(dist.Backend, NAME.upper(), None) is not None:
+        return
+    dist.Backend.register_backend(NAME, _create, devices=["cpu"])

@@ -1,0 +1,284 @@
+//! Zero-copy views of caller memory: numpy arrays (and any object with the buffer protocol)
+//! and torch tensors (DLPack). A [`Buf`] holds the exporter's export (so the memory stays
+//! alive and, for numpy, unresizable) and releases it under the GIL when dropped.
+
+use std::os::raw::c_int;
+
+use dtcomm::DType;
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+
+use crate::dlpack;
+
+/// Whether a call writes into the buffer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    Read,
+    Write,
+}
+
+enum Owner {
+    Buffer(Box<ffi::Py_buffer>),
+    DlPack(dlpack::Managed),
+}
+
+/// A contiguous, typed view of caller memory.
+pub(crate) struct Buf {
+    ptr: *mut u8,
+    /// Number of elements.
+    pub count: usize,
+    /// Element type.
+    pub dtype: DType,
+    owner: Option<Owner>,
+}
+
+// SAFETY: the memory is owned by the exporter, which the `Owner` keeps alive; the engine
+// touches it from one thread at a time (the caller's, or the ordered worker's), and the
+// release in `Drop` takes the GIL.
+unsafe impl Send for Buf {}
+unsafe impl Sync for Buf {}
+
+/// What the caller's error messages say about the call.
+pub(crate) struct Ctx<'a> {
+    pub rank: usize,
+    pub op: &'a str,
+    pub arg: &'a str,
+}
+
+impl Ctx<'_> {
+    pub(crate) fn value_err(&self, what: impl std::fmt::Display) -> PyErr {
+        PyValueError::new_err(format!(
+            "rank {}: {}: {} {what}",
+            self.rank, self.op, self.arg
+        ))
+    }
+    pub(crate) fn type_err(&self, what: impl std::fmt::Display) -> PyErr {
+        PyTypeError::new_err(format!(
+            "rank {}: {}: {} {what}",
+            self.rank, self.op, self.arg
+        ))
+    }
+}
+
+/// The dtype of a buffer-protocol format string (`struct` syntax, native byte order).
+fn format_dtype(fmt: &str, itemsize: usize) -> Option<DType> {
+    let code = fmt.trim_start_matches(['@', '=', '<']);
+    if fmt.starts_with(['>', '!']) && cfg!(target_endian = "little") {
+        return None;
+    }
+    Some(match (code, itemsize) {
+        ("f", 4) => DType::F32,
+        ("d", 8) => DType::F64,
+        ("e", 2) => DType::F16,
+        ("b", 1) => DType::I8,
+        ("B", 1) => DType::U8,
+        ("i" | "l" | "q", 4) => DType::I32,
+        ("i" | "l" | "q", 8) => DType::I64,
+        _ => return None,
+    })
+}
+
+impl Buf {
+    /// Views `obj`: a torch tensor through DLPack, anything else through the buffer protocol.
+    pub(crate) fn extract(obj: &Bound<'_, PyAny>, access: Access, ctx: &Ctx<'_>) -> PyResult<Buf> {
+        // SAFETY: `obj` is a live object; PyObject_CheckBuffer only reads its type.
+        if unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) } != 0 {
+            return Self::from_buffer(obj, access, ctx);
+        }
+        if obj.hasattr(pyo3::intern!(obj.py(), "__dlpack__"))? {
+            return Self::from_dlpack(obj, access, ctx);
+        }
+        Err(ctx.type_err(format!(
+            "of type {} is neither a torch tensor nor a numpy array (no buffer protocol, no __dlpack__)",
+            obj.get_type().name()?
+        )))
+    }
+
+    fn from_buffer(obj: &Bound<'_, PyAny>, access: Access, ctx: &Ctx<'_>) -> PyResult<Buf> {
+        let mut view: Box<ffi::Py_buffer> = Box::new(ffi::Py_buffer::new());
+        let mut flags = ffi::PyBUF_RECORDS_RO;
+        if access == Access::Write {
+            flags |= ffi::PyBUF_WRITABLE;
+        }
+        // SAFETY: `view` is a zeroed Py_buffer we own; on success it must be released, which
+        // `Owner::Buffer` does on drop.
+        let rc = unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), &mut *view, flags as c_int) };
+        if rc != 0 {
+            let cause = PyErr::fetch(obj.py());
+            let ty = obj.get_type().name()?;
+            return Err(if access == Access::Write && is_readonly(obj) {
+                ctx.value_err(format!(
+                    "is read-only; an in-place collective needs a writable array ({cause})"
+                ))
+            } else {
+                ctx.type_err(format!(
+                    "of type {ty} is neither a torch tensor nor a buffer (numpy array): {cause}"
+                ))
+            });
+        }
+        let buf_owner = Owner::Buffer(view);
+        let Owner::Buffer(v) = &buf_owner else {
+            unreachable!()
+        };
+        let itemsize = v.itemsize as usize;
+        let fmt = if v.format.is_null() {
+            "B".to_owned()
+        } else {
+            // SAFETY: a non-null format is a NUL-terminated string owned by the export.
+            unsafe { std::ffi::CStr::from_ptr(v.format) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        // SAFETY: `v` is a live export.
+        let contiguous = unsafe { ffi::PyBuffer_IsContiguous(&**v, b'C' as _) } != 0;
+        let ptr = v.buf.cast::<u8>();
+        let bytes = v.len as usize;
+        let shape = dims(v);
+        let mut b = Buf {
+            ptr,
+            count: 0,
+            dtype: DType::U8,
+            owner: Some(buf_owner),
+        };
+        let Some(dtype) = format_dtype(&fmt, itemsize) else {
+            return Err(ctx.type_err(format!(
+                "has an unsupported element type (format {fmt:?}, {itemsize} bytes); dtcomm takes \
+                 float32, float64, float16, bfloat16 (torch), int8, uint8, int32, int64"
+            )));
+        };
+        if !contiguous {
+            return Err(ctx.value_err(format!(
+                "is not contiguous (shape {shape:?}); pass numpy.ascontiguousarray(x)"
+            )));
+        }
+        b.dtype = dtype;
+        b.count = bytes / itemsize;
+        b.check_aligned(ctx)?;
+        Ok(b)
+    }
+
+    fn from_dlpack(obj: &Bound<'_, PyAny>, access: Access, ctx: &Ctx<'_>) -> PyResult<Buf> {
+        let _ = access; // DLPack has no read-only flag in its legacy form; torch tensors are writable.
+        let m = dlpack::Managed::from_object(obj, ctx).map_err(|e| {
+            let dev = device_name(obj);
+            if dev != "cpu" && dev != "?" {
+                ctx.value_err(format!(
+                    "is on device {dev}; dtcomm's collectives take CPU tensors (use \
+                     backend=\"cpu:dtcomm,cuda:nccl\" for CUDA tensors)"
+                ))
+            } else {
+                e
+            }
+        })?;
+        let t = m.tensor();
+        if t.device_type != dlpack::DEVICE_CPU {
+            return Err(ctx.value_err(format!(
+                "is on device {} (DLPack device type {}); dtcomm's collectives take CPU tensors \
+                 (use backend=\"cpu:dtcomm,cuda:nccl\" for CUDA)",
+                device_name(obj),
+                t.device_type
+            )));
+        }
+        let Some(dtype) = dlpack::dtype(t.code, t.bits, t.lanes) else {
+            return Err(ctx.type_err(format!(
+                "has an unsupported dtype {}; dtcomm takes float32, float64, float16, bfloat16, \
+                 int8, uint8, int32, int64",
+                dtype_name(obj)
+            )));
+        };
+        if !t.contiguous {
+            return Err(ctx.value_err(format!(
+                "is not contiguous (shape {:?}, strides {:?}); pass x.contiguous()",
+                t.shape,
+                t.strides.unwrap_or_default()
+            )));
+        }
+        let b = Buf {
+            ptr: t.data,
+            count: t.shape.iter().product::<i64>() as usize,
+            dtype,
+            owner: Some(Owner::DlPack(m)),
+        };
+        b.check_aligned(ctx)?;
+        Ok(b)
+    }
+
+    fn check_aligned(&self, ctx: &Ctx<'_>) -> PyResult<()> {
+        if self.count > 0 && (self.ptr as usize) % self.dtype.size() != 0 {
+            return Err(ctx.value_err(format!(
+                "is not aligned to its {}-byte elements (address {:p}); copy it first",
+                self.dtype.size(),
+                self.ptr
+            )));
+        }
+        Ok(())
+    }
+
+    /// Size in bytes.
+    pub(crate) fn bytes(&self) -> usize {
+        self.count * self.dtype.size()
+    }
+
+    /// The memory as a slice of `T`.
+    ///
+    /// # Safety
+    /// `T` must be the element type of `self.dtype`, and no other view of the memory may be
+    /// in use while the slice lives (the caller runs one call at a time per buffer).
+    #[allow(clippy::mut_from_ref)] // the memory is the exporter's, not `self`'s; see Safety
+    pub(crate) unsafe fn slice_mut<T>(&self) -> &mut [T] {
+        if self.count == 0 {
+            return &mut [];
+        }
+        // SAFETY: the export covers `count` aligned elements of `T` (checked at extraction).
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.cast::<T>(), self.count) }
+    }
+
+    /// Whether two buffers share memory (in-place arguments passed twice).
+    pub(crate) fn overlaps(&self, other: &Buf) -> bool {
+        let (a, b) = (self.ptr as usize, other.ptr as usize);
+        self.bytes() > 0 && other.bytes() > 0 && a < b + other.bytes() && b < a + self.bytes()
+    }
+}
+
+impl Drop for Buf {
+    fn drop(&mut self) {
+        if let Some(owner) = self.owner.take() {
+            Python::attach(|_py| match owner {
+                Owner::Buffer(mut v) => {
+                    // SAFETY: `v` is a live export obtained by PyObject_GetBuffer, released once.
+                    unsafe { ffi::PyBuffer_Release(&mut *v) }
+                }
+                Owner::DlPack(m) => drop(m),
+            });
+        }
+    }
+}
+
+fn dims(v: &ffi::Py_buffer) -> Vec<isize> {
+    if v.shape.is_null() {
+        return vec![v.len / v.itemsize.max(1)];
+    }
+    // SAFETY: a non-null shape has `ndim` entries owned by the export.
+    unsafe { std::slice::from_raw_parts(v.shape, v.ndim as usize) }.to_vec()
+}
+
+fn is_readonly(obj: &Bound<'_, PyAny>) -> bool {
+    obj.getattr("flags")
+        .and_then(|f| f.getattr("writeable"))
+        .and_then(|w| w.extract::<bool>())
+        .map(|w| !w)
+        .unwrap_or(false)
+}
+
+fn device_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.getattr("device")
+        .map(|d| d.to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+fn dtype_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.getattr("dtype")
+        .map(|d| d.to_string())
+        .unwrap_or_else(|_| "?".into())
+}

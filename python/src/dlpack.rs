@@ -1,0 +1,165 @@
+//! The DLPack side door for torch tensors: `tensor.__dlpack__()` hands over a capsule named
+//! `dltensor` holding a `DLManagedTensor` (the legacy, unversioned ABI every torch speaks);
+//! we rename it `used_dltensor` (we own it now) and call its deleter when done.
+
+use std::ffi::{CStr, c_void};
+use std::os::raw::c_int;
+
+use dtcomm::DType;
+use pyo3::ffi;
+use pyo3::prelude::*;
+
+use crate::buffer::Ctx;
+
+/// `kDLCPU`.
+pub(crate) const DEVICE_CPU: i32 = 1;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct DLDevice {
+    device_type: c_int,
+    device_id: c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct DLDataType {
+    code: u8,
+    bits: u8,
+    lanes: u16,
+}
+
+#[repr(C)]
+struct DLTensor {
+    data: *mut c_void,
+    device: DLDevice,
+    ndim: c_int,
+    dtype: DLDataType,
+    shape: *mut i64,
+    strides: *mut i64,
+    byte_offset: u64,
+}
+
+#[repr(C)]
+struct DLManagedTensor {
+    dl_tensor: DLTensor,
+    manager_ctx: *mut c_void,
+    deleter: Option<unsafe extern "C" fn(*mut DLManagedTensor)>,
+}
+
+const NAME: &CStr = c"dltensor";
+const USED: &CStr = c"used_dltensor";
+
+/// A consumed `DLManagedTensor`; dropping it calls the producer's deleter.
+pub(crate) struct Managed(*mut DLManagedTensor);
+
+// SAFETY: the producer's tensor is plain memory plus a deleter; we call the deleter once.
+unsafe impl Send for Managed {}
+
+/// What the collectives need to know of a DLPack tensor.
+pub(crate) struct Info {
+    pub data: *mut u8,
+    pub device_type: i32,
+    pub code: u8,
+    pub bits: u8,
+    pub lanes: u16,
+    pub shape: Vec<i64>,
+    pub strides: Option<Vec<i64>>,
+    pub contiguous: bool,
+}
+
+impl Managed {
+    /// Calls `obj.__dlpack__()` and takes ownership of the tensor in the capsule.
+    pub(crate) fn from_object(obj: &Bound<'_, PyAny>, ctx: &Ctx<'_>) -> PyResult<Managed> {
+        let capsule = obj
+            .call_method0(pyo3::intern!(obj.py(), "__dlpack__"))
+            .map_err(|e| ctx.value_err(format!("cannot be exported through DLPack: {e}")))?;
+        let cap = capsule.as_ptr();
+        // SAFETY: `cap` is a live object; the capsule API checks its type and name.
+        unsafe {
+            if ffi::PyCapsule_IsValid(cap, NAME.as_ptr()) == 0 {
+                return Err(ctx.type_err("gave a DLPack capsule that is not a 'dltensor'"));
+            }
+            let p = ffi::PyCapsule_GetPointer(cap, NAME.as_ptr()).cast::<DLManagedTensor>();
+            if p.is_null() {
+                return Err(PyErr::fetch(obj.py()));
+            }
+            // Renaming marks the capsule consumed: its destructor no longer frees the tensor.
+            if ffi::PyCapsule_SetName(cap, USED.as_ptr()) != 0 {
+                return Err(PyErr::fetch(obj.py()));
+            }
+            Ok(Managed(p))
+        }
+    }
+
+    /// The tensor's layout.
+    pub(crate) fn tensor(&self) -> Info {
+        // SAFETY: `self.0` is a live DLManagedTensor until our drop.
+        let t = unsafe { &(*self.0).dl_tensor };
+        let nd = t.ndim.max(0) as usize;
+        let shape = if nd == 0 || t.shape.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: `shape` has `ndim` entries.
+            unsafe { std::slice::from_raw_parts(t.shape, nd) }.to_vec()
+        };
+        let strides = (!t.strides.is_null() && nd > 0)
+            // SAFETY: non-null `strides` has `ndim` entries.
+            .then(|| unsafe { std::slice::from_raw_parts(t.strides, nd) }.to_vec());
+        let contiguous = match &strides {
+            None => true,
+            Some(st) => {
+                let mut expect = 1i64;
+                let mut ok = true;
+                for (d, s) in shape.iter().zip(st).rev() {
+                    if *d != 1 && *s != expect {
+                        ok = false;
+                        break;
+                    }
+                    expect *= d;
+                }
+                ok
+            }
+        };
+        Info {
+            // SAFETY: byte_offset stays within the producer's allocation.
+            data: unsafe { t.data.cast::<u8>().add(t.byte_offset as usize) },
+            device_type: t.device.device_type,
+            code: t.dtype.code,
+            bits: t.dtype.bits,
+            lanes: t.dtype.lanes,
+            shape,
+            strides,
+            contiguous,
+        }
+    }
+}
+
+impl Drop for Managed {
+    fn drop(&mut self) {
+        // SAFETY: we own the tensor since the rename; its deleter frees it exactly once.
+        unsafe {
+            if let Some(d) = (*self.0).deleter {
+                d(self.0);
+            }
+        }
+    }
+}
+
+/// The dtcomm dtype of a DLPack dtype (kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4).
+pub(crate) fn dtype(code: u8, bits: u8, lanes: u16) -> Option<DType> {
+    if lanes != 1 {
+        return None;
+    }
+    Some(match (code, bits) {
+        (0, 8) => DType::I8,
+        (0, 32) => DType::I32,
+        (0, 64) => DType::I64,
+        (1, 8) => DType::U8,
+        (2, 16) => DType::F16,
+        (2, 32) => DType::F32,
+        (2, 64) => DType::F64,
+        (4, 16) => DType::BF16,
+        _ => return None,
+    })
+}

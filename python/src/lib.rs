@@ -1,0 +1,46 @@
+//! # dtcomm-py
+//!
+//! The PyO3 module `dtcomm._dtcomm` under the Python package `dtcomm` (`python/dtcomm/`):
+//! glue only, the algorithms are the engine's (`collectives/`).
+//!
+//! * `comm.rs`: `Communicator`, every collective on numpy arrays and CPU torch tensors,
+//!   synchronous or `async_op=True`;
+//! * `exec.rs`: ordering of synchronous and asynchronous calls, the worker thread, `Work`;
+//! * `buffer.rs`: zero-copy views (buffer protocol), `dlpack.rs`: torch tensors (DLPack);
+//! * `pystore.rs`: a Rust `Store` over torch's c10d store objects;
+//! * `rdzv.rs`: the in-process `dt-rdzv` server and a store client (for `dtrun`);
+//! * `errors.rs`: the exception types and the mapping from the engine's errors.
+
+mod buffer;
+mod comm;
+mod dlpack;
+mod errors;
+mod exec;
+mod pystore;
+mod rdzv;
+
+use pyo3::prelude::*;
+
+/// Sends the engine's log lines (`tracing`) to stderr, filtered by `DTCOMM_LOG` (default
+/// `warn`: deadline warnings and failures). Idempotent.
+#[pyfunction]
+fn init_logging() {
+    let filter = std::env::var("DTCOMM_LOG").unwrap_or_else(|_| "warn".into());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// The module `dtcomm._dtcomm`.
+#[pymodule]
+fn _dtcomm(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<comm::PyCommunicator>()?;
+    m.add_class::<exec::Work>()?;
+    m.add_class::<rdzv::RdzvServer>()?;
+    m.add_class::<rdzv::StoreClient>()?;
+    m.add_function(wrap_pyfunction!(init_logging, m)?)?;
+    errors::register(m)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,110 @@
+"""Helpers for dtcomm's Python tests: a rendezvous server per test and a group of worker
+processes that run a script, each stopped by PID at its deadline."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import dtcomm
+
+ROOT = Path(__file__).resolve().parents[2]
+HELPERS = Path(__file__).resolve().parent / "workers"
+
+
+@pytest.fixture
+def server() -> Iterator[dtcomm.RdzvServer]:
+    """An in-process dt-rdzv server on an ephemeral loopback port."""
+    s = dtcomm.RdzvServer("127.0.0.1", 0)
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@dataclass
+class Result:
+    """One worker's exit code and output."""
+
+    rank: int
+    code: int
+    out: str
+
+
+def base_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DTCOMM_", "RANK", "WORLD_SIZE", "LOCAL_", "MASTER_", "TORCHELASTIC"))
+    }
+    env.update(
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=str(HELPERS) + os.pathsep + env.get("PYTHONPATH", ""),
+        DTCOMM_SOCKET_IFNAME="lo",
+        GLOO_SOCKET_IFNAME="lo",
+        TORCH_CPP_LOG_LEVEL="ERROR",
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra or {})
+    return env
+
+
+def run_group(
+    tmp_path: Path,
+    world: int,
+    script: str,
+    env: dict[str, str],
+    timeout: float = 120.0,
+    per_rank: dict[int, dict[str, str]] | None = None,
+) -> list[Result]:
+    """Runs `script` in `world` processes with DTCOMM_RANK / DTCOMM_WORLD_SIZE set; returns
+    each one's exit code and output. Processes still running at the deadline are killed."""
+    path = tmp_path / f"worker_{abs(hash(script))}.py"
+    path.write_text(textwrap.dedent(script))
+    procs = []
+    for r in range(world):
+        e = base_env(
+            {"DTCOMM_RANK": str(r), "DTCOMM_WORLD_SIZE": str(world), "RANK": str(r),
+             "WORLD_SIZE": str(world), **env, **(per_rank or {}).get(r, {})}
+        )
+        log = open(tmp_path / f"rank{r}.log", "w+")
+        p = subprocess.Popen(
+            [sys.executable, str(path)], env=e, stdout=log, stderr=subprocess.STDOUT, text=True
+        )
+        procs.append((r, p, log))
+    results = []
+    for r, p, log in procs:
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait()
+        log.seek(0)
+        results.append(Result(r, p.returncode, log.read()))
+        log.close()
+    return results
+
+
+def torch_env(server: dtcomm.RdzvServer) -> dict[str, str]:
+    """torch's env:// rendezvous on the test's dt-rdzv: every rank a client (as under dtrun)."""
+    return {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(server.port),
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+    }
+
+
+def check(results: list[Result]) -> None:
+    """Fails with every worker's output unless all exited 0."""
+    bad = [r for r in results if r.code != 0]
+    if bad:
+        msg = "\n".join(f"--- rank {r.rank} exited {r.code}:\n{r.out}" for r in results)
+        pytest.fail(msg)

@@ -1,0 +1,158 @@
+"""Bad input raises a Python exception naming what is wrong and the rank; nothing hangs."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dtcomm
+from dtcomm import _config
+from dtgroup import check, run_group, server  # noqa: F401 (fixture)
+
+MISMATCH = """
+import os, numpy as np, dtcomm
+dtcomm.init(verbose=False)
+r = dtcomm.rank()
+case = os.environ["CASE"]
+if case == "dtype":
+    x = np.ones(4, np.float32) if r == 0 else np.ones(4, np.int32)
+else:
+    x = np.ones(4 + r, np.float32)
+try:
+    dtcomm.all_reduce(x)
+except dtcomm.MismatchError as e:
+    print("MISMATCH:", e)
+except dtcomm.DtcommError as e:
+    print("OTHER:", type(e).__name__, e)
+else:
+    raise AssertionError("mismatched all_reduce succeeded")
+# the communicator is failed now: later calls raise at once, naming the first error
+try:
+    dtcomm.barrier()
+except dtcomm.DtcommError as e:
+    print("LATER:", e)
+else:
+    raise AssertionError("barrier on a failed communicator succeeded")
+"""
+
+
+@pytest.mark.parametrize("case", ["dtype", "count"])
+def test_mismatch_across_ranks_names_ranks(tmp_path: Path, server: dtcomm.RdzvServer, case: str) -> None:
+    res = run_group(
+        tmp_path, 2, MISMATCH, {"DTCOMM_RDZV_ENDPOINT": server.endpoint, "CASE": case, "DTCOMM_TIMEOUT": "20"}
+    )
+    check(res)
+    mism = [r for r in res if "MISMATCH:" in r.out]
+    assert mism, [r.out for r in res]
+    line = next(l for l in mism[0].out.splitlines() if l.startswith("MISMATCH:"))
+    assert "rank 0" in line and "rank 1" in line, line
+    want = ("float" in line and "int32" in line) if case == "dtype" else ("x 4" in line and "x 5" in line)
+    assert want, line
+    assert all("LATER:" in r.out for r in res)
+
+
+def test_unsupported_device_dtype_and_layout() -> None:
+    torch = pytest.importorskip("torch")
+    dtcomm.init(verbose=False)
+    try:
+        with pytest.raises(ValueError, match=r"rank 0: all_reduce: .*device meta"):
+            dtcomm.all_reduce(torch.empty(4, device="meta"))
+        with pytest.raises(TypeError, match=r"rank 0: all_reduce: .*torch.complex64"):
+            dtcomm.all_reduce(torch.zeros(4, dtype=torch.complex64))
+        with pytest.raises(ValueError, match="not contiguous"):
+            dtcomm.all_reduce(torch.zeros(4, 4)[:, 1])
+        with pytest.raises(ValueError, match="not contiguous"):
+            dtcomm.all_reduce(np.zeros((4, 4))[::2])
+        with pytest.raises(TypeError, match="neither a torch tensor nor a numpy array"):
+            dtcomm.all_reduce([1.0, 2.0])
+        with pytest.raises(TypeError, match="input is float but output is double"):
+            dtcomm.all_gather(np.zeros(2, np.float32), np.zeros(2, np.float64))
+        with pytest.raises(ValueError, match="invalid arguments to all_gather"):
+            dtcomm.all_gather(np.zeros(2, np.float32), np.zeros(3, np.float32))
+        with pytest.raises(ValueError, match="root 5 is not in a world of 1"):
+            dtcomm.broadcast(np.zeros(2), 5)
+        ro = np.zeros(3)
+        ro.flags.writeable = False
+        with pytest.raises(ValueError, match="read-only"):
+            dtcomm.all_reduce(ro)
+        # requires_grad tensors work in place (same memory)
+        t = torch.ones(3, requires_grad=True)
+        dtcomm.all_reduce(t)
+        assert t.detach().tolist() == [1.0, 1.0, 1.0]
+    finally:
+        dtcomm.shutdown()
+    with pytest.raises(dtcomm.ShutdownError, match="after dtcomm.shutdown"):
+        dtcomm.all_reduce(np.zeros(2))
+
+
+@pytest.mark.parametrize(
+    "env, match",
+    [
+        ({"RANK": "1"}, "RANK='1' is set but WORLD_SIZE is not"),
+        ({"WORLD_SIZE": "4"}, "WORLD_SIZE='4' is set but RANK is not"),
+        ({"DTCOMM_RANK": "0"}, "DTCOMM_RANK='0' is set but DTCOMM_WORLD_SIZE is not"),
+        ({"HOROVOD_SIZE": "2"}, "HOROVOD_SIZE='2' is set but HOROVOD_RANK is not"),
+        ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h"}, "MASTER_ADDR='h' is set but MASTER_PORT"),
+        ({"RANK": "1", "WORLD_SIZE": "2"}, "rank 1: a world of 2 .* needs a rendezvous endpoint"),
+        ({"RANK": "2", "WORLD_SIZE": "2"}, "RANK=2 is not below WORLD_SIZE=2"),
+        ({"RANK": "x", "WORLD_SIZE": "2"}, "RANK='x' is not an integer"),
+        ({"LOCAL_RANK": "0"}, "LOCAL_RANK='0' is set but LOCAL_WORLD_SIZE is not"),
+    ],
+)
+def test_half_set_and_bad_environment(env: dict[str, str], match: str) -> None:
+    with pytest.raises(_config.ConfigError, match=match):
+        _config.resolve(env=env)
+
+
+def test_missing_endpoint_raises_in_init(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DTCOMM_RANK", "1")
+    monkeypatch.setenv("DTCOMM_WORLD_SIZE", "2")
+    for v in ("DTCOMM_RDZV_ENDPOINT", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(v, raising=False)
+    with pytest.raises(dtcomm.ConfigError, match="DTCOMM_RDZV_ENDPOINT"):
+        dtcomm.init()
+    assert not dtcomm.is_initialized()
+
+
+def test_unreachable_endpoint_fails_within_the_deadline() -> None:
+    t0 = time.monotonic()
+    with pytest.raises(dtcomm.SetupError, match="rank 1: cannot reach the rendezvous store at 127.0.0.1:9"):
+        dtcomm.Communicator.connect("127.0.0.1:9", 1, 2, timeout=1.0)
+    assert time.monotonic() - t0 < 15
+
+
+def test_missing_peer_times_out_naming_it(server: dtcomm.RdzvServer) -> None:
+    t0 = time.monotonic()
+    with pytest.raises(dtcomm.SetupError, match=r"rank 0: .*1"):
+        dtcomm.Communicator.connect(server.endpoint, 0, 2, prefix="alone", timeout=1.5)
+    assert time.monotonic() - t0 < 15
+
+
+DIES = """
+import os, time, numpy as np, dtcomm
+dtcomm.init(verbose=False)
+r = dtcomm.rank()
+x = np.ones(1 << 20, np.float32)
+dtcomm.all_reduce(x)
+if r == 1:
+    os._exit(7)            # injected failure: rank 1 dies without a goodbye
+time.sleep(0.5)
+w = dtcomm.all_reduce(x, async_op=True)
+try:
+    w.wait(timeout=60)
+except dtcomm.PeerLostError as e:
+    print("LOST:", e)
+    assert w.is_completed() and isinstance(w.exception(), dtcomm.PeerLostError)
+else:
+    raise AssertionError("all_reduce with a dead peer succeeded")
+"""
+
+
+def test_dead_peer_surfaces_from_wait(tmp_path: Path, server: dtcomm.RdzvServer) -> None:
+    res = run_group(tmp_path, 2, DIES, {"DTCOMM_RDZV_ENDPOINT": server.endpoint, "DTCOMM_TIMEOUT": "30"})
+    assert res[1].code == 7
+    assert res[0].code == 0, res[0].out
+    assert "LOST: rank 0:" in res[0].out and "rank 1" in res[0].out, res[0].out

@@ -1,0 +1,117 @@
+"""dtrun: torchrun's environment, rank-prefixed output, the group stopped when one worker
+fails with dtrun exiting that worker's code, several nodes joining a running dt-rdzv."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dtcomm
+from dtgroup import base_env, server  # noqa: F401 (fixture)
+
+DTRUN = [sys.executable, "-m", "dtcomm"]
+
+
+def dtrun(args: list[str], timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*DTRUN, *args], env=base_env(), capture_output=True, text=True, timeout=timeout
+    )
+
+
+ENV_SCRIPT = """
+import os, sys
+keys = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"]
+print(" ".join(f"{k}={os.environ[k]}" for k in keys), "ARGS=" + ",".join(sys.argv[1:]))
+print("to stderr", file=sys.stderr)
+import numpy as np, dtcomm
+dtcomm.init(verbose=False)
+x = np.full(3, dtcomm.rank(), dtype=np.int64)
+dtcomm.all_reduce(x)
+print("SUM", int(x[0]), "LOCAL", dtcomm.local_rank(), dtcomm.local_size())
+"""
+
+
+def test_environment_prefixes_and_a_collective(tmp_path: Path) -> None:
+    s = tmp_path / "env_script.py"
+    s.write_text(ENV_SCRIPT)
+    p = dtrun(["--nproc-per-node", "3", "--rdzv-id", "envtest", str(s), "--lr", "0.1"])
+    assert p.returncode == 0, p.stdout + p.stderr
+    for r in range(3):
+        line = next(l for l in p.stdout.splitlines() if l.startswith(f"[rank{r}]: RANK="))
+        assert f"RANK={r} LOCAL_RANK={r} WORLD_SIZE=3 LOCAL_WORLD_SIZE=3 GROUP_RANK=0" in line, line
+        assert "MASTER_ADDR=127.0.0.1 MASTER_PORT=" in line and "TORCHELASTIC_RUN_ID=envtest" in line
+        assert "ARGS=--lr,0.1" in line
+        assert f"[rank{r}]: SUM 3 LOCAL {r} 3" in p.stdout
+        assert f"[rank{r}]: to stderr" in p.stderr
+    assert "[dtrun] rendezvous 127.0.0.1:" in p.stderr and "(embedded)" in p.stderr
+
+
+FAIL_SCRIPT = """
+import os, sys, time
+import dtcomm
+dtcomm.init(verbose=False)
+dtcomm.barrier()
+if dtcomm.rank() == 1:
+    print("rank 1 fails", flush=True)
+    sys.exit(3)
+time.sleep(120)                 # the others would run long: dtrun must stop them
+"""
+
+
+def test_a_failing_worker_stops_the_group_and_sets_the_exit_code(tmp_path: Path) -> None:
+    s = tmp_path / "fail_script.py"
+    s.write_text(FAIL_SCRIPT)
+    t0 = time.monotonic()
+    p = dtrun(["--nproc-per-node", "3", str(s)])
+    took = time.monotonic() - t0
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert "[rank1]: rank 1 fails" in p.stdout
+    assert "[dtrun] rank 1 exited with code 3; stopped the others; exiting 3" in p.stderr
+    assert took < 60, took
+
+
+TORCH_SCRIPT = """
+import torch, torch.distributed as dist
+dist.init_process_group()                     # env:// as under torchrun; backend from argv
+r = dist.get_rank()
+t = torch.full((4,), float(r))
+dist.all_reduce(t)
+print("BACKEND", dist.get_backend(), "SUM", t[0].item())
+dist.destroy_process_group()
+"""
+
+
+def test_unchanged_torch_scripts_run_on_dtcomm_and_gloo(tmp_path: Path) -> None:
+    s = tmp_path / "torch_script.py"
+    s.write_text(TORCH_SCRIPT.replace("init_process_group()", "init_process_group('dtcomm')"))
+    p = dtrun(["--nproc-per-node", "2", str(s)])
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count("BACKEND dtcomm SUM 1.0") == 2, p.stdout
+    s.write_text(TORCH_SCRIPT.replace("init_process_group()", "init_process_group('gloo')"))
+    p = dtrun(["--nproc-per-node", "2", str(s)])
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count("BACKEND gloo SUM 1.0") == 2, p.stdout
+
+
+def test_two_nodes_join_a_running_server_twice_with_one_run_id(
+    tmp_path: Path, server: dtcomm.RdzvServer
+) -> None:
+    s = tmp_path / "env_script.py"
+    s.write_text(ENV_SCRIPT)
+    for attempt in range(2):
+        args = ["--nnodes", "2", "--nproc-per-node", "2", "--rdzv-endpoint", server.endpoint,
+                "--rdzv-id", "twonodes", "--rdzv-timeout", "60", str(s)]
+        nodes = [
+            subprocess.Popen([*DTRUN, *args], env=base_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+            for _ in range(2)
+        ]
+        outs = [n.communicate(timeout=120) for n in nodes]
+        for n, (out, err) in zip(nodes, outs):
+            assert n.returncode == 0, out + err
+            assert f"generation {attempt + 1}, node" in err, err
+        allout = "".join(o for o, _ in outs)
+        for r in range(4):
+            assert f"[rank{r}]: SUM 6 LOCAL {r % 2} 2" in allout, allout

@@ -1,0 +1,43 @@
+//! Settings of the rendezvous machine (server-wide; per-job settings are in
+//! [`JobSpec`](crate::native::JobSpec)).
+
+use std::time::Duration;
+
+/// Server-wide rendezvous settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MachineConfig {
+    /// The token every join and every status or stop request must carry (`None`: no
+    /// authentication, for trusted networks only).
+    pub token: Option<String>,
+    /// Members are told to send a heartbeat this often.
+    pub heartbeat_interval: Duration,
+    /// A member silent for this long is lost.
+    pub heartbeat_timeout: Duration,
+    /// An ended job is remembered (refusing joins, naming how it ended) this long.
+    pub ended_retention: Duration,
+    /// A job with no members is forgotten after this long.
+    pub idle_ttl: Duration,
+    /// Most jobs at once.
+    pub max_jobs: usize,
+    /// Largest published configuration value, in bytes.
+    pub max_config_value: usize,
+    /// Most published configuration entries per job.
+    pub max_config_entries: usize,
+}
+
+impl Default for MachineConfig {
+    /// Heartbeats every 0.5 s, lost after 2 s of silence, ended jobs kept 60 s, empty jobs
+    /// forgotten after 300 s, 4096 jobs, 1 MiB config values, 256 entries.
+    fn default() -> Self {
+        Self {
+            token: None,
+            heartbeat_interval: Duration::from_millis(500),
+            heartbeat_timeout: Duration::from_secs(2),
+            ended_retention: Duration::from_secs(60),
+            idle_ttl: Duration::from_secs(300),
+            max_jobs: 4096,
+            max_config_value: 1 << 20,
+            max_config_entries: 256,
+        }
+    }
+}

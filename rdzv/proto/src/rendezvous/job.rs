@@ -1,0 +1,473 @@
+//! One job: its members, its rounds and its end. Driven by the machine, which routes each
+//! connection's requests here and collects the [`Effects`].
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use super::config::MachineConfig;
+use super::effects::{ConnId, Effects, Event};
+use super::error::Refusal;
+use super::{peers, ranks};
+use crate::native::{JobEnd, JobSpec, Join, LateJoin, Peer, Role, RoundCause, ServerMsg, Welcome};
+
+/// Where a member stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// In the current round (while forming: carried over from the last one, keeping its rank).
+    Active,
+    /// Waiting for the next round.
+    Waiting,
+    /// Beyond `max_members`; takes a slot when one frees up.
+    Spare,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Member {
+    pub(crate) id: String,
+    pub(crate) conn: ConnId,
+    pub(crate) node: String,
+    pub(crate) addrs: Vec<String>,
+    pub(crate) observed_ip: String,
+    pub(crate) role: Role,
+    pub(crate) last_seen: Instant,
+    pub(crate) arrival: u64,
+    /// Rank in the current round, or (while forming) in the last one.
+    pub(crate) rank: Option<u32>,
+    pub(crate) place: Place,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum Phase {
+    Forming {
+        since: Instant,
+        last_call_at: Option<Instant>,
+        cause: RoundCause,
+        /// Forming because a running round ended: complete as soon as `min` are present.
+        carried: bool,
+    },
+    Running {
+        pending_since: Option<Instant>,
+    },
+    Ended {
+        end: JobEnd,
+        at: Instant,
+    },
+}
+
+/// How a member goes.
+#[derive(Debug, Clone)]
+pub(crate) enum Removal {
+    Lost(String),
+    Left,
+}
+
+#[derive(Debug)]
+pub(crate) struct Job {
+    pub(crate) name: String,
+    pub(crate) spec: JobSpec,
+    pub(crate) created: Instant,
+    pub(crate) members: HashMap<String, Member>,
+    /// Member ids by rank: the current round, or the last one while forming.
+    pub(crate) ranks: Vec<String>,
+    pub(crate) round: u64,
+    pub(crate) phase: Phase,
+    pub(crate) restarts: u32,
+    pub(crate) config: BTreeMap<String, Vec<u8>>,
+    /// Members of the last round that are gone (while forming).
+    pub(crate) missing: BTreeSet<String>,
+    pub(crate) counts: [u32; 3],
+    next_arrival: u64,
+    pub(crate) empty_since: Option<Instant>,
+}
+
+pub(crate) fn ms(d: Duration) -> u64 {
+    d.as_millis().min(u64::MAX as u128) as u64
+}
+
+/// Checks a spec before a job is created from it.
+pub(crate) fn validate(job: &str, spec: &JobSpec) -> Result<(), Refusal> {
+    let bad = |why: String| {
+        Err(Refusal::InvalidSpec {
+            job: job.into(),
+            why,
+        })
+    };
+    if spec.min_members == 0 {
+        return bad("min_members is 0".into());
+    }
+    if spec.min_members > spec.max_members {
+        return bad(format!(
+            "min_members {} > max_members {}",
+            spec.min_members, spec.max_members
+        ));
+    }
+    if spec.join_timeout_ms == 0 {
+        return bad("join_timeout_ms is 0".into());
+    }
+    if job.is_empty() || job.len() > 256 {
+        return bad(format!("job name of {} bytes (1..=256)", job.len()));
+    }
+    Ok(())
+}
+
+/// Which fields of two specs differ, as `name: ours vs theirs`.
+fn spec_diff(a: &JobSpec, b: &JobSpec) -> String {
+    let mut d = Vec::new();
+    macro_rules! cmp {
+        ($($f:ident),*) => {$(
+            if a.$f != b.$f {
+                d.push(format!("{}: {:?} vs {:?}", stringify!($f), a.$f, b.$f));
+            }
+        )*};
+    }
+    cmp!(
+        min_members,
+        max_members,
+        max_spares,
+        last_call_ms,
+        join_timeout_ms,
+        max_rounds,
+        max_restarts,
+        late_join,
+        ephemeral,
+        ttl_ms,
+        full_peer_table_max
+    );
+    d.join(", ")
+}
+
+impl Job {
+    pub(crate) fn new(name: String, spec: JobSpec, now: Instant) -> Self {
+        Self {
+            name,
+            spec,
+            created: now,
+            members: HashMap::new(),
+            ranks: Vec::new(),
+            round: 0,
+            phase: Phase::Forming {
+                since: now,
+                last_call_at: None,
+                cause: RoundCause::First,
+                carried: false,
+            },
+            restarts: 0,
+            config: BTreeMap::new(),
+            missing: BTreeSet::new(),
+            counts: [0; 3],
+            next_arrival: 0,
+            empty_since: Some(now),
+        }
+    }
+
+    pub(crate) fn count(&self, p: Place) -> u32 {
+        self.counts[p as usize]
+    }
+
+    pub(crate) fn candidates(&self) -> u32 {
+        self.count(Place::Active) + self.count(Place::Waiting)
+    }
+
+    pub(crate) fn set_place(&mut self, id: &str, p: Place) {
+        if let Some(m) = self.members.get_mut(id) {
+            self.counts[m.place as usize] -= 1;
+            self.counts[p as usize] += 1;
+            m.place = p;
+        }
+    }
+
+    pub(crate) fn ended(&self) -> Option<&JobEnd> {
+        match &self.phase {
+            Phase::Ended { end, .. } => Some(end),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn main_member(&self) -> Option<&Member> {
+        self.members.values().find(|m| m.role == Role::Main)
+    }
+
+    /// Adds a member (the machine has checked the token and that the connection is new).
+    pub(crate) fn join(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        join: Join,
+        observed_ip: String,
+        cfg: &MachineConfig,
+        fx: &mut Effects,
+    ) -> Result<(), Refusal> {
+        if let Some(end) = self.ended() {
+            return Err(Refusal::JobEnded {
+                job: self.name.clone(),
+                end: end.to_string(),
+            });
+        }
+        if join.spec != self.spec {
+            return Err(Refusal::SpecMismatch {
+                job: self.name.clone(),
+                member: join.member,
+                diff: spec_diff(&self.spec, &join.spec),
+            });
+        }
+        if let Some(m) = self.members.get(&join.member) {
+            return Err(Refusal::MemberTaken {
+                job: self.name.clone(),
+                member: join.member,
+                last_seen_ms: ms(now.saturating_duration_since(m.last_seen)),
+            });
+        }
+        if join.role == Role::Main
+            && let Some(main) = self.main_member()
+        {
+            return Err(Refusal::MainTaken {
+                job: self.name.clone(),
+                main: main.id.clone(),
+                member: join.member,
+            });
+        }
+        let place = if self.candidates() < self.spec.max_members {
+            Place::Waiting
+        } else if self.count(Place::Spare) < self.spec.max_spares {
+            Place::Spare
+        } else {
+            return Err(Refusal::JobFull {
+                job: self.name.clone(),
+                member: join.member,
+                members: self.candidates(),
+                max: self.spec.max_members,
+                spares: self.count(Place::Spare),
+                max_spares: self.spec.max_spares,
+            });
+        };
+        let id = join.member;
+        self.next_arrival += 1;
+        self.counts[place as usize] += 1;
+        self.members.insert(
+            id.clone(),
+            Member {
+                id: id.clone(),
+                conn,
+                node: join.node.clone(),
+                addrs: join.addrs,
+                observed_ip,
+                role: join.role,
+                last_seen: now,
+                arrival: self.next_arrival,
+                rank: None,
+                place,
+            },
+        );
+        self.empty_since = None;
+        fx.event(Event::Joined {
+            job: self.name.clone(),
+            member: id,
+            node: join.node,
+            spare: place == Place::Spare,
+        });
+        fx.send(
+            conn,
+            ServerMsg::Joined {
+                job: self.name.clone(),
+                round: self.round + 1,
+                spare: place == Place::Spare,
+                heartbeat_interval_ms: ms(cfg.heartbeat_interval),
+            },
+        );
+        match &mut self.phase {
+            Phase::Forming { .. } => self.try_complete(now, cfg, fx),
+            // The first late joiner: tell the round, and start the batching window.
+            Phase::Running { pending_since }
+                if place == Place::Waiting && self.counts[Place::Waiting as usize] == 1 =>
+            {
+                if self.spec.late_join == LateJoin::Immediate {
+                    *pending_since = Some(now);
+                }
+                self.broadcast_active(
+                    ServerMsg::Pending {
+                        job: self.name.clone(),
+                        round: self.round,
+                        waiting: 1,
+                    },
+                    fx,
+                );
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    pub(crate) fn broadcast_active(&self, msg: ServerMsg, fx: &mut Effects) {
+        for id in &self.ranks {
+            if let Some(m) = self.members.get(id)
+                && m.place == Place::Active
+            {
+                fx.send(m.conn, msg.clone());
+            }
+        }
+    }
+
+    /// In a forming round: complete it if its rules say so now.
+    pub(crate) fn try_complete(&mut self, now: Instant, cfg: &MachineConfig, fx: &mut Effects) {
+        let n = self.candidates();
+        let Phase::Forming {
+            last_call_at,
+            carried,
+            ..
+        } = &mut self.phase
+        else {
+            return;
+        };
+        if n >= self.spec.max_members || (n >= self.spec.min_members && *carried) {
+            self.complete(now, cfg, fx);
+        } else if n >= self.spec.min_members {
+            if last_call_at.is_none() {
+                *last_call_at = Some(now);
+            }
+            if self.spec.last_call_ms == 0 {
+                self.complete(now, cfg, fx);
+            }
+        } else {
+            *last_call_at = None;
+        }
+    }
+
+    /// Forms the next round from the active (carried) and waiting members.
+    pub(crate) fn complete(&mut self, now: Instant, cfg: &MachineConfig, fx: &mut Effects) {
+        let Phase::Forming { since, cause, .. } = &self.phase else {
+            return;
+        };
+        let (since, cause) = (*since, cause.clone());
+        if self.spec.max_rounds > 0 && self.round >= u64::from(self.spec.max_rounds) {
+            self.end(
+                now,
+                JobEnd::RoundLimit {
+                    rounds: self.spec.max_rounds,
+                },
+                fx,
+            );
+            return;
+        }
+        let mut survivors: Vec<(String, u32)> = Vec::new();
+        let mut waiting: Vec<&Member> = Vec::new();
+        for m in self.members.values() {
+            match (m.place, m.rank) {
+                (Place::Active, Some(r)) => survivors.push((m.id.clone(), r)),
+                (Place::Active, None) | (Place::Waiting, _) => waiting.push(m),
+                (Place::Spare, _) => {}
+            }
+        }
+        survivors.sort_by_key(|s| s.1);
+        waiting.sort_by_key(|m| m.arrival);
+        let room = (self.spec.max_members as usize).saturating_sub(survivors.len());
+        let overflow: Vec<String> = waiting.iter().skip(room).map(|m| m.id.clone()).collect();
+        waiting.truncate(room);
+        waiting.sort_by(|a, b| {
+            (a.role != Role::Main, &a.node, &a.id).cmp(&(b.role != Role::Main, &b.node, &b.id))
+        });
+        let newcomers: Vec<String> = waiting.iter().map(|m| m.id.clone()).collect();
+        let main = self
+            .members
+            .values()
+            .find(|m| m.role == Role::Main && m.place != Place::Spare)
+            .filter(|m| !overflow.contains(&m.id))
+            .map(|m| m.id.clone());
+        // Rank assignment works on indices into one list of names.
+        let mut names: Vec<String> = survivors.iter().map(|s| s.0.clone()).collect();
+        names.extend(newcomers.iter().cloned());
+        let keep: Vec<(usize, u32)> = survivors
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (i, s.1))
+            .collect();
+        let fresh: Vec<usize> = (survivors.len()..names.len()).collect();
+        let main_ix = main.and_then(|id| names.iter().position(|n| *n == id));
+        let order = ranks::assign(&keep, &fresh, main_ix);
+        self.ranks = order.into_iter().map(|i| names[i].clone()).collect();
+        for id in overflow {
+            self.set_place(&id, Place::Spare);
+        }
+        let ranks = std::mem::take(&mut self.ranks);
+        for (r, id) in ranks.iter().enumerate() {
+            self.set_place(id, Place::Active);
+            if let Some(m) = self.members.get_mut(id) {
+                m.rank = Some(r as u32);
+            }
+        }
+        self.ranks = ranks;
+        self.round += 1;
+        self.missing.clear();
+        self.phase = Phase::Running {
+            pending_since: None,
+        };
+        self.send_welcomes(&cause, cfg, fx);
+        fx.event(Event::RoundComplete {
+            job: self.name.clone(),
+            round: self.round,
+            world: self.ranks.len() as u32,
+            cause,
+            formed_in: now.saturating_duration_since(since),
+        });
+    }
+
+    pub(crate) fn peer(&self, rank: u32) -> Option<Peer> {
+        let m = self.members.get(self.ranks.get(rank as usize)?)?;
+        Some(Peer {
+            rank,
+            member: m.id.clone(),
+            node: m.node.clone(),
+            addrs: m.addrs.clone(),
+            observed_ip: m.observed_ip.clone(),
+        })
+    }
+
+    pub(crate) fn send_welcomes(&self, cause: &RoundCause, cfg: &MachineConfig, fx: &mut Effects) {
+        let world = self.ranks.len() as u32;
+        let layout = peers::layout(
+            self.ranks
+                .iter()
+                .map(|id| self.members.get(id).map_or("", |m| m.node.as_str())),
+        );
+        let table: Vec<Peer> = (0..world).filter_map(|r| self.peer(r)).collect();
+        let all = world <= self.spec.full_peer_table_max;
+        let config: Vec<(String, Vec<u8>)> = self
+            .config
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for (r, id) in self.ranks.iter().enumerate() {
+            let Some(m) = self.members.get(id) else {
+                continue;
+            };
+            let (local_rank, local_world, node_rank) = layout.per_rank[r];
+            let peers = if all {
+                table.clone()
+            } else {
+                peers::neighbours(r as u32, world, &layout.nodes[node_rank as usize])
+                    .into_iter()
+                    .filter_map(|p| table.get(p as usize).cloned())
+                    .collect()
+            };
+            fx.send(
+                m.conn,
+                ServerMsg::Welcome(Welcome {
+                    job: self.name.clone(),
+                    round: self.round,
+                    cause: cause.clone(),
+                    rank: r as u32,
+                    world,
+                    local_rank,
+                    local_world,
+                    node_rank,
+                    nodes: layout.nodes.len() as u32,
+                    peers,
+                    all_peers: all,
+                    config: config.clone(),
+                    heartbeat_interval_ms: ms(cfg.heartbeat_interval),
+                    heartbeat_timeout_ms: ms(cfg.heartbeat_timeout),
+                    restarts: self.restarts,
+                }),
+            );
+        }
+    }
+}

@@ -1,0 +1,448 @@
+//! [`RendezvousMachine`]: every job on a server, the connections that belong to them, and the
+//! liveness of their members. Sans IO: the driver feeds [`Input`]s with the time, carries out
+//! [`Action`]s, and calls [`RendezvousMachine::handle_timeout`] at
+//! [`RendezvousMachine::poll_timeout`].
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Instant;
+
+use super::config::MachineConfig;
+use super::effects::{Action, ConnId, Effects, Event, RendezvousStats};
+use super::error::Refusal;
+use super::job::{self, Job, Removal};
+use crate::native::{ClientMsg, CodecError, JobStatus, ServerMsg};
+
+/// What the driver tells the machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    /// A connection was accepted from this source IP.
+    Connected {
+        /// The driver's id for it.
+        conn: ConnId,
+        /// The client's source IP address, as seen by the server.
+        observed_ip: String,
+    },
+    /// A decoded message arrived.
+    Message {
+        /// From whom.
+        conn: ConnId,
+        /// What.
+        msg: ClientMsg,
+    },
+    /// Bytes that do not decode arrived; the connection will be refused and closed.
+    Malformed {
+        /// From whom.
+        conn: ConnId,
+        /// What was wrong.
+        error: CodecError,
+    },
+    /// The connection is gone (closed by the peer, timed out, reset).
+    Closed {
+        /// Which.
+        conn: ConnId,
+        /// What the transport said.
+        why: String,
+    },
+}
+
+#[derive(Debug, Default)]
+struct Conn {
+    observed_ip: String,
+    /// (job, member) once joined.
+    member: Option<(String, String)>,
+}
+
+/// The rendezvous state machine of one server. See the module docs.
+#[derive(Debug, Default)]
+pub struct RendezvousMachine {
+    config: MachineConfig,
+    jobs: HashMap<String, Job>,
+    conns: HashMap<ConnId, Conn>,
+    /// (check at, connection): a member's heartbeat is checked at these times.
+    liveness: BTreeSet<(Instant, ConnId)>,
+    fx: Effects,
+}
+
+fn token_ok(expected: &Option<String>, given: &str) -> bool {
+    let Some(e) = expected else {
+        return true;
+    };
+    let (a, b) = (e.as_bytes(), given.as_bytes());
+    // Constant time in the token's content (the length is no secret worth hiding).
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+impl RendezvousMachine {
+    /// A machine with no jobs.
+    pub fn new(config: MachineConfig) -> Self {
+        Self {
+            config,
+            ..Self::default()
+        }
+    }
+
+    /// Its settings.
+    pub fn config(&self) -> &MachineConfig {
+        &self.config
+    }
+
+    /// Whether `token` is the server's token (for drivers that serve other doors, e.g. HTTP).
+    pub fn token_ok(&self, token: &str) -> bool {
+        token_ok(&self.config.token, token)
+    }
+
+    /// The next thing the driver must do.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.fx.actions.pop_front()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &RendezvousStats {
+        &self.fx.stats
+    }
+
+    /// (jobs, members) now.
+    pub fn sizes(&self) -> (usize, usize) {
+        (
+            self.jobs.len(),
+            self.jobs.values().map(|j| j.members.len()).sum(),
+        )
+    }
+
+    /// When [`RendezvousMachine::handle_timeout`] should next run.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let jobs = self
+            .jobs
+            .values()
+            .filter_map(|j| j.next_deadline(&self.config))
+            .min();
+        let live = self.liveness.first().map(|(t, _)| *t);
+        match (jobs, live) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Feeds one input.
+    pub fn handle(&mut self, now: Instant, input: Input) {
+        match input {
+            Input::Connected { conn, observed_ip } => {
+                // A repeated Connected keeps what the connection already is.
+                self.conns.entry(conn).or_default().observed_ip = observed_ip;
+            }
+            Input::Message { conn, msg } => self.on_message(now, conn, msg),
+            Input::Malformed { conn, error } => {
+                let r = Refusal::Codec(error);
+                let why = r.to_string();
+                self.refuse(conn, r);
+                self.drop_conn(now, conn, format!("sent a bad frame: {why}"), true);
+            }
+            Input::Closed { conn, why } => {
+                self.drop_conn(now, conn, format!("connection closed: {why}"), false);
+            }
+        }
+        self.settle();
+    }
+
+    /// Stops a job as an operator (the driver has authenticated the caller).
+    pub fn stop(&mut self, now: Instant, job: &str, reason: String) -> Result<(), Refusal> {
+        let r = match self.jobs.get_mut(job) {
+            None => Err(Refusal::UnknownJob { job: job.into() }),
+            Some(j) => match j.ended() {
+                Some(end) => Err(Refusal::JobEnded {
+                    job: job.into(),
+                    end: end.to_string(),
+                }),
+                None => {
+                    j.end(now, crate::native::JobEnd::Stopped { reason }, &mut self.fx);
+                    Ok(())
+                }
+            },
+        };
+        self.settle();
+        r
+    }
+
+    /// Status of one job or all (the driver has authenticated the caller).
+    pub fn status(&self, now: Instant, job: Option<&str>) -> Result<Vec<JobStatus>, Refusal> {
+        match job {
+            Some(name) => self
+                .jobs
+                .get(name)
+                .map(|j| vec![j.status(now)])
+                .ok_or_else(|| Refusal::UnknownJob { job: name.into() }),
+            None => {
+                let mut all: Vec<JobStatus> = self.jobs.values().map(|j| j.status(now)).collect();
+                all.sort_by(|a, b| a.job.cmp(&b.job));
+                Ok(all)
+            }
+        }
+    }
+
+    /// Runs every deadline that is due: members silent past the heartbeat timeout are lost,
+    /// last calls close, join timeouts fail their jobs, ended and idle jobs are forgotten.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let timeout = self.config.heartbeat_timeout;
+        let mut lost: HashMap<String, Vec<(String, Removal)>> = HashMap::new();
+        while let Some(&(t, conn)) = self.liveness.first() {
+            if t > now {
+                break;
+            }
+            self.liveness.pop_first();
+            let Some(m) = self.member_of(conn) else {
+                continue;
+            };
+            let due = m.last_seen + timeout;
+            if due > now {
+                self.liveness.insert((due, conn));
+            } else {
+                let why = format!(
+                    "no message for {:.1} s (heartbeat timeout {:.1} s)",
+                    now.saturating_duration_since(m.last_seen).as_secs_f64(),
+                    timeout.as_secs_f64()
+                );
+                let (job, id) = self.conns[&conn].member.clone().unwrap_or_default();
+                lost.entry(job).or_default().push((id, Removal::Lost(why)));
+            }
+        }
+        for (job, gone) in lost {
+            if let Some(j) = self.jobs.get_mut(&job) {
+                j.remove(now, gone, &self.config, &mut self.fx);
+            }
+        }
+        let mut forget = Vec::new();
+        for (name, j) in self.jobs.iter_mut() {
+            if j.next_deadline(&self.config).is_some_and(|t| t <= now)
+                && j.on_timeout(now, &self.config, &mut self.fx)
+            {
+                forget.push(name.clone());
+            }
+        }
+        for name in forget {
+            self.forget(&name);
+        }
+        self.settle();
+    }
+
+    fn forget(&mut self, name: &str) {
+        if let Some(j) = self.jobs.remove(name) {
+            for m in j.members.values() {
+                self.fx.close(m.conn, format!("job {name:?} forgotten"));
+            }
+            self.fx.event(Event::JobForgotten { job: name.into() });
+        }
+    }
+
+    /// Housekeeping after every call: forget connections the jobs let go of, and ephemeral
+    /// jobs that ended.
+    fn settle(&mut self) {
+        for conn in std::mem::take(&mut self.fx.detached) {
+            if let Some(c) = self.conns.get_mut(&conn) {
+                c.member = None;
+            }
+            self.conns.remove(&conn);
+        }
+        let done: Vec<String> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.spec.ephemeral && j.ended().is_some())
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in done {
+            self.forget(&name);
+        }
+    }
+
+    fn member_of(&self, conn: ConnId) -> Option<&job::Member> {
+        let (job, id) = self.conns.get(&conn)?.member.as_ref()?;
+        self.jobs
+            .get(job)?
+            .members
+            .get(id)
+            .filter(|m| m.conn == conn)
+    }
+
+    fn refuse(&mut self, conn: ConnId, refusal: Refusal) {
+        self.fx.send(
+            conn,
+            ServerMsg::Refused {
+                code: refusal.code(),
+                message: refusal.to_string(),
+            },
+        );
+        self.fx.event(Event::Refused { conn, refusal });
+    }
+
+    /// Refuses and closes a connection that is not a member.
+    fn refuse_and_close(&mut self, conn: ConnId, refusal: Refusal) {
+        let why = refusal.to_string();
+        self.refuse(conn, refusal);
+        self.fx.close(conn, why);
+    }
+
+    /// The connection is going: a member on it is lost (or refused and lost, for garbage).
+    fn drop_conn(&mut self, now: Instant, conn: ConnId, why: String, close: bool) {
+        let member = self.member_of(conn).map(|m| m.id.clone());
+        let job = self.conns.get(&conn).and_then(|c| c.member.clone());
+        match (member, job) {
+            (Some(id), Some((job, _))) => {
+                if let Some(j) = self.jobs.get_mut(&job) {
+                    j.remove(
+                        now,
+                        vec![(id, Removal::Lost(why))],
+                        &self.config,
+                        &mut self.fx,
+                    );
+                }
+            }
+            _ if close => self.fx.close(conn, why),
+            _ => {}
+        }
+        self.conns.remove(&conn);
+    }
+
+    fn on_message(&mut self, now: Instant, conn: ConnId, msg: ClientMsg) {
+        let conn_state = self.conns.entry(conn).or_default();
+        let joined = conn_state.member.clone();
+        if let Some((job, id)) = &joined
+            && let Some(j) = self.jobs.get_mut(job)
+            && let Some(m) = j.members.get_mut(id)
+            && m.conn == conn
+        {
+            m.last_seen = now;
+            self.fx.stats.messages += 1;
+        }
+        let member = joined.filter(|_| self.member_of(conn).is_some());
+        match (msg, member) {
+            (ClientMsg::Join(join), Some((job, member))) => {
+                let _ = join;
+                self.refuse(conn, Refusal::AlreadyJoined { job, member });
+            }
+            (ClientMsg::Join(join), None) => self.join(now, conn, join),
+            (ClientMsg::Heartbeat { .. }, Some(_)) => {}
+            (ClientMsg::Leave, Some((job, id))) => {
+                if let Some(j) = self.jobs.get_mut(&job) {
+                    j.remove(now, vec![(id, Removal::Left)], &self.config, &mut self.fx);
+                }
+            }
+            (ClientMsg::Finish, Some((job, id))) => {
+                if let Some(j) = self.jobs.get_mut(&job) {
+                    j.end(
+                        now,
+                        crate::native::JobEnd::Finished { by: id },
+                        &mut self.fx,
+                    );
+                }
+            }
+            (ClientMsg::Publish { key, value }, Some((job, id))) => {
+                let r = match self.jobs.get_mut(&job) {
+                    Some(j) => j.publish(&id, key, value, &self.config, &mut self.fx),
+                    None => Err(Refusal::UnknownJob { job }),
+                };
+                if let Err(e) = r {
+                    self.refuse(conn, e);
+                }
+            }
+            (ClientMsg::NextRound, Some((job, id))) => {
+                if let Some(j) = self.jobs.get_mut(&job) {
+                    j.next_round(now, &id, &self.config, &mut self.fx);
+                }
+            }
+            (ClientMsg::Lookup { ranks }, Some((job, _))) => {
+                let peers = self
+                    .jobs
+                    .get(&job)
+                    .map(|j| j.lookup(&ranks))
+                    .unwrap_or_default();
+                self.fx.send(conn, ServerMsg::Peers(peers));
+            }
+            (ClientMsg::Status { token, job }, _) => {
+                if !token_ok(&self.config.token, &token) {
+                    let job = job.unwrap_or_default();
+                    self.refuse_and_close(conn, Refusal::BadToken { job });
+                    return;
+                }
+                match self.status(now, job.as_deref()) {
+                    Ok(s) => self.fx.send(conn, ServerMsg::Status(s)),
+                    Err(e) => self.refuse(conn, e),
+                }
+            }
+            (ClientMsg::Stop { token, job, reason }, _) => {
+                if !token_ok(&self.config.token, &token) {
+                    self.refuse_and_close(conn, Refusal::BadToken { job });
+                    return;
+                }
+                match self.stop(now, &job, reason) {
+                    Ok(()) => self.fx.send(conn, ServerMsg::Stopped { job }),
+                    Err(e) => self.refuse(conn, e),
+                }
+            }
+            (ClientMsg::Heartbeat { .. }, None) => {
+                self.refuse_and_close(conn, Refusal::NotJoined { what: "Heartbeat" })
+            }
+            (ClientMsg::Leave, None) => {
+                self.refuse_and_close(conn, Refusal::NotJoined { what: "Leave" })
+            }
+            (ClientMsg::Finish, None) => {
+                self.refuse_and_close(conn, Refusal::NotJoined { what: "Finish" })
+            }
+            (ClientMsg::Publish { .. }, None) => {
+                self.refuse_and_close(conn, Refusal::NotJoined { what: "Publish" })
+            }
+            (ClientMsg::NextRound, None) => {
+                self.refuse_and_close(conn, Refusal::NotJoined { what: "NextRound" })
+            }
+            (ClientMsg::Lookup { .. }, None) => {
+                self.refuse_and_close(conn, Refusal::NotJoined { what: "Lookup" })
+            }
+        }
+    }
+
+    fn join(&mut self, now: Instant, conn: ConnId, join: crate::native::Join) {
+        if !token_ok(&self.config.token, &join.token) {
+            self.refuse_and_close(conn, Refusal::BadToken { job: join.job });
+            return;
+        }
+        if !self.jobs.contains_key(&join.job) {
+            if let Err(e) = job::validate(&join.job, &join.spec) {
+                self.refuse_and_close(conn, e);
+                return;
+            }
+            if self.jobs.len() >= self.config.max_jobs {
+                let max = self.config.max_jobs;
+                self.refuse_and_close(conn, Refusal::TooManyJobs { job: join.job, max });
+                return;
+            }
+            self.jobs.insert(
+                join.job.clone(),
+                Job::new(join.job.clone(), join.spec.clone(), now),
+            );
+            self.fx.event(Event::JobCreated {
+                job: join.job.clone(),
+            });
+        }
+        let observed = self
+            .conns
+            .get(&conn)
+            .map(|c| c.observed_ip.clone())
+            .unwrap_or_default();
+        let (job, id) = (join.job.clone(), join.member.clone());
+        // Record the membership before the job acts: completing the round may send to it.
+        self.conns.entry(conn).or_default().member = Some((job.clone(), id.clone()));
+        let j = self.jobs.get_mut(&job).expect("job exists");
+        match j.join(now, conn, join, observed, &self.config, &mut self.fx) {
+            Ok(()) => {
+                if self.member_of(conn).is_some() {
+                    self.liveness
+                        .insert((now + self.config.heartbeat_timeout, conn));
+                }
+            }
+            Err(e) => {
+                if let Some(c) = self.conns.get_mut(&conn) {
+                    c.member = None;
+                }
+                self.refuse_and_close(conn, e);
+            }
+        }
+    }
+}

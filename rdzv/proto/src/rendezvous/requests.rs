@@ -1,0 +1,124 @@
+//! What a job's members may ask of it besides joining and leaving (publish, lookup), and
+//! its status report.
+
+use std::time::Instant;
+
+use super::config::MachineConfig;
+use super::effects::Effects;
+use super::error::Refusal;
+use super::job::{Job, Member, Phase, Place};
+use crate::native::{JobStatus, MemberStatus, Peer, Role, ServerMsg};
+
+impl Job {
+    /// Publishes a configuration entry to every member.
+    pub(crate) fn publish(
+        &mut self,
+        by: &str,
+        key: String,
+        value: Vec<u8>,
+        cfg: &MachineConfig,
+        fx: &mut Effects,
+    ) -> Result<(), Refusal> {
+        let m = self
+            .members
+            .get(by)
+            .ok_or(Refusal::NotJoined { what: "Publish" })?;
+        let allowed = match self.main_member() {
+            Some(main) => main.id == by,
+            None => m.place == Place::Active && m.rank == Some(0),
+        };
+        if !allowed || !matches!(self.phase, Phase::Running { .. }) && m.role != Role::Main {
+            return Err(Refusal::NotMain {
+                job: self.name.clone(),
+                member: by.into(),
+                round: self.round,
+            });
+        }
+        let too_many =
+            !self.config.contains_key(&key) && self.config.len() >= cfg.max_config_entries;
+        if value.len() > cfg.max_config_value || too_many || key.is_empty() || key.len() > 1024 {
+            return Err(Refusal::BadRequest {
+                job: self.name.clone(),
+                member: by.into(),
+                why: format!(
+                    "config entry {key:?} of {} bytes refused (values up to {} bytes, keys 1..=1024 bytes, {} entries per job)",
+                    value.len(),
+                    cfg.max_config_value,
+                    cfg.max_config_entries
+                ),
+            });
+        }
+        let msg = ServerMsg::Config {
+            job: self.name.clone(),
+            key: key.clone(),
+            value: value.clone(),
+        };
+        self.config.insert(key, value);
+        let mut members: Vec<&Member> = self.members.values().collect();
+        members.sort_by_key(|m| m.arrival);
+        for m in members {
+            fx.send(m.conn, msg.clone());
+        }
+        Ok(())
+    }
+
+    /// Addresses of some ranks of the running round.
+    pub(crate) fn lookup(&self, ranks: &[u32]) -> Vec<Peer> {
+        ranks
+            .iter()
+            .take(65_536)
+            .filter_map(|&r| self.peer(r))
+            .collect()
+    }
+
+    /// The job as `dt-rdzv status` shows it.
+    pub(crate) fn status(&self, now: Instant) -> JobStatus {
+        let state = match &self.phase {
+            Phase::Forming { .. } => "forming".to_string(),
+            Phase::Running { .. } => "running".to_string(),
+            Phase::Ended { end, .. } => end.label().to_string(),
+        };
+        let mut members: Vec<&Member> = self.members.values().collect();
+        members.sort_by(|a, b| {
+            (a.rank.is_none(), a.rank, &a.node, &a.id).cmp(&(
+                b.rank.is_none(),
+                b.rank,
+                &b.node,
+                &b.id,
+            ))
+        });
+        let world = match self.phase {
+            Phase::Running { .. } => self.ranks.len() as u32,
+            _ => 0,
+        };
+        JobStatus {
+            job: self.name.clone(),
+            state,
+            round: self.round,
+            world,
+            spec: self.spec.clone(),
+            members: members
+                .into_iter()
+                .map(|m| MemberStatus {
+                    member: m.id.clone(),
+                    node: m.node.clone(),
+                    state: match m.place {
+                        Place::Active => "active",
+                        Place::Waiting => "waiting",
+                        Place::Spare => "spare",
+                    }
+                    .into(),
+                    rank: m.rank.filter(|_| m.place == Place::Active),
+                    role: m.role,
+                    last_seen_ms: now.saturating_duration_since(m.last_seen).as_millis() as u64,
+                    addrs: m.addrs.clone(),
+                    observed_ip: m.observed_ip.clone(),
+                })
+                .collect(),
+            missing: self.missing.iter().cloned().collect(),
+            restarts: self.restarts,
+            age_ms: now.saturating_duration_since(self.created).as_millis() as u64,
+            config_keys: self.config.keys().cloned().collect(),
+        }
+    }
+}

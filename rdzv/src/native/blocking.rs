@@ -1,0 +1,130 @@
+//! The blocking native client, for callers without an async runtime (the collective engine,
+//! Python bindings): a private one-worker tokio runtime runs the connection and heartbeats,
+//! so heartbeats continue while the caller computes.
+
+use std::time::Duration;
+
+use dt_rdzv_proto::native::{JobStatus, Peer, ServerMsg, Welcome};
+
+use super::client::{ClientConfig, Joined, Membership, NativeClient};
+use super::error::NativeError;
+
+/// A [`NativeClient`] with its own runtime. See the module docs.
+#[derive(Debug)]
+pub struct BlockingNativeClient {
+    inner: Option<NativeClient>,
+    rt: tokio::runtime::Runtime,
+}
+
+impl BlockingNativeClient {
+    /// Connects (deadline: `cfg.timeout`).
+    pub fn connect(cfg: &ClientConfig) -> Result<Self, NativeError> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("dt-rdzv-client")
+            .enable_all()
+            .build()
+            .map_err(|e| NativeError::Config(format!("cannot start the client runtime: {e}")))?;
+        let inner = rt.block_on(NativeClient::connect(cfg))?;
+        Ok(Self {
+            inner: Some(inner),
+            rt,
+        })
+    }
+
+    fn client(&mut self) -> &mut NativeClient {
+        self.inner.as_mut().expect("client present until dropped")
+    }
+
+    /// Joins a job. See [`NativeClient::join`].
+    pub fn join(&mut self, who: Membership) -> Result<Joined, NativeError> {
+        let c = self.inner.as_mut().expect("client");
+        self.rt.block_on(c.join(who))
+    }
+
+    /// Joins and waits for the first welcome: the one call most members need.
+    pub fn join_and_wait(
+        &mut self,
+        who: Membership,
+        timeout: Duration,
+    ) -> Result<Welcome, NativeError> {
+        self.join(who)?;
+        self.wait_welcome(timeout)
+    }
+
+    /// Waits for the next welcome. See [`NativeClient::wait_welcome`].
+    pub fn wait_welcome(&mut self, timeout: Duration) -> Result<Welcome, NativeError> {
+        let c = self.inner.as_mut().expect("client");
+        self.rt.block_on(c.wait_welcome(timeout))
+    }
+
+    /// The next pushed message, waiting at most `timeout`.
+    pub fn next_message(&mut self, timeout: Duration) -> Result<ServerMsg, NativeError> {
+        let c = self.inner.as_mut().expect("client");
+        self.rt.block_on(c.next_message(timeout))
+    }
+
+    /// A pushed message already received (round ended, pending joiners, config), if any:
+    /// what a training loop checks between steps.
+    pub fn try_message(&mut self) -> Option<Result<ServerMsg, NativeError>> {
+        self.client().try_message()
+    }
+
+    /// The latest welcome.
+    pub fn current(&self) -> Option<&Welcome> {
+        self.inner.as_ref()?.current()
+    }
+
+    /// The published configuration.
+    pub fn config(&self) -> Option<&std::collections::BTreeMap<String, Vec<u8>>> {
+        self.inner.as_ref().map(|c| c.config())
+    }
+
+    /// Publishes a configuration entry.
+    pub fn publish(&mut self, key: &str, value: Vec<u8>) -> Result<(), NativeError> {
+        self.client().publish(key, value)
+    }
+
+    /// Asks for a new round now.
+    pub fn next_round(&mut self) -> Result<(), NativeError> {
+        self.client().next_round()
+    }
+
+    /// Addresses of some ranks.
+    pub fn lookup(&mut self, ranks: Vec<u32>) -> Result<Vec<Peer>, NativeError> {
+        let c = self.inner.as_mut().expect("client");
+        self.rt.block_on(c.lookup(ranks))
+    }
+
+    /// Status of one job or all.
+    pub fn status(&mut self, job: Option<&str>) -> Result<Vec<JobStatus>, NativeError> {
+        let c = self.inner.as_mut().expect("client");
+        self.rt.block_on(c.status(job))
+    }
+
+    /// Stops a job.
+    pub fn stop(&mut self, job: &str, reason: &str) -> Result<(), NativeError> {
+        let c = self.inner.as_mut().expect("client");
+        self.rt.block_on(c.stop(job, reason))
+    }
+
+    /// Leaves the job for good.
+    pub fn leave(mut self) -> Result<(), NativeError> {
+        let c = self.inner.take().expect("client");
+        self.rt.block_on(c.leave())
+    }
+
+    /// Marks the job finished.
+    pub fn finish(mut self) -> Result<(), NativeError> {
+        let c = self.inner.take().expect("client");
+        self.rt.block_on(c.finish())
+    }
+}
+
+impl Drop for BlockingNativeClient {
+    fn drop(&mut self) {
+        if let Some(c) = self.inner.take() {
+            self.rt.block_on(c.close("client dropped"));
+        }
+    }
+}

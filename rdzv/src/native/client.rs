@@ -1,0 +1,482 @@
+//! The async native client: one QUIC connection per member, one bidirectional stream on it,
+//! server-pushed round changes, heartbeats from a background task.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use dt_rdzv_proto::native::{
+    ClientMsg, FrameReader, JobSpec, JobStatus, Join, Peer, Role, ServerMsg, Welcome,
+    decode_server, encode_client,
+};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::error::NativeError;
+use super::tls::{Trust, client_config};
+
+/// Default native port of `dt-rdzv serve`.
+pub const DEFAULT_NATIVE_PORT: u16 = 29401;
+/// Largest server message a client accepts.
+const MAX_SERVER_FRAME: u32 = 64 << 20;
+
+/// Where the server is and how to trust it.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// `host:port` of the native port (port 29401 if left out).
+    pub endpoint: String,
+    /// The job's join token.
+    pub token: String,
+    /// How to trust the server's certificate.
+    pub trust: Trust,
+    /// Name sent in the TLS handshake (checked only with [`Trust::CaFile`]).
+    pub server_name: String,
+    /// Deadline for the connection and for each request's answer.
+    pub timeout: Duration,
+}
+
+impl ClientConfig {
+    /// Settings with the server name `localhost` and a 30 s deadline.
+    pub fn new(endpoint: impl Into<String>, token: impl Into<String>, trust: Trust) -> Self {
+        Self {
+            endpoint: endpoint.into(),
+            token: token.into(),
+            trust,
+            server_name: "localhost".into(),
+            timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Who a member is, for [`NativeClient::join`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Membership {
+    /// The job (run id).
+    pub job: String,
+    /// Member id, unique in the job.
+    pub member: String,
+    /// Host name (members with the same node get local ranks).
+    pub node: String,
+    /// Data-plane addresses to advertise to peers.
+    pub addrs: Vec<String>,
+    /// Worker or main.
+    pub role: Role,
+    /// The job's settings.
+    pub spec: JobSpec,
+}
+
+/// The answer to a join.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Joined {
+    /// The round this member waits for.
+    pub round: u64,
+    /// Whether it waits as a spare.
+    pub spare: bool,
+}
+
+/// A QUIC endpoint that opens client connections (one per member; share it to open many).
+#[derive(Debug, Clone)]
+pub struct Connector {
+    endpoint: quinn::Endpoint,
+}
+
+async fn resolve(endpoint: &str) -> Result<SocketAddr, NativeError> {
+    let with_port = if endpoint.rsplit_once(':').is_some_and(|(h, p)| {
+        !p.is_empty()
+            && p.chars().all(|c| c.is_ascii_digit())
+            && (!h.contains(':') || h.ends_with(']'))
+    }) {
+        endpoint.to_string()
+    } else {
+        format!("{endpoint}:{DEFAULT_NATIVE_PORT}")
+    };
+    let err = |why: String| NativeError::Connect {
+        endpoint: endpoint.into(),
+        why,
+    };
+    tokio::net::lookup_host(&with_port)
+        .await
+        .map_err(|e| err(e.to_string()))?
+        .next()
+        .ok_or_else(|| err("name resolves to no address".into()))
+}
+
+impl Connector {
+    /// A client endpoint on an ephemeral UDP port, trusting servers as `trust` says. Call
+    /// inside a tokio runtime.
+    pub fn new(trust: &Trust) -> Result<Self, NativeError> {
+        let bind = |a: &str| {
+            quinn::Endpoint::client(a.parse().expect("literal address"))
+                .map_err(|e| NativeError::Config(format!("cannot open a UDP socket: {e}")))
+        };
+        let mut endpoint = bind("[::]:0").or_else(|_| bind("0.0.0.0:0"))?;
+        let mut cfg = client_config(trust)?;
+        let mut transport = quinn::TransportConfig::default();
+        transport.max_idle_timeout(Some(
+            quinn::IdleTimeout::try_from(Duration::from_secs(30)).expect("30 s fits"),
+        ));
+        transport.keep_alive_interval(Some(Duration::from_secs(5)));
+        cfg.transport_config(std::sync::Arc::new(transport));
+        endpoint.set_default_client_config(cfg);
+        Ok(Self { endpoint })
+    }
+
+    /// Opens a connection and its stream.
+    pub async fn connect(&self, cfg: &ClientConfig) -> Result<NativeClient, NativeError> {
+        let addr = resolve(&cfg.endpoint).await?;
+        let err = |why: String| NativeError::Connect {
+            endpoint: cfg.endpoint.clone(),
+            why,
+        };
+        let connecting = self
+            .endpoint
+            .connect(addr, &cfg.server_name)
+            .map_err(|e| err(e.to_string()))?;
+        let conn = tokio::time::timeout(cfg.timeout, connecting)
+            .await
+            .map_err(|_| err(format!("no handshake within {:?}", cfg.timeout)))?
+            .map_err(|e| err(e.to_string()))?;
+        let (send, recv) = conn.open_bi().await.map_err(|e| err(e.to_string()))?;
+        let (out_tx, out_rx) = mpsc::unbounded_channel();
+        let (ev_tx, ev_rx) = mpsc::unbounded_channel();
+        let writer = tokio::spawn(write_loop(send, out_rx));
+        let reader = tokio::spawn(read_loop(recv, ev_tx));
+        Ok(NativeClient {
+            conn,
+            endpoint: self.endpoint.clone(),
+            out: out_tx,
+            events: ev_rx,
+            token: cfg.token.clone(),
+            timeout: cfg.timeout,
+            tasks: vec![writer, reader],
+            heartbeat: None,
+            config: BTreeMap::new(),
+            welcome: None,
+            own_endpoint: false,
+        })
+    }
+}
+
+async fn write_loop(mut send: quinn::SendStream, mut rx: mpsc::UnboundedReceiver<ClientMsg>) {
+    while let Some(msg) = rx.recv().await {
+        if send.write_all(&encode_client(&msg)).await.is_err() {
+            return;
+        }
+    }
+    let _ = send.finish();
+}
+
+async fn read_loop(
+    mut recv: quinn::RecvStream,
+    tx: mpsc::UnboundedSender<Result<ServerMsg, NativeError>>,
+) {
+    let mut reader = FrameReader::new(MAX_SERVER_FRAME);
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match recv.read(&mut buf).await {
+            Ok(Some(n)) => reader.push(&buf[..n]),
+            Ok(None) => {
+                let _ = tx.send(Err(NativeError::Lost("server closed the stream".into())));
+                return;
+            }
+            Err(e) => {
+                let _ = tx.send(Err(NativeError::Lost(e.to_string())));
+                return;
+            }
+        }
+        loop {
+            match reader.next_payload() {
+                Ok(Some(p)) => match decode_server(&p) {
+                    Ok(m) => {
+                        if tx.send(Ok(m)).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(e.into()));
+                        return;
+                    }
+                },
+                Ok(None) => break,
+                Err(e) => {
+                    let _ = tx.send(Err(e.into()));
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// One connection to `dt-rdzv serve`: a member (after [`NativeClient::join`]) or an operator.
+#[derive(Debug)]
+pub struct NativeClient {
+    conn: quinn::Connection,
+    endpoint: quinn::Endpoint,
+    out: mpsc::UnboundedSender<ClientMsg>,
+    events: mpsc::UnboundedReceiver<Result<ServerMsg, NativeError>>,
+    token: String,
+    timeout: Duration,
+    tasks: Vec<JoinHandle<()>>,
+    heartbeat: Option<JoinHandle<()>>,
+    config: BTreeMap<String, Vec<u8>>,
+    welcome: Option<Welcome>,
+    own_endpoint: bool,
+}
+
+impl NativeClient {
+    /// Connects with a connector of its own.
+    pub async fn connect(cfg: &ClientConfig) -> Result<Self, NativeError> {
+        let mut c = Connector::new(&cfg.trust)?.connect(cfg).await?;
+        c.own_endpoint = true;
+        Ok(c)
+    }
+
+    fn send(&self, msg: ClientMsg) -> Result<(), NativeError> {
+        self.out
+            .send(msg)
+            .map_err(|_| NativeError::Lost("connection closed".into()))
+    }
+
+    /// The next message from the server, waiting at most `timeout`. Keeps the latest
+    /// configuration and welcome.
+    pub async fn next_message(&mut self, timeout: Duration) -> Result<ServerMsg, NativeError> {
+        let m = match tokio::time::timeout(timeout, self.events.recv()).await {
+            Err(_) => {
+                return Err(NativeError::Timeout {
+                    what: "waiting for the server".into(),
+                    waited: timeout,
+                });
+            }
+            Ok(None) => return Err(NativeError::Lost("connection closed".into())),
+            Ok(Some(m)) => m?,
+        };
+        self.note(&m);
+        Ok(m)
+    }
+
+    /// A message already received, without waiting.
+    pub fn try_message(&mut self) -> Option<Result<ServerMsg, NativeError>> {
+        let m = self.events.try_recv().ok()?;
+        if let Ok(m) = &m {
+            self.note(m);
+        }
+        Some(m)
+    }
+
+    fn note(&mut self, m: &ServerMsg) {
+        match m {
+            ServerMsg::Config { key, value, .. } => {
+                self.config.insert(key.clone(), value.clone());
+            }
+            ServerMsg::Welcome(w) => {
+                for (k, v) in &w.config {
+                    self.config.insert(k.clone(), v.clone());
+                }
+                self.welcome = Some(w.clone());
+            }
+            _ => {}
+        }
+    }
+
+    /// Joins a job; returns once the server accepted (the round may not be complete yet).
+    pub async fn join(&mut self, who: Membership) -> Result<Joined, NativeError> {
+        self.send(ClientMsg::Join(Join {
+            job: who.job,
+            token: self.token.clone(),
+            member: who.member,
+            node: who.node,
+            addrs: who.addrs,
+            role: who.role,
+            spec: who.spec,
+        }))?;
+        match self.next_message(self.timeout).await? {
+            ServerMsg::Joined {
+                round,
+                spare,
+                heartbeat_interval_ms,
+                ..
+            } => {
+                self.start_heartbeats(Duration::from_millis(heartbeat_interval_ms.max(10)));
+                Ok(Joined { round, spare })
+            }
+            ServerMsg::Refused { code, message } => Err(NativeError::Refused { code, message }),
+            other => Err(NativeError::Protocol(format!(
+                "expected Joined, got {other:?}"
+            ))),
+        }
+    }
+
+    fn start_heartbeats(&mut self, every: Duration) {
+        let out = self.out.clone();
+        self.heartbeat = Some(tokio::spawn(async move {
+            let mut seq = 0;
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                seq += 1;
+                if out.send(ClientMsg::Heartbeat { seq }).is_err() {
+                    return;
+                }
+            }
+        }));
+    }
+
+    /// Waits for this member's next [`Welcome`] (a completed round), at most `timeout`.
+    /// Other pushed messages (round ended, pending joiners, configuration) are taken in
+    /// passing; the job's end and refusals are errors.
+    pub async fn wait_welcome(&mut self, timeout: Duration) -> Result<Welcome, NativeError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let m = self.next_message(left).await.map_err(|e| match e {
+                NativeError::Timeout { .. } => NativeError::Timeout {
+                    what: "waiting for the round to complete".into(),
+                    waited: timeout,
+                },
+                e => e,
+            })?;
+            match m {
+                ServerMsg::Welcome(w) => return Ok(w),
+                ServerMsg::JobEnded { job, end } => return Err(NativeError::JobEnded { job, end }),
+                ServerMsg::Refused { code, message } => {
+                    return Err(NativeError::Refused { code, message });
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The latest welcome received.
+    pub fn current(&self) -> Option<&Welcome> {
+        self.welcome.as_ref()
+    }
+
+    /// The job's configuration as published so far.
+    pub fn config(&self) -> &BTreeMap<String, Vec<u8>> {
+        &self.config
+    }
+
+    /// Publishes a configuration entry (main member, or rank 0 when there is none). A
+    /// refusal arrives as a message.
+    pub fn publish(&self, key: impl Into<String>, value: Vec<u8>) -> Result<(), NativeError> {
+        self.send(ClientMsg::Publish {
+            key: key.into(),
+            value,
+        })
+    }
+
+    /// Asks for a new round now (lets waiting late joiners in).
+    pub fn next_round(&self) -> Result<(), NativeError> {
+        self.send(ClientMsg::NextRound)
+    }
+
+    /// Addresses of some ranks of the current round.
+    pub async fn lookup(&mut self, ranks: Vec<u32>) -> Result<Vec<Peer>, NativeError> {
+        self.send(ClientMsg::Lookup { ranks })?;
+        loop {
+            match self.next_message(self.timeout).await? {
+                ServerMsg::Peers(p) => return Ok(p),
+                ServerMsg::Refused { code, message } => {
+                    return Err(NativeError::Refused { code, message });
+                }
+                ServerMsg::JobEnded { job, end } => return Err(NativeError::JobEnded { job, end }),
+                _ => {}
+            }
+        }
+    }
+
+    /// Status of one job or of all (operator; needs the token).
+    pub async fn status(&mut self, job: Option<&str>) -> Result<Vec<JobStatus>, NativeError> {
+        self.send(ClientMsg::Status {
+            token: self.token.clone(),
+            job: job.map(str::to_owned),
+        })?;
+        loop {
+            match self.next_message(self.timeout).await? {
+                ServerMsg::Status(s) => return Ok(s),
+                ServerMsg::Refused { code, message } => {
+                    return Err(NativeError::Refused { code, message });
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Stops a job (operator; needs the token).
+    pub async fn stop(&mut self, job: &str, reason: &str) -> Result<(), NativeError> {
+        self.send(ClientMsg::Stop {
+            token: self.token.clone(),
+            job: job.into(),
+            reason: reason.into(),
+        })?;
+        loop {
+            match self.next_message(self.timeout).await? {
+                ServerMsg::Stopped { .. } => return Ok(()),
+                ServerMsg::Refused { code, message } => {
+                    return Err(NativeError::Refused { code, message });
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Leaves the job for good and closes the connection.
+    pub async fn leave(self) -> Result<(), NativeError> {
+        self.send(ClientMsg::Leave)?;
+        self.close("left").await;
+        Ok(())
+    }
+
+    /// Tells the server the job is done (every member is told) and closes the connection.
+    pub async fn finish(self) -> Result<(), NativeError> {
+        self.send(ClientMsg::Finish)?;
+        self.close("finished").await;
+        Ok(())
+    }
+
+    /// Closes the connection, giving queued messages and the close a moment to leave.
+    pub async fn close(mut self, why: &str) {
+        if let Some(h) = self.heartbeat.take() {
+            h.abort();
+        }
+        // Let the writer drain, then close.
+        let (tx, _) = mpsc::unbounded_channel();
+        drop(std::mem::replace(&mut self.out, tx));
+        if let Some(w) = self.tasks.first_mut() {
+            let _ = tokio::time::timeout(Duration::from_millis(500), w).await;
+        }
+        self.conn.close(0u32.into(), why.as_bytes());
+        // With an endpoint of its own, wait (briefly) until the close has gone out.
+        if self.own_endpoint {
+            let _ =
+                tokio::time::timeout(Duration::from_millis(200), self.endpoint.wait_idle()).await;
+        }
+    }
+
+    /// Stops sending heartbeats but keeps the connection open, as a hung or frozen process
+    /// would. For tests of the server's liveness detection.
+    #[doc(hidden)]
+    pub fn go_silent(&mut self) {
+        if let Some(h) = self.heartbeat.take() {
+            h.abort();
+        }
+    }
+
+    /// The server's address as connected.
+    pub fn remote_addr(&self) -> SocketAddr {
+        self.conn.remote_address()
+    }
+}
+
+impl Drop for NativeClient {
+    fn drop(&mut self) {
+        if let Some(h) = self.heartbeat.take() {
+            h.abort();
+        }
+        for t in &self.tasks {
+            t.abort();
+        }
+        self.conn.close(0u32.into(), b"client dropped");
+    }
+}

@@ -1,0 +1,22 @@
+//! Clients of the native rendezvous protocol (QUIC + TLS 1.3, rkyv frames), feature `native`.
+//!
+//! * [`NativeClient`]: async; join a job, receive pushed rounds ([`Welcome`]), heartbeats in
+//!   the background, leave / finish / publish, operator requests (status, stop);
+//! * [`BlockingNativeClient`]: the same with a private one-worker runtime, for callers without
+//!   tokio (the collective engine, Python);
+//! * [`Trust`]: pin the server's certificate fingerprint, or verify it against a CA file;
+//! * [`NativeError`]: what went wrong, with the server's reasons.
+//!
+//! [`Welcome`]: dt_rdzv_proto::native::Welcome
+
+mod blocking;
+mod client;
+mod error;
+mod tls;
+
+pub use blocking::BlockingNativeClient;
+pub use client::{ClientConfig, Connector, DEFAULT_NATIVE_PORT, Joined, Membership, NativeClient};
+pub use error::NativeError;
+#[cfg(feature = "server")]
+pub(crate) use tls::provider;
+pub use tls::{ALPN, Trust, client_config, fingerprint, parse_fingerprint, read_certs};

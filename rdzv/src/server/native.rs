@@ -1,0 +1,186 @@
+//! The QUIC port: one connection per member, one bidirectional stream on it. Each connection
+//! task reads frames, decodes them and feeds the rendezvous machine; a writer task sends what
+//! the machine routes to the connection. Garbage, another version, or a failed handshake is
+//! refused (when a stream exists to say so) and logged; nothing else is disturbed.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dt_rdzv_proto::native::{
+    FrameReader, codec::DEFAULT_MAX_PAYLOAD, decode_client, encode_server,
+};
+use dt_rdzv_proto::rendezvous::{ConnId, Input};
+use tokio::sync::{mpsc, watch};
+
+use super::config::ServeConfig;
+use super::rendezvous::{NativeOut, RdzvCore};
+
+/// Binds the UDP socket of the QUIC port.
+pub(crate) fn bind(
+    config: &ServeConfig,
+    server: quinn::ServerConfig,
+) -> std::io::Result<quinn::Endpoint> {
+    let addr = SocketAddr::new(config.host, config.native_port);
+    match quinn::Endpoint::server(server.clone(), addr) {
+        Err(e) if config.host == IpAddr::from([0u16; 8]) => {
+            tracing::warn!(error = %e, "no IPv6 for the QUIC port; listening on 0.0.0.0");
+            quinn::Endpoint::server(
+                server,
+                SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), config.native_port),
+            )
+        }
+        other => other,
+    }
+}
+
+/// Accepts connections until `stop` flips.
+pub(crate) async fn accept_loop(
+    endpoint: quinn::Endpoint,
+    core: Arc<RdzvCore>,
+    config: Arc<ServeConfig>,
+    mut stop: watch::Receiver<bool>,
+) {
+    // Native connection ids count down from the top, away from the store's.
+    let mut next_id: ConnId = u64::MAX;
+    loop {
+        tokio::select! {
+            _ = stop.changed() => break,
+            incoming = endpoint.accept() => {
+                let Some(incoming) = incoming else { break };
+                if core.open_connections() >= config.max_native_connections {
+                    tracing::warn!(peer = %incoming.remote_address(), limit = config.max_native_connections,
+                        "native connection refused: at the connection limit");
+                    incoming.refuse();
+                    continue;
+                }
+                next_id -= 1;
+                tokio::spawn(serve(next_id, incoming, core.clone(), config.clone(), stop.clone()));
+            }
+        }
+    }
+    endpoint.close(0u32.into(), b"server shutting down");
+    let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
+}
+
+async fn serve(
+    id: ConnId,
+    incoming: quinn::Incoming,
+    core: Arc<RdzvCore>,
+    config: Arc<ServeConfig>,
+    stop: watch::Receiver<bool>,
+) {
+    let peer = incoming.remote_address();
+    let deadline = config.handshake_timeout;
+    let conn = match tokio::time::timeout(deadline, incoming).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
+            tracing::warn!(%peer, error = %e, "QUIC handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(%peer, ?deadline, "QUIC handshake did not finish in time");
+            return;
+        }
+    };
+    let (send, recv) = match tokio::time::timeout(deadline, conn.accept_bi()).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "connection closed before opening a stream");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(%peer, ?deadline, "no stream opened in time; closing");
+            conn.close(1u32.into(), b"no stream opened in time");
+            return;
+        }
+    };
+    tracing::debug!(conn = id, %peer, "native connection opened");
+    let (tx, rx) = mpsc::unbounded_channel();
+    core.connect(id, peer.ip().to_canonical().to_string(), tx);
+    let writer = tokio::spawn(write_loop(send, rx, conn.clone()));
+    let why = read_loop(id, recv, &core, stop).await;
+    core.input(Input::Closed {
+        conn: id,
+        why: why.clone(),
+    });
+    tracing::debug!(conn = id, %peer, %why, "native connection closed");
+    let _ = tokio::time::timeout(Duration::from_secs(3), writer).await;
+    conn.close(0u32.into(), b"closed");
+}
+
+/// Reads frames until the stream ends or breaks; returns why.
+async fn read_loop(
+    id: ConnId,
+    mut recv: quinn::RecvStream,
+    core: &RdzvCore,
+    mut stop: watch::Receiver<bool>,
+) -> String {
+    let mut reader = FrameReader::new(DEFAULT_MAX_PAYLOAD);
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let read = tokio::select! {
+            _ = stop.changed() => return "server shutting down".into(),
+            r = recv.read(&mut buf) => r,
+        };
+        match read {
+            Ok(Some(n)) => reader.push(&buf[..n]),
+            Ok(None) => return "client finished its stream".into(),
+            Err(e) => return e.to_string(),
+        }
+        loop {
+            let payload = match reader.next_payload() {
+                Ok(Some(p)) => p,
+                Ok(None) => break,
+                Err(error) => {
+                    let why = error.to_string();
+                    core.input(Input::Malformed { conn: id, error });
+                    return format!("bad frame: {why}");
+                }
+            };
+            match decode_client(&payload) {
+                Ok(msg) => core.input(Input::Message { conn: id, msg }),
+                Err(error) => {
+                    let why = error.to_string();
+                    core.input(Input::Malformed { conn: id, error });
+                    return format!("bad message: {why}");
+                }
+            }
+        }
+    }
+}
+
+async fn write_loop(
+    mut send: quinn::SendStream,
+    mut rx: mpsc::UnboundedReceiver<NativeOut>,
+    conn: quinn::Connection,
+) {
+    let mut out = Vec::new();
+    while let Some(first) = rx.recv().await {
+        out.clear();
+        let mut close = None;
+        let mut item = Some(first);
+        while let Some(o) = item.take() {
+            match o {
+                NativeOut::Msg(m) => out.extend_from_slice(&encode_server(&m)),
+                NativeOut::Close(reason) => {
+                    close = Some(reason);
+                    break;
+                }
+            }
+            item = rx.try_recv().ok();
+        }
+        if !out.is_empty() && send.write_all(&out).await.is_err() {
+            return;
+        }
+        if let Some(reason) = close {
+            let _ = send.finish();
+            // Give the client a moment to read the last message and close first.
+            let _ = tokio::time::timeout(Duration::from_secs(1), conn.closed()).await;
+            let mut r = reason.into_bytes();
+            r.truncate(200);
+            conn.close(0u32.into(), &r);
+            return;
+        }
+    }
+}

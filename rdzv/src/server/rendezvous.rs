@@ -1,0 +1,171 @@
+//! The rendezvous machine and the native connections' outboxes behind one lock, and its timer
+//! task. Like `core` for the store: every action is routed while the lock is held, so each
+//! connection receives its messages in the machine's order.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use dt_rdzv_proto::native::{JobStatus, ServerMsg};
+use dt_rdzv_proto::rendezvous::{
+    Action, ConnId, Event, Input, MachineConfig, Refusal, RendezvousMachine, RendezvousStats,
+};
+use tokio::sync::{Notify, mpsc, watch};
+
+/// What a native connection task receives.
+#[derive(Debug)]
+pub(crate) enum NativeOut {
+    /// A message to send.
+    Msg(ServerMsg),
+    /// Send what is queued, then close with this reason.
+    Close(String),
+}
+
+pub(crate) struct RdzvCore {
+    inner: Mutex<Inner>,
+    wake: Notify,
+}
+
+struct Inner {
+    machine: RendezvousMachine,
+    outboxes: HashMap<ConnId, mpsc::UnboundedSender<NativeOut>>,
+}
+
+impl RdzvCore {
+    pub(crate) fn new(config: MachineConfig) -> Self {
+        Self {
+            inner: Mutex::new(Inner {
+                machine: RendezvousMachine::new(config),
+                outboxes: HashMap::new(),
+            }),
+            wake: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // The machine keeps itself consistent at every return; a panic elsewhere must not
+        // take the server down.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn connect(
+        &self,
+        conn: ConnId,
+        observed_ip: String,
+        outbox: mpsc::UnboundedSender<NativeOut>,
+    ) {
+        let mut g = self.lock();
+        g.outboxes.insert(conn, outbox);
+        g.machine
+            .handle(Instant::now(), Input::Connected { conn, observed_ip });
+        g.route();
+    }
+
+    pub(crate) fn input(&self, input: Input) {
+        let closed = match &input {
+            Input::Closed { conn, .. } => Some(*conn),
+            _ => None,
+        };
+        {
+            let mut g = self.lock();
+            g.machine.handle(Instant::now(), input);
+            if let Some(c) = closed {
+                g.outboxes.remove(&c);
+            }
+            g.route();
+        }
+        // A join may have set an earlier deadline (a last call): let the timer look again.
+        self.wake.notify_one();
+    }
+
+    pub(crate) fn status(&self, job: Option<&str>) -> Result<Vec<JobStatus>, Refusal> {
+        self.lock().machine.status(Instant::now(), job)
+    }
+
+    pub(crate) fn token_ok(&self, token: &str) -> bool {
+        self.lock().machine.token_ok(token)
+    }
+
+    pub(crate) fn stats(&self) -> (RendezvousStats, usize, usize, usize) {
+        let g = self.lock();
+        let (jobs, members) = g.machine.sizes();
+        (g.machine.stats().clone(), jobs, members, g.outboxes.len())
+    }
+
+    pub(crate) fn open_connections(&self) -> usize {
+        self.lock().outboxes.len()
+    }
+}
+
+impl Inner {
+    fn route(&mut self) {
+        while let Some(action) = self.machine.poll_action() {
+            match action {
+                Action::Send { conn, msg } => {
+                    if let Some(tx) = self.outboxes.get(&conn) {
+                        let _ = tx.send(NativeOut::Msg(msg));
+                    }
+                }
+                Action::Close { conn, reason } => {
+                    if let Some(tx) = self.outboxes.remove(&conn) {
+                        let _ = tx.send(NativeOut::Close(reason));
+                    }
+                }
+                Action::Event(e) => log(e),
+            }
+        }
+    }
+}
+
+fn log(e: Event) {
+    match e {
+        Event::JobCreated { job } => tracing::info!(%job, "job created"),
+        Event::Joined {
+            job,
+            member,
+            node,
+            spare,
+        } => tracing::debug!(%job, %member, %node, spare, "member joined"),
+        Event::RoundComplete {
+            job,
+            round,
+            world,
+            cause,
+            formed_in,
+        } => tracing::info!(%job, round, world, %cause, formed_in = ?formed_in, "round complete"),
+        Event::RoundEnded { job, round, cause } => {
+            tracing::info!(%job, round, %cause, "round ended")
+        }
+        Event::MemberLost {
+            job,
+            member,
+            rank,
+            why,
+        } => tracing::warn!(%job, %member, ?rank, %why, "member lost"),
+        Event::MemberLeft { job, member } => tracing::info!(%job, %member, "member left"),
+        Event::JobEnded { job, end } => tracing::info!(%job, %end, "job ended"),
+        Event::JobForgotten { job } => tracing::debug!(%job, "job forgotten"),
+        Event::Refused { conn, refusal } => {
+            tracing::warn!(conn, code = ?refusal.code(), %refusal, "request refused")
+        }
+    }
+}
+
+/// Runs the machine's deadlines (heartbeats, last calls, join timeouts, TTLs) until `stop`.
+pub(crate) async fn run_timers(core: Arc<RdzvCore>, mut stop: watch::Receiver<bool>) {
+    loop {
+        let next = core.lock().machine.poll_timeout();
+        let now = Instant::now();
+        let sleep = next.map_or(Duration::from_secs(1), |t| {
+            t.saturating_duration_since(now).min(Duration::from_secs(1))
+        });
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = core.wake.notified() => continue,
+            _ = tokio::time::sleep(sleep) => {}
+        }
+        let mut g = core.lock();
+        g.machine.handle_timeout(Instant::now());
+        g.route();
+    }
+}

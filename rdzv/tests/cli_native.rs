@@ -1,0 +1,163 @@
+//! The `dt-rdzv` binary end to end: `serve`, member processes, one SIGKILLed mid-job (the
+//! survivors carry on in a new round), `status` with a wrong token refused, `stop`.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_dt-rdzv");
+const WAIT: Duration = Duration::from_secs(60);
+
+struct Proc {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Proc {
+    fn spawn(cmd: &mut Command) -> Self {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn dt-rdzv");
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    return;
+                }
+            }
+        });
+        Self { child, lines: rx }
+    }
+
+    fn line(&self) -> String {
+        self.lines
+            .recv_timeout(WAIT)
+            .expect("a line within the deadline")
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.line()).unwrap()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn sigkilled_member_process_is_replaced_by_a_new_round_then_stop_ends_the_job() {
+    let server = Proc::spawn(
+        Command::new(BIN)
+            .args([
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--native-port",
+                "0",
+            ])
+            .args(["--http-port", "0", "--heartbeat-timeout", "2s"])
+            .env("DTRDZV_TOKEN", "cli-token")
+            .env("DTRDZV_LOG", "warn"),
+    );
+    assert!(server.line().starts_with("dt-rdzv listening tcpstore="));
+    let native = server.line();
+    let rest = native.strip_prefix("dt-rdzv listening native=").unwrap();
+    let (endpoint, fp) = rest.split_once(" fingerprint=").unwrap();
+    let client = |args: &[&str], token: &str| {
+        let mut c = Command::new(BIN);
+        c.args(args)
+            .env("DTRDZV_NATIVE_ENDPOINT", endpoint)
+            .env("DTRDZV_FINGERPRINT", fp)
+            .env("DTRDZV_TOKEN", token);
+        c
+    };
+    let members: Vec<Proc> = (0..3)
+        .map(|i| {
+            let name = format!("m{i}");
+            Proc::spawn(&mut client(
+                &[
+                    "member", "--job", "cli", "--member", &name, "--node", &name, "--min", "1",
+                    "--max", "3",
+                ],
+                "cli-token",
+            ))
+        })
+        .collect();
+    let mut ranks = Vec::new();
+    for m in &members {
+        let w = m.json();
+        assert_eq!(
+            (
+                w["event"].as_str(),
+                w["round"].as_u64(),
+                w["world"].as_u64()
+            ),
+            (Some("welcome"), Some(1), Some(3))
+        );
+        ranks.push(w["rank"].as_u64().unwrap());
+    }
+    let mut members = members;
+    let mut victim = members.remove(1);
+    victim.child.kill().unwrap(); // SIGKILL
+    victim.child.wait().unwrap();
+    for (i, m) in members.iter().enumerate() {
+        let ended = m.json();
+        assert_eq!(ended["event"], "round_ended");
+        assert!(
+            ended["cause"].as_str().unwrap().contains("\"m1\""),
+            "{ended}"
+        );
+        let w = m.json();
+        assert_eq!(
+            (w["round"].as_u64(), w["world"].as_u64()),
+            (Some(2), Some(2))
+        );
+        let old = ranks[if i == 0 { 0 } else { 2 }];
+        if old < 2 {
+            assert_eq!(w["rank"].as_u64(), Some(old), "survivor keeps its rank");
+        }
+    }
+    // A wrong token reads nothing.
+    let out = client(&["status", "cli"], "wrong").output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("BadToken"));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("m0"));
+    // The right one shows members, ranks and the round.
+    let out = client(&["status", "cli", "--json"], "cli-token")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (st["round"].as_u64(), st["world"].as_u64()),
+        (Some(2), Some(2))
+    );
+    // Stop.
+    let out = client(&["stop", "cli", "--reason", "test over"], "cli-token")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for mut m in members {
+        let end = m.json();
+        assert_eq!(
+            (end["event"].as_str(), end["how"].as_str()),
+            (Some("job_ended"), Some("stopped"))
+        );
+        let code = m.child.wait().unwrap().code();
+        assert_eq!(code, Some(3), "a stopped job is no success");
+    }
+}

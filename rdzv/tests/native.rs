@@ -1,0 +1,312 @@
+//! The native protocol over real QUIC on loopback: forming, losses (silent and closed),
+//! wrong token, wrong certificate, stop, garbage on the port, HTTP status and metrics.
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use dt_rdzv::native::{
+    BlockingNativeClient, ClientConfig, Connector, Membership, NativeClient, NativeError, Trust,
+};
+use dt_rdzv::server::{BackgroundServer, ServeConfig};
+use dt_rdzv_proto::native::{JobEnd, JobSpec, RefusalCode, Role, RoundCause, ServerMsg};
+
+const TOKEN: &str = "test-token";
+/// Generous: the machine is shared and slow.
+const WAIT: Duration = Duration::from_secs(60);
+
+fn server() -> BackgroundServer {
+    BackgroundServer::start(ServeConfig {
+        token: Some(TOKEN.into()),
+        ..ServeConfig::loopback_ephemeral()
+    })
+    .expect("server starts")
+}
+
+fn cfg(s: &BackgroundServer, token: &str) -> ClientConfig {
+    ClientConfig::new(
+        s.native_endpoint().unwrap(),
+        token,
+        Trust::Fingerprint(s.fingerprint().unwrap().into()),
+    )
+}
+
+fn who(job: &str, i: usize, spec: &JobSpec) -> Membership {
+    Membership {
+        job: job.into(),
+        member: format!("m{i}"),
+        node: format!("host{}", i / 2),
+        addrs: vec![format!("127.0.0.1:{}", 40000 + i)],
+        role: Role::Worker,
+        spec: spec.clone(),
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+async fn members(s: &BackgroundServer, job: &str, n: usize, spec: &JobSpec) -> Vec<NativeClient> {
+    let c = cfg(s, TOKEN);
+    let connector = Connector::new(&c.trust).unwrap();
+    let mut out = Vec::new();
+    for i in 0..n {
+        let mut m = connector.connect(&c).await.expect("connect");
+        m.join(who(job, i, spec)).await.expect("join");
+        out.push(m);
+    }
+    out
+}
+
+#[test]
+fn members_form_a_round_and_survivors_carry_on_after_losses() {
+    let s = server();
+    rt().block_on(async {
+        let spec = JobSpec::elastic(1, 4);
+        let mut ms = members(&s, "train", 4, &spec).await;
+        let mut ranks = Vec::new();
+        for m in ms.iter_mut() {
+            let w = m.wait_welcome(WAIT).await.expect("welcome");
+            assert_eq!((w.round, w.world, w.nodes), (1, 4, 2));
+            assert!(w.all_peers && w.peers.len() == 4);
+            assert_eq!(w.peers[w.rank as usize].observed_ip, "127.0.0.1");
+            ranks.push(w.rank);
+        }
+        let mut sorted = ranks.clone();
+        sorted.sort();
+        assert_eq!(sorted, vec![0, 1, 2, 3]);
+
+        // A member goes silent (a hung or SIGKILLed process whose socket stays open).
+        ms[3].go_silent();
+        for (i, m) in ms.iter_mut().enumerate().take(3) {
+            let w = m.wait_welcome(WAIT).await.expect("new round");
+            assert_eq!((w.round, w.world), (2, 3));
+            assert!(
+                matches!(&w.cause, RoundCause::MemberLost { member, .. } if member == "m3"),
+                "{:?}",
+                w.cause
+            );
+            if ranks[i] < 3 {
+                assert_eq!(w.rank, ranks[i], "survivor keeps its rank");
+            }
+        }
+        // A member's connection closes: noticed at once.
+        let gone = ms.remove(2);
+        drop(gone);
+        for m in ms.iter_mut().take(2) {
+            let w = m.wait_welcome(WAIT).await.expect("third round");
+            assert_eq!((w.round, w.world), (3, 2));
+            assert!(matches!(&w.cause, RoundCause::MemberLost { member, .. } if member == "m2"));
+        }
+        // Status over the native port names members and ranks.
+        let mut op = NativeClient::connect(&cfg(&s, TOKEN)).await.unwrap();
+        let st = op.status(Some("train")).await.unwrap();
+        assert_eq!((st[0].round, st[0].world, st[0].members.len()), (3, 2, 2));
+        assert_eq!(st[0].restarts, 2);
+    });
+}
+
+#[test]
+fn wrong_token_is_refused_and_nothing_else_is_disturbed() {
+    let s = server();
+    rt().block_on(async {
+        let spec = JobSpec::fixed(2);
+        let mut good = members(&s, "j", 1, &spec).await;
+        let mut bad = NativeClient::connect(&cfg(&s, "guess")).await.unwrap();
+        match bad.join(who("j", 5, &spec)).await {
+            Err(NativeError::Refused {
+                code: RefusalCode::BadToken,
+                message,
+            }) => {
+                assert!(message.contains("\"j\""), "{message}")
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut snoop = NativeClient::connect(&cfg(&s, "guess")).await.unwrap();
+        assert!(matches!(
+            snoop.status(None).await,
+            Err(NativeError::Refused {
+                code: RefusalCode::BadToken,
+                ..
+            })
+        ));
+        // The good member is untouched and completes with the next good joiner.
+        let mut second = members(&s, "j", 0, &spec).await;
+        let mut m = NativeClient::connect(&cfg(&s, TOKEN)).await.unwrap();
+        m.join(who("j", 1, &spec)).await.unwrap();
+        second.push(m);
+        assert_eq!(good[0].wait_welcome(WAIT).await.unwrap().world, 2);
+        assert_eq!(second[0].wait_welcome(WAIT).await.unwrap().world, 2);
+        // Joining twice on one connection is refused; the member stays.
+        second[0]
+            .join(who("j", 1, &spec))
+            .await
+            .map(|_| ())
+            .expect_err("second join refused");
+        let st = NativeClient::connect(&cfg(&s, TOKEN))
+            .await
+            .unwrap()
+            .status(Some("j"))
+            .await
+            .unwrap();
+        assert_eq!(st[0].members.len(), 2);
+    });
+}
+
+#[test]
+fn a_client_pinning_another_certificate_does_not_connect() {
+    let s = server();
+    rt().block_on(async {
+        let mut c = cfg(&s, TOKEN);
+        c.trust = Trust::Fingerprint(format!("sha256:{}", "ab".repeat(32)));
+        c.timeout = Duration::from_secs(10);
+        let e = NativeClient::connect(&c)
+            .await
+            .expect_err("pinned mismatch");
+        assert!(matches!(e, NativeError::Connect { .. }), "{e}");
+    });
+}
+
+#[test]
+fn stop_ends_the_job_for_every_member_and_later_joins_are_told() {
+    let s = server();
+    rt().block_on(async {
+        let spec = JobSpec::fixed(2);
+        let mut ms = members(&s, "doomed", 2, &spec).await;
+        for m in ms.iter_mut() {
+            m.wait_welcome(WAIT).await.unwrap();
+        }
+        let mut op = NativeClient::connect(&cfg(&s, TOKEN)).await.unwrap();
+        op.stop("doomed", "operator said so").await.unwrap();
+        for m in ms.iter_mut() {
+            match m.wait_welcome(WAIT).await {
+                Err(NativeError::JobEnded {
+                    end: JobEnd::Stopped { reason },
+                    ..
+                }) => {
+                    assert_eq!(reason, "operator said so")
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        let mut late = NativeClient::connect(&cfg(&s, TOKEN)).await.unwrap();
+        match late.join(who("doomed", 7, &spec)).await {
+            Err(NativeError::Refused {
+                code: RefusalCode::JobEnded,
+                message,
+            }) => {
+                assert!(message.contains("stopped"), "{message}")
+            }
+            other => panic!("{other:?}"),
+        }
+    });
+}
+
+#[test]
+fn garbage_on_the_quic_port_disturbs_nobody() {
+    let s = server();
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    for i in 0..50u8 {
+        let junk: Vec<u8> = (0..1200)
+            .map(|j| (j as u8).wrapping_mul(31).wrapping_add(i))
+            .collect();
+        udp.send_to(&junk, s.native_endpoint().unwrap()).unwrap();
+    }
+    rt().block_on(async {
+        let mut ms = members(&s, "after-junk", 1, &JobSpec::fixed(1)).await;
+        assert_eq!(ms[0].wait_welcome(WAIT).await.unwrap().world, 1);
+    });
+}
+
+#[test]
+fn the_blocking_client_joins_publishes_and_finishes() {
+    let s = server();
+    let spec = JobSpec::fixed(2);
+    let c = cfg(&s, TOKEN);
+    let c2 = c.clone();
+    let spec2 = spec.clone();
+    let worker = std::thread::spawn(move || {
+        let mut w = BlockingNativeClient::connect(&c2).unwrap();
+        let welcome = w.join_and_wait(who("blk", 1, &spec2), WAIT).unwrap();
+        // wait for the main member's config
+        let deadline = std::time::Instant::now() + WAIT;
+        while w.config().unwrap().get("MAIN_config").is_none() {
+            assert!(std::time::Instant::now() < deadline);
+            match w.next_message(WAIT) {
+                Ok(ServerMsg::JobEnded { .. }) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+        (
+            welcome,
+            w.config().unwrap().get("MAIN_config").cloned(),
+            w.next_message(WAIT),
+        )
+    });
+    let mut main = BlockingNativeClient::connect(&c).unwrap();
+    let mut m = who("blk", 0, &spec);
+    m.role = Role::Main;
+    let w = main.join_and_wait(m, WAIT).unwrap();
+    assert_eq!(w.rank, 0, "the main member is rank 0");
+    main.publish("MAIN_config", b"{\"ip\":\"127.0.0.1\"}".to_vec())
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    main.finish().unwrap();
+    let (welcome, config, end) = worker.join().unwrap();
+    assert_eq!((welcome.rank, welcome.world), (1, 2));
+    assert_eq!(config.as_deref(), Some(&b"{\"ip\":\"127.0.0.1\"}"[..]));
+    assert!(
+        matches!(
+            end,
+            Ok(ServerMsg::JobEnded {
+                end: JobEnd::Finished { .. },
+                ..
+            })
+        ),
+        "{end:?}"
+    );
+}
+
+fn http_get(addr: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n{auth}\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out[9..12].parse().unwrap();
+    (status, out.split_once("\r\n\r\n").unwrap().1.to_string())
+}
+
+#[test]
+fn http_serves_health_metrics_and_jobs_behind_the_token() {
+    let s = server();
+    rt().block_on(async {
+        let mut ms = members(&s, "visible", 1, &JobSpec::fixed(1)).await;
+        ms[0].wait_welcome(WAIT).await.unwrap();
+        let h = s.http_endpoint().unwrap();
+        assert_eq!(http_get(&h, "/healthz", None), (200, "ok\n".into()));
+        let (code, body) = http_get(&h, "/metrics", None);
+        assert_eq!(code, 200);
+        assert!(body.contains("dtrdzv_rounds_total 1"), "{body}");
+        assert!(body.contains("dtrdzv_members 1"), "{body}");
+        assert!(
+            body.contains("# TYPE dtrdzv_store_ops_total counter"),
+            "{body}"
+        );
+        let (code, body) = http_get(&h, "/v1/jobs", None);
+        assert_eq!(code, 401);
+        assert!(!body.contains("visible"));
+        let (code, body) = http_get(&h, "/v1/jobs", Some(TOKEN));
+        assert_eq!(code, 200);
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["jobs"][0]["job"], "visible");
+        assert_eq!(v["jobs"][0]["members"][0]["rank"], 0);
+        let (code, _) = http_get(&h, "/v1/jobs/nope", Some(TOKEN));
+        assert_eq!(code, 404);
+        assert_eq!(http_get(&h, "/nothing", None).0, 404);
+    });
+}
