@@ -11,6 +11,8 @@
 #        ANCHORS    the anchor scripts; default ../shared/anchors/allreduce (beside the repo)
 #        SIZES_W2 / SIZES_W4   sizes (default 8,1K,64K,1M,16M,64M / 8,1M,16M,64M)
 #        SKIP="gloo mpi"       leave incumbents out
+#        MAX_LOAD=0.2          rounds whose co-tenant load (probe.py foreign_frac) is above this are
+#                              left out of the medians when at least one round of that config is under it
 # Needs: cargo; Open MPI (apt-get install -y openmpi-bin libopenmpi-dev python3-mpi4py python3-numpy).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -56,9 +58,10 @@ for r in $(seq 1 "$ROUNDS"); do
   dtcomm 4 "$SIZES_W4" r$r; gloo 4 "$SIZES_W4" r$r; mpi 4 "$SIZES_W4" r$r
 done
 
-python3 - "$OUT" <<'PY'
+MAX_LOAD=${MAX_LOAD:-0.2} python3 - "$OUT" <<'PY'
 import glob, json, os, re, statistics, sys
 out = sys.argv[1]
+max_load = float(os.environ.get("MAX_LOAD", "0.2"))
 rows = {}  # (impl, world, bytes) -> list of (busbw, avg_us, p50_us, foreign)
 def foreign(name):
     try:
@@ -79,17 +82,26 @@ for f in sorted(glob.glob(os.path.join(out, "*_w*_r*.json"))):
     else:
         for r in d["results"]:
             rows.setdefault((impl, int(world), r["bytes"]), []).append((r["busbw_GBps"], r["avg_us"], r.get("p50_us", float("nan")), fr))
+def kept(k):
+    v = rows.get(k, [])
+    quiet = [x for x in v if x[3] <= max_load]
+    return quiet if quiet else v
 def med(k, i):
-    v = [x[i] for x in rows.get(k, [])]
+    v = [x[i] for x in kept(k)]
     return statistics.median(v) if v else float("nan")
 def rng(k, i):
-    v = [x[i] for x in rows.get(k, [])]
+    v = [x[i] for x in kept(k)]
     return f"[{min(v):.3g}-{max(v):.3g}]" if v else ""
+def used(k):
+    v = rows.get(k, [])
+    quiet = [x for x in v if x[3] <= max_load]
+    return f"{len(quiet)}/{len(v)}" if quiet else f"0/{len(v)} (all loaded, all used)"
 def size(b):
     return f"{b >> 20} MiB" if b >= 1 << 20 else (f"{b >> 10} KiB" if b >= 1024 else f"{b} B")
 impls = ["dtcomm", "gloo", "mpi-tcp"]
-print("allreduce, float32 sum in place, medians over rounds ([min-max] of dtcomm); busbw in GB/s; latency = p50 per call (avg per op) in us")
-print("| world | size | dtcomm busbw | gloo busbw | mpi-tcp busbw | dtcomm p50 (avg) us | gloo p50 (avg) us | mpi-tcp p50 (avg) us | dtcomm/gloo | dtcomm/mpi-tcp | co-tenant load (dtcomm runs) |")
+print(f"allreduce, float32 sum in place, medians over rounds ([min-max] of dtcomm); busbw in GB/s; latency = p50 per call (avg per op) in us")
+print(f"rounds used = rounds with co-tenant load <= {max_load} (all rounds when none is), as dtcomm/gloo/mpi-tcp")
+print("| world | size | dtcomm busbw | gloo busbw | mpi-tcp busbw | dtcomm p50 (avg) us | gloo p50 (avg) us | mpi-tcp p50 (avg) us | dtcomm/gloo | dtcomm/mpi-tcp | rounds used |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 for world in sorted({k[1] for k in rows}):
     for b in sorted({k[2] for k in rows if k[1] == world}):
@@ -99,9 +111,11 @@ for world in sorted({k[1] for k in rows}):
             if small:  # latency: how many times faster (by p50)
                 return med(y, 2) / med(x, 2)
             return med(x, 0) / med(y, 0)
-        ld = max((x[3] for x in rows.get(d, [])), default=float("nan"))
         print(f"| {world} | {size(b)} | {med(d,0):.3f} {rng(d,0)} | {med(g,0):.3f} | {med(m,0):.3f} | "
               f"{med(d,2):.1f} ({med(d,1):.1f}) | {med(g,2):.1f} ({med(g,1):.1f}) | {med(m,2):.1f} ({med(m,1):.1f}) | "
-              f"{ratio(d,g):.2f}x | {ratio(d,m):.2f}x | {ld:.2f} |")
+              f"{ratio(d,g):.2f}x | {ratio(d,m):.2f}x | {used(d)} / {used(g)} / {used(m)} |")
 print("ratios: busbw ratio for sizes > 1 KiB; for <= 1 KiB, p50 latency ratio (incumbent / dtcomm, >1 = dtcomm faster)")
+print("co-tenant load per run (probe.py foreign_frac):")
+for f in sorted(glob.glob(os.path.join(out, "probe_*.json"))):
+    print(f"  {os.path.basename(f)[6:-5]}: {json.load(open(f))['foreign_frac']}")
 PY

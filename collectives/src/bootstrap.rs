@@ -106,8 +106,14 @@ pub(crate) fn tcp_mesh(
         .map_err(|e| su.err(format!("local_addr: {e}")))?;
     let host = hostname();
     tracing::info!(rank, world, interface = %chosen.name, address = %me, host = %host, "dtcomm: advertising data address");
+    // The k-th communicator a rank builds on this store and prefix uses generation k, so
+    // several communicators (created in the same order on every rank) never read each other's
+    // addresses.
     let prefix = &cfg.store_prefix.value;
-    let key = |r: usize| format!("{prefix}/addr/{r}");
+    let generation = store
+        .add(&format!("{prefix}/generation/{rank}"), 1)
+        .map_err(|e| su.err(format!("store: {e}")))?;
+    let key = |r: usize| format!("{prefix}/{generation}/addr/{r}");
     store
         .set(
             &key(rank),
@@ -373,5 +379,44 @@ fn accept_all(su: &Setup, listener: &TcpListener, peers: &mut Slots) -> Result<(
             }
             Err(e) => return Err(su.err(format!("accept: {e}"))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn su() -> Setup {
+        Setup {
+            rank: 0,
+            world: 3,
+            nsocks: 1,
+            start: Instant::now(),
+            timeout: Duration::from_secs(1),
+            bufsize: None,
+        }
+    }
+
+    #[test]
+    fn loopback_is_refused_across_hosts_only() {
+        let lo: IpAddr = "127.0.0.1".parse().unwrap();
+        let eth: IpAddr = "10.0.0.5".parse().unwrap();
+        let peers = |h1: &str, a1: &str| {
+            vec![
+                ("127.0.0.1:1".parse().unwrap(), "a".to_owned()),
+                (a1.parse().unwrap(), h1.to_owned()),
+            ]
+        };
+        // Everyone on one host: loopback is fine.
+        assert!(check_loopback(&su(), lo, "a", &peers("a", "127.0.0.1:2")).is_ok());
+        // This rank advertises loopback, a peer is elsewhere.
+        let e = check_loopback(&su(), lo, "a", &peers("b", "10.0.0.6:2")).unwrap_err();
+        assert!(
+            e.to_string().contains("this rank advertises loopback"),
+            "{e}"
+        );
+        // A peer on another host advertises loopback.
+        let e = check_loopback(&su(), eth, "a", &peers("b", "127.0.0.1:2")).unwrap_err();
+        assert!(e.to_string().contains("rank 1 advertises loopback"), "{e}");
     }
 }

@@ -49,6 +49,7 @@ fn allreduce_schedule(
 ) -> Schedule {
     match allreduce_algo(cfg, world, count, dtype) {
         Algo::Ring => ring::allreduce(rank, world, count),
+        Algo::Direct => direct::allreduce(rank, world, count),
         _ => doubling::allreduce(rank, world, count),
     }
 }
@@ -63,7 +64,7 @@ fn broadcast_schedule(
 ) -> Schedule {
     let bytes = count * dtype.size();
     let chain = match cfg.algo.value {
-        Algo::Auto => bytes > cfg.tree_threshold.value && world > 2,
+        Algo::Auto | Algo::Direct => bytes > cfg.tree_threshold.value && world > 2,
         a => a == Algo::Ring,
     };
     if chain {
@@ -107,7 +108,8 @@ impl Communicator {
         Ok(())
     }
 
-    /// Out-of-place allreduce: `recv` gets the reduction of every rank's `send`.
+    /// Out-of-place allreduce: `recv` gets the reduction of every rank's `send`. The ring
+    /// reads `send` directly (no whole-buffer copy); the latency-optimal path copies first.
     pub fn all_reduce_into<T: Element>(
         &self,
         send: &[T],
@@ -120,8 +122,18 @@ impl Communicator {
                 format!("send has {} elements, recv {}", send.len(), recv.len()),
             ));
         }
-        recv.copy_from_slice(send);
-        self.all_reduce(recv, op)
+        let (rank, world) = (self.rank(), self.world());
+        if allreduce_algo(&self.inner.config, world, send.len(), T::DTYPE) != Algo::Ring {
+            recv.copy_from_slice(send);
+            return self.all_reduce(recv, op);
+        }
+        let sched = ring::allreduce_out_of_place(rank, world, send.len());
+        let call = collective(OpKind::AllReduce, T::DTYPE, Some(op), send.len(), None);
+        self.exec(&call, sched, as_bytes_mut(recv), as_bytes(send))?;
+        if op == ReduceOp::Avg {
+            divide_bytes(T::DTYPE, as_bytes_mut(recv), world);
+        }
+        Ok(())
     }
 
     /// Asynchronous [`all_reduce`](Self::all_reduce): the progress thread runs it after every

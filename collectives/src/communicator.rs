@@ -89,7 +89,9 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
 
 impl Communicator {
     /// Connects rank `rank` of `world` over TCP, finding the peers through `store`: each rank
-    /// publishes its listen address under `<prefix>/addr/<rank>` and reads everyone else's.
+    /// publishes its listen address under `<prefix>/<generation>/addr/<rank>` and reads
+    /// everyone else's (`generation` counts the communicators this rank built on the store, so
+    /// every rank must build its communicators in the same order).
     /// Blocks until every rank has joined, or fails at the deadline naming the missing ranks.
     /// `store` may be `dt_rdzv::client::TcpStoreClient` (a `dt-rdzv serve` or torch TCPStore)
     /// or a [`MemoryStore`](dt_rdzv::store::MemoryStore) shared by threads.

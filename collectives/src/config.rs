@@ -16,6 +16,9 @@ pub enum Algo {
     Ring,
     /// Latency-optimal: recursive-doubling allreduce, binomial-tree broadcast.
     Tree,
+    /// Allreduce as a reduce-scatter and an allgather with every peer at once (two steps);
+    /// other collectives as under `Auto`.
+    Direct,
 }
 
 impl FromStr for Algo {
@@ -25,7 +28,10 @@ impl FromStr for Algo {
             "auto" | "" => Ok(Algo::Auto),
             "ring" | "chain" => Ok(Algo::Ring),
             "tree" | "rd" | "recursive_doubling" | "doubling" => Ok(Algo::Tree),
-            other => Err(format!("unknown algorithm {other:?} (auto, ring, tree)")),
+            "direct" => Ok(Algo::Direct),
+            other => Err(format!(
+                "unknown algorithm {other:?} (auto, ring, tree, direct)"
+            )),
         }
     }
 }
@@ -36,6 +42,7 @@ impl fmt::Display for Algo {
             Algo::Auto => "auto",
             Algo::Ring => "ring",
             Algo::Tree => "tree",
+            Algo::Direct => "direct",
         })
     }
 }
@@ -45,7 +52,7 @@ impl fmt::Display for Algo {
 pub struct Options {
     /// Deadline of every connect, handshake and call (`DTCOMM_TIMEOUT`, seconds; default 300).
     pub timeout: Option<Duration>,
-    /// Algorithm override (`DTCOMM_ALGO`: `auto`, `ring`, `tree`).
+    /// Algorithm override (`DTCOMM_ALGO`: `auto`, `ring`, `tree`, `direct`).
     pub algo: Option<Algo>,
     /// Interfaces to bind and advertise, NCCL syntax (`DTCOMM_SOCKET_IFNAME`: `eth0,ib`,
     /// `^docker,lo`, `=eth0` for an exact name).

@@ -37,6 +37,7 @@ struct RxFrame {
     dst: Region,
     range: (usize, usize),
     reduce: bool,
+    with: Option<Region>,
 }
 
 struct Rx {
@@ -82,6 +83,26 @@ impl Ctx<'_, '_> {
             Buf::Scratch => &self.scratch[a..b],
         }
     }
+    /// Copies bytes `range` of region `from` onto the same bytes of region `to`.
+    fn copy_into(&mut self, from: &Region, to: &Region, range: (usize, usize), es: usize) {
+        let (fa, _) = bytes_of(from, es);
+        let (ta, _) = bytes_of(to, es);
+        let (f, t) = ((fa + range.0, fa + range.1), (ta + range.0, ta + range.1));
+        match (from.buf, to.buf) {
+            (Buf::Input, Buf::Work) => {
+                self.bufs.work[t.0..t.1].copy_from_slice(&self.bufs.input[f.0..f.1])
+            }
+            (Buf::Input, Buf::Scratch) => {
+                self.scratch[t.0..t.1].copy_from_slice(&self.bufs.input[f.0..f.1])
+            }
+            (Buf::Work, Buf::Work) => self.bufs.work.copy_within(f.0..f.1, t.0),
+            _ => {
+                let tmp = self.src(from, es)[range.0..range.1].to_vec();
+                self.dst(to, es)[range.0..range.1].copy_from_slice(&tmp);
+            }
+        }
+    }
+
     fn dst(&mut self, r: &Region, es: usize) -> &mut [u8] {
         let (a, b) = bytes_of(r, es);
         match r.buf {
@@ -271,6 +292,7 @@ impl Engine {
                     dst: r.dst,
                     range: (fa, fb),
                     reduce: r.reduce,
+                    with: r.with,
                 };
                 match rxs.iter_mut().find(|t| t.id == id) {
                     Some(t) => t.frames.push_back(f),
@@ -351,7 +373,7 @@ impl Engine {
             for r in rxs.iter_mut() {
                 while let Some(f) = r.frames.front() {
                     let len = f.range.1 - f.range.0;
-                    let (reduce, dst_region, range) = (f.reduce, f.dst, f.range);
+                    let (reduce, dst_region, range, with) = (f.reduce, f.dst, f.range, f.with);
                     let n = {
                         let stage;
                         let target: &mut [u8] = if reduce {
@@ -387,6 +409,9 @@ impl Engine {
                     if r.got == HEADER_LEN + len {
                         if reduce {
                             let src = &u64_bytes(&mut r.stage)[..len];
+                            if let Some(w) = with {
+                                ctx.copy_into(&w, &dst_region, range, es);
+                            }
                             let dst = &mut ctx.dst(&dst_region, es)[range.0..range.1];
                             reduce_bytes(call.dtype, combine, dst, src);
                         }

@@ -17,7 +17,7 @@
 //! * `transport/`: the `Transport` trait, `mem.rs` (the in-memory twin), `tcp.rs`,
 //!   `frame.rs` (data frame headers), `iface.rs` (`DTCOMM_SOCKET_IFNAME`);
 //! * `bootstrap.rs`: address exchange through the store and the TCP mesh;
-//! * [`dtype`], [`op`], `reduce.rs` (vectorised kernels), [`error`].
+//! * [`dtype`], [`op`], `reduce.rs` and `half_conv.rs` (vectorised kernels), [`error`].
 //!
 //! Errors, not hangs: every wait has a deadline (`DTCOMM_TIMEOUT`), a warning at half of it
 //! names the ranks not heard from, a lost rank or a mismatched call fails every surviving rank
@@ -31,6 +31,7 @@ pub mod config;
 pub mod dtype;
 mod engine;
 pub mod error;
+mod half_conv;
 pub mod op;
 mod reduce;
 mod schedule;
@@ -43,4 +44,5 @@ pub use config::{Algo, Config, Options};
 pub use dtype::{DType, Element};
 pub use error::{CallDesc, CommError, OpKind};
 pub use op::ReduceOp;
+pub use reduce::reduce_local;
 pub use work::Work;

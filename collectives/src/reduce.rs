@@ -2,10 +2,9 @@
 //!
 //! The loops are plain zips that LLVM vectorises (SSE2 baseline); on x86-64 a second copy of
 //! each loop is compiled with AVX2 enabled and picked at run time. f16 and bf16 are widened
-//! to f32 in blocks (with `half`'s slice conversions, which use F16C where present), combined,
-//! and rounded back once per step.
+//! to f32 in blocks, combined, and rounded back once per step (see `half_conv.rs`).
+//! `reduce_kernel_perf` in `benches/` measures them.
 
-use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
 use crate::dtype::{DType, cast_slice, cast_slice_mut};
@@ -93,25 +92,7 @@ pub(crate) fn combine_native<T: Arith>(op: ReduceOp, dst: &mut [T], src: &[T]) {
     combine(op, dst, src);
 }
 
-const HALF_BLOCK: usize = 256;
-
-macro_rules! half_combine {
-    ($name:ident, $t:ty) => {
-        fn $name(op: ReduceOp, dst: &mut [$t], src: &[$t]) {
-            let mut a = [0f32; HALF_BLOCK];
-            let mut b = [0f32; HALF_BLOCK];
-            for (d, s) in dst.chunks_mut(HALF_BLOCK).zip(src.chunks(HALF_BLOCK)) {
-                let n = d.len();
-                d.convert_to_f32_slice(&mut a[..n]);
-                s.convert_to_f32_slice(&mut b[..n]);
-                combine_native(op, &mut a[..n], &b[..n]);
-                d.convert_from_f32_slice(&a[..n]);
-            }
-        }
-    };
-}
-half_combine!(combine_f16, f16);
-half_combine!(combine_bf16, bf16);
+use crate::half_conv::{combine_bf16, combine_f16};
 
 /// `dst = dst (op) src` elementwise; both are byte views of `dtype` elements of equal length.
 pub(crate) fn reduce_bytes(dtype: DType, op: ReduceOp, dst: &mut [u8], src: &[u8]) {
@@ -126,6 +107,23 @@ pub(crate) fn reduce_bytes(dtype: DType, op: ReduceOp, dst: &mut [u8], src: &[u8
         DType::F16 => combine_f16(op, cast_slice_mut(dst), cast_slice(src)),
         DType::BF16 => combine_bf16(op, cast_slice_mut(dst), cast_slice(src)),
     }
+}
+
+/// Combines `src` into `dst` elementwise on this rank (`dst[i] = dst[i] op src[i]`; `Avg`
+/// combines by sum), with the same vectorised kernels the collectives use.
+///
+/// ```
+/// let mut a = [1.0f32, 5.0];
+/// dtcomm::reduce_local(dtcomm::ReduceOp::Max, &mut a, &[3.0, 2.0]);
+/// assert_eq!(a, [3.0, 5.0]);
+/// ```
+pub fn reduce_local<T: crate::Element>(op: ReduceOp, dst: &mut [T], src: &[T]) {
+    reduce_bytes(
+        T::DTYPE,
+        op,
+        crate::dtype::as_bytes_mut(dst),
+        crate::dtype::as_bytes(src),
+    );
 }
 
 fn div_native<T: Arith>(buf: &mut [T], n: usize) {

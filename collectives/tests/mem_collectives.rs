@@ -27,6 +27,7 @@ fn all_reduce_every_world_algo_op_and_count() {
             (Algo::Tree, 1),
             (Algo::Ring, 3),
             (Algo::Auto, 2),
+            (Algo::Direct, 2),
         ] {
             let comms = Communicator::in_memory(world, opts(algo, nsocks)).unwrap();
             on_ranks(&comms, |c| {
@@ -34,9 +35,17 @@ fn all_reduce_every_world_algo_op_and_count() {
                     if count > 1000 && world > 5 && algo == Algo::Tree {
                         continue; // whole-buffer exchanges of big buffers: slow in debug builds, covered at world <= 5
                     }
-                    for op in ReduceOp::ALL {
+                    // Every op on the small counts; the big count (many frames) with two.
+                    let ops: &[ReduceOp] = if count > 1000 {
+                        &[ReduceOp::Sum, ReduceOp::Min]
+                    } else {
+                        &ReduceOp::ALL
+                    };
+                    for &op in ops {
                         allreduce_case::<f32>(c, op, count);
                     }
+                    allreduce_into_case::<f32>(c, ReduceOp::Sum, count);
+                    allreduce_into_case::<i64>(c, ReduceOp::Max, count);
                     allreduce_case::<i32>(c, ReduceOp::Sum, count);
                 }
             });

@@ -44,8 +44,43 @@ fn threads_every_collective_and_dtype() {
 }
 
 #[test]
+fn two_communicators_on_one_store_do_not_mix() {
+    let store = Arc::new(MemoryStore::new());
+    let o = Options {
+        socket_ifname: Some("lo".into()),
+        ..Options::default()
+    };
+    let build = || {
+        std::thread::scope(|s| {
+            let hs: Vec<_> = (0..3)
+                .map(|r| {
+                    let (store, o) = (store.clone(), o.clone());
+                    s.spawn(move || Communicator::new(store, r, 3, o).unwrap())
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().unwrap())
+                .collect::<Vec<_>>()
+        })
+    };
+    let first = build();
+    let second = build();
+    assert_ne!(
+        first[0].transport_description(),
+        second[0].transport_description()
+    );
+    drop(first);
+    on_ranks(&second, |c| allreduce_case::<f32>(c, ReduceOp::Sum, 1000));
+}
+
+#[test]
 fn threads_several_sockets_per_peer_and_both_algorithms() {
-    for (world, algo, nsocks) in [(2, Algo::Ring, 4), (4, Algo::Tree, 2), (5, Algo::Ring, 2)] {
+    for (world, algo, nsocks) in [
+        (2, Algo::Ring, 4),
+        (4, Algo::Tree, 2),
+        (5, Algo::Ring, 2),
+        (3, Algo::Direct, 1),
+    ] {
         let comms = tcp_group(
             world,
             Options {

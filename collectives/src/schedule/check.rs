@@ -82,6 +82,10 @@ pub(crate) fn simulate(scheds: &[Schedule], ranks: &mut [Rank]) {
                         continue;
                     }
                     if let Some(d) = q.get_mut(&(rcv.peer, r)).and_then(|v| v.pop_front()) {
+                        if let Some(w) = &rcv.with {
+                            let base = slice(&ranks[r], w).to_vec();
+                            write(&mut ranks[r], &rcv.dst, &base, false);
+                        }
                         write(&mut ranks[r], &rcv.dst, &d, rcv.reduce);
                         got[r][i] = true;
                         progress = true;
@@ -141,13 +145,17 @@ fn allreduce_ring_and_doubling_match_sequential_sum() {
                     ring::allreduce as fn(usize, usize, usize) -> Schedule,
                 ),
                 ("rd", doubling::allreduce),
+                ("ring out of place", ring::allreduce_out_of_place),
+                ("direct", direct::allreduce),
             ] {
                 let scheds: Vec<_> = (0..world).map(|r| f(r, world, count)).collect();
+                let oop = name == "ring out of place";
+                let data = |r: usize| (0..count).map(|i| val(r, i)).collect::<Vec<i64>>();
                 let mut ranks = ranks_with(
                     world,
                     count,
-                    |_| Vec::new(),
-                    |r| (0..count).map(|i| val(r, i)).collect(),
+                    |r| if oop { data(r) } else { Vec::new() },
+                    |r| if oop { vec![-7; count] } else { data(r) },
                 );
                 simulate(&scheds, &mut ranks);
                 for (r, rk) in ranks.iter().enumerate() {

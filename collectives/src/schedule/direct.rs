@@ -18,6 +18,7 @@ pub(crate) fn gather(rank: usize, world: usize, root: usize, counts: &[usize]) -
                 peer: p,
                 dst: Region::work(b[p].0, b[p].1),
                 reduce: false,
+                with: None,
             });
         }
     } else {
@@ -53,6 +54,7 @@ pub(crate) fn scatter(rank: usize, world: usize, root: usize, counts: &[usize]) 
             peer: root,
             dst: Region::work(0, b[rank].1),
             reduce: false,
+            with: None,
         });
     }
     Schedule {
@@ -89,6 +91,7 @@ pub(crate) fn all_to_all(
             peer: from,
             dst: Region::work(rb[from].0, rb[from].1),
             reduce: false,
+            with: None,
         });
     }
     Schedule {
@@ -119,9 +122,72 @@ pub(crate) fn recv(peer: usize, count: usize) -> Schedule {
                 peer,
                 dst: Region::work(0, count),
                 reduce: false,
+                with: None,
             }],
             ..Step::default()
         }],
         scratch: 0,
     }
+}
+
+/// Direct allreduce (reduce-scatter and allgather with every peer at once): in step 1 each
+/// rank sends segment p of Work to rank p and receives every peer's copy of its own segment
+/// into scratch; step 2 combines them in rank order (deterministic, and equal on every rank
+/// since only the owner reduces) and sends the result to every peer. Two steps instead of the
+/// ring's 2(n-1), the same bytes per rank.
+pub(crate) fn allreduce(rank: usize, world: usize, count: usize) -> Schedule {
+    if world == 1 {
+        return Schedule::default();
+    }
+    let seg = super::partition(count, world);
+    let (mo, ml) = seg[rank];
+    let slot = |p: usize| {
+        // Scratch slot of peer p (ranks other than this one, in order).
+        let i = if p < rank { p } else { p - 1 };
+        Region::scratch(i * ml, ml)
+    };
+    let mut s = Schedule {
+        steps: Vec::new(),
+        scratch: ml * (world - 1),
+    };
+    let mut step = Step::default();
+    for i in 1..world {
+        let to = (rank + i) % world;
+        let from = (rank + world - i) % world;
+        step.sends.push(SendOp {
+            peer: to,
+            src: Region::work(seg[to].0, seg[to].1),
+        });
+        step.recvs.push(RecvOp {
+            peer: from,
+            dst: slot(from),
+            reduce: false,
+            with: None,
+        });
+    }
+    s.push(step);
+    let mut step = Step::default();
+    for p in (0..world).filter(|&p| p != rank) {
+        step.locals.push(LocalOp {
+            src: slot(p),
+            dst: Region::work(mo, ml),
+            reduce: true,
+        });
+    }
+    for i in 1..world {
+        let to = (rank + i) % world;
+        let from = (rank + world - i) % world;
+        step.sends.push(SendOp {
+            peer: to,
+            src: Region::work(mo, ml),
+        });
+        step.recvs.push(RecvOp {
+            peer: from,
+            dst: Region::work(seg[from].0, seg[from].1),
+            reduce: false,
+            with: None,
+        });
+    }
+    s.push(step);
+    s
 }

@@ -41,6 +41,7 @@ pub(crate) fn allreduce(rank: usize, world: usize, count: usize) -> Schedule {
                     peer: rank - 1,
                     dst: tmp,
                     reduce: false,
+                    with: None,
                 }],
                 ..Step::default()
             });
@@ -61,6 +62,7 @@ pub(crate) fn allreduce(rank: usize, world: usize, count: usize) -> Schedule {
                     peer,
                     dst: tmp,
                     reduce: false,
+                    with: None,
                 }],
                 ..Step::default()
             };
@@ -80,6 +82,7 @@ pub(crate) fn allreduce(rank: usize, world: usize, count: usize) -> Schedule {
                     peer: rank + 1,
                     dst: whole,
                     reduce: false,
+                    with: None,
                 }],
                 ..Step::default()
             });
@@ -118,6 +121,7 @@ pub(crate) fn barrier(rank: usize, world: usize) -> Schedule {
                 peer: sub_mod(rank, dist, world),
                 dst: Region::work(0, 0),
                 reduce: false,
+                with: None,
             }],
             ..Step::default()
         });

@@ -64,12 +64,14 @@ pub(crate) struct SendOp {
     pub src: Region,
 }
 
-/// Receive into `dst` from `peer`: copy, or combine with what `dst` holds.
+/// Receive into `dst` from `peer`: copy, or combine with what `dst` holds, or (with `with`)
+/// store the combination of the received data and `with` into `dst`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RecvOp {
     pub peer: usize,
     pub dst: Region,
     pub reduce: bool,
+    pub with: Option<Region>,
 }
 
 /// A local copy or combine of `src` into `dst` (equal lengths).

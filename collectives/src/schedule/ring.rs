@@ -21,6 +21,7 @@ fn ring_step(
             peer: sub_mod(rank, 1, world),
             dst: Region::work(recv.0, recv.1),
             reduce,
+            with: None,
         }],
     }
 }
@@ -42,6 +43,57 @@ pub(crate) fn allreduce(rank: usize, world: usize, count: usize) -> Schedule {
         ));
     }
     // Rank r now holds the reduced segment r + 1.
+    for k in 0..world - 1 {
+        s.push(ring_step(
+            rank,
+            world,
+            seg[(rank + 1 + world - k) % world],
+            seg[sub_mod(rank, k, world)],
+            false,
+        ));
+    }
+    s
+}
+
+/// Out-of-place ring allreduce: reads Input, writes Work, and never copies Input to Work
+/// whole. The first reduce-scatter step sends from Input; every receive combines the incoming
+/// partial with this rank's Input segment straight into Work; the allgather overwrites the rest.
+pub(crate) fn allreduce_out_of_place(rank: usize, world: usize, count: usize) -> Schedule {
+    let mut s = Schedule::default();
+    if world == 1 {
+        s.push(Step {
+            locals: vec![super::LocalOp {
+                src: Region::input(0, count),
+                dst: Region::work(0, count),
+                reduce: false,
+            }],
+            ..Step::default()
+        });
+        return s;
+    }
+    let seg = partition(count, world);
+    for k in 0..world - 1 {
+        let (so, sl) = seg[sub_mod(rank, k, world)];
+        let (ro, rl) = seg[sub_mod(rank, k + 1, world)];
+        let src = if k == 0 {
+            Region::input(so, sl)
+        } else {
+            Region::work(so, sl)
+        };
+        s.push(Step {
+            locals: Vec::new(),
+            sends: vec![SendOp {
+                peer: (rank + 1) % world,
+                src,
+            }],
+            recvs: vec![RecvOp {
+                peer: sub_mod(rank, 1, world),
+                dst: Region::work(ro, rl),
+                reduce: true,
+                with: Some(Region::input(ro, rl)),
+            }],
+        });
+    }
     for k in 0..world - 1 {
         s.push(ring_step(
             rank,

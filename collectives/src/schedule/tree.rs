@@ -17,6 +17,7 @@ pub(crate) fn broadcast_binomial(rank: usize, world: usize, root: usize, count: 
                     peer: real(vr - mask),
                     dst: whole,
                     reduce: false,
+                    with: None,
                 }],
                 ..Step::default()
             });
@@ -78,6 +79,7 @@ pub(crate) fn broadcast_chain(
                 peer: prev,
                 dst: Region::work(o, l),
                 reduce: false,
+                with: None,
             });
         }
         if !step.sends.is_empty() || !step.recvs.is_empty() {
@@ -123,6 +125,7 @@ pub(crate) fn reduce_binomial(rank: usize, world: usize, root: usize, count: usi
                 peer: real(vr + mask),
                 dst: tmp,
                 reduce: false,
+                with: None,
             });
             pending = true;
         }

@@ -259,6 +259,25 @@ pub fn allreduce_case<T: TestElem>(c: &Communicator, op: ReduceOp, count: usize)
     );
 }
 
+/// Out-of-place allreduce: `recv` gets the result, `send` is left alone.
+pub fn allreduce_into_case<T: TestElem>(c: &Communicator, op: ReduceOp, count: usize) {
+    let send: Vec<T> = input(op, c.rank(), count);
+    let mut recv = vec![T::from_i(99); count];
+    c.all_reduce_into(&send, &mut recv, op).unwrap();
+    check(
+        &format!("all_reduce_into rank {}", c.rank()),
+        op,
+        c.world(),
+        &recv,
+        0,
+    );
+    assert_eq!(
+        send,
+        input::<T>(op, c.rank(), count),
+        "all_reduce_into must not touch send"
+    );
+}
+
 /// Every dtype and op of allreduce for a few counts, then every other collective.
 pub fn full_suite(c: &Communicator) {
     use half::{bf16, f16};
@@ -272,6 +291,8 @@ pub fn full_suite(c: &Communicator) {
             allreduce_case::<u8>(c, op, count);
             allreduce_case::<i32>(c, op, count);
             allreduce_case::<i64>(c, op, count);
+            allreduce_into_case::<f32>(c, op, count);
+            allreduce_into_case::<bf16>(c, op, count);
         }
     }
     other_collectives::<f32>(c, 70_001);
