@@ -201,7 +201,12 @@ def run(fn: Callable[..., R], state: State | None = None, *args: Any, **kwargs: 
                     _api._renew(reason)
                     state.on_reset()
                 state.sync()
-                return fn(state, *a, **kw)
+                result = fn(state, *a, **kw)
+                # Finish together: a member that returned and left the job (shutdown) while a
+                # peer was still in its last commit() would look like a round change to that
+                # peer, which would then wait for a round that can no longer form.
+                _api.barrier()
+                return result
             except HostsUpdatedInterrupt as e:
                 reason = f"round changed: {e}"
             except Exception as e:
