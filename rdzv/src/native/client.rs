@@ -106,8 +106,22 @@ impl Connector {
     /// inside a tokio runtime.
     pub fn new(trust: &Trust) -> Result<Self, NativeError> {
         let bind = |a: &str| {
-            quinn::Endpoint::client(a.parse().expect("literal address"))
-                .map_err(|e| NativeError::Config(format!("cannot open a UDP socket: {e}")))
+            let addr = a.parse().expect("literal address");
+            let (socket, _) = super::udp::bind(
+                addr,
+                super::udp::CLIENT_BUFFER,
+                super::udp::CLIENT_BUFFER,
+                false,
+            )?;
+            quinn::Endpoint::new(
+                quinn::EndpointConfig::default(),
+                None,
+                socket,
+                std::sync::Arc::new(quinn::TokioRuntime),
+            )
+        };
+        let bind = |a: &str| {
+            bind(a).map_err(|e| NativeError::Config(format!("cannot open a UDP socket: {e}")))
         };
         let mut endpoint = bind("[::]:0").or_else(|_| bind("0.0.0.0:0"))?;
         let mut cfg = client_config(trust)?;

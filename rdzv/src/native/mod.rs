@@ -13,6 +13,7 @@ mod blocking;
 mod client;
 mod error;
 mod tls;
+pub(crate) mod udp;
 
 pub use blocking::BlockingNativeClient;
 pub use client::{ClientConfig, Connector, DEFAULT_NATIVE_PORT, Joined, Membership, NativeClient};
