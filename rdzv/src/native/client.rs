@@ -130,6 +130,9 @@ impl Connector {
             quinn::IdleTimeout::try_from(Duration::from_secs(30)).expect("30 s fits"),
         ));
         transport.keep_alive_interval(Some(Duration::from_secs(5)));
+        // A welcome listing every peer of a large job is a few hundred KiB: a larger window
+        // than the server's lets it arrive in one flight.
+        super::control_transport(&mut transport, 1 << 20);
         cfg.transport_config(std::sync::Arc::new(transport));
         endpoint.set_default_client_config(cfg);
         Ok(Self { endpoint })
@@ -324,7 +327,9 @@ impl NativeClient {
         let out = self.out.clone();
         self.heartbeat = Some(tokio::spawn(async move {
             let mut seq = 0;
-            let mut tick = tokio::time::interval(every);
+            // The first heartbeat one interval after the join (which itself counts as one),
+            // not at once: a herd of thousands joining would send a needless message each.
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;

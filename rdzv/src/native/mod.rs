@@ -13,6 +13,7 @@ mod blocking;
 mod client;
 mod error;
 mod tls;
+mod transport;
 pub(crate) mod udp;
 
 pub use blocking::BlockingNativeClient;
@@ -21,3 +22,4 @@ pub use error::NativeError;
 #[cfg(feature = "server")]
 pub(crate) use tls::provider;
 pub use tls::{ALPN, Trust, client_config, fingerprint, parse_fingerprint, read_certs};
+pub(crate) use transport::control_transport;

@@ -70,29 +70,8 @@ impl Identity {
             ))
             .max_concurrent_bidi_streams(4u32.into())
             .max_concurrent_uni_streams(0u32.into());
-        rendezvous_transport(&mut transport);
+        crate::native::control_transport(&mut transport, 256 << 10);
         cfg.transport_config(Arc::new(transport));
         Ok(cfg)
     }
-}
-
-/// Transport settings for thousands of small control connections rather than a few bulk
-/// transfers (quinn's defaults assume 100 ms x 100 Mbit/s per stream). Members send joins,
-/// heartbeats and the odd published value; the server sends welcomes (a few KiB, more with
-/// all peers in large jobs).
-fn rendezvous_transport(t: &mut quinn::TransportConfig) {
-    // Flow-control credit is a limit, not an allocation, but it bounds what a member can make
-    // the server buffer: 256 KiB per stream and connection is plenty for control messages.
-    t.stream_receive_window((256u32 << 10).into())
-        .receive_window((256u32 << 10).into())
-        // Unacknowledged plus queued outgoing bytes per connection.
-        .send_window(1 << 20)
-        // No unreliable datagrams in the protocol.
-        .datagram_receive_buffer_size(None)
-        .datagram_send_buffer_size(0)
-        // With GSO every connection keeps a send buffer of up to 10 datagrams; control
-        // messages are a datagram or two, so one suffices (4096 members: ~50 MiB less).
-        .enable_segmentation_offload(false)
-        // No path MTU probes: they are extra packets in a join burst, and messages are small.
-        .mtu_discovery_config(None);
 }
