@@ -51,8 +51,11 @@ pub async fn run_native_herd(
     in_flight: usize,
 ) -> std::io::Result<NativeResult> {
     let err = |e: dt_rdzv::native::NativeError| std::io::Error::other(e.to_string());
-    // A few client endpoints (UDP sockets) share the herd, as a few hosts would.
-    let connectors: Vec<Connector> = (0..8)
+    // Client endpoints (UDP sockets) share the herd, as hosts would. 32 rather than a few:
+    // the herd, not the server, is what falls behind on a shared machine, and a client
+    // socket's receive buffer (capped by net.core.rmem_max) overflowed with 8 at 4096 members,
+    // which measured the herd's packet losses instead of the server.
+    let connectors: Vec<Connector> = (0..32)
         .map(|_| Connector::new(&cfg.trust))
         .collect::<Result<_, _>>()
         .map_err(err)?;
