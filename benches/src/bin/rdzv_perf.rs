@@ -58,6 +58,9 @@ struct Args {
     /// With --native: SIGKILL one member and time the survivors' new round.
     #[arg(long, requires = "native")]
     kill_one: bool,
+    /// With --native: most QUIC handshakes the herd has under way at once.
+    #[arg(long, default_value_t = 64)]
+    in_flight: usize,
     /// With --native: skip the torchelastic barrier above this many members (it takes minutes).
     #[arg(long, default_value_t = 1024)]
     torchelastic_max: usize,
@@ -273,13 +276,18 @@ fn native_main(
     for &n in &args.members {
         let (mut ours_s, mut conn_s, mut join_s, mut te_s, mut retries) =
             (vec![], vec![], vec![], vec![], vec![]);
+        let (mut server_cpu, mut herd_cpu) = (vec![], vec![]);
         for round in 0..args.rounds {
+            let (cpu0, herd0) = (ours.cpu_seconds(), own_cpu_seconds());
             let r = rt.block_on(run_native_herd(
                 &cfg,
                 n,
                 &format!("native-n{n}-r{round}"),
                 timeout,
+                args.in_flight,
             ))?;
+            server_cpu.push(ours.cpu_seconds() - cpu0);
+            herd_cpu.push(own_cpu_seconds() - herd0);
             ours_s.push(r.total.as_secs_f64());
             conn_s.push(r.connect_all.as_secs_f64());
             join_s.push(r.join_to_welcome.as_secs_f64());
@@ -309,6 +317,8 @@ fn native_main(
                     "torchelastic_skipped": torch.is_some() && n > args.torchelastic_max,
                     "rounds": args.rounds, "seconds_all": ours_s, "torchelastic_seconds_all": te_s,
                     "server_rss_bytes": ours.rss().1,
+                    "server_cpu_seconds": median(&server_cpu),
+                    "herd_cpu_seconds": median(&herd_cpu),
                 })
             );
         } else {
@@ -341,6 +351,11 @@ fn default_python() -> String {
         }
     }
     "python3".into()
+}
+
+/// CPU time (user + system) this process (the client herd) has used so far, in seconds.
+fn own_cpu_seconds() -> f64 {
+    dt_bench::rdzv::cpu_seconds(std::process::id())
 }
 
 fn raise_fd_limit() {

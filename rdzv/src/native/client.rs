@@ -106,8 +106,22 @@ impl Connector {
     /// inside a tokio runtime.
     pub fn new(trust: &Trust) -> Result<Self, NativeError> {
         let bind = |a: &str| {
-            quinn::Endpoint::client(a.parse().expect("literal address"))
-                .map_err(|e| NativeError::Config(format!("cannot open a UDP socket: {e}")))
+            let addr = a.parse().expect("literal address");
+            let (socket, _) = super::udp::bind(
+                addr,
+                super::udp::CLIENT_BUFFER,
+                super::udp::CLIENT_BUFFER,
+                false,
+            )?;
+            quinn::Endpoint::new(
+                quinn::EndpointConfig::default(),
+                None,
+                socket,
+                std::sync::Arc::new(quinn::TokioRuntime),
+            )
+        };
+        let bind = |a: &str| {
+            bind(a).map_err(|e| NativeError::Config(format!("cannot open a UDP socket: {e}")))
         };
         let mut endpoint = bind("[::]:0").or_else(|_| bind("0.0.0.0:0"))?;
         let mut cfg = client_config(trust)?;
@@ -116,6 +130,9 @@ impl Connector {
             quinn::IdleTimeout::try_from(Duration::from_secs(30)).expect("30 s fits"),
         ));
         transport.keep_alive_interval(Some(Duration::from_secs(5)));
+        // A welcome listing every peer of a large job is a few hundred KiB: a larger window
+        // than the server's lets it arrive in one flight.
+        super::control_transport(&mut transport, 1 << 20);
         cfg.transport_config(std::sync::Arc::new(transport));
         endpoint.set_default_client_config(cfg);
         Ok(Self { endpoint })
@@ -310,7 +327,9 @@ impl NativeClient {
         let out = self.out.clone();
         self.heartbeat = Some(tokio::spawn(async move {
             let mut seq = 0;
-            let mut tick = tokio::time::interval(every);
+            // The first heartbeat one interval after the join (which itself counts as one),
+            // not at once: a herd of thousands joining would send a needless message each.
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;

@@ -13,6 +13,8 @@ mod blocking;
 mod client;
 mod error;
 mod tls;
+mod transport;
+pub(crate) mod udp;
 
 pub use blocking::BlockingNativeClient;
 pub use client::{ClientConfig, Connector, DEFAULT_NATIVE_PORT, Joined, Membership, NativeClient};
@@ -20,3 +22,4 @@ pub use error::NativeError;
 #[cfg(feature = "server")]
 pub(crate) use tls::provider;
 pub use tls::{ALPN, Trust, client_config, fingerprint, parse_fingerprint, read_certs};
+pub(crate) use transport::control_transport;

@@ -60,6 +60,11 @@ impl Identity {
             .with_single_cert(self.chain.clone(), self.key.clone_key())
             .map_err(std::io::Error::other)?;
         tls.alpn_protocols = vec![ALPN.to_vec()];
+        // No session tickets: members connect once (a reconnect pays one full handshake), and
+        // two tickets per connection were a third of the server's handshake messages, a
+        // lock on a 256-entry session cache, and work on every member.
+        tls.send_tls13_tickets = 0;
+        tls.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
         let quic = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
             .map_err(std::io::Error::other)?;
         let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(quic));
@@ -70,6 +75,7 @@ impl Identity {
             ))
             .max_concurrent_bidi_streams(4u32.into())
             .max_concurrent_uni_streams(0u32.into());
+        crate::native::control_transport(&mut transport, 256 << 10);
         cfg.transport_config(Arc::new(transport));
         Ok(cfg)
     }

@@ -15,23 +15,44 @@ use tokio::sync::{mpsc, watch};
 
 use super::config::ServeConfig;
 use super::rendezvous::{NativeOut, RdzvCore};
+use crate::native::udp;
 
-/// Binds the UDP socket of the QUIC port.
+/// Binds the UDP socket of the QUIC port, with buffers that hold a join burst.
 pub(crate) fn bind(
     config: &ServeConfig,
     server: quinn::ServerConfig,
 ) -> std::io::Result<quinn::Endpoint> {
     let addr = SocketAddr::new(config.host, config.native_port);
-    match quinn::Endpoint::server(server.clone(), addr) {
+    let socket = match open(addr) {
         Err(e) if config.host == IpAddr::from([0u16; 8]) => {
             tracing::warn!(error = %e, "no IPv6 for the QUIC port; listening on 0.0.0.0");
-            quinn::Endpoint::server(
-                server,
-                SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), config.native_port),
-            )
+            open(SocketAddr::new(
+                Ipv4Addr::UNSPECIFIED.into(),
+                config.native_port,
+            ))?
         }
-        other => other,
+        other => other?,
+    };
+    quinn::Endpoint::new(
+        quinn::EndpointConfig::default(),
+        Some(server),
+        socket,
+        Arc::new(quinn::TokioRuntime),
+    )
+}
+
+fn open(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+    let (socket, granted) =
+        udp::bind(addr, udp::SERVER_RECV_BUFFER, udp::SERVER_SEND_BUFFER, true)?;
+    if granted < udp::SERVER_RECV_BUFFER {
+        tracing::warn!(
+            granted,
+            wanted = udp::SERVER_RECV_BUFFER,
+            "the kernel capped the QUIC port's UDP receive buffer; a burst of joins may lose \
+             handshake packets (each costs its member ~1 s). Raise net.core.rmem_max"
+        );
     }
+    Ok(socket)
 }
 
 /// Accepts connections until `stop` flips.
@@ -117,14 +138,14 @@ async fn read_loop(
     mut stop: watch::Receiver<bool>,
 ) -> String {
     let mut reader = FrameReader::new(DEFAULT_MAX_PAYLOAD);
-    let mut buf = vec![0u8; 16 * 1024];
     loop {
+        // Chunks as quinn holds them: no per-connection read buffer (thousands of members).
         let read = tokio::select! {
             _ = stop.changed() => return "server shutting down".into(),
-            r = recv.read(&mut buf) => r,
+            r = recv.read_chunk(usize::MAX, true) => r,
         };
         match read {
-            Ok(Some(n)) => reader.push(&buf[..n]),
+            Ok(Some(chunk)) => reader.push(&chunk.bytes),
             Ok(None) => return "client finished its stream".into(),
             Err(e) => return e.to_string(),
         }

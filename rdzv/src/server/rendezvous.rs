@@ -15,8 +15,10 @@ use tokio::sync::{Notify, mpsc, watch};
 /// What a native connection task receives.
 #[derive(Debug)]
 pub(crate) enum NativeOut {
-    /// A message to send.
-    Msg(ServerMsg),
+    /// A message to send. Boxed: an outbox's channel allocates its slots in blocks of 32,
+    /// sized by this enum, and `ServerMsg` is large (a welcome inline): unboxed that is ~6 KiB
+    /// per connection before a single message is queued.
+    Msg(Box<ServerMsg>),
     /// Send what is queued, then close with this reason.
     Close(String),
 }
@@ -103,7 +105,7 @@ impl Inner {
             match action {
                 Action::Send { conn, msg } => {
                     if let Some(tx) = self.outboxes.get(&conn) {
-                        let _ = tx.send(NativeOut::Msg(msg));
+                        let _ = tx.send(NativeOut::Msg(Box::new(msg)));
                     }
                 }
                 Action::Close { conn, reason } => {
