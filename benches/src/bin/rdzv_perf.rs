@@ -277,6 +277,7 @@ fn native_main(
         let (mut ours_s, mut conn_s, mut join_s, mut te_s, mut retries) =
             (vec![], vec![], vec![], vec![], vec![]);
         let (mut server_cpu, mut herd_cpu) = (vec![], vec![]);
+        let mut quic = Vec::new();
         for round in 0..args.rounds {
             let (cpu0, herd0) = (ours.cpu_seconds(), own_cpu_seconds());
             let r = rt.block_on(run_native_herd(
@@ -291,6 +292,7 @@ fn native_main(
             ours_s.push(r.total.as_secs_f64());
             conn_s.push(r.connect_all.as_secs_f64());
             join_s.push(r.join_to_welcome.as_secs_f64());
+            quic.push(r.quic);
             std::thread::sleep(Duration::from_millis(200));
             if let Some(t) = torch.as_ref().filter(|_| n <= args.torchelastic_max) {
                 let c = rt.block_on(run_cas_herd(
@@ -319,6 +321,7 @@ fn native_main(
                     "server_rss_bytes": ours.rss().1,
                     "server_cpu_seconds": median(&server_cpu),
                     "herd_cpu_seconds": median(&herd_cpu),
+                    "herd_quic": quic,
                 })
             );
         } else {

@@ -16,6 +16,42 @@ pub struct NativeResult {
     pub connect_all: Duration,
     /// Last member connected -> last welcome (the round completes when the last joins).
     pub join_to_welcome: Duration,
+    /// The herd's QUIC counters, summed over its members, taken when the last welcome is in.
+    pub quic: QuicTotals,
+}
+
+/// QUIC counters summed over a herd's connections (the client side of each).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct QuicTotals {
+    /// UDP datagrams the members sent.
+    pub datagrams_sent: u64,
+    /// UDP datagrams the members received.
+    pub datagrams_received: u64,
+    /// ACK frames the members sent.
+    pub acks_sent: u64,
+    /// ACK frames the members received.
+    pub acks_received: u64,
+    /// PING and IMMEDIATE_ACK frames received: the server's probes (loss or ACK-delay timeouts).
+    pub probes_received: u64,
+    /// PING and IMMEDIATE_ACK frames the members sent.
+    pub probes_sent: u64,
+    /// Packets the members declared lost.
+    pub lost_packets: u64,
+    /// STREAM frames the members sent.
+    pub stream_frames_sent: u64,
+}
+
+impl QuicTotals {
+    fn add(&mut self, s: &quinn::ConnectionStats) {
+        self.datagrams_sent += s.udp_tx.datagrams;
+        self.datagrams_received += s.udp_rx.datagrams;
+        self.acks_sent += s.frame_tx.acks;
+        self.acks_received += s.frame_rx.acks;
+        self.probes_received += s.frame_rx.ping + s.frame_rx.immediate_ack;
+        self.probes_sent += s.frame_tx.ping + s.frame_tx.immediate_ack;
+        self.lost_packets += s.path.lost_packets;
+        self.stream_frames_sent += s.frame_tx.stream;
+    }
 }
 
 /// Client settings for a server that printed `endpoint` and `fingerprint`.
@@ -94,10 +130,15 @@ pub async fn run_native_herd(
         keep.push(c);
     }
     let joined = start + connect_all;
+    let mut quic = QuicTotals::default();
+    for c in &keep {
+        quic.add(&c.quic_stats());
+    }
     let result = NativeResult {
         total: last - start,
         connect_all,
         join_to_welcome: last - joined,
+        quic,
     };
     for c in keep {
         c.close("benchmark done").await;

@@ -482,6 +482,12 @@ impl NativeClient {
         }
     }
 
+    /// The QUIC connection's counters (datagrams, frames, losses), for benchmarks and
+    /// diagnostics.
+    pub fn quic_stats(&self) -> quinn::ConnectionStats {
+        self.conn.stats()
+    }
+
     /// The server's address as connected.
     pub fn remote_addr(&self) -> SocketAddr {
         self.conn.remote_address()
