@@ -310,3 +310,38 @@ fn http_serves_health_metrics_and_jobs_behind_the_token() {
         assert_eq!(http_get(&h, "/nothing", None).0, 404);
     });
 }
+
+#[test]
+fn clients_switch_from_the_waiting_heartbeat_rate_to_the_rounds_when_welcomed() {
+    // The waiting rate is slower than the round's timeout: a client that kept it after its
+    // welcome would be declared lost within a few seconds.
+    let s = BackgroundServer::start(ServeConfig {
+        token: Some(TOKEN.into()),
+        heartbeat_interval: Duration::from_millis(100),
+        heartbeat_timeout: Duration::from_millis(1500),
+        waiting_heartbeat_interval: Duration::from_secs(3),
+        waiting_heartbeat_timeout: Duration::from_secs(30),
+        ..ServeConfig::loopback_ephemeral()
+    })
+    .expect("server starts");
+    rt().block_on(async {
+        let spec = JobSpec::fixed(2);
+        let mut ms = members(&s, "rates", 2, &spec).await;
+        for m in ms.iter_mut() {
+            let w = m.wait_welcome(WAIT).await.expect("welcome");
+            assert_eq!((w.world, w.heartbeat_interval_ms), (2, 100));
+        }
+        // Several round timeouts pass: nobody is lost, no round ends.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        for m in ms.iter_mut() {
+            while let Some(msg) = m.try_message() {
+                assert!(
+                    !matches!(msg, Ok(ServerMsg::RoundEnded { .. }) | Err(_)),
+                    "{msg:?}"
+                );
+            }
+        }
+        let status = ms[0].status(Some("rates")).await.expect("status");
+        assert_eq!((status[0].round, status[0].members.len()), (1, 2));
+    });
+}

@@ -33,6 +33,8 @@ pub struct QuicTotals {
     pub acks_received: u64,
     /// PING and IMMEDIATE_ACK frames received: the server's probes (loss or ACK-delay timeouts).
     pub probes_received: u64,
+    /// Of those, IMMEDIATE_ACK frames (probes of application data, after the handshake).
+    pub immediate_acks_received: u64,
     /// PING and IMMEDIATE_ACK frames the members sent.
     pub probes_sent: u64,
     /// Packets the members declared lost.
@@ -48,6 +50,7 @@ impl QuicTotals {
         self.acks_sent += s.frame_tx.acks;
         self.acks_received += s.frame_rx.acks;
         self.probes_received += s.frame_rx.ping + s.frame_rx.immediate_ack;
+        self.immediate_acks_received += s.frame_rx.immediate_ack;
         self.probes_sent += s.frame_tx.ping + s.frame_tx.immediate_ack;
         self.lost_packets += s.path.lost_packets;
         self.stream_frames_sent += s.frame_tx.stream;

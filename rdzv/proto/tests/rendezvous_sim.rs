@@ -718,3 +718,66 @@ fn malformed_frames_from_a_member_lose_only_that_member() {
     let ws = sim.welcomes([0, 2]);
     check_round(&ws, 2);
 }
+
+#[test]
+fn members_gathering_for_their_first_round_get_the_waiting_heartbeat_rate_and_timeout() {
+    let mut sim = Sim::new();
+    let cfg = sim.m.config().clone();
+    let spec = JobSpec::fixed(3);
+    sim.join(0, "slow", &spec, 1);
+    sim.join(1, "slow", &spec, 1);
+    for c in [0, 1] {
+        match &sim.take(c)[..] {
+            [
+                ServerMsg::Joined {
+                    heartbeat_interval_ms,
+                    ..
+                },
+            ] => {
+                assert_eq!(
+                    *heartbeat_interval_ms,
+                    cfg.waiting_heartbeat_interval.as_millis() as u64
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // Silent for longer than a round's timeout (a gathering member starved of CPU): still in.
+    sim.advance(cfg.heartbeat_timeout * 3);
+    assert!(sim.closed.is_empty(), "{:?}", sim.closed);
+    // Member 1 heartbeats at the waiting rate; member 0 stays silent past the waiting timeout.
+    let end = sim.now + cfg.waiting_heartbeat_timeout;
+    while sim.now < end {
+        sim.send(1, ClientMsg::Heartbeat { seq: 0 });
+        sim.advance(cfg.waiting_heartbeat_interval);
+    }
+    let why = sim
+        .closed
+        .get(&0)
+        .expect("the silent waiting member is lost");
+    assert!(why.contains("before its first round"), "{why}");
+    assert!(!sim.closed.contains_key(&1));
+    // The round forms; from its welcome on, member 1 has the round's timeout.
+    sim.join(2, "slow", &spec, 1);
+    sim.join(3, "slow", &spec, 1);
+    let ws = sim.welcomes([1, 2, 3]);
+    let w = &ws[&1];
+    assert_eq!(
+        (w.world, w.heartbeat_interval_ms, w.heartbeat_timeout_ms),
+        (
+            3,
+            cfg.heartbeat_interval.as_millis() as u64,
+            cfg.heartbeat_timeout.as_millis() as u64
+        )
+    );
+    // A welcome counts as heard from: nobody is lost at once, though member 1's last
+    // heartbeat is older than the round's timeout allows.
+    sim.advance(cfg.heartbeat_timeout / 2);
+    assert_eq!(sim.closed.len(), 1, "{:?}", sim.closed);
+    sim.advance_with_heartbeats(cfg.heartbeat_timeout * 2, &[2, 3]);
+    let why = sim
+        .closed
+        .get(&1)
+        .expect("silent in a round: lost after the round's timeout");
+    assert!(why.contains("heartbeat timeout 2.0 s)"), "{why}");
+}

@@ -9,7 +9,7 @@ use dt_rdzv_proto::native::{
     ClientMsg, FrameReader, JobSpec, JobStatus, Join, Peer, Role, ServerMsg, Welcome,
     decode_server, encode_client,
 };
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::error::NativeError;
@@ -167,6 +167,7 @@ impl Connector {
             timeout: cfg.timeout,
             tasks: vec![writer, reader],
             heartbeat: None,
+            heartbeat_every: None,
             config: BTreeMap::new(),
             welcome: None,
             own_endpoint: false,
@@ -235,6 +236,9 @@ pub struct NativeClient {
     timeout: Duration,
     tasks: Vec<JoinHandle<()>>,
     heartbeat: Option<JoinHandle<()>>,
+    /// The heartbeat task's interval: the waiting rate from `Joined`, the round's from the
+    /// first `Welcome` on.
+    heartbeat_every: Option<watch::Sender<Duration>>,
     config: BTreeMap<String, Vec<u8>>,
     welcome: Option<Welcome>,
     own_endpoint: bool,
@@ -290,6 +294,10 @@ impl NativeClient {
                     self.config.insert(k.clone(), v.clone());
                 }
                 self.welcome = Some(w.clone());
+                if let Some(every) = &self.heartbeat_every {
+                    let new = Duration::from_millis(w.heartbeat_interval_ms.max(10));
+                    every.send_if_modified(|e| std::mem::replace(e, new) != new);
+                }
             }
             _ => {}
         }
@@ -325,17 +333,33 @@ impl NativeClient {
 
     fn start_heartbeats(&mut self, every: Duration) {
         let out = self.out.clone();
+        let (every_tx, mut every_rx) = watch::channel(every);
+        self.heartbeat_every = Some(every_tx);
         self.heartbeat = Some(tokio::spawn(async move {
             let mut seq = 0;
             // The first heartbeat one interval after the join (which itself counts as one),
             // not at once: a herd of thousands joining would send a needless message each.
-            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let ticker = |every: Duration| {
+                let mut t = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+                t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                t
+            };
+            let mut tick = ticker(every);
             loop {
-                tick.tick().await;
-                seq += 1;
-                if out.send(ClientMsg::Heartbeat { seq }).is_err() {
-                    return;
+                tokio::select! {
+                    _ = tick.tick() => {
+                        seq += 1;
+                        if out.send(ClientMsg::Heartbeat { seq }).is_err() {
+                            return;
+                        }
+                    }
+                    changed = every_rx.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                        // Welcomed: the round's rate, counted from the welcome.
+                        tick = ticker(*every_rx.borrow_and_update());
+                    }
                 }
             }
         }));

@@ -111,6 +111,14 @@ pub struct ServeConfig {
     #[arg(long, env = "DTRDZV_HEARTBEAT_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
     pub heartbeat_timeout: Duration,
 
+    /// Heartbeat interval asked of members not yet in a round (gathering for the first one).
+    #[arg(long, env = "DTRDZV_WAITING_HEARTBEAT_INTERVAL", default_value = "2s", value_parser = parse_duration)]
+    pub waiting_heartbeat_interval: Duration,
+
+    /// A member not yet in a round is lost after this long without a message.
+    #[arg(long, env = "DTRDZV_WAITING_HEARTBEAT_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub waiting_heartbeat_timeout: Duration,
+
     /// An ended job is remembered this long (later joins are told how it ended).
     #[arg(long, env = "DTRDZV_JOB_RETENTION", default_value = "60s", value_parser = parse_duration)]
     pub job_retention: Duration,
@@ -158,6 +166,8 @@ impl Default for ServeConfig {
             tls_names: vec!["localhost".into()],
             heartbeat_interval: Duration::from_millis(500),
             heartbeat_timeout: Duration::from_secs(2),
+            waiting_heartbeat_interval: Duration::from_secs(2),
+            waiting_heartbeat_timeout: Duration::from_secs(10),
             job_retention: Duration::from_secs(60),
             job_idle_ttl: Duration::from_secs(300),
             max_jobs: 4096,
@@ -219,6 +229,8 @@ impl ServeConfig {
             token,
             heartbeat_interval: self.heartbeat_interval,
             heartbeat_timeout: self.heartbeat_timeout,
+            waiting_heartbeat_interval: self.waiting_heartbeat_interval,
+            waiting_heartbeat_timeout: self.waiting_heartbeat_timeout,
             ended_retention: self.job_retention,
             idle_ttl: self.job_idle_ttl,
             max_jobs: self.max_jobs,

@@ -69,7 +69,10 @@ impl Server {
                 (Some(c), Some(k)) => Identity::from_files(c, k)?,
                 _ => Identity::generate(&config.tls_names)?,
             };
-            let idle = (config.heartbeat_timeout * 4).max(std::time::Duration::from_secs(10));
+            // Past every liveness timeout: the machine, not the transport, says who is lost.
+            let idle = (config.heartbeat_timeout * 4)
+                .max(config.waiting_heartbeat_timeout * 2)
+                .max(std::time::Duration::from_secs(10));
             let endpoint = native::bind(&config, identity.quic_server_config(idle)?)?;
             (Some(endpoint), Some(identity.fingerprint()))
         };

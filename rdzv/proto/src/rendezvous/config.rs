@@ -13,6 +13,14 @@ pub struct MachineConfig {
     pub heartbeat_interval: Duration,
     /// A member silent for this long is lost.
     pub heartbeat_timeout: Duration,
+    /// Members not yet welcomed into a round (waiting for one to form, or spares) are told to
+    /// send a heartbeat this often. Slower than `heartbeat_interval`: while thousands of members
+    /// gather, their heartbeats (and the ACKs they draw) were a fifth of the server's packets,
+    /// and a member that dies while waiting costs at most one extra round.
+    pub waiting_heartbeat_interval: Duration,
+    /// A member not yet welcomed into a round is lost after this long without a message.
+    /// Generous, so that a member starved of CPU while a large job gathers is not dropped.
+    pub waiting_heartbeat_timeout: Duration,
     /// An ended job is remembered (refusing joins, naming how it ended) this long.
     pub ended_retention: Duration,
     /// A job with no members is forgotten after this long.
@@ -26,18 +34,33 @@ pub struct MachineConfig {
 }
 
 impl Default for MachineConfig {
-    /// Heartbeats every 0.5 s, lost after 2 s of silence, ended jobs kept 60 s, empty jobs
-    /// forgotten after 300 s, 4096 jobs, 1 MiB config values, 256 entries.
+    /// Heartbeats every 0.5 s, lost after 2 s of silence (every 2 s and 10 s before a member's
+    /// first round), ended jobs kept 60 s, empty jobs forgotten after 300 s, 4096 jobs, 1 MiB
+    /// config values, 256 entries.
     fn default() -> Self {
         Self {
             token: None,
             heartbeat_interval: Duration::from_millis(500),
             heartbeat_timeout: Duration::from_secs(2),
+            waiting_heartbeat_interval: Duration::from_secs(2),
+            waiting_heartbeat_timeout: Duration::from_secs(10),
             ended_retention: Duration::from_secs(60),
             idle_ttl: Duration::from_secs(300),
             max_jobs: 4096,
             max_config_value: 1 << 20,
             max_config_entries: 256,
+        }
+    }
+}
+
+impl MachineConfig {
+    /// How long a member may stay silent: `heartbeat_timeout` once it has been welcomed into a
+    /// round (it holds a rank, now or from the last round), `waiting_heartbeat_timeout` before.
+    pub fn liveness_timeout(&self, welcomed: bool) -> Duration {
+        if welcomed {
+            self.heartbeat_timeout
+        } else {
+            self.waiting_heartbeat_timeout
         }
     }
 }

@@ -271,7 +271,7 @@ impl Job {
                 job: self.name.clone(),
                 round: self.round + 1,
                 spare: place == Place::Spare,
-                heartbeat_interval_ms: ms(cfg.heartbeat_interval),
+                heartbeat_interval_ms: ms(cfg.waiting_heartbeat_interval),
             },
         );
         match &mut self.phase {
@@ -391,6 +391,11 @@ impl Job {
         for (r, id) in ranks.iter().enumerate() {
             self.set_place(id, Place::Active);
             if let Some(m) = self.members.get_mut(id) {
+                if m.rank.is_none() {
+                    // Welcomed for the first time: it switches to the round's heartbeat rate
+                    // when the welcome arrives, and has the round's timeout from now to show it.
+                    m.last_seen = now;
+                }
                 m.rank = Some(r as u32);
             }
         }

@@ -182,7 +182,6 @@ impl RendezvousMachine {
     /// Runs every deadline that is due: members silent past the heartbeat timeout are lost,
     /// last calls close, join timeouts fail their jobs, ended and idle jobs are forgotten.
     pub fn handle_timeout(&mut self, now: Instant) {
-        let timeout = self.config.heartbeat_timeout;
         let mut lost: HashMap<String, Vec<(String, Removal)>> = HashMap::new();
         while let Some(&(t, conn)) = self.liveness.first() {
             if t > now {
@@ -192,14 +191,24 @@ impl RendezvousMachine {
             let Some(m) = self.member_of(conn) else {
                 continue;
             };
+            let welcomed = m.rank.is_some();
+            let timeout = self.config.liveness_timeout(welcomed);
             let due = m.last_seen + timeout;
             if due > now {
-                self.liveness.insert((due, conn));
+                // A waiting member is looked at again within the (shorter) round timeout: it
+                // may be welcomed meanwhile, and then the round's timeout applies.
+                self.liveness
+                    .insert((due.min(now + self.config.heartbeat_timeout), conn));
             } else {
                 let why = format!(
-                    "no message for {:.1} s (heartbeat timeout {:.1} s)",
+                    "no message for {:.1} s (heartbeat timeout {:.1} s{})",
                     now.saturating_duration_since(m.last_seen).as_secs_f64(),
-                    timeout.as_secs_f64()
+                    timeout.as_secs_f64(),
+                    if welcomed {
+                        ""
+                    } else {
+                        ", before its first round"
+                    }
                 );
                 let (job, id) = self.conns[&conn].member.clone().unwrap_or_default();
                 lost.entry(job).or_default().push((id, Removal::Lost(why)));
