@@ -56,6 +56,7 @@ from ._dtcomm import (
     StoreClient,
     Welcome,
     __version__,
+    job_token,
 )
 from ._ops import AVG, MAX, MIN, PROD, SUM, ReduceOp
 from ._work import Work
@@ -99,6 +100,7 @@ __all__ = [
     "gather",
     "init",
     "is_initialized",
+    "job_token",
     "local_rank",
     "local_size",
     "rank",

@@ -18,7 +18,8 @@ Environment (every value has a source in the start-up line):
 ``DTCOMM_RDZV_ENDPOINT``        ``host[:port]`` of the native port (29401 if left out)
 ``DTCOMM_RDZV_BACKEND``         ``native`` or ``store``; default: native when a trust variable
                                 is set or the port is 29401, else the TCPStore protocol
-``DTCOMM_RDZV_TOKEN``           the join token (or ``DTCOMM_RDZV_TOKEN_FILE``: its first line)
+``DTCOMM_RDZV_TOKEN``           the server's token or the job's (:func:`dtcomm.job_token`), or
+                                ``DTCOMM_RDZV_TOKEN_FILE``: its first line
 ``DTCOMM_RDZV_FINGERPRINT``     ``sha256:...`` the server printed (or ``DTCOMM_RDZV_CACERT``)
 ``DTCOMM_RDZV_STORE``           ``host:port`` of the server's TCPStore port
 ``DTCOMM_RDZV_MEMBERS``         ``N`` or ``MIN:MAX`` members (else ``OCI__WORKER_COUNT`` + 1)

@@ -46,6 +46,7 @@ fn _dtcomm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<native::PyPeer>()?;
     m.add_class::<native::RdzvEvent>()?;
     m.add_function(wrap_pyfunction!(init_logging, m)?)?;
+    m.add_function(wrap_pyfunction!(native::job_token, m)?)?;
     errors::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -628,3 +628,13 @@ fn status_dict<'py>(py: Python<'py>, j: &JobStatus) -> PyResult<Bound<'py, PyDic
     d.set_item("members", members)?;
     Ok(d)
 }
+
+/// The token of one job on a server whose token is `server_token`: it lets that job's members
+/// join it, read its status and stop it, and opens nothing else (`dt-rdzv token --job JOB`).
+#[pyfunction]
+pub(crate) fn job_token(server_token: &str, job: &str) -> PyResult<String> {
+    if server_token.is_empty() {
+        return Err(PyValueError::new_err("the server token is empty"));
+    }
+    Ok(dt_rdzv_proto::rendezvous::job_token(server_token, job))
+}

@@ -1,5 +1,5 @@
 """The native rendezvous from Python: `dtcomm.init()` joining a job on dt-rdzv's QUIC port
-(plain and OCI-mapped), a wrong token refused, `dt-rdzv stop` ending a job its members see,
+(plain and OCI-mapped), a wrong token refused, a job token opening its own job only, `dt-rdzv stop` ending a job its members see,
 and `dtcomm.elastic.run` surviving a SIGKILLed member with its state restored."""
 
 from __future__ import annotations
@@ -109,6 +109,31 @@ def test_wrong_token_refused(native_server: NativeServer, monkeypatch: pytest.Mo
     with pytest.raises(dtcomm.RdzvConnectError):
         dtcomm.NativeClient(native_server.native, native_server.token,
                             fingerprint="sha256:" + "00" * 32, timeout=10)
+
+
+def test_job_token_opens_its_own_job_only(native_server: NativeServer,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    jt = dtcomm.job_token(native_server.token, "jt-own")
+    assert jt.startswith("dtj1_") and jt == dtcomm.job_token(native_server.token, "jt-own")
+    # dtcomm.init() with the job's own token: a world of one, formed and usable
+    for k, v in native_server.client_env("jt-own", DTCOMM_RDZV_TOKEN=jt,
+                                         DTCOMM_RDZV_MEMBERS="1").items():
+        monkeypatch.setenv(k, v)
+    for k in ("RANK", "WORLD_SIZE", "DTCOMM_RANK", "DTCOMM_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(k, raising=False)
+    dtcomm.init(verbose=False)
+    try:
+        assert (dtcomm.rank(), dtcomm.size()) == (0, 1)
+    finally:
+        dtcomm.shutdown()
+    # another job: refused, naming it
+    c = dtcomm.NativeClient(native_server.native, jt, fingerprint=native_server.fingerprint,
+                            timeout=20)
+    with pytest.raises(dtcomm.RdzvRefusedError, match="jt-other") as e:
+        c.join("jt-other", "m1", "n1", min_members=1, max_members=1)
+    assert e.value.code == "bad_token"
+    with pytest.raises(ValueError):
+        dtcomm.job_token("", "jt-own")
 
 
 STOP_SCRIPT = """

@@ -161,3 +161,98 @@ fn sigkilled_member_process_is_replaced_by_a_new_round_then_stop_ends_the_job() 
         assert_eq!(code, Some(3), "a stopped job is no success");
     }
 }
+
+#[test]
+fn a_job_token_opens_its_own_job_and_nothing_else() {
+    let dir = std::env::temp_dir().join(format!("dt-rdzv-token-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let token_file = dir.join("token");
+    // No token file yet: serve generates one into it (owner-only) and prints no token.
+    let server = Proc::spawn(
+        Command::new(BIN)
+            .args(["serve", "--host", "127.0.0.1", "--port", "0"])
+            .args(["--native-port", "0", "--http-port", "0"])
+            .arg("--token-file")
+            .arg(&token_file)
+            .env("DTRDZV_LOG", "warn"),
+    );
+    assert!(server.line().starts_with("dt-rdzv listening tcpstore="));
+    let native = server.line();
+    let rest = native.strip_prefix("dt-rdzv listening native=").unwrap();
+    let (endpoint, fp) = rest.split_once(" fingerprint=").unwrap();
+    let http = server.line();
+    assert!(http.starts_with("dt-rdzv listening http="), "{http}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&token_file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let server_token = std::fs::read_to_string(&token_file)
+        .unwrap()
+        .trim()
+        .to_string();
+    assert_eq!(server_token.len(), 48);
+    assert!(
+        server
+            .lines
+            .recv_timeout(Duration::from_millis(300))
+            .is_err(),
+        "nothing more on stdout (no token)"
+    );
+    let out = Command::new(BIN)
+        .args(["token", "--job", "alpha"])
+        .env("DTRDZV_TOKEN_FILE", &token_file)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let alpha = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    assert!(alpha.starts_with("dtj1_"), "{alpha}");
+    let client = |args: &[&str], token: &str| {
+        let mut c = Command::new(BIN);
+        c.args(args)
+            .env("DTRDZV_NATIVE_ENDPOINT", endpoint)
+            .env("DTRDZV_FINGERPRINT", fp)
+            .env("DTRDZV_TOKEN", token);
+        c
+    };
+    let member = |job: &str| {
+        Proc::spawn(&mut client(
+            &["member", "--job", job, "--member", "a0", "--max", "1"],
+            &alpha,
+        ))
+    };
+    // Its own job: joins and is welcomed.
+    let m = member("alpha");
+    assert_eq!(m.json()["event"], "welcome");
+    // Another job: refused, and the process fails.
+    let mut other = member("beta");
+    let code = other.child.wait().unwrap().code();
+    assert_ne!(code, Some(0), "job token of alpha joined beta");
+    // Its own job's status, yes; another's, or the list of jobs, no.
+    let out = client(&["status", "alpha", "--json"], &alpha)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for args in [&["status", "beta"][..], &["jobs"][..]] {
+        let out = client(args, &alpha).output().unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("BadToken"));
+    }
+    // The server token still opens everything.
+    let out = client(&["jobs"], &server_token).output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("alpha"));
+    // The job token stops its job.
+    let out = client(&["stop", "alpha"], &alpha).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(m.json()["event"], "job_ended");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -307,6 +307,11 @@ fn http_serves_health_metrics_and_jobs_behind_the_token() {
         assert_eq!(v["jobs"][0]["members"][0]["rank"], 0);
         let (code, _) = http_get(&h, "/v1/jobs/nope", Some(TOKEN));
         assert_eq!(code, 404);
+        // A job's own token reads that job, not the list nor another job.
+        let jt = dt_rdzv_proto::rendezvous::job_token(TOKEN, "visible");
+        assert_eq!(http_get(&h, "/v1/jobs/visible", Some(&jt)).0, 200);
+        assert_eq!(http_get(&h, "/v1/jobs", Some(&jt)).0, 401);
+        assert_eq!(http_get(&h, "/v1/jobs/other", Some(&jt)).0, 401);
         assert_eq!(http_get(&h, "/nothing", None).0, 404);
     });
 }

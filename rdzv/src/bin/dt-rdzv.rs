@@ -39,6 +39,22 @@ enum Command {
     /// Join a job as a member and print each round as a JSON line until the job ends
     /// (for scripts, tests and benchmarks).
     Member(MemberArgs),
+    /// Print a job's own token, derived from the server's: it lets that job's members join
+    /// it, read its status and stop it, and opens nothing else.
+    Token(TokenArgs),
+}
+
+#[derive(clap::Args)]
+struct TokenArgs {
+    /// The job (run id).
+    #[arg(long)]
+    job: String,
+    /// The server's token.
+    #[arg(long, env = "DTRDZV_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Read the server's token from this file.
+    #[arg(long, env = "DTRDZV_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -176,7 +192,34 @@ fn main() -> ExitCode {
         Command::Jobs(args) => report(jobs(args)),
         Command::Stop(args) => report(stop(args)),
         Command::Member(args) => member(args),
+        Command::Token(args) => report(job_token(args)),
     }
+}
+
+fn read_token(token: &Option<String>, file: &Option<PathBuf>) -> Result<String, String> {
+    Ok(match (token, file) {
+        (Some(t), _) => t.clone(),
+        (None, Some(p)) => std::fs::read_to_string(p)
+            .map_err(|e| format!("token file {}: {e}", p.display()))?
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_string(),
+        (None, None) => String::new(),
+    })
+}
+
+fn job_token(args: TokenArgs) -> Result<(), String> {
+    let server = read_token(&args.token, &args.token_file)?;
+    if server.is_empty() {
+        return Err("say the server's token: DTRDZV_TOKEN or --token-file".into());
+    }
+    println!(
+        "{}",
+        dt_rdzv_proto::rendezvous::job_token(&server, &args.job)
+    );
+    Ok(())
 }
 
 fn init_logging() {
@@ -345,17 +388,7 @@ fn purge(args: PurgeArgs) -> Result<(), String> {
 }
 
 fn native_client(a: &NativeArgs) -> Result<BlockingNativeClient, String> {
-    let token = match (&a.token, &a.token_file) {
-        (Some(t), _) => t.clone(),
-        (None, Some(p)) => std::fs::read_to_string(p)
-            .map_err(|e| format!("token file {}: {e}", p.display()))?
-            .lines()
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_string(),
-        (None, None) => String::new(),
-    };
+    let token = read_token(&a.token, &a.token_file)?;
     let trust = match (&a.fingerprint, &a.cacert) {
         (Some(f), _) => Trust::Fingerprint(f.clone()),
         (None, Some(c)) => Trust::CaFile(c.clone()),

@@ -76,7 +76,8 @@ pub struct ServeConfig {
     #[arg(long, env = "DTRDZV_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
 
-    /// Read the join token from this file (first line, trimmed).
+    /// Read the join token from this file (first line, trimmed). If the file does not exist,
+    /// a random token is generated and written to it (mode 0600), not printed.
     #[arg(long, env = "DTRDZV_TOKEN_FILE", conflicts_with = "token")]
     pub token_file: Option<PathBuf>,
 
@@ -196,7 +197,7 @@ impl ServeConfig {
     }
 
     /// The join token: given, read from the file, none (`--no-auth`), or generated (the
-    /// second value says so).
+    /// second value says so: true when it must be shown, as it went to no file).
     pub fn resolve_token(&self) -> std::io::Result<(Option<String>, bool)> {
         if self.no_auth {
             return Ok((None, false));
@@ -205,6 +206,14 @@ impl ServeConfig {
             return Ok((Some(t.clone()), false));
         }
         if let Some(path) = &self.token_file {
+            if !path.exists() {
+                let t = random_token()?;
+                write_private(path, &t).map_err(|e| {
+                    std::io::Error::new(e.kind(), format!("token file {}: {e}", path.display()))
+                })?;
+                tracing::info!(file = %path.display(), "generated a token into the token file");
+                return Ok((Some(t), false));
+            }
             let s = std::fs::read_to_string(path).map_err(|e| {
                 std::io::Error::new(e.kind(), format!("token file {}: {e}", path.display()))
             })?;
@@ -217,10 +226,7 @@ impl ServeConfig {
             }
             return Ok((Some(t), false));
         }
-        let mut b = [0u8; 24];
-        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b)
-            .map_err(|_| std::io::Error::other("no system randomness for a token"))?;
-        Ok((Some(b.iter().map(|x| format!("{x:02x}")).collect()), true))
+        Ok((Some(random_token()?), true))
     }
 
     /// The rendezvous machine's part of the settings, with the resolved token.
@@ -290,4 +296,24 @@ mod tests {
         assert_eq!(parse_ttl("never"), Ok(Ttl(None)));
         assert_eq!(parse_ttl("0"), Ok(Ttl(Some(Duration::ZERO))));
     }
+}
+
+/// 24 random bytes in hex.
+fn random_token() -> std::io::Result<String> {
+    let mut b = [0u8; 24];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b)
+        .map_err(|_| std::io::Error::other("no system randomness for a token"))?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+/// Creates `path` (which must not exist) readable by its owner only, holding `token`.
+fn write_private(path: &std::path::Path, token: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    writeln!(f, "{token}")
 }

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use dt_rdzv_proto::rendezvous::Scope;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -109,7 +110,8 @@ fn route(
 
 fn jobs(job: Option<&str>, auth: Option<&str>, state: &HttpState) -> (u16, &'static str, Vec<u8>) {
     let token = auth.and_then(|a| a.strip_prefix("Bearer ")).unwrap_or("");
-    if !state.rdzv.token_ok(token) {
+    let scope = job.map_or(Scope::Server, Scope::Job);
+    if !state.rdzv.authorized(scope, token) {
         tracing::warn!(?job, "HTTP /v1/jobs without a valid token refused");
         return (
             401,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use dt_rdzv_proto::native::{JobStatus, ServerMsg};
 use dt_rdzv_proto::rendezvous::{
-    Action, ConnId, Event, Input, MachineConfig, Refusal, RendezvousMachine, RendezvousStats,
+    Action, ConnId, Event, Input, MachineConfig, Refusal, RendezvousMachine, RendezvousStats, Scope,
 };
 use tokio::sync::{Notify, mpsc, watch};
 
@@ -84,8 +84,8 @@ impl RdzvCore {
         self.lock().machine.status(Instant::now(), job)
     }
 
-    pub(crate) fn token_ok(&self, token: &str) -> bool {
-        self.lock().machine.token_ok(token)
+    pub(crate) fn authorized(&self, scope: Scope<'_>, token: &str) -> bool {
+        self.lock().machine.authorized(scope, token)
     }
 
     pub(crate) fn stats(&self) -> (RendezvousStats, usize, usize, usize) {

@@ -9,7 +9,11 @@ use crate::native::{CodecError, JobEnd, RefusalCode, RoundCause};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
     /// Wrong or missing token.
-    #[error("wrong or missing token for job {job:?}")]
+    #[error(
+        "wrong or missing token for {}: it takes the server's token{}",
+        if job.is_empty() { "the list of jobs".to_string() } else { format!("job {job:?}") },
+        if job.is_empty() { "" } else { " or this job's (dt-rdzv token --job JOB)" }
+    )]
     BadToken {
         /// The job asked for (empty for a listing).
         job: String,

@@ -6,6 +6,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
 
+use super::auth::{Scope, authorized};
 use super::config::MachineConfig;
 use super::effects::{Action, ConnId, Effects, Event, RendezvousStats};
 use super::error::Refusal;
@@ -63,15 +64,6 @@ pub struct RendezvousMachine {
     fx: Effects,
 }
 
-fn token_ok(expected: &Option<String>, given: &str) -> bool {
-    let Some(e) = expected else {
-        return true;
-    };
-    let (a, b) = (e.as_bytes(), given.as_bytes());
-    // Constant time in the token's content (the length is no secret worth hiding).
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 impl RendezvousMachine {
     /// A machine with no jobs.
     pub fn new(config: MachineConfig) -> Self {
@@ -86,9 +78,9 @@ impl RendezvousMachine {
         &self.config
     }
 
-    /// Whether `token` is the server's token (for drivers that serve other doors, e.g. HTTP).
-    pub fn token_ok(&self, token: &str) -> bool {
-        token_ok(&self.config.token, token)
+    /// Whether `token` opens `scope` (for drivers that serve other doors, e.g. HTTP).
+    pub fn authorized(&self, scope: Scope<'_>, token: &str) -> bool {
+        authorized(self.config.token.as_deref(), scope, token)
     }
 
     /// The next thing the driver must do.
@@ -366,7 +358,8 @@ impl RendezvousMachine {
                 self.fx.send(conn, ServerMsg::Peers(peers));
             }
             (ClientMsg::Status { token, job }, _) => {
-                if !token_ok(&self.config.token, &token) {
+                let scope = job.as_deref().map_or(Scope::Server, Scope::Job);
+                if !self.authorized(scope, &token) {
                     let job = job.unwrap_or_default();
                     self.refuse_and_close(conn, Refusal::BadToken { job });
                     return;
@@ -377,7 +370,7 @@ impl RendezvousMachine {
                 }
             }
             (ClientMsg::Stop { token, job, reason }, _) => {
-                if !token_ok(&self.config.token, &token) {
+                if !self.authorized(Scope::Job(&job), &token) {
                     self.refuse_and_close(conn, Refusal::BadToken { job });
                     return;
                 }
@@ -408,7 +401,7 @@ impl RendezvousMachine {
     }
 
     fn join(&mut self, now: Instant, conn: ConnId, join: crate::native::Join) {
-        if !token_ok(&self.config.token, &join.token) {
+        if !self.authorized(Scope::Job(&join.job), &join.token) {
             self.refuse_and_close(conn, Refusal::BadToken { job: join.job });
             return;
         }

@@ -7,7 +7,8 @@
 //! * [`MachineConfig`]: server-wide settings (token, heartbeats, retention, limits); per-job
 //!   settings are a [`JobSpec`](crate::native::JobSpec) sent with each join;
 //! * [`Action`], [`Event`], [`RendezvousStats`]: what the driver does, logs and counts;
-//! * [`Refusal`]: why a request was refused, naming job and member.
+//! * [`Refusal`]: why a request was refused, naming job and member;
+//! * [`job_token`], [`authorized`]: the server token opens everything, a job token one job.
 //!
 //! ## Rules
 //!
@@ -27,6 +28,7 @@
 //!   ends the round (not the job, unless it is the main member of an ephemeral job); `Finish`
 //!   and an operator's stop end the job, and later joins are refused saying how it ended.
 
+mod auth;
 mod config;
 mod deadlines;
 mod departures;
@@ -38,6 +40,7 @@ mod peers;
 mod ranks;
 mod requests;
 
+pub use auth::{JOB_TOKEN_PREFIX, Scope, authorized, job_token};
 pub use config::MachineConfig;
 pub use effects::{Action, ConnId, Event, RendezvousStats};
 pub use error::Refusal;
