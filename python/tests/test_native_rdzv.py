@@ -1,6 +1,7 @@
 """The native rendezvous from Python: `dtcomm.init()` joining a job on dt-rdzv's QUIC port
-(plain and OCI-mapped), a wrong token refused, a job token opening its own job only, `dt-rdzv stop` ending a job its members see,
-and `dtcomm.elastic.run` surviving a SIGKILLed member with its state restored."""
+(plain and OCI-mapped), a wrong token refused, a job token opening its own job only,
+`dt-rdzv stop` ending a job its members see, and `dtcomm.elastic.run` surviving a SIGKILLed
+member with its state restored."""
 
 from __future__ import annotations
 

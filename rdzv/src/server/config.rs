@@ -281,23 +281,6 @@ fn parse_ttl(s: &str) -> Result<Ttl, String> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
-        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
-        assert!(parse_duration("soon").is_err());
-        assert!(parse_duration("5d").is_err());
-        assert_eq!(parse_ttl("never"), Ok(Ttl(None)));
-        assert_eq!(parse_ttl("0"), Ok(Ttl(Some(Duration::ZERO))));
-    }
-}
-
 /// 24 random bytes in hex.
 fn random_token() -> std::io::Result<String> {
     let mut b = [0u8; 24];
@@ -316,4 +299,21 @@ fn write_private(path: &std::path::Path, token: &str) -> std::io::Result<()> {
         .mode(0o600)
         .open(path)?;
     writeln!(f, "{token}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("5d").is_err());
+        assert_eq!(parse_ttl("never"), Ok(Ttl(None)));
+        assert_eq!(parse_ttl("0"), Ok(Ttl(Some(Duration::ZERO))));
+    }
 }
