@@ -61,6 +61,11 @@ struct Args {
     /// With --native: most QUIC handshakes the herd has under way at once.
     #[arg(long, default_value_t = 64)]
     in_flight: usize,
+    /// With --native: every member connects (QUIC + TLS) first, then all join at once;
+    /// `join_to_welcome_seconds` is then the server's formation alone, from the first join
+    /// sent to the last member holding its rank and peers.
+    #[arg(long, requires = "native")]
+    preconnect: bool,
     /// With --native: skip the torchelastic barrier above this many members (it takes minutes).
     #[arg(long, default_value_t = 1024)]
     torchelastic_max: usize,
@@ -286,6 +291,7 @@ fn native_main(
                 &format!("native-n{n}-r{round}"),
                 timeout,
                 args.in_flight,
+                args.preconnect,
             ))?;
             server_cpu.push(ours.cpu_seconds() - cpu0);
             herd_cpu.push(own_cpu_seconds() - herd0);
@@ -322,6 +328,7 @@ fn native_main(
                     "server_cpu_seconds": median(&server_cpu),
                     "herd_cpu_seconds": median(&herd_cpu),
                     "herd_quic": quic,
+                    "preconnect": args.preconnect,
                 })
             );
         } else {

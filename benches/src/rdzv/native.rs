@@ -80,14 +80,17 @@ fn who(job: &str, i: usize, spec: &JobSpec) -> Membership {
     }
 }
 
-/// N members join job `job` (min = max = N), each as soon as it is connected, with at most
-/// `in_flight` QUIC handshakes under way at once.
+/// N members join job `job` (min = max = N), with at most `in_flight` QUIC handshakes under way
+/// at once. Each joins as soon as it is connected; with `preconnect`, all connect first and
+/// then join together, and the result's `join_to_welcome` is from the first join sent to the
+/// last welcome (the server's part alone, without the handshakes).
 pub async fn run_native_herd(
     cfg: &ClientConfig,
     n: usize,
     job: &str,
     timeout: Duration,
     in_flight: usize,
+    preconnect: bool,
 ) -> std::io::Result<NativeResult> {
     let err = |e: dt_rdzv::native::NativeError| std::io::Error::other(e.to_string());
     // Client endpoints (UDP sockets) share the herd, as hosts would. 32 rather than a few:
@@ -106,16 +109,35 @@ pub async fn run_native_herd(
         ..JobSpec::fixed(n as u32)
     };
     let start = Instant::now();
-    // Each member joins as soon as it is connected (the server closes a connection that
-    // opens no stream within its handshake timeout, so members do not idle in between).
+    // Without `preconnect`, each member joins as soon as it is connected (the server closes a
+    // connection that opens no stream within its handshake timeout; the client opens its
+    // stream when connected, so members may idle in between).
+    let all_connected = std::sync::Arc::new(tokio::sync::Barrier::new(if preconnect {
+        n + 1
+    } else {
+        1
+    }));
+    let go = std::sync::Arc::new(tokio::sync::Notify::new());
     let tasks: Vec<_> = (0..n)
         .map(|i| {
             let (c, cfg) = (connectors[i % connectors.len()].clone(), cfg.clone());
             let (gate, who) = (gate.clone(), who(job, i, &spec));
+            let (all_connected, go) = (all_connected.clone(), go.clone());
             tokio::spawn(async move {
                 let permit = gate.acquire().await;
-                let mut c = c.connect(&cfg).await?;
+                let connecting = c.connect(&cfg).await;
                 drop(permit);
+                let mut c = if preconnect {
+                    // Wait for everyone even after a failure, or the barrier never opens.
+                    let released = go.notified();
+                    tokio::pin!(released);
+                    released.as_mut().enable();
+                    all_connected.wait().await;
+                    released.await;
+                    connecting?
+                } else {
+                    connecting?
+                };
                 let connected = Instant::now();
                 c.join(who).await?;
                 let w = c.wait_welcome(timeout).await?;
@@ -123,6 +145,13 @@ pub async fn run_native_herd(
             })
         })
         .collect();
+    let mut joins_sent = None;
+    if preconnect {
+        all_connected.wait().await;
+        // Every member waits on `go` (registered before the barrier): release them at once.
+        joins_sent = Some(Instant::now());
+        go.notify_waiters();
+    }
     let (mut connect_all, mut last) = (Duration::ZERO, start);
     let mut keep = Vec::with_capacity(n);
     for t in tasks {
@@ -132,7 +161,13 @@ pub async fn run_native_herd(
         last = last.max(at);
         keep.push(c);
     }
-    let joined = start + connect_all;
+    let joined = match joins_sent {
+        Some(t) => {
+            connect_all = t - start;
+            t
+        }
+        None => start + connect_all,
+    };
     let mut quic = QuicTotals::default();
     for c in &keep {
         quic.add(&c.quic_stats());
