@@ -350,3 +350,64 @@ fn clients_switch_from_the_waiting_heartbeat_rate_to_the_rounds_when_welcomed() 
         assert_eq!((status[0].round, status[0].members.len()), (1, 2));
     });
 }
+
+#[test]
+fn members_resume_their_round_when_the_server_restarts() {
+    let dir = std::env::temp_dir().join(format!("dt-rdzv-restart-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // Certificate and key files that do not exist yet: the first server generates them, the
+    // restarted one reads them (the fingerprint members pinned stays valid).
+    let config = ServeConfig {
+        token: Some(TOKEN.into()),
+        tls_cert: Some(dir.join("cert.pem")),
+        tls_key: Some(dir.join("key.pem")),
+        ..ServeConfig::loopback_ephemeral()
+    };
+    let first = BackgroundServer::start(config.clone()).expect("server starts");
+    let c = cfg(&first, TOKEN);
+    let port: u16 = c.endpoint.rsplit_once(':').unwrap().1.parse().unwrap();
+    rt().block_on(async {
+        let spec = JobSpec::fixed(3);
+        let mut ms = members(&first, "durable", 3, &spec).await;
+        let mut ranks = Vec::new();
+        for m in ms.iter_mut() {
+            let w = m.wait_welcome(WAIT).await.expect("welcome");
+            assert_eq!((w.round, w.world), (1, 3));
+            ranks.push(w.rank);
+        }
+        // The server restarts on the same port with the same identity and token.
+        drop(first);
+        let again = ServeConfig {
+            native_port: port,
+            ..config.clone()
+        };
+        // (A server runs its own runtime: start it off this one.)
+        let second = std::thread::spawn(move || BackgroundServer::start(again))
+            .join()
+            .unwrap()
+            .expect("server restarts");
+        assert_eq!(
+            c.trust,
+            Trust::Fingerprint(second.fingerprint().unwrap().into()),
+            "same identity"
+        );
+        // Each member reconnects on its own and is welcomed into round 1 again, same rank.
+        for (m, rank) in ms.iter_mut().zip(&ranks) {
+            let w = m.wait_welcome(WAIT).await.expect("welcome after the restart");
+            assert_eq!((w.round, w.world, w.rank), (1, 3, *rank));
+            assert!(matches!(w.cause, RoundCause::Resumed { members: 3 }), "{:?}", w.cause);
+        }
+        let status = ms[0].status(Some("durable")).await.expect("status");
+        assert_eq!((status[0].round, status[0].members.len()), (1, 3));
+        assert_eq!(status[0].state, "running");
+        // The job goes on: it can finish as usual.
+        let first = ms.remove(0);
+        first.finish().await.unwrap();
+        for m in ms.iter_mut() {
+            let e = m.wait_welcome(WAIT).await.unwrap_err();
+            assert!(matches!(e, NativeError::JobEnded { .. }), "{e}");
+        }
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use dt_rdzv_proto::native::{
-    ClientMsg, JobEnd, JobSpec, LateJoin, RefusalCode, Role, RoundCause, ServerMsg,
+    ClientMsg, JobEnd, JobSpec, LateJoin, RefusalCode, Resume, Role, RoundCause, ServerMsg,
 };
 use dt_rdzv_proto::rendezvous::{Event, Input, MachineConfig};
 use sim::{Sim, check_round};
@@ -584,6 +584,7 @@ fn bad_input_is_refused_to_that_client_only() {
             addrs: vec![],
             role: Role::Worker,
             spec: spec.clone(),
+            resume: None,
         }),
     );
     assert_eq!(refusal(&sim.take(50)).unwrap().0, RefusalCode::BadToken);
@@ -780,4 +781,133 @@ fn members_gathering_for_their_first_round_get_the_waiting_heartbeat_rate_and_ti
         .get(&1)
         .expect("silent in a round: lost after the round's timeout");
     assert!(why.contains("heartbeat timeout 2.0 s)"), "{why}");
+}
+
+/// A server with 4096 members in round 7 restarts: a fresh machine gets their joins with
+/// resumes. Round 7 comes back as it was, ranks and all, and no member's round changes.
+#[test]
+fn after_a_server_restart_4096_members_get_their_round_back_as_it_was() {
+    let mut old = Sim::new();
+    let spec = JobSpec::elastic(1024, 4096);
+    let all: Vec<u64> = (0..4096).collect();
+    for &c in &all {
+        old.join(c, "big", &spec, 8);
+    }
+    let before = old.welcomes(all.iter().copied());
+    // The new server process: nothing in memory.
+    let mut sim = Sim::new();
+    let cfg = sim.m.config().clone();
+    for &c in all.iter().rev() {
+        let w = &before[&c];
+        let resume = Resume {
+            round: w.round + 6,
+            rank: w.rank,
+            world: w.world,
+            restarts: 2,
+        };
+        sim.join_resumed(c, "big", &spec, 8, resume);
+        if c == 4095 {
+            match &sim.take(c)[..] {
+                [
+                    ServerMsg::Joined {
+                        round,
+                        heartbeat_interval_ms,
+                        ..
+                    },
+                ] => {
+                    assert_eq!(*round, 7, "waits for round 7 again");
+                    assert_eq!(
+                        *heartbeat_interval_ms,
+                        cfg.heartbeat_interval.as_millis() as u64
+                    );
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+    let after = sim.welcomes(all.iter().copied());
+    check_round(&after, 4096);
+    for c in &all {
+        let (b, a) = (&before[c], &after[c]);
+        assert_eq!(
+            (a.round, a.rank, a.world, a.restarts),
+            (7, b.rank, b.world, 2)
+        );
+        assert_eq!((a.local_rank, a.node_rank), (b.local_rank, b.node_rank));
+        assert!(matches!(a.cause, RoundCause::Resumed { members: 4096 }));
+    }
+    // Nothing else happens: no round ends while members heartbeat.
+    sim.clear();
+    sim.advance_with_heartbeats(cfg.resume_window * 2, &all);
+    assert!(sim.closed.is_empty());
+    assert!(
+        !sim.events
+            .iter()
+            .any(|e| matches!(e, Event::RoundEnded { .. }))
+    );
+}
+
+#[test]
+fn a_rank_that_does_not_come_back_after_a_restart_is_replaced_by_the_usual_rules() {
+    let mut sim = Sim::new();
+    let cfg = sim.m.config().clone();
+    let spec = JobSpec::elastic(2, 8);
+    let resume = |rank| Resume {
+        round: 3,
+        rank,
+        world: 8,
+        restarts: 0,
+    };
+    // Ranks 0..7 come back, rank 7 (conn 7) does not; a newcomer arrives meanwhile.
+    for c in 0..7u64 {
+        sim.join_resumed(c, "j", &spec, 1, resume(c as u32));
+    }
+    sim.join(100, "j", &spec, 1);
+    let status = sim.m.status(sim.now, Some("j")).unwrap();
+    assert!(
+        status[0].missing.iter().any(|m| m.contains("rank 7")),
+        "{:?}",
+        status[0].missing
+    );
+    sim.advance_with_heartbeats(
+        cfg.resume_window - S,
+        &(0..7).chain([100]).collect::<Vec<_>>(),
+    );
+    assert!(
+        sim.welcomes(0..7).is_empty(),
+        "waits for rank 7 within the window"
+    );
+    sim.advance_with_heartbeats(2 * S, &(0..7).chain([100]).collect::<Vec<_>>());
+    let ws = sim.welcomes((0..7).chain([100]));
+    check_round(&ws, 8);
+    for c in 0..7u64 {
+        assert_eq!((ws[&c].round, ws[&c].rank), (4, c as u32), "kept its rank");
+    }
+    assert_eq!(ws[&100].rank, 7, "the newcomer fills the hole");
+}
+
+#[test]
+fn a_member_joining_afresh_while_a_round_is_rebuilt_is_a_late_joiner_of_it() {
+    let mut sim = Sim::new();
+    let spec = JobSpec {
+        last_call_ms: 1000,
+        ..JobSpec::elastic(1, 4)
+    };
+    let resume = |rank| Resume {
+        round: 5,
+        rank,
+        world: 2,
+        restarts: 1,
+    };
+    sim.join_resumed(0, "j", &spec, 1, resume(0));
+    sim.join(9, "j", &spec, 1);
+    sim.join_resumed(1, "j", &spec, 1, resume(1));
+    let ws = sim.welcomes([0, 1]);
+    assert_eq!((ws[&0].round, ws[&0].world, ws[&1].rank), (5, 2, 1));
+    // ... and then, after the last call, a round with the late joiner.
+    sim.advance_with_heartbeats(2 * S, &[0, 1, 9]);
+    let ws = sim.welcomes([0, 1, 9]);
+    check_round(&ws, 3);
+    assert_eq!((ws[&0].round, ws[&0].rank, ws[&1].rank), (6, 0, 1));
+    assert!(matches!(ws[&9].cause, RoundCause::NewMembers { count: 1 }));
 }

@@ -1,24 +1,26 @@
 //! The async native client: one QUIC connection per member, one bidirectional stream on it,
-//! server-pushed round changes, heartbeats from a background task.
+//! server-pushed round changes; one session task per connection reads, writes, heartbeats and
+//! reconnects (see `session`).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use dt_rdzv_proto::native::{
-    ClientMsg, FrameReader, JobSpec, JobStatus, Join, Peer, Role, ServerMsg, Welcome,
-    decode_server, encode_client,
+    CLOSE_NORMAL, ClientMsg, JobSpec, JobStatus, Join, Peer, Role, ServerMsg, Welcome,
 };
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::error::NativeError;
+use super::session::{Session, Shared, open};
 use super::tls::{Trust, client_config};
 
 /// Default native port of `dt-rdzv serve`.
 pub const DEFAULT_NATIVE_PORT: u16 = 29401;
-/// Largest server message a client accepts.
-const MAX_SERVER_FRAME: u32 = 64 << 20;
 
 /// Where the server is and how to trust it.
 #[derive(Debug, Clone)]
@@ -33,10 +35,14 @@ pub struct ClientConfig {
     pub server_name: String,
     /// Deadline for the connection and for each request's answer.
     pub timeout: Duration,
+    /// How long a member whose connection is lost without the server meaning it (a server
+    /// restart, a network failure) keeps reconnecting to rejoin and resume its round; `None`:
+    /// it does not, and the loss is an error at once.
+    pub reconnect: Option<Duration>,
 }
 
 impl ClientConfig {
-    /// Settings with the server name `localhost` and a 30 s deadline.
+    /// Settings with the server name `localhost`, a 30 s deadline and a 60 s reconnect window.
     pub fn new(endpoint: impl Into<String>, token: impl Into<String>, trust: Trust) -> Self {
         Self {
             endpoint: endpoint.into(),
@@ -44,6 +50,7 @@ impl ClientConfig {
             trust,
             server_name: "localhost".into(),
             timeout: Duration::from_secs(30),
+            reconnect: Some(Duration::from_secs(60)),
         }
     }
 }
@@ -80,27 +87,6 @@ pub struct Connector {
     endpoint: quinn::Endpoint,
 }
 
-async fn resolve(endpoint: &str) -> Result<SocketAddr, NativeError> {
-    let with_port = if endpoint.rsplit_once(':').is_some_and(|(h, p)| {
-        !p.is_empty()
-            && p.chars().all(|c| c.is_ascii_digit())
-            && (!h.contains(':') || h.ends_with(']'))
-    }) {
-        endpoint.to_string()
-    } else {
-        format!("{endpoint}:{DEFAULT_NATIVE_PORT}")
-    };
-    let err = |why: String| NativeError::Connect {
-        endpoint: endpoint.into(),
-        why,
-    };
-    tokio::net::lookup_host(&with_port)
-        .await
-        .map_err(|e| err(e.to_string()))?
-        .next()
-        .ok_or_else(|| err("name resolves to no address".into()))
-}
-
 impl Connector {
     /// A client endpoint on an ephemeral UDP port, trusting servers as `trust` says. Call
     /// inside a tokio runtime.
@@ -126,10 +112,13 @@ impl Connector {
         let mut endpoint = bind("[::]:0").or_else(|_| bind("0.0.0.0:0"))?;
         let mut cfg = client_config(trust)?;
         let mut transport = quinn::TransportConfig::default();
+        // A server that vanished (SIGKILL, a host lost) is noticed within 10 s; members then
+        // reconnect and resume their rounds (see `session`). Heartbeats and their ACKs, or
+        // keep-alives for operator connections, keep a healthy connection busy.
         transport.max_idle_timeout(Some(
-            quinn::IdleTimeout::try_from(Duration::from_secs(30)).expect("30 s fits"),
+            quinn::IdleTimeout::try_from(Duration::from_secs(10)).expect("10 s fits"),
         ));
-        transport.keep_alive_interval(Some(Duration::from_secs(5)));
+        transport.keep_alive_interval(Some(Duration::from_secs(3)));
         // A welcome listing every peer of a large job is a few hundred KiB: a larger window
         // than the server's lets it arrive in one flight.
         super::control_transport(&mut transport, 1 << 20);
@@ -140,34 +129,38 @@ impl Connector {
 
     /// Opens a connection and its stream.
     pub async fn connect(&self, cfg: &ClientConfig) -> Result<NativeClient, NativeError> {
-        let addr = resolve(&cfg.endpoint).await?;
-        let err = |why: String| NativeError::Connect {
-            endpoint: cfg.endpoint.clone(),
-            why,
-        };
-        let connecting = self
-            .endpoint
-            .connect(addr, &cfg.server_name)
-            .map_err(|e| err(e.to_string()))?;
-        let conn = tokio::time::timeout(cfg.timeout, connecting)
-            .await
-            .map_err(|_| err(format!("no handshake within {:?}", cfg.timeout)))?
-            .map_err(|e| err(e.to_string()))?;
-        let (send, recv) = conn.open_bi().await.map_err(|e| err(e.to_string()))?;
+        let (conn, send, recv) =
+            open(&self.endpoint, cfg, DEFAULT_NATIVE_PORT, cfg.timeout).await?;
         let (out_tx, out_rx) = mpsc::unbounded_channel();
         let (ev_tx, ev_rx) = mpsc::unbounded_channel();
-        let writer = tokio::spawn(write_loop(send, out_rx));
-        let reader = tokio::spawn(read_loop(recv, ev_tx));
+        let shared = Arc::new(Shared {
+            conn: std::sync::Mutex::new(conn),
+            silent: AtomicBool::new(false),
+        });
+        let session = Session {
+            endpoint: self.endpoint.clone(),
+            cfg: cfg.clone(),
+            default_port: DEFAULT_NATIVE_PORT,
+            shared: shared.clone(),
+            out: out_rx,
+            events: ev_tx,
+            join: None,
+            resume: None,
+            every: None,
+            leaving: false,
+            rejoining: false,
+            reconnect_until: None,
+            pause: Duration::from_millis(50),
+        };
+        let task = tokio::spawn(session.run(send, recv));
         Ok(NativeClient {
-            conn,
+            shared,
             endpoint: self.endpoint.clone(),
             out: out_tx,
             events: ev_rx,
             token: cfg.token.clone(),
             timeout: cfg.timeout,
-            tasks: vec![writer, reader],
-            heartbeat: None,
-            heartbeat_every: None,
+            task: Some(task),
             config: BTreeMap::new(),
             welcome: None,
             own_endpoint: false,
@@ -175,70 +168,16 @@ impl Connector {
     }
 }
 
-async fn write_loop(mut send: quinn::SendStream, mut rx: mpsc::UnboundedReceiver<ClientMsg>) {
-    while let Some(msg) = rx.recv().await {
-        if send.write_all(&encode_client(&msg)).await.is_err() {
-            return;
-        }
-    }
-    let _ = send.finish();
-}
-
-async fn read_loop(
-    mut recv: quinn::RecvStream,
-    tx: mpsc::UnboundedSender<Result<ServerMsg, NativeError>>,
-) {
-    let mut reader = FrameReader::new(MAX_SERVER_FRAME);
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        match recv.read(&mut buf).await {
-            Ok(Some(n)) => reader.push(&buf[..n]),
-            Ok(None) => {
-                let _ = tx.send(Err(NativeError::Lost("server closed the stream".into())));
-                return;
-            }
-            Err(e) => {
-                let _ = tx.send(Err(NativeError::Lost(e.to_string())));
-                return;
-            }
-        }
-        loop {
-            match reader.next_payload() {
-                Ok(Some(p)) => match decode_server(&p) {
-                    Ok(m) => {
-                        if tx.send(Ok(m)).is_err() {
-                            return;
-                        }
-                    }
-                    Err(e) => {
-                        let _ = tx.send(Err(e.into()));
-                        return;
-                    }
-                },
-                Ok(None) => break,
-                Err(e) => {
-                    let _ = tx.send(Err(e.into()));
-                    return;
-                }
-            }
-        }
-    }
-}
-
 /// One connection to `dt-rdzv serve`: a member (after [`NativeClient::join`]) or an operator.
 #[derive(Debug)]
 pub struct NativeClient {
-    conn: quinn::Connection,
+    shared: Arc<Shared>,
     endpoint: quinn::Endpoint,
     out: mpsc::UnboundedSender<ClientMsg>,
     events: mpsc::UnboundedReceiver<Result<ServerMsg, NativeError>>,
     token: String,
     timeout: Duration,
-    tasks: Vec<JoinHandle<()>>,
-    heartbeat: Option<JoinHandle<()>>,
-    /// The heartbeat task's interval: the waiting rate from `Joined`, the round's from the
-    /// first `Welcome` on.
-    heartbeat_every: Option<watch::Sender<Duration>>,
+    task: Option<JoinHandle<()>>,
     config: BTreeMap<String, Vec<u8>>,
     welcome: Option<Welcome>,
     own_endpoint: bool,
@@ -294,10 +233,6 @@ impl NativeClient {
                     self.config.insert(k.clone(), v.clone());
                 }
                 self.welcome = Some(w.clone());
-                if let Some(every) = &self.heartbeat_every {
-                    let new = Duration::from_millis(w.heartbeat_interval_ms.max(10));
-                    every.send_if_modified(|e| std::mem::replace(e, new) != new);
-                }
             }
             _ => {}
         }
@@ -313,56 +248,16 @@ impl NativeClient {
             addrs: who.addrs,
             role: who.role,
             spec: who.spec,
+            resume: None,
         }))?;
         match self.next_message(self.timeout).await? {
-            ServerMsg::Joined {
-                round,
-                spare,
-                heartbeat_interval_ms,
-                ..
-            } => {
-                self.start_heartbeats(Duration::from_millis(heartbeat_interval_ms.max(10)));
-                Ok(Joined { round, spare })
-            }
+            // The session heartbeats at the rate the server asked for.
+            ServerMsg::Joined { round, spare, .. } => Ok(Joined { round, spare }),
             ServerMsg::Refused { code, message } => Err(NativeError::Refused { code, message }),
             other => Err(NativeError::Protocol(format!(
                 "expected Joined, got {other:?}"
             ))),
         }
-    }
-
-    fn start_heartbeats(&mut self, every: Duration) {
-        let out = self.out.clone();
-        let (every_tx, mut every_rx) = watch::channel(every);
-        self.heartbeat_every = Some(every_tx);
-        self.heartbeat = Some(tokio::spawn(async move {
-            let mut seq = 0;
-            // The first heartbeat one interval after the join (which itself counts as one),
-            // not at once: a herd of thousands joining would send a needless message each.
-            let ticker = |every: Duration| {
-                let mut t = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-                t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                t
-            };
-            let mut tick = ticker(every);
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {
-                        seq += 1;
-                        if out.send(ClientMsg::Heartbeat { seq }).is_err() {
-                            return;
-                        }
-                    }
-                    changed = every_rx.changed() => {
-                        if changed.is_err() {
-                            return;
-                        }
-                        // Welcomed: the round's rate, counted from the welcome.
-                        tick = ticker(*every_rx.borrow_and_update());
-                    }
-                }
-            }
-        }));
     }
 
     /// Waits for this member's next [`Welcome`] (a completed round), at most `timeout`.
@@ -480,16 +375,15 @@ impl NativeClient {
 
     /// Closes the connection, giving queued messages and the close a moment to leave.
     pub async fn close(mut self, why: &str) {
-        if let Some(h) = self.heartbeat.take() {
-            h.abort();
-        }
-        // Let the writer drain, then close.
+        // Let the session write what is queued and finish the stream, then close.
         let (tx, _) = mpsc::unbounded_channel();
         drop(std::mem::replace(&mut self.out, tx));
-        if let Some(w) = self.tasks.first_mut() {
-            let _ = tokio::time::timeout(Duration::from_millis(500), w).await;
+        if let Some(t) = self.task.as_mut() {
+            let _ = tokio::time::timeout(Duration::from_millis(500), t).await;
         }
-        self.conn.close(0u32.into(), why.as_bytes());
+        self.shared
+            .conn()
+            .close(CLOSE_NORMAL.into(), why.as_bytes());
         // With an endpoint of its own, wait (briefly) until the close has gone out.
         if self.own_endpoint {
             let _ =
@@ -501,31 +395,28 @@ impl NativeClient {
     /// would. For tests of the server's liveness detection.
     #[doc(hidden)]
     pub fn go_silent(&mut self) {
-        if let Some(h) = self.heartbeat.take() {
-            h.abort();
-        }
+        self.shared.silent.store(true, Ordering::Relaxed);
     }
 
     /// The QUIC connection's counters (datagrams, frames, losses), for benchmarks and
     /// diagnostics.
     pub fn quic_stats(&self) -> quinn::ConnectionStats {
-        self.conn.stats()
+        self.shared.conn().stats()
     }
 
     /// The server's address as connected.
     pub fn remote_addr(&self) -> SocketAddr {
-        self.conn.remote_address()
+        self.shared.conn().remote_address()
     }
 }
 
 impl Drop for NativeClient {
     fn drop(&mut self) {
-        if let Some(h) = self.heartbeat.take() {
-            h.abort();
-        }
-        for t in &self.tasks {
+        if let Some(t) = self.task.take() {
             t.abort();
         }
-        self.conn.close(0u32.into(), b"client dropped");
+        self.shared
+            .conn()
+            .close(CLOSE_NORMAL.into(), b"client dropped");
     }
 }

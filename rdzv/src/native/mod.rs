@@ -1,7 +1,8 @@
 //! Clients of the native rendezvous protocol (QUIC + TLS 1.3, rkyv frames), feature `native`.
 //!
 //! * [`NativeClient`]: async; join a job, receive pushed rounds ([`Welcome`]), heartbeats in
-//!   the background, leave / finish / publish, operator requests (status, stop);
+//!   the background, leave / finish / publish, operator requests (status, stop); a member
+//!   whose connection is lost by a server restart reconnects and resumes its round;
 //! * [`BlockingNativeClient`]: the same with a private one-worker runtime, for callers without
 //!   tokio (the collective engine, Python);
 //! * [`Trust`]: pin the server's certificate fingerprint, or verify it against a CA file;
@@ -12,6 +13,7 @@
 mod blocking;
 mod client;
 mod error;
+mod session;
 mod tls;
 mod transport;
 pub(crate) mod udp;

@@ -87,7 +87,9 @@ pub struct ServeConfig {
     pub no_auth: bool,
 
     /// TLS certificate chain (PEM) of the native port; without it a self-signed certificate
-    /// is generated at start-up and its fingerprint printed for clients to pin.
+    /// is generated at start-up and its fingerprint printed for clients to pin. If neither
+    /// this file nor the key exists yet, one is generated and written to both (key 0600), so
+    /// that a restarted server keeps its fingerprint and members can resume their rounds.
     #[arg(long, env = "DTRDZV_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
 
@@ -119,6 +121,11 @@ pub struct ServeConfig {
     /// A member not yet in a round is lost after this long without a message.
     #[arg(long, env = "DTRDZV_WAITING_HEARTBEAT_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub waiting_heartbeat_timeout: Duration,
+
+    /// After a restart, how long a job rebuilt from its members' resumes waits for every rank
+    /// of its round before forming the next round without the missing ones.
+    #[arg(long, env = "DTRDZV_RESUME_WINDOW", default_value = "10s", value_parser = parse_duration)]
+    pub resume_window: Duration,
 
     /// An ended job is remembered this long (later joins are told how it ended).
     #[arg(long, env = "DTRDZV_JOB_RETENTION", default_value = "60s", value_parser = parse_duration)]
@@ -169,6 +176,7 @@ impl Default for ServeConfig {
             heartbeat_timeout: Duration::from_secs(2),
             waiting_heartbeat_interval: Duration::from_secs(2),
             waiting_heartbeat_timeout: Duration::from_secs(10),
+            resume_window: Duration::from_secs(10),
             job_retention: Duration::from_secs(60),
             job_idle_ttl: Duration::from_secs(300),
             max_jobs: 4096,
@@ -237,6 +245,7 @@ impl ServeConfig {
             heartbeat_timeout: self.heartbeat_timeout,
             waiting_heartbeat_interval: self.waiting_heartbeat_interval,
             waiting_heartbeat_timeout: self.waiting_heartbeat_timeout,
+            resume_window: self.resume_window,
             ended_retention: self.job_retention,
             idle_ttl: self.job_idle_ttl,
             max_jobs: self.max_jobs,

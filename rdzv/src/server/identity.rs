@@ -17,6 +17,8 @@ pub struct Identity {
     key: PrivateKeyDer<'static>,
     /// Whether it was generated at start-up.
     pub generated: bool,
+    /// A generated identity's certificate and key as PEM.
+    pem: Option<(String, String)>,
 }
 
 impl Identity {
@@ -29,6 +31,7 @@ impl Identity {
             chain,
             key,
             generated: false,
+            pem: None,
         })
     }
 
@@ -40,7 +43,31 @@ impl Identity {
             chain: vec![ck.cert.der().clone()],
             key: PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(ck.key_pair.serialize_der())),
             generated: true,
+            pem: Some((ck.cert.pem(), ck.key_pair.serialize_pem())),
         })
+    }
+
+    /// Writes a generated certificate and its key as PEM to files that must not exist yet
+    /// (the key readable by its owner only).
+    pub fn write(&self, cert: &Path, key: &Path) -> std::io::Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let Some((cert_pem, key_pem)) = &self.pem else {
+            return Err(std::io::Error::other(
+                "only a generated identity is written out",
+            ));
+        };
+        let create = |path: &Path, mode: u32, text: &str| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(mode)
+                .open(path)
+                .and_then(|mut f| f.write_all(text.as_bytes()))
+                .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+        };
+        create(key, 0o600, key_pem)?;
+        create(cert, 0o644, cert_pem)
     }
 
     /// `sha256:...` of the leaf certificate, for clients to pin.

@@ -66,6 +66,13 @@ impl Server {
             (None, None)
         } else {
             let identity = match (&config.tls_cert, &config.tls_key) {
+                (Some(c), Some(k)) if !c.exists() && !k.exists() => {
+                    let id = Identity::generate(&config.tls_names)?;
+                    id.write(c, k)?;
+                    tracing::info!(cert = %c.display(), key = %k.display(),
+                        "generated a TLS identity into the given files");
+                    id
+                }
                 (Some(c), Some(k)) => Identity::from_files(c, k)?,
                 _ => Identity::generate(&config.tls_names)?,
             };

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dt_rdzv_proto::native::{
-    FrameReader, codec::DEFAULT_MAX_PAYLOAD, decode_client, encode_server,
+    CLOSE_GOING_AWAY, CLOSE_NO_STREAM, CLOSE_NORMAL, FrameReader, codec::DEFAULT_MAX_PAYLOAD,
+    decode_client, encode_server,
 };
 use dt_rdzv_proto::rendezvous::{ConnId, Input};
 use tokio::sync::{mpsc, watch};
@@ -80,7 +81,7 @@ pub(crate) async fn accept_loop(
             }
         }
     }
-    endpoint.close(0u32.into(), b"server shutting down");
+    endpoint.close(CLOSE_GOING_AWAY.into(), b"server shutting down");
     let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
 }
 
@@ -112,7 +113,7 @@ async fn serve(
         }
         Err(_) => {
             tracing::warn!(%peer, ?deadline, "no stream opened in time; closing");
-            conn.close(1u32.into(), b"no stream opened in time");
+            conn.close(CLOSE_NO_STREAM.into(), b"no stream opened in time");
             return;
         }
     };
@@ -120,14 +121,20 @@ async fn serve(
     let (tx, rx) = mpsc::unbounded_channel();
     core.connect(id, peer.ip().to_canonical().to_string(), tx);
     let writer = tokio::spawn(write_loop(send, rx, conn.clone()));
+    let shutting_down = stop.clone();
     let why = read_loop(id, recv, &core, stop).await;
     core.input(Input::Closed {
         conn: id,
         why: why.clone(),
     });
     tracing::debug!(conn = id, %peer, %why, "native connection closed");
+    if *shutting_down.borrow() {
+        // A restart: members reconnect and resume their rounds.
+        conn.close(CLOSE_GOING_AWAY.into(), b"server shutting down");
+        return;
+    }
     let _ = tokio::time::timeout(Duration::from_secs(3), writer).await;
-    conn.close(0u32.into(), b"closed");
+    conn.close(CLOSE_NORMAL.into(), b"closed");
 }
 
 /// Reads frames until the stream ends or breaks; returns why.
@@ -200,7 +207,7 @@ async fn write_loop(
             let _ = tokio::time::timeout(Duration::from_secs(1), conn.closed()).await;
             let mut r = reason.into_bytes();
             r.truncate(200);
-            conn.close(0u32.into(), &r);
+            conn.close(CLOSE_NORMAL.into(), &r);
             return;
         }
     }

@@ -117,6 +117,23 @@ pub struct Join {
     pub role: Role,
     /// The job's settings (creates the job if it does not exist).
     pub spec: JobSpec,
+    /// The place this member held in a running round before its connection was lost (a
+    /// server restart): a server that does not know the job rebuilds that round from its
+    /// members' resumes, so that their ranks and communicators stay valid.
+    pub resume: Option<Resume>,
+}
+
+/// A member's place in a round, as it asks for it back after reconnecting.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resume {
+    /// The round it was welcomed into.
+    pub round: u64,
+    /// Its rank there.
+    pub rank: u32,
+    /// That round's world size.
+    pub world: u32,
+    /// The job's restarts so far.
+    pub restarts: u32,
 }
 
 /// Client to server.
@@ -212,6 +229,12 @@ pub enum RoundCause {
     Requested {
         /// Its member id.
         by: String,
+    },
+    /// The server restarted and the round's members came back with their ranks: the round
+    /// goes on as it was (same number, ranks and peers).
+    Resumed {
+        /// How many members it holds.
+        members: u32,
     },
 }
 

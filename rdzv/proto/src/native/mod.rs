@@ -1,19 +1,22 @@
 //! The native rendezvous protocol (carried over QUIC by `dt-rdzv`): messages and their codec.
 //!
 //! * [`messages`]: [`ClientMsg`] and [`ServerMsg`] and the types inside them;
-//! * [`codec`]: frames of magic, version and length around rkyv archives, validated on read.
+//! * [`codec`]: frames of magic, version and length around rkyv archives, validated on read;
+//! * the QUIC application close codes ([`CLOSE_GOING_AWAY`]: reconnect and resume).
 
+mod close;
 pub mod codec;
 // rkyv derives undocumented public helper types for enum variants with fields; every item
 // written here is documented.
 #[allow(missing_docs)]
 pub mod messages;
 
+pub use close::{CLOSE_GOING_AWAY, CLOSE_NO_STREAM, CLOSE_NORMAL};
 pub use codec::{
     CodecError, FrameReader, MAGIC, VERSION, decode_client, decode_server, encode_client,
     encode_server,
 };
 pub use messages::{
-    ClientMsg, JobEnd, JobSpec, JobStatus, Join, LateJoin, MemberStatus, Peer, RefusalCode, Role,
-    RoundCause, ServerMsg, Welcome,
+    ClientMsg, JobEnd, JobSpec, JobStatus, Join, LateJoin, MemberStatus, Peer, RefusalCode, Resume,
+    Role, RoundCause, ServerMsg, Welcome,
 };

@@ -21,6 +21,9 @@ pub struct MachineConfig {
     /// A member not yet welcomed into a round is lost after this long without a message.
     /// Generous, so that a member starved of CPU while a large job gathers is not dropped.
     pub waiting_heartbeat_timeout: Duration,
+    /// After a restart, how long a job rebuilt from its members' resumes waits for every rank
+    /// of its round to come back before it forms the next round without the missing ones.
+    pub resume_window: Duration,
     /// An ended job is remembered (refusing joins, naming how it ended) this long.
     pub ended_retention: Duration,
     /// A job with no members is forgotten after this long.
@@ -44,6 +47,7 @@ impl Default for MachineConfig {
             heartbeat_timeout: Duration::from_secs(2),
             waiting_heartbeat_interval: Duration::from_secs(2),
             waiting_heartbeat_timeout: Duration::from_secs(10),
+            resume_window: Duration::from_secs(10),
             ended_retention: Duration::from_secs(60),
             idle_ttl: Duration::from_secs(300),
             max_jobs: 4096,

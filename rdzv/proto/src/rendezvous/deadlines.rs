@@ -24,6 +24,9 @@ impl Job {
                 ..
             } => {
                 at(*since + Duration::from_millis(spec.join_timeout_ms));
+                if let Some(a) = &self.adopting {
+                    at(a.until);
+                }
                 if let Some(l) = last_call_at {
                     at(*l + Duration::from_millis(spec.last_call_ms));
                 }
@@ -63,6 +66,9 @@ impl Job {
         {
             self.end(now, JobEnd::Expired { ttl_ms: ttl }, fx);
             return self.spec.ephemeral;
+        }
+        if self.adopting.as_ref().is_some_and(|a| now >= a.until) {
+            self.give_up_resume(now, cfg, fx);
         }
         let last_call = Duration::from_millis(self.spec.last_call_ms);
         match &self.phase {

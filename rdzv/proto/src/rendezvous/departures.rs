@@ -138,6 +138,15 @@ impl Job {
                     *pending_since = None;
                 }
             }
+            (Phase::Forming { .. }, _) if self.adopting.is_some() => {
+                // A resumed member went: its rank cannot come back; form by the usual rules.
+                for id in self.ranks.iter_mut() {
+                    if !self.members.contains_key(id.as_str()) {
+                        id.clear();
+                    }
+                }
+                self.give_up_resume(now, cfg, fx);
+            }
             (Phase::Forming { .. }, _) => {
                 self.promote_spares();
                 self.try_complete(now, cfg, fx);

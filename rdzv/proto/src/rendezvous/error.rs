@@ -224,6 +224,12 @@ impl fmt::Display for RoundCause {
             }
             RoundCause::NewMembers { count } => write!(f, "{count} new members"),
             RoundCause::Requested { by } => write!(f, "new round requested by {by:?}"),
+            RoundCause::Resumed { members } => {
+                write!(
+                    f,
+                    "resumed after a server restart ({members} members came back)"
+                )
+            }
         }
     }
 }

@@ -78,6 +78,8 @@ pub(crate) struct Job {
     pub(crate) counts: [u32; 3],
     next_arrival: u64,
     pub(crate) empty_since: Option<Instant>,
+    /// Rebuilding a round after a server restart (see `resume`).
+    pub(crate) adopting: Option<super::resume::Adopting>,
 }
 
 pub(crate) fn ms(d: Duration) -> u64 {
@@ -157,6 +159,7 @@ impl Job {
             counts: [0; 3],
             next_arrival: 0,
             empty_since: Some(now),
+            adopting: None,
         }
     }
 
@@ -226,7 +229,10 @@ impl Job {
                 member: join.member,
             });
         }
-        let place = if self.candidates() < self.spec.max_members {
+        let resumed = self.resumed_rank(&join);
+        let place = if resumed.is_some() {
+            Place::Active
+        } else if self.candidates() < self.spec.max_members {
             Place::Waiting
         } else if self.count(Place::Spare) < self.spec.max_spares {
             Place::Spare
@@ -254,10 +260,13 @@ impl Job {
                 role: join.role,
                 last_seen: now,
                 arrival: self.next_arrival,
-                rank: None,
+                rank: resumed,
                 place,
             },
         );
+        if let Some(rank) = resumed {
+            self.seat(&id, rank);
+        }
         self.empty_since = None;
         fx.event(Event::Joined {
             job: self.name.clone(),
@@ -271,7 +280,12 @@ impl Job {
                 job: self.name.clone(),
                 round: self.round + 1,
                 spare: place == Place::Spare,
-                heartbeat_interval_ms: ms(cfg.waiting_heartbeat_interval),
+                // A member that took back its rank is in a round already: the round's rate.
+                heartbeat_interval_ms: ms(if resumed.is_some() {
+                    cfg.heartbeat_interval
+                } else {
+                    cfg.waiting_heartbeat_interval
+                }),
             },
         );
         match &mut self.phase {
@@ -309,6 +323,9 @@ impl Job {
 
     /// In a forming round: complete it if its rules say so now.
     pub(crate) fn try_complete(&mut self, now: Instant, cfg: &MachineConfig, fx: &mut Effects) {
+        if self.try_complete_resumed(now, cfg, fx) {
+            return;
+        }
         let n = self.candidates();
         let Phase::Forming {
             last_call_at,

@@ -415,10 +415,12 @@ impl RendezvousMachine {
                 self.refuse_and_close(conn, Refusal::TooManyJobs { job: join.job, max });
                 return;
             }
-            self.jobs.insert(
-                join.job.clone(),
-                Job::new(join.job.clone(), join.spec.clone(), now),
-            );
+            let mut job = Job::new(join.job.clone(), join.spec.clone(), now);
+            if let Some(r) = &join.resume {
+                // A server that restarted: rebuild the round its members were in.
+                job.adopt(r, now, &self.config);
+            }
+            self.jobs.insert(join.job.clone(), job);
             self.fx.event(Event::JobCreated {
                 job: join.job.clone(),
             });

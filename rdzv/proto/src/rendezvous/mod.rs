@@ -39,6 +39,7 @@ mod machine;
 mod peers;
 mod ranks;
 mod requests;
+mod resume;
 
 pub use auth::{JOB_TOKEN_PREFIX, Scope, authorized, job_token};
 pub use config::MachineConfig;

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use dt_rdzv_proto::native::{ClientMsg, JobSpec, Join, Role, ServerMsg, Welcome};
+use dt_rdzv_proto::native::{ClientMsg, JobSpec, Join, Resume, Role, ServerMsg, Welcome};
 use dt_rdzv_proto::rendezvous::{Action, ConnId, Event, Input, MachineConfig, RendezvousMachine};
 
 pub const TOKEN: &str = "s3cret";
@@ -66,6 +66,20 @@ impl Sim {
         spec: &JobSpec,
         role: Role,
     ) {
+        self.join_full(conn, job, member, node, spec, role, None);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn join_full(
+        &mut self,
+        conn: ConnId,
+        job: &str,
+        member: &str,
+        node: &str,
+        spec: &JobSpec,
+        role: Role,
+        resume: Option<Resume>,
+    ) {
         self.input(Input::Connected {
             conn,
             observed_ip: format!("10.0.{}.{}", conn / 256, conn % 256),
@@ -80,6 +94,7 @@ impl Sim {
                 addrs: vec![format!("{node}:{}", 40000 + conn)],
                 role,
                 spec: spec.clone(),
+                resume,
             }),
         );
     }
@@ -88,6 +103,19 @@ impl Sim {
     pub fn join(&mut self, conn: ConnId, job: &str, spec: &JobSpec, per_node: u64) {
         let (member, node) = (format!("m{conn:05}"), format!("n{:04}", conn / per_node));
         self.join_as(conn, job, &member, &node, spec, Role::Worker);
+    }
+
+    /// Member `conn` (named as by [`Sim::join`]) asking for its place in `resume` back.
+    pub fn join_resumed(
+        &mut self,
+        conn: ConnId,
+        job: &str,
+        spec: &JobSpec,
+        per_node: u64,
+        resume: Resume,
+    ) {
+        let (member, node) = (format!("m{conn:05}"), format!("n{:04}", conn / per_node));
+        self.join_full(conn, job, &member, &node, spec, Role::Worker, Some(resume));
     }
 
     pub fn close(&mut self, conn: ConnId) {

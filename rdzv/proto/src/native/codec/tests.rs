@@ -12,6 +12,7 @@ fn join(member: &str) -> ClientMsg {
         addrs: vec!["10.0.0.1:29500".into(), "[fe80::1]:29500".into()],
         role: Role::Main,
         spec: JobSpec::elastic(2, 8),
+        resume: None,
     })
 }
 
@@ -158,6 +159,7 @@ fn arb_client() -> impl Strategy<Value = ClientMsg> {
                     addrs,
                     role: if main { Role::Main } else { Role::Worker },
                     spec: JobSpec::elastic(1, n),
+                    resume: None,
                 })
             ),
         any::<u64>().prop_map(|seq| ClientMsg::Heartbeat { seq }),

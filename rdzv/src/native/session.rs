@@ -1,0 +1,341 @@
+//! One client connection's task: it writes what the client sends, reads what the server
+//! pushes, sends heartbeats at the rate the server asked for, and, for a member whose
+//! connection is lost without the server meaning it (a restart: close code
+//! [`CLOSE_GOING_AWAY`]; or a network failure: an idle timeout), reconnects and joins again
+//! asking for the place it held ([`Resume`]), within the client's reconnect window.
+//!
+//! One task per connection rather than a reader, a writer and a heartbeat task: a launcher or
+//! a benchmark herd holds thousands of these.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dt_rdzv_proto::native::{
+    CLOSE_GOING_AWAY, ClientMsg, FrameReader, Join, RefusalCode, Resume, ServerMsg, decode_server,
+    encode_client,
+};
+use tokio::sync::mpsc;
+use tokio::time::{Instant, Interval};
+
+use super::client::ClientConfig;
+use super::error::NativeError;
+
+/// Largest server message a client accepts.
+const MAX_SERVER_FRAME: u32 = 64 << 20;
+
+/// What the client handle and its session task share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    /// The current connection (replaced when the session reconnects).
+    pub(crate) conn: Mutex<quinn::Connection>,
+    /// No heartbeats (tests of the server's liveness detection).
+    pub(crate) silent: AtomicBool,
+}
+
+impl Shared {
+    pub(crate) fn conn(&self) -> quinn::Connection {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// Resolves `host[:port]` (the native port by default).
+pub(crate) async fn resolve(endpoint: &str, default_port: u16) -> Result<SocketAddr, NativeError> {
+    let with_port = if endpoint.rsplit_once(':').is_some_and(|(h, p)| {
+        !p.is_empty()
+            && p.chars().all(|c| c.is_ascii_digit())
+            && (!h.contains(':') || h.ends_with(']'))
+    }) {
+        endpoint.to_string()
+    } else {
+        format!("{endpoint}:{default_port}")
+    };
+    let err = |why: String| NativeError::Connect {
+        endpoint: endpoint.into(),
+        why,
+    };
+    tokio::net::lookup_host(&with_port)
+        .await
+        .map_err(|e| err(e.to_string()))?
+        .next()
+        .ok_or_else(|| err("name resolves to no address".into()))
+}
+
+/// Opens a connection and its stream within `deadline`.
+pub(crate) async fn open(
+    endpoint: &quinn::Endpoint,
+    cfg: &ClientConfig,
+    default_port: u16,
+    deadline: Duration,
+) -> Result<(quinn::Connection, quinn::SendStream, quinn::RecvStream), NativeError> {
+    let addr = resolve(&cfg.endpoint, default_port).await?;
+    let err = |why: String| NativeError::Connect {
+        endpoint: cfg.endpoint.clone(),
+        why,
+    };
+    let connecting = endpoint
+        .connect(addr, &cfg.server_name)
+        .map_err(|e| err(e.to_string()))?;
+    let conn = tokio::time::timeout(deadline, connecting)
+        .await
+        .map_err(|_| err(format!("no handshake within {deadline:?}")))?
+        .map_err(|e| err(e.to_string()))?;
+    let (send, recv) = conn.open_bi().await.map_err(|e| err(e.to_string()))?;
+    Ok((conn, send, recv))
+}
+
+/// How a connection ended.
+enum End {
+    /// The client handle closed its side: finish and stop.
+    Done,
+    /// The connection is gone; `retry` when the server did not mean it.
+    Lost { why: String, retry: bool },
+}
+
+/// A connection's task (see the module docs).
+pub(crate) struct Session {
+    pub(crate) endpoint: quinn::Endpoint,
+    pub(crate) cfg: ClientConfig,
+    pub(crate) default_port: u16,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) out: mpsc::UnboundedReceiver<ClientMsg>,
+    pub(crate) events: mpsc::UnboundedSender<Result<ServerMsg, NativeError>>,
+    /// The join this member sent (to send again after reconnecting).
+    pub(crate) join: Option<Join>,
+    /// Its place in the last round it was welcomed into.
+    pub(crate) resume: Option<Resume>,
+    /// The heartbeat interval the server asked for (none before a join).
+    pub(crate) every: Option<Duration>,
+    /// It left or finished: a lost connection is no surprise.
+    pub(crate) leaving: bool,
+    /// Reconnected and waiting for the server's answer to the join sent again.
+    pub(crate) rejoining: bool,
+    /// Until when reconnecting may go on (set by the first loss, cleared by a `Joined`).
+    pub(crate) reconnect_until: Option<Instant>,
+    /// Pause before the next reconnection after a refused rejoin (doubles up to 1 s).
+    pub(crate) pause: Duration,
+}
+
+/// Longest a reconnection attempt waits for a handshake: a server that is still down is
+/// tried again rather than waited for.
+const ATTEMPT: Duration = Duration::from_secs(2);
+/// First pause after a refused rejoin.
+const FIRST_PAUSE: Duration = Duration::from_millis(50);
+
+fn ticker(every: Duration) -> Interval {
+    // The first tick one interval from now: a join, or the welcome that changed the rate,
+    // counts as a message.
+    let mut t = tokio::time::interval_at(Instant::now() + every, every);
+    t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    t
+}
+
+/// Whether a connection error is one the server did not mean for this member: it went away
+/// (a restart), or the path failed (idle timeout, reset).
+fn unintended(e: &quinn::ConnectionError) -> bool {
+    use quinn::ConnectionError as E;
+    match e {
+        E::ApplicationClosed(c) => c.error_code == CLOSE_GOING_AWAY.into(),
+        E::TimedOut | E::Reset => true,
+        _ => false,
+    }
+}
+
+impl Session {
+    /// Runs until the client closes, or the connection is lost for good (told as an error
+    /// event).
+    pub(crate) async fn run(mut self, mut send: quinn::SendStream, mut recv: quinn::RecvStream) {
+        loop {
+            match self.serve(&mut send, &mut recv).await {
+                End::Done => {
+                    let _ = send.finish();
+                    return;
+                }
+                End::Lost { why, retry } => {
+                    let window = self.cfg.reconnect.filter(|_| {
+                        retry && self.join.is_some() && !self.leaving && self.events_wanted()
+                    });
+                    let Some(window) = window else {
+                        let _ = self.events.send(Err(NativeError::Lost(why)));
+                        return;
+                    };
+                    let until = *self
+                        .reconnect_until
+                        .get_or_insert_with(|| Instant::now() + window);
+                    match self.reconnect(&why, until).await {
+                        Some((s, r)) => (send, recv) = (s, r),
+                        None => return,
+                    }
+                }
+            }
+        }
+    }
+
+    fn events_wanted(&self) -> bool {
+        !self.events.is_closed()
+    }
+
+    /// Serves one connection until it ends.
+    async fn serve(&mut self, send: &mut quinn::SendStream, recv: &mut quinn::RecvStream) -> End {
+        let mut reader = FrameReader::new(MAX_SERVER_FRAME);
+        let mut tick = self.every.map(ticker);
+        let mut seq = 0u64;
+        loop {
+            let before = self.every;
+            tokio::select! {
+                msg = self.out.recv() => {
+                    let Some(msg) = msg else { return End::Done };
+                    match &msg {
+                        ClientMsg::Join(j) => self.join = Some(j.clone()),
+                        ClientMsg::Leave | ClientMsg::Finish => self.leaving = true,
+                        _ => {}
+                    }
+                    if send.write_all(&encode_client(&msg)).await.is_err() {
+                        // The read side says why.
+                        continue;
+                    }
+                }
+                chunk = recv.read_chunk(usize::MAX, true) => match chunk {
+                    Ok(Some(chunk)) => {
+                        reader.push(&chunk.bytes);
+                        if let Some(end) = self.deliver(&mut reader) {
+                            return end;
+                        }
+                    }
+                    Ok(None) => {
+                        return End::Lost { why: "server closed the stream".into(), retry: false };
+                    }
+                    Err(quinn::ReadError::ConnectionLost(e)) => {
+                        let retry = unintended(&e) || self.rejoining;
+                        return End::Lost { why: e.to_string(), retry };
+                    }
+                    Err(e) => return End::Lost { why: e.to_string(), retry: false },
+                },
+                _ = async { tick.as_mut().expect("guarded").tick().await }, if tick.is_some() => {
+                    if !self.shared.silent.load(Ordering::Relaxed) {
+                        seq += 1;
+                        let hb = encode_client(&ClientMsg::Heartbeat { seq });
+                        if send.write_all(&hb).await.is_err() {
+                            continue;
+                        }
+                    }
+                }
+            }
+            if self.every != before {
+                tick = self.every.map(ticker);
+            }
+        }
+    }
+
+    /// Hands every complete message to the client, noting what the session needs.
+    fn deliver(&mut self, reader: &mut FrameReader) -> Option<End> {
+        loop {
+            let payload = match reader.next_payload() {
+                Ok(Some(p)) => p,
+                Ok(None) => return None,
+                Err(e) => {
+                    let _ = self.events.send(Err(e.into()));
+                    return Some(End::Done);
+                }
+            };
+            let msg = match decode_server(&payload) {
+                Ok(m) => m,
+                Err(e) => {
+                    let _ = self.events.send(Err(e.into()));
+                    return Some(End::Done);
+                }
+            };
+            match &msg {
+                ServerMsg::Joined {
+                    heartbeat_interval_ms,
+                    ..
+                } => {
+                    self.every = Some(Duration::from_millis((*heartbeat_interval_ms).max(10)));
+                    if self.rejoining {
+                        tracing::info!(endpoint = %self.cfg.endpoint, "rejoined after reconnecting");
+                    }
+                    self.rejoining = false;
+                    self.reconnect_until = None;
+                    self.pause = FIRST_PAUSE;
+                }
+                ServerMsg::Welcome(w) => {
+                    self.every = Some(Duration::from_millis(w.heartbeat_interval_ms.max(10)));
+                    self.resume = Some(Resume {
+                        round: w.round,
+                        rank: w.rank,
+                        world: w.world,
+                        restarts: w.restarts,
+                    });
+                }
+                // The server still holds this member's old connection (it has not noticed
+                // the loss yet): try again until it lets go.
+                ServerMsg::Refused {
+                    code: RefusalCode::MemberTaken,
+                    ..
+                } if self.rejoining => continue,
+                // Any other answer to a rejoin is final.
+                ServerMsg::Refused { .. } | ServerMsg::JobEnded { .. } => self.rejoining = false,
+                _ => {}
+            }
+            if self.events.send(Ok(msg)).is_err() {
+                return Some(End::Done);
+            }
+        }
+    }
+
+    /// Reconnects with backoff until `until`, and sends the join again with this member's
+    /// place. `None` (after telling the client) when it cannot.
+    async fn reconnect(
+        &mut self,
+        why: &str,
+        until: Instant,
+    ) -> Option<(quinn::SendStream, quinn::RecvStream)> {
+        if self.rejoining {
+            // The last rejoin was refused (the server still held the old connection).
+            tokio::time::sleep(self.pause).await;
+            self.pause = (self.pause * 2).min(Duration::from_secs(1));
+        }
+        let mut backoff = FIRST_PAUSE;
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            tracing::warn!(endpoint = %self.cfg.endpoint, %why, attempt,
+                "connection to dt-rdzv lost; reconnecting to resume this member's round");
+            let left = until.saturating_duration_since(Instant::now());
+            let opened = open(
+                &self.endpoint,
+                &self.cfg,
+                self.default_port,
+                left.min(ATTEMPT),
+            );
+            let mut last = match opened.await {
+                Ok((conn, mut send, recv)) => {
+                    *self.shared.conn.lock().unwrap_or_else(|p| p.into_inner()) = conn;
+                    let mut join = self.join.clone().expect("only members reconnect");
+                    join.resume = self.resume;
+                    if send
+                        .write_all(&encode_client(&ClientMsg::Join(join)))
+                        .await
+                        .is_ok()
+                    {
+                        self.rejoining = true;
+                        return Some((send, recv));
+                    }
+                    "the new connection closed at once".to_string()
+                }
+                Err(e) => e.to_string(),
+            };
+            if Instant::now() + backoff >= until {
+                last = format!(
+                    "lost the connection to dt-rdzv ({why}) and could not rejoin within the \
+                     reconnect window: {last}"
+                );
+                let _ = self.events.send(Err(NativeError::Lost(last)));
+                return None;
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
+    }
+}
