@@ -394,9 +394,16 @@ fn members_resume_their_round_when_the_server_restarts() {
         );
         // Each member reconnects on its own and is welcomed into round 1 again, same rank.
         for (m, rank) in ms.iter_mut().zip(&ranks) {
-            let w = m.wait_welcome(WAIT).await.expect("welcome after the restart");
+            let w = m
+                .wait_welcome(WAIT)
+                .await
+                .expect("welcome after the restart");
             assert_eq!((w.round, w.world, w.rank), (1, 3, *rank));
-            assert!(matches!(w.cause, RoundCause::Resumed { members: 3 }), "{:?}", w.cause);
+            assert!(
+                matches!(w.cause, RoundCause::Resumed { members: 3 }),
+                "{:?}",
+                w.cause
+            );
         }
         let status = ms[0].status(Some("durable")).await.expect("status");
         assert_eq!((status[0].round, status[0].members.len()), (1, 3));

@@ -379,7 +379,7 @@ impl NativeClient {
         let (tx, _) = mpsc::unbounded_channel();
         drop(std::mem::replace(&mut self.out, tx));
         if let Some(t) = self.task.as_mut() {
-            let _ = tokio::time::timeout(Duration::from_millis(500), t).await;
+            let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
         }
         self.shared
             .conn()

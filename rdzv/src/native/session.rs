@@ -149,7 +149,10 @@ impl Session {
         loop {
             match self.serve(&mut send, &mut recv).await {
                 End::Done => {
+                    // Until the server has read everything (or closed): closing the connection
+                    // at once would drop a last `Leave` or `Finish` still in quinn's buffers.
                     let _ = send.finish();
+                    let _ = tokio::time::timeout(Duration::from_secs(2), send.stopped()).await;
                     return;
                 }
                 End::Lost { why, retry } => {
