@@ -60,6 +60,15 @@ class NativeServer:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def restart(self, tmp_path: Path, *extra: str) -> NativeServer:
+        """Stops this server (SIGTERM) and starts another on the same ports with the same
+        token and ``extra`` flags (pass ``--tls-cert``/``--tls-key`` files to keep the
+        fingerprint members pinned)."""
+        self.stop()
+        port = lambda addr: int(addr.rsplit(":", 1)[1])  # noqa: E731
+        return start(tmp_path, *extra, token=self.token, store_port=port(self.store),
+                     native_port=port(self.native), log_name="dt-rdzv-native-restarted.log")
+
     def stop(self, timeout: float = 15.0) -> int:
         if self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGTERM)
@@ -71,12 +80,14 @@ class NativeServer:
         return self.proc.returncode
 
 
-def start(tmp_path: Path, *extra: str) -> NativeServer:
-    log_path = tmp_path / "dt-rdzv-native.log"
-    token = secrets.token_hex(16)
+def start(tmp_path: Path, *extra: str, token: str | None = None, store_port: int = 0,
+          native_port: int = 0, log_name: str = "dt-rdzv-native.log") -> NativeServer:
+    log_path = tmp_path / log_name
+    token = token or secrets.token_hex(16)
     proc = subprocess.Popen(
-        [dt_rdzv_bin(), "serve", "--host", "127.0.0.1", "--port", "0", "--native-port", "0",
-         "--http-port", "0", "--heartbeat-timeout", "4s", *extra],
+        [dt_rdzv_bin(), "serve", "--host", "127.0.0.1", "--port", str(store_port),
+         "--native-port", str(native_port), "--http-port", "0", "--heartbeat-timeout", "4s",
+         *extra],
         stdout=subprocess.PIPE, stderr=open(log_path, "w"), text=True,
         env={**os.environ, "DTRDZV_TOKEN": token,
              "DTRDZV_LOG": os.environ.get("DTRDZV_LOG", "info")},

@@ -16,6 +16,7 @@ import pytest
 
 import dtcomm
 from dtgroup import base_env
+import native_server as native_server_mod
 from native_server import NativeServer, Procs, native_server, procs  # noqa: F401 (fixtures)
 
 INIT_SCRIPT = """
@@ -135,6 +136,47 @@ def test_job_token_opens_its_own_job_only(native_server: NativeServer,
     assert e.value.code == "bad_token"
     with pytest.raises(ValueError):
         dtcomm.job_token("", "jt-own")
+
+
+RESTART_SCRIPT = """
+import os, time, numpy as np, dtcomm
+dtcomm.init()
+first = dtcomm._api._g("test").member.welcome.round
+for step in range(1, int(os.environ["STEPS"]) + 1):
+    x = np.ones(4, dtype=np.float32)
+    dtcomm.all_reduce(x)
+    assert x[0] == dtcomm.size(), x
+    assert not dtcomm._api._round_changed(), "the round changed"
+    print(f"STEP {step}", flush=True)
+    time.sleep(0.05)
+w = dtcomm._api._g("test").member.welcome
+print(f"DONE rank {dtcomm.rank()} round {w.round} first {first}", flush=True)
+dtcomm.barrier()
+dtcomm.shutdown()
+"""
+
+
+def test_training_goes_on_while_the_server_restarts(tmp_path: Path, procs: Procs) -> None:
+    """SIGTERM to dt-rdzv mid-training, a new one on the same ports: the members reconnect,
+    the new server rebuilds their round from their resumes, and no round changes."""
+    tls = ["--tls-cert", str(tmp_path / "cert.pem"), "--tls-key", str(tmp_path / "key.pem")]
+    server = native_server_mod.start(tmp_path, *tls)
+    try:
+        script = tmp_path / "restart.py"
+        script.write_text(RESTART_SCRIPT)
+        env = base_env(server.client_env("restart-job", DTCOMM_RDZV_MEMBERS="2", STEPS="80"))
+        for n in ("a", "b"):
+            procs.start(n, [sys.executable, str(script)], {**env, "DTCOMM_RDZV_MEMBER": n})
+        procs.wait_for("training under way", lambda: all("STEP 10" in procs.out(n) for n in "ab"), 90)
+        server = server.restart(tmp_path, *tls)
+        for n in ("a", "b"):
+            assert procs.wait_exit(n, 120) == 0, procs.dump()
+            out = procs.out(n)
+            assert "DONE" in out and "round 1 first 1" in out, out
+        procs.wait_for("the new server to log the resumed round",
+                       lambda: "resumed after a server restart" in server.log(), 10)
+    finally:
+        server.stop()
 
 
 STOP_SCRIPT = """
