@@ -3,7 +3,9 @@
 ``dt-rdzv serve`` has two doors: the TCPStore port (29400) and the native QUIC port (29401).
 A member joins a *job* on the native port and the server pushes each completed *round*: rank,
 world, local rank, node rank and peers (a :class:`~dtcomm._dtcomm.Welcome`). Liveness is the
-server's (heartbeats), so a lost member ends the round for everyone at once.
+server's (heartbeats), so a lost member ends the round for everyone at once. If the server
+itself restarts, the client reconnects and resumes its round (same number and rank) on its own;
+the communicator is untouched and no round change is seen.
 
 The communicator of a round is bootstrapped on the **TCPStore port of the same server**
 (``DTCOMM_RDZV_STORE``, default: the native endpoint's host, port 29400), under a key prefix

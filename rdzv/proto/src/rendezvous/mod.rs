@@ -24,6 +24,9 @@
 //! * A member silent for the heartbeat timeout, or whose connection closes, is lost: the round
 //!   ends for everyone at once with the reason, and the next one forms from the survivors at
 //!   once if they are at least `min_members`.
+//! * After a server restart, members join again with the place they held (`Join::resume`):
+//!   a job the server does not know is rebuilt from them, the same round with the same ranks,
+//!   within `resume_window` (see `resume`).
 //! * Leaving, finishing the job and stopping it are different things: a member that leaves
 //!   ends the round (not the job, unless it is the main member of an ephemeral job); `Finish`
 //!   and an operator's stop end the job, and later joins are refused saying how it ended.
