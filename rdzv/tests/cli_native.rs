@@ -52,35 +52,54 @@ impl Drop for Proc {
     }
 }
 
-#[test]
-fn sigkilled_member_process_is_replaced_by_a_new_round_then_stop_ends_the_job() {
-    let server = Proc::spawn(
-        Command::new(BIN)
-            .args([
-                "serve",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                "0",
-                "--native-port",
-                "0",
-            ])
-            .args(["--http-port", "0", "--heartbeat-timeout", "2s"])
-            .env("DTRDZV_TOKEN", "cli-token")
-            .env("DTRDZV_LOG", "warn"),
-    );
-    assert!(server.line().starts_with("dt-rdzv listening tcpstore="));
-    let native = server.line();
-    let rest = native.strip_prefix("dt-rdzv listening native=").unwrap();
-    let (endpoint, fp) = rest.split_once(" fingerprint=").unwrap();
-    let client = |args: &[&str], token: &str| {
+/// `dt-rdzv serve` on ephemeral loopback ports, and where its native port is.
+struct Served {
+    proc: Proc,
+    endpoint: String,
+    fingerprint: String,
+}
+
+impl Served {
+    fn start(flags: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Self {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["serve", "--host", "127.0.0.1", "--port", "0"])
+            .args(["--native-port", "0", "--http-port", "0"])
+            .args(flags)
+            .env("DTRDZV_LOG", "warn");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let proc = Proc::spawn(&mut cmd);
+        assert!(proc.line().starts_with("dt-rdzv listening tcpstore="));
+        let native = proc.line();
+        let rest = native.strip_prefix("dt-rdzv listening native=").unwrap();
+        let (endpoint, fp) = rest.split_once(" fingerprint=").unwrap();
+        let (endpoint, fingerprint) = (endpoint.to_string(), fp.to_string());
+        Self {
+            proc,
+            endpoint,
+            fingerprint,
+        }
+    }
+
+    /// A `dt-rdzv` client command against this server with `token`.
+    fn client(&self, args: &[&str], token: &str) -> Command {
         let mut c = Command::new(BIN);
         c.args(args)
-            .env("DTRDZV_NATIVE_ENDPOINT", endpoint)
-            .env("DTRDZV_FINGERPRINT", fp)
+            .env("DTRDZV_NATIVE_ENDPOINT", &self.endpoint)
+            .env("DTRDZV_FINGERPRINT", &self.fingerprint)
             .env("DTRDZV_TOKEN", token);
         c
-    };
+    }
+}
+
+#[test]
+fn sigkilled_member_process_is_replaced_by_a_new_round_then_stop_ends_the_job() {
+    let server = Served::start(
+        &["--heartbeat-timeout", "2s"],
+        &[("DTRDZV_TOKEN", "cli-token".as_ref())],
+    );
+    let client = |args: &[&str], token: &str| server.client(args, token);
     let members: Vec<Proc> = (0..3)
         .map(|i| {
             let name = format!("m{i}");
@@ -169,18 +188,8 @@ fn a_job_token_opens_its_own_job_and_nothing_else() {
     std::fs::create_dir_all(&dir).unwrap();
     let token_file = dir.join("token");
     // No token file yet: serve generates one into it (owner-only) and prints no token.
-    let server = Proc::spawn(
-        Command::new(BIN)
-            .args(["serve", "--host", "127.0.0.1", "--port", "0"])
-            .args(["--native-port", "0", "--http-port", "0"])
-            .arg("--token-file")
-            .arg(&token_file)
-            .env("DTRDZV_LOG", "warn"),
-    );
-    assert!(server.line().starts_with("dt-rdzv listening tcpstore="));
-    let native = server.line();
-    let rest = native.strip_prefix("dt-rdzv listening native=").unwrap();
-    let (endpoint, fp) = rest.split_once(" fingerprint=").unwrap();
+    let served = Served::start(&[], &[("DTRDZV_TOKEN_FILE", token_file.as_os_str())]);
+    let server = &served.proc;
     let http = server.line();
     assert!(http.starts_with("dt-rdzv listening http="), "{http}");
     use std::os::unix::fs::PermissionsExt;
@@ -206,14 +215,7 @@ fn a_job_token_opens_its_own_job_and_nothing_else() {
     assert!(out.status.success());
     let alpha = String::from_utf8(out.stdout).unwrap().trim().to_string();
     assert!(alpha.starts_with("dtj1_"), "{alpha}");
-    let client = |args: &[&str], token: &str| {
-        let mut c = Command::new(BIN);
-        c.args(args)
-            .env("DTRDZV_NATIVE_ENDPOINT", endpoint)
-            .env("DTRDZV_FINGERPRINT", fp)
-            .env("DTRDZV_TOKEN", token);
-        c
-    };
+    let client = |args: &[&str], token: &str| served.client(args, token);
     let member = |job: &str| {
         Proc::spawn(&mut client(
             &["member", "--job", job, "--member", "a0", "--max", "1"],
@@ -253,6 +255,6 @@ fn a_job_token_opens_its_own_job_and_nothing_else() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(m.json()["event"], "job_ended");
-    drop(server);
+    drop(served);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -66,37 +66,16 @@ impl Sim {
         spec: &JobSpec,
         role: Role,
     ) {
-        self.join_full(conn, job, member, node, spec, role, None);
+        self.join_msg(conn, join_msg(conn, job, member, node, spec, role));
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub fn join_full(
-        &mut self,
-        conn: ConnId,
-        job: &str,
-        member: &str,
-        node: &str,
-        spec: &JobSpec,
-        role: Role,
-        resume: Option<Resume>,
-    ) {
+    /// Connects `conn` and sends `join`.
+    pub fn join_msg(&mut self, conn: ConnId, join: Join) {
         self.input(Input::Connected {
             conn,
             observed_ip: format!("10.0.{}.{}", conn / 256, conn % 256),
         });
-        self.send(
-            conn,
-            ClientMsg::Join(Join {
-                job: job.into(),
-                token: TOKEN.into(),
-                member: member.into(),
-                node: node.into(),
-                addrs: vec![format!("{node}:{}", 40000 + conn)],
-                role,
-                spec: spec.clone(),
-                resume,
-            }),
-        );
+        self.send(conn, ClientMsg::Join(join));
     }
 
     /// Member `conn` named `m<conn>` on node `n<conn / per_node>`.
@@ -115,7 +94,14 @@ impl Sim {
         resume: Resume,
     ) {
         let (member, node) = (format!("m{conn:05}"), format!("n{:04}", conn / per_node));
-        self.join_full(conn, job, &member, &node, spec, Role::Worker, Some(resume));
+        let join = join_msg(conn, job, &member, &node, spec, Role::Worker);
+        self.join_msg(
+            conn,
+            Join {
+                resume: Some(resume),
+                ..join
+            },
+        );
     }
 
     pub fn close(&mut self, conn: ConnId) {
@@ -209,4 +195,25 @@ pub fn check_round(ws: &HashMap<ConnId, Welcome>, world: u32) -> u64 {
         assert_eq!(locals, (0..locals.len() as u32).collect::<Vec<_>>());
     }
     round
+}
+
+/// The join a simulated member sends (no resume).
+pub fn join_msg(
+    conn: ConnId,
+    job: &str,
+    member: &str,
+    node: &str,
+    spec: &JobSpec,
+    role: Role,
+) -> Join {
+    Join {
+        job: job.into(),
+        token: TOKEN.into(),
+        member: member.into(),
+        node: node.into(),
+        addrs: vec![format!("{node}:{}", 40000 + conn)],
+        role,
+        spec: spec.clone(),
+        resume: None,
+    }
 }
