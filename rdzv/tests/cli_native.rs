@@ -52,6 +52,17 @@ impl Drop for Proc {
     }
 }
 
+/// Runs a client command that must succeed; its output.
+fn ok(mut cmd: Command) -> std::process::Output {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// `dt-rdzv serve` on ephemeral loopback ports, and where its native port is.
 struct Served {
     proc: Proc,
@@ -162,14 +173,10 @@ fn sigkilled_member_process_is_replaced_by_a_new_round_then_stop_ends_the_job() 
         (Some(2), Some(2))
     );
     // Stop.
-    let out = client(&["stop", "cli", "--reason", "test over"], "cli-token")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(client(
+        &["stop", "cli", "--reason", "test over"],
+        "cli-token",
+    ));
     for mut m in members {
         let end = m.json();
         assert_eq!(
@@ -230,14 +237,7 @@ fn a_job_token_opens_its_own_job_and_nothing_else() {
     let code = other.child.wait().unwrap().code();
     assert_ne!(code, Some(0), "job token of alpha joined beta");
     // Its own job's status, yes; another's, or the list of jobs, no.
-    let out = client(&["status", "alpha", "--json"], &alpha)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(client(&["status", "alpha", "--json"], &alpha));
     for args in [&["status", "beta"][..], &["jobs"][..]] {
         let out = client(args, &alpha).output().unwrap();
         assert!(!out.status.success(), "{args:?}");
