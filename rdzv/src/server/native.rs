@@ -120,9 +120,15 @@ async fn serve(
     tracing::debug!(conn = id, %peer, "native connection opened");
     let (tx, rx) = mpsc::unbounded_channel();
     core.connect(id, peer.ip().to_canonical().to_string(), tx);
-    let writer = tokio::spawn(write_loop(send, rx, conn.clone()));
     let shutting_down = stop.clone();
-    let why = read_loop(id, recv, &core, stop).await;
+    let mut c = Conn {
+        id,
+        send,
+        recv,
+        outbox: rx,
+        conn: conn.clone(),
+    };
+    let why = c.run(&core, stop).await;
     core.input(Input::Closed {
         conn: id,
         why: why.clone(),
@@ -133,59 +139,73 @@ async fn serve(
         conn.close(CLOSE_GOING_AWAY.into(), b"server shutting down");
         return;
     }
-    let _ = tokio::time::timeout(Duration::from_secs(3), writer).await;
+    // What the machine sent before it forgot the connection (the outbox closes with it).
+    let _ = tokio::time::timeout(Duration::from_secs(3), c.drain()).await;
     conn.close(CLOSE_NORMAL.into(), b"closed");
 }
 
-/// Reads frames until the stream ends or breaks; returns why.
-async fn read_loop(
+/// One member's connection: its stream both ways and its outbox. One task per connection
+/// (thousands of members): it reads and decodes what the member sends, feeding the machine,
+/// and writes what the machine routes to it.
+struct Conn {
     id: ConnId,
-    mut recv: quinn::RecvStream,
-    core: &RdzvCore,
-    mut stop: watch::Receiver<bool>,
-) -> String {
-    let mut reader = FrameReader::new(DEFAULT_MAX_PAYLOAD);
-    loop {
-        // Chunks as quinn holds them: no per-connection read buffer (thousands of members).
-        let read = tokio::select! {
-            _ = stop.changed() => return "server shutting down".into(),
-            r = recv.read_chunk(usize::MAX, true) => r,
-        };
-        match read {
-            Ok(Some(chunk)) => reader.push(&chunk.bytes),
-            Ok(None) => return "client finished its stream".into(),
-            Err(e) => return e.to_string(),
-        }
+    send: quinn::SendStream,
+    recv: quinn::RecvStream,
+    outbox: mpsc::UnboundedReceiver<NativeOut>,
+    conn: quinn::Connection,
+}
+
+impl Conn {
+    /// Serves the connection until it ends; returns why.
+    async fn run(&mut self, core: &RdzvCore, mut stop: watch::Receiver<bool>) -> String {
+        let mut reader = FrameReader::new(DEFAULT_MAX_PAYLOAD);
         loop {
-            let payload = match reader.next_payload() {
-                Ok(Some(p)) => p,
-                Ok(None) => break,
-                Err(error) => {
-                    let why = error.to_string();
-                    core.input(Input::Malformed { conn: id, error });
-                    return format!("bad frame: {why}");
-                }
-            };
-            match decode_client(&payload) {
-                Ok(msg) => core.input(Input::Message { conn: id, msg }),
-                Err(error) => {
-                    let why = error.to_string();
-                    core.input(Input::Malformed { conn: id, error });
-                    return format!("bad message: {why}");
-                }
+            tokio::select! {
+                _ = stop.changed() => return "server shutting down".into(),
+                out = self.outbox.recv() => match out {
+                    Some(first) => {
+                        if let Some(why) = self.write(first).await {
+                            return why;
+                        }
+                    }
+                    // The machine let go of the connection without a close: keep reading
+                    // until the member goes.
+                    None => return self.read_to_end(&mut reader, core).await,
+                },
+                // Chunks as quinn holds them: no per-connection read buffer.
+                chunk = self.recv.read_chunk(usize::MAX, true) => match chunk {
+                    Ok(Some(chunk)) => {
+                        reader.push(&chunk.bytes);
+                        if let Some(why) = feed(self.id, &mut reader, core) {
+                            return why;
+                        }
+                    }
+                    Ok(None) => return "client finished its stream".into(),
+                    Err(e) => return e.to_string(),
+                },
             }
         }
     }
-}
 
-async fn write_loop(
-    mut send: quinn::SendStream,
-    mut rx: mpsc::UnboundedReceiver<NativeOut>,
-    conn: quinn::Connection,
-) {
-    let mut out = Vec::new();
-    while let Some(first) = rx.recv().await {
-        out.clear();
+    async fn read_to_end(&mut self, reader: &mut FrameReader, core: &RdzvCore) -> String {
+        loop {
+            match self.recv.read_chunk(usize::MAX, true).await {
+                Ok(Some(chunk)) => {
+                    reader.push(&chunk.bytes);
+                    if let Some(why) = feed(self.id, reader, core) {
+                        return why;
+                    }
+                }
+                Ok(None) => return "client finished its stream".into(),
+                Err(e) => return e.to_string(),
+            }
+        }
+    }
+
+    /// Writes `first` and whatever else is queued; on a close, finishes the stream, gives the
+    /// member a moment to read and close first, and closes. Returns why when it closed.
+    async fn write(&mut self, first: NativeOut) -> Option<String> {
+        let mut out = Vec::new();
         let mut close = None;
         let mut item = Some(first);
         while let Some(o) = item.take() {
@@ -196,19 +216,50 @@ async fn write_loop(
                     break;
                 }
             }
-            item = rx.try_recv().ok();
+            item = self.outbox.try_recv().ok();
         }
-        if !out.is_empty() && send.write_all(&out).await.is_err() {
-            return;
+        if !out.is_empty() && self.send.write_all(&out).await.is_err() {
+            return Some("the stream broke while writing".into());
         }
-        if let Some(reason) = close {
-            let _ = send.finish();
-            // Give the client a moment to read the last message and close first.
-            let _ = tokio::time::timeout(Duration::from_secs(1), conn.closed()).await;
-            let mut r = reason.into_bytes();
-            r.truncate(200);
-            conn.close(CLOSE_NORMAL.into(), &r);
-            return;
+        let reason = close?;
+        let _ = self.send.finish();
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.conn.closed()).await;
+        let mut r = reason.clone().into_bytes();
+        r.truncate(200);
+        self.conn.close(CLOSE_NORMAL.into(), &r);
+        Some(reason)
+    }
+
+    /// Writes what is still queued for a connection the machine has forgotten.
+    async fn drain(&mut self) {
+        while let Some(o) = self.outbox.recv().await {
+            if self.write(o).await.is_some() {
+                return;
+            }
+        }
+    }
+}
+
+/// Decodes the complete frames in `reader` and feeds them to the machine; on bad input, tells
+/// the machine and returns why the connection ends.
+fn feed(id: ConnId, reader: &mut FrameReader, core: &RdzvCore) -> Option<String> {
+    loop {
+        let payload = match reader.next_payload() {
+            Ok(Some(p)) => p,
+            Ok(None) => return None,
+            Err(error) => {
+                let why = error.to_string();
+                core.input(Input::Malformed { conn: id, error });
+                return Some(format!("bad frame: {why}"));
+            }
+        };
+        match decode_client(&payload) {
+            Ok(msg) => core.input(Input::Message { conn: id, msg }),
+            Err(error) => {
+                let why = error.to_string();
+                core.input(Input::Malformed { conn: id, error });
+                return Some(format!("bad message: {why}"));
+            }
         }
     }
 }
