@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,16 @@ class RdzvServer:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def wait_log(self, text: str, timeout: float = 10.0) -> bool:
+        """Whether ``text`` shows up in the log within ``timeout`` (lines are written after
+        the event they describe, from another thread of the server)."""
+        deadline = time.monotonic() + timeout
+        while text not in self.log():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
         """Stops the server by PID and returns its exit code."""

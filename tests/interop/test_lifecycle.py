@@ -41,7 +41,7 @@ def test_idle_namespace_expires_after_ttl(tmp_path: Path) -> None:
         time.sleep(2.5)
         assert not client(server).check(["jobA/addr/0"]), "jobA was not purged"
         assert keeper.get("jobB/addr/0") == b"10.0.0.2:1234"
-        assert "namespace purged" in server.log() and "jobA" in server.log()
+        assert server.wait_log("namespace purged") and "jobA" in server.log(), server.log()
     finally:
         assert server.stop() == 0
 

@@ -43,4 +43,4 @@ def test_torchrun_twice_with_same_rdzv_id(rdzv: RdzvServer, tmp_path: Path) -> N
         workers = "".join(texts)
         assert workers.count("sum=3") == 2, workers
         assert "RendezvousClosedError" not in workers
-    assert "a new torchelastic run started" in rdzv.log()
+    assert rdzv.wait_log("a new torchelastic run started"), rdzv.log()
