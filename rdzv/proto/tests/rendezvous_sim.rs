@@ -911,3 +911,100 @@ fn a_member_joining_afresh_while_a_round_is_rebuilt_is_a_late_joiner_of_it() {
     assert_eq!((ws[&0].round, ws[&0].rank, ws[&1].rank), (6, 0, 1));
     assert!(matches!(ws[&9].cause, RoundCause::NewMembers { count: 1 }));
 }
+
+/// Found by `fuzz/native_decode`: a resume is the client's word, and a job was rebuilt for
+/// whatever round it named. A round of 84 million members (in a job of at most 2) had the
+/// machine allocate a seat and a missing-rank name for each before anyone came back (out of
+/// memory), and a round number near `u64::MAX` overflowed the round counter. Such resumes are
+/// refused to that client, and no job is created.
+#[test]
+fn a_resume_naming_an_impossible_round_is_refused_without_building_it() {
+    let mut sim = Sim::new();
+    let resume = |round, rank, world| Resume {
+        round,
+        rank,
+        world,
+        restarts: 0,
+    };
+    let cases = [
+        // The fuzzer's join, as it decoded.
+        (
+            JobSpec::elastic(1, 2),
+            Resume {
+                round: 361_700_864_190_383_365,
+                rank: 84_215_045,
+                world: 84_215_045,
+                restarts: 84_215_045,
+            },
+            "a round of 84215045 members (1..=2 for this job)",
+        ),
+        (
+            JobSpec::elastic(1, u32::MAX),
+            resume(1, 0, u32::MAX),
+            "a round of 4294967295 members (1..=65536 for this job)",
+        ),
+        (
+            JobSpec::elastic(1, 8),
+            resume(1, 0, 0),
+            "a round of 0 members",
+        ),
+        (
+            JobSpec::elastic(1, 8),
+            resume(1, 2, 2),
+            "rank 2 of a round of 2",
+        ),
+        (
+            JobSpec::elastic(1, 8),
+            resume(0, 0, 1),
+            "round 0 (1..=4294967295)",
+        ),
+        (
+            JobSpec::elastic(1, 8),
+            resume(u64::MAX, 0, 1),
+            "round 18446744073709551615",
+        ),
+    ];
+    for (conn, (spec, r, why)) in cases.into_iter().enumerate() {
+        let conn = conn as u64;
+        sim.join_resumed(conn, "j", &spec, 1, r);
+        let (code, message) = refusal(&sim.take(conn)).expect("refused");
+        assert_eq!(code, RefusalCode::BadRequest);
+        assert!(message.contains(why), "{message}");
+        assert!(sim.closed.contains_key(&conn));
+        assert_eq!(sim.m.sizes(), (0, 0), "no job was created");
+    }
+    // The largest round that may be rebuilt is, and so is the highest round number.
+    let spec = JobSpec::elastic(1, 65_536);
+    sim.join_resumed(
+        100,
+        "big",
+        &spec,
+        1,
+        resume(u64::from(u32::MAX), 65_535, 65_536),
+    );
+    assert!(matches!(
+        &sim.take(100)[..],
+        [ServerMsg::Joined { round, .. }] if *round == u64::from(u32::MAX)
+    ));
+}
+
+/// A resume's restart count is the client's word too: a loss in a round rebuilt with
+/// `u32::MAX` restarts saturates the count instead of overflowing it.
+#[test]
+fn restarts_brought_by_a_resume_saturate() {
+    let mut sim = Sim::new();
+    let spec = JobSpec::elastic(1, 2);
+    let resume = |rank| Resume {
+        round: 4,
+        rank,
+        world: 2,
+        restarts: u32::MAX,
+    };
+    sim.join_resumed(0, "j", &spec, 1, resume(0));
+    sim.join_resumed(1, "j", &spec, 1, resume(1));
+    let ws = sim.welcomes([0, 1]);
+    assert_eq!((ws[&0].round, ws[&0].restarts), (4, u32::MAX));
+    sim.close(1);
+    let w = sim.welcome(0).expect("a new round with the survivor");
+    assert_eq!((w.round, w.world, w.restarts), (5, 1, u32::MAX));
+}

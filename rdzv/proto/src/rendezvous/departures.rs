@@ -123,7 +123,9 @@ impl Job {
         match (&mut self.phase, cause) {
             (Phase::Running { .. }, Some((_, cause, lost))) => {
                 if lost {
-                    self.restarts += 1;
+                    // A job rebuilt after a restart starts from the count in its members' resumes,
+                    // which may be anything: saturate rather than overflow.
+                    self.restarts = self.restarts.saturating_add(1);
                     if let Some(max) = self.spec.max_restarts
                         && self.restarts > max
                     {

@@ -11,6 +11,7 @@ use super::config::MachineConfig;
 use super::effects::{Action, ConnId, Effects, Event, RendezvousStats};
 use super::error::Refusal;
 use super::job::{self, Job, Removal};
+use super::resume;
 use crate::native::{ClientMsg, CodecError, JobStatus, ServerMsg};
 
 /// What the driver tells the machine.
@@ -407,6 +408,12 @@ impl RendezvousMachine {
         }
         if !self.jobs.contains_key(&join.job) {
             if let Err(e) = job::validate(&join.job, &join.spec) {
+                self.refuse_and_close(conn, e);
+                return;
+            }
+            if let Some(r) = &join.resume
+                && let Err(e) = resume::validate(&join.job, &join.member, &join.spec, r)
+            {
                 self.refuse_and_close(conn, e);
                 return;
             }

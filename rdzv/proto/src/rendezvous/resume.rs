@@ -13,8 +13,42 @@ use std::time::Instant;
 
 use super::config::MachineConfig;
 use super::effects::{Effects, Event};
+use super::error::Refusal;
 use super::job::{Job, Phase, Place};
-use crate::native::{Join, LateJoin, Resume, RoundCause, ServerMsg};
+use crate::native::{JobSpec, Join, LateJoin, Resume, RoundCause, ServerMsg};
+
+/// The largest round a job is rebuilt for (dt-rdzv's default `--max-native-connections`).
+/// Rebuilding holds a seat and a missing-rank entry for every rank of the round before any
+/// member is back, so the size a resume claims needs a bound besides the job's own spec.
+pub(crate) const MAX_RESUME_WORLD: u32 = 65_536;
+
+/// The highest round a resume may name. Rounds count from 1, one at a time, so a real round
+/// number is far below this, and the rebuilt job's round counter can never overflow.
+pub(crate) const MAX_RESUME_ROUND: u64 = u32::MAX as u64;
+
+/// Checks a resume before a job is rebuilt from it (`spec` is already valid): a round of
+/// 1..=`max_members` (at most [`MAX_RESUME_WORLD`]) members, a rank in it, a round number in
+/// 1..=[`MAX_RESUME_ROUND`].
+pub(crate) fn validate(job: &str, member: &str, spec: &JobSpec, r: &Resume) -> Result<(), Refusal> {
+    let max_world = spec.max_members.min(MAX_RESUME_WORLD);
+    let why = if r.world == 0 || r.world > max_world {
+        format!(
+            "a round of {} members (1..={max_world} for this job)",
+            r.world
+        )
+    } else if r.rank >= r.world {
+        format!("rank {} of a round of {} members", r.rank, r.world)
+    } else if r.round == 0 || r.round > MAX_RESUME_ROUND {
+        format!("round {} (1..={MAX_RESUME_ROUND})", r.round)
+    } else {
+        return Ok(());
+    };
+    Err(Refusal::BadRequest {
+        job: job.into(),
+        member: member.into(),
+        why: format!("cannot resume {why}"),
+    })
+}
 
 /// A round being rebuilt from resumes.
 #[derive(Debug, Clone)]
@@ -25,7 +59,8 @@ pub(crate) struct Adopting {
 }
 
 impl Job {
-    /// A new job created by a member asking to resume `r`: rebuild round `r.round`.
+    /// A new job created by a member asking to resume `r` (checked by [`validate`]): rebuild
+    /// round `r.round`.
     pub(crate) fn adopt(&mut self, r: &Resume, now: Instant, cfg: &MachineConfig) {
         self.round = r.round.saturating_sub(1);
         self.restarts = r.restarts;
