@@ -46,9 +46,11 @@ struct Args {
     /// Skip torch's server.
     #[arg(long)]
     no_torch: bool,
-    /// Client runtime threads (the client herd shares the machine with the server).
-    #[arg(long, default_value_t = 1)]
-    client_threads: usize,
+    /// Client runtime threads (the client herd shares the machine with the server). Default:
+    /// 1 for the store barrier (plain TCP clients, light), 2 with --native (each member does
+    /// a TLS handshake: on one thread the herd, standing in for N hosts, is the bottleneck).
+    #[arg(long)]
+    client_threads: Option<usize>,
     /// Give up on a round after this many seconds.
     #[arg(long, default_value_t = 120)]
     timeout_secs: u64,
@@ -102,7 +104,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(args.client_threads.max(1))
+        .worker_threads(args.client_threads.unwrap_or(1).max(1))
         .enable_all()
         .build()?;
     let timeout = Duration::from_secs(args.timeout_secs);
@@ -219,7 +221,7 @@ fn native_main(
         .ok_or("dt-rdzv printed no native port")?;
     let cfg = client_config(&endpoint, &fp, BENCH_TOKEN);
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(args.client_threads.max(1))
+        .worker_threads(args.client_threads.unwrap_or(2).max(1))
         .enable_all()
         .build()?;
     let timeout = Duration::from_secs(args.timeout_secs);
@@ -328,6 +330,7 @@ fn native_main(
                     "server_cpu_seconds": median(&server_cpu),
                     "herd_cpu_seconds": median(&herd_cpu),
                     "herd_quic": quic,
+                    "client_threads": args.client_threads.unwrap_or(2),
                     "preconnect": args.preconnect,
                 })
             );
