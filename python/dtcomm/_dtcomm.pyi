@@ -213,6 +213,7 @@ class NativeClient:
         cacert: str | None = None,
         server_name: str = "localhost",
         timeout: float = 30.0,
+        reconnect: float | None = 60.0,
     ) -> None: ...
     @property
     def endpoint(self) -> str: ...

@@ -30,6 +30,8 @@ Environment (every value has a source in the start-up line):
 ``DTCOMM_RDZV_EPHEMERAL``       the job ends when its main member leaves (else
                                 ``OCI__EPHEMERAL``)
 ``DTCOMM_RDZV_MAX_RESTARTS``    rounds the job may start because a member was lost
+``DTCOMM_RDZV_RECONNECT``       seconds a member keeps reconnecting when the server goes away
+                                (a restart) to resume its round (60; 0: never)
 ``DTCOMM_RDZV_MEMBER``          this member's id (default ``<node>:<pid>``)
 ``DTCOMM_RDZV_NODE``            this member's node (default the host name)
 ``DTCOMM_RUN_ID``               the job (else ``TORCHELASTIC_RUN_ID``, OCI ``JOB_OCID``;
@@ -152,6 +154,8 @@ class Settings:
     ephemeral: Value[bool]
     max_restarts: Value[int | None]
     server_name: str = "localhost"
+    #: Seconds a member keeps reconnecting after the server went away (0: never).
+    reconnect: Value[float] = Value(60.0, "default")
 
     def log_line(self) -> str:
         mn, mx = self.members.value
@@ -178,6 +182,7 @@ class Settings:
             cacert=self.cacert.value,
             server_name=self.server_name,
             timeout=timeout,
+            reconnect=self.reconnect.value or None,
         )
 
     def spec(self) -> dict[str, object]:
@@ -303,8 +308,10 @@ def settings(
         if not r.isdigit():
             raise ConfigError(f"DTCOMM_RDZV_MAX_RESTARTS={r!r} is not a whole number")
         mr = Value(int(r), "DTCOMM_RDZV_MAX_RESTARTS")
+    rc = (Value(v, "DTCOMM_RDZV_RECONNECT")
+          if (v := _seconds(env, "DTCOMM_RDZV_RECONNECT")) is not None else Value(60.0, "default"))
     return Settings(ep, tok, fp, ca, st, jb, mb, nd, main, size, lc, jt, eph, mr,
-                    server_name=_set(env, "DTCOMM_RDZV_SERVER_NAME") or "localhost")
+                    server_name=_set(env, "DTCOMM_RDZV_SERVER_NAME") or "localhost", reconnect=rc)
 
 
 class RoundChanged(Exception):

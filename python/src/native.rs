@@ -380,10 +380,13 @@ impl NativeClient {
 impl NativeClient {
     /// Connects to `endpoint` (`host[:port]`, port 29401 if left out), trusting the server by
     /// its certificate `fingerprint` (`sha256:...`, printed by `dt-rdzv serve`) or a `cacert`
-    /// PEM file. `timeout` (seconds) bounds the connection and every request's answer.
+    /// PEM file. `timeout` (seconds) bounds the connection and every request's answer. A
+    /// member whose server goes away (a restart) reconnects for up to `reconnect` seconds and
+    /// resumes its round (`None`: the loss is an error at once).
     #[new]
     #[pyo3(signature = (endpoint, token="", *, fingerprint=None, cacert=None,
-                        server_name="localhost", timeout=30.0))]
+                        server_name="localhost", timeout=30.0, reconnect=Some(60.0)))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         endpoint: String,
@@ -392,6 +395,7 @@ impl NativeClient {
         cacert: Option<PathBuf>,
         server_name: &str,
         timeout: f64,
+        reconnect: Option<f64>,
     ) -> PyResult<Self> {
         let trust = match (fingerprint, cacert) {
             (Some(f), None) => Trust::Fingerprint(f),
@@ -412,6 +416,7 @@ impl NativeClient {
         let mut cfg = ClientConfig::new(endpoint.clone(), token, trust);
         cfg.server_name = server_name.to_string();
         cfg.timeout = dur("timeout", timeout)?;
+        cfg.reconnect = reconnect.map(|s| dur("reconnect", s)).transpose()?;
         let client = py
             .detach(|| BlockingNativeClient::connect(&cfg))
             .map_err(|e| to_py(py, "", e))?;

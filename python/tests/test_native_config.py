@@ -88,3 +88,14 @@ def test_resolve_native_leaves_ranks_to_the_server() -> None:
     r = _config.resolve(env={"DTCOMM_RDZV_ENDPOINT": "127.0.0.1:4000", "DTCOMM_RANK": "0",
                              "DTCOMM_WORLD_SIZE": "2"})
     assert not r.native.value and r.endpoint.value == "127.0.0.1:4000"
+
+
+def test_reconnect_window_from_the_environment() -> None:
+
+    base = {"DTCOMM_RDZV_ENDPOINT": "127.0.0.1:29401", "DTCOMM_RDZV_FINGERPRINT": "sha256:" + "00" * 32}
+    s = _native.settings(env=base)
+    assert (s.reconnect.value, s.reconnect.source) == (60.0, "default")
+    s = _native.settings(env={**base, "DTCOMM_RDZV_RECONNECT": "0"})
+    assert (s.reconnect.value, s.reconnect.source) == (0.0, "DTCOMM_RDZV_RECONNECT")
+    with pytest.raises(ConfigError, match="DTCOMM_RDZV_RECONNECT"):
+        _native.settings(env={**base, "DTCOMM_RDZV_RECONNECT": "soon"})
