@@ -91,7 +91,6 @@ def test_resolve_native_leaves_ranks_to_the_server() -> None:
 
 
 def test_reconnect_window_from_the_environment() -> None:
-
     base = {"DTCOMM_RDZV_ENDPOINT": "127.0.0.1:29401", "DTCOMM_RDZV_FINGERPRINT": "sha256:" + "00" * 32}
     s = _native.settings(env=base)
     assert (s.reconnect.value, s.reconnect.source) == (60.0, "default")
