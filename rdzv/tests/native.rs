@@ -408,6 +408,11 @@ fn members_resume_their_round_when_the_server_restarts() {
         let status = ms[0].status(Some("durable")).await.expect("status");
         assert_eq!((status[0].round, status[0].members.len()), (1, 3));
         assert_eq!(status[0].state, "running");
+        let (_, metrics) = http_get(&second.http_endpoint().unwrap(), "/metrics", None);
+        assert!(
+            metrics.contains("dtrdzv_rounds_resumed_total 1"),
+            "{metrics}"
+        );
         // The job goes on: it can finish as usual.
         let first = ms.remove(0);
         first.finish().await.unwrap();

@@ -56,6 +56,13 @@ pub(crate) fn render(store: Option<&Core>, rdzv: &RdzvCore) -> String {
     );
     metric(
         &mut o,
+        "dtrdzv_rounds_resumed_total",
+        "counter",
+        "Rounds rebuilt after a server restart from their members' resumes.",
+        &one(s.rounds_resumed),
+    );
+    metric(
+        &mut o,
         "dtrdzv_member_failures_total",
         "counter",
         "Members lost (silent or disconnected).",

@@ -119,6 +119,8 @@ pub struct RendezvousStats {
     pub refusals: u64,
     /// Rounds completed.
     pub rounds: u64,
+    /// Of those, rounds rebuilt after a server restart from their members' resumes.
+    pub rounds_resumed: u64,
     /// Members lost.
     pub losses: u64,
     /// Members that left.
@@ -155,7 +157,12 @@ impl Effects {
         match &e {
             Event::JobCreated { .. } => s.jobs_created += 1,
             Event::Joined { .. } => s.joins += 1,
-            Event::RoundComplete { .. } => s.rounds += 1,
+            Event::RoundComplete { cause, .. } => {
+                s.rounds += 1;
+                if matches!(cause, RoundCause::Resumed { .. }) {
+                    s.rounds_resumed += 1;
+                }
+            }
             Event::MemberLost { .. } => s.losses += 1,
             Event::MemberLeft { .. } => s.leaves += 1,
             Event::JobEnded { end, .. } => {
