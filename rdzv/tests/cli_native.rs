@@ -73,10 +73,19 @@ struct Served {
 impl Served {
     fn start(flags: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Self {
         let mut cmd = Command::new(BIN);
-        cmd.args(["serve", "--host", "127.0.0.1", "--port", "0"])
-            .args(["--native-port", "0", "--http-port", "0"])
-            .args(flags)
-            .env("DTRDZV_LOG", "warn");
+        cmd.args([
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--http-port",
+            "0",
+        ]);
+        if !flags.contains(&"--native-port") {
+            cmd.args(["--native-port", "0"]);
+        }
+        cmd.args(flags).env("DTRDZV_LOG", "warn");
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -256,5 +265,68 @@ fn a_job_token_opens_its_own_job_and_nothing_else() {
     );
     assert_eq!(m.json()["event"], "job_ended");
     drop(served);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn members_resume_their_round_after_the_server_is_sigkilled_and_restarted() {
+    let dir = std::env::temp_dir().join(format!("dt-rdzv-crash-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let identity = |native_port: &str| {
+        vec![
+            "--tls-cert".to_string(),
+            cert.display().to_string(),
+            "--tls-key".to_string(),
+            key.display().to_string(),
+            "--native-port".to_string(),
+            native_port.to_string(),
+        ]
+    };
+    let flags = identity("0");
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let token = [("DTRDZV_TOKEN", "crash-token".as_ref())];
+    let mut first = Served::start(&flags, &token);
+    let members: Vec<Proc> = (0..2)
+        .map(|i| {
+            let name = format!("m{i}");
+            Proc::spawn(&mut first.client(
+                &["member", "--job", "crash", "--member", &name, "--max", "2"],
+                "crash-token",
+            ))
+        })
+        .collect();
+    let mut ranks = Vec::new();
+    for m in &members {
+        let w = m.json();
+        assert_eq!(
+            (w["event"].as_str(), w["round"].as_u64()),
+            (Some("welcome"), Some(1))
+        );
+        ranks.push(w["rank"].as_u64());
+    }
+    // A crash: no goodbye to the members. They notice by their idle timeout (10 s).
+    first.proc.child.kill().unwrap();
+    first.proc.child.wait().unwrap();
+    let port = first.endpoint.rsplit_once(':').unwrap().1.to_string();
+    let flags = identity(&port);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let second = Served::start(&flags, &token);
+    assert_eq!(
+        second.fingerprint, first.fingerprint,
+        "same identity from the files"
+    );
+    for (m, rank) in members.iter().zip(&ranks) {
+        let w = m.json();
+        assert_eq!(
+            (w["event"].as_str(), w["round"].as_u64(), w["rank"].as_u64()),
+            (Some("welcome"), Some(1), *rank),
+            "{w}"
+        );
+        assert!(w["cause"].as_str().unwrap().contains("resumed"), "{w}");
+    }
+    drop(members);
+    drop(second);
     let _ = std::fs::remove_dir_all(&dir);
 }
