@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Runs the cargo-fuzz targets in fuzz/ (TCPStore decoder + store engine, native codec +
-# rendezvous machine) for a while each. Not part of CI.
+# rendezvous machine on one connection, rendezvous machine driven by several connections and
+# jobs with a virtual clock) for a while each. Not part of CI.
 #
 # Usage: scripts/fuzz.sh [SECONDS_PER_TARGET]   (default 60)
 #
 # Installs cargo-fuzz if it is missing, writes the seed corpus into fuzz/corpus/, then runs
-# each target in turn. Works on stable Rust: RUSTC_BOOTSTRAP=1 unlocks -Zsanitizer=address.
+# each target in turn (rendezvous_machine starts from no seed: its input is a list of
+# operations). Works on stable Rust: RUSTC_BOOTSTRAP=1 unlocks -Zsanitizer=address.
 # A crash, leak, OOM or timeout stops the run and leaves the input in fuzz/artifacts/TARGET/;
 # replay it with `RUSTC_BOOTSTRAP=1 cargo fuzz run TARGET fuzz/artifacts/TARGET/FILE`.
 set -euo pipefail
@@ -20,7 +22,7 @@ fi
 
 cargo run --quiet --release --manifest-path fuzz/Cargo.toml --example seed_corpus -- fuzz/corpus
 
-for target in tcpstore_decode native_decode; do
+for target in tcpstore_decode native_decode rendezvous_machine; do
     echo "== cargo fuzz run $target (${SECS} s)"
     cargo fuzz run "$target" -- -max_total_time="$SECS" -rss_limit_mb=2048
 done

@@ -1008,3 +1008,104 @@ fn restarts_brought_by_a_resume_saturate() {
     let w = sim.welcome(0).expect("a new round with the survivor");
     assert_eq!((w.round, w.world, w.restarts), (5, 1, u32::MAX));
 }
+
+/// Found by the `rendezvous_machine` fuzz target: a member whose connection sent a status or
+/// stop request with a wrong token had its connection closed while it stayed a member, with
+/// the connection forgotten: neither the connection's end nor the heartbeat timeout could
+/// find it any more, so it held its id and its rank for good and the job never went idle.
+#[test]
+fn a_member_asking_with_a_wrong_token_is_refused_and_stays_a_member() {
+    let mut sim = Sim::new();
+    let spec = JobSpec::fixed(2);
+    sim.join(0, "j", &spec, 1);
+    sim.join(1, "j", &spec, 1);
+    check_round(&sim.welcomes(0..2), 2);
+    let wrong = [
+        ClientMsg::Status {
+            token: "guess".into(),
+            job: None,
+        },
+        ClientMsg::Status {
+            token: "guess".into(),
+            job: Some("j".into()),
+        },
+        ClientMsg::Stop {
+            token: dt_rdzv_proto::rendezvous::job_token(sim::TOKEN, "other"),
+            job: "j".into(),
+            reason: "guess".into(),
+        },
+    ];
+    for msg in wrong {
+        sim.send(0, msg);
+        let msgs = sim.take(0);
+        assert_eq!(msgs.len(), 1, "{msgs:?}");
+        assert_eq!(refusal(&msgs).unwrap().0, RefusalCode::BadToken);
+        assert!(!sim.closed.contains_key(&0), "a member's connection stays");
+    }
+    assert!(sim.take(1).is_empty(), "the round goes on");
+    // Still a member: its connection's end is noticed, ends the round, and frees its id.
+    sim.close(0);
+    let msgs = sim.take(1);
+    assert!(
+        matches!(
+            &msgs[0],
+            ServerMsg::RoundEnded {
+                cause: RoundCause::MemberLost { .. },
+                ..
+            }
+        ),
+        "{msgs:?}"
+    );
+    assert_eq!(sim.m.sizes(), (1, 1));
+    sim.join(0, "j", &spec, 1);
+    check_round(&sim.welcomes(0..2), 2);
+    // Everyone goes: the job is forgotten once idle.
+    sim.close(0);
+    sim.close(1);
+    sim.advance(Duration::from_secs(301));
+    assert_eq!(sim.m.sizes(), (0, 0));
+    assert_eq!(sim.m.poll_timeout(), None);
+}
+
+/// Found by the `rendezvous_machine` fuzz target: a member stopping its own job got the
+/// machine's `Stopped` answer after the `Close` of its connection, so a driver (which forgets
+/// a connection at its close) never delivered it.
+#[test]
+fn a_member_stopping_its_own_job_gets_the_answer_before_its_connection_closes() {
+    let mut sim = Sim::new();
+    let spec = JobSpec::elastic(2, 2);
+    sim.join(0, "j", &spec, 1);
+    sim.m.handle(
+        sim.now,
+        Input::Message {
+            conn: 0,
+            msg: ClientMsg::Stop {
+                token: dt_rdzv_proto::rendezvous::job_token(sim::TOKEN, "j"),
+                job: "j".into(),
+                reason: "done here".into(),
+            },
+        },
+    );
+    let mut to_0 = Vec::new();
+    while let Some(a) = sim.m.poll_action() {
+        match a {
+            dt_rdzv_proto::rendezvous::Action::Send { conn: 0, msg } => to_0.push(Some(msg)),
+            dt_rdzv_proto::rendezvous::Action::Close { conn: 0, .. } => to_0.push(None),
+            _ => {}
+        }
+    }
+    assert!(
+        matches!(
+            &to_0[..],
+            [
+                Some(ServerMsg::Stopped { .. }),
+                Some(ServerMsg::JobEnded {
+                    end: JobEnd::Stopped { .. },
+                    ..
+                }),
+                None,
+            ]
+        ),
+        "{to_0:?}"
+    );
+}

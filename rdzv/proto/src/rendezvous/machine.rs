@@ -139,21 +139,26 @@ impl RendezvousMachine {
 
     /// Stops a job as an operator (the driver has authenticated the caller).
     pub fn stop(&mut self, now: Instant, job: &str, reason: String) -> Result<(), Refusal> {
-        let r = match self.jobs.get_mut(job) {
-            None => Err(Refusal::UnknownJob { job: job.into() }),
-            Some(j) => match j.ended() {
-                Some(end) => Err(Refusal::JobEnded {
-                    job: job.into(),
-                    end: end.to_string(),
-                }),
-                None => {
-                    j.end(now, crate::native::JobEnd::Stopped { reason }, &mut self.fx);
-                    Ok(())
-                }
-            },
-        };
+        let r = self.stoppable(job);
+        if r.is_ok()
+            && let Some(j) = self.jobs.get_mut(job)
+        {
+            j.end(now, crate::native::JobEnd::Stopped { reason }, &mut self.fx);
+        }
         self.settle();
         r
+    }
+
+    /// Whether `job` can be stopped: it exists and has not ended.
+    fn stoppable(&self, job: &str) -> Result<(), Refusal> {
+        match self.jobs.get(job).map(Job::ended) {
+            None => Err(Refusal::UnknownJob { job: job.into() }),
+            Some(Some(end)) => Err(Refusal::JobEnded {
+                job: job.into(),
+                end: end.to_string(),
+            }),
+            Some(None) => Ok(()),
+        }
     }
 
     /// Status of one job or all (the driver has authenticated the caller).
@@ -275,6 +280,18 @@ impl RendezvousMachine {
         self.fx.event(Event::Refused { conn, refusal });
     }
 
+    /// Refuses an operator's request (status, stop) with a bad token: a member's connection
+    /// stays open (as for its other refused requests; closing it would leave the member
+    /// behind, holding its id and its rank, with nothing left to notice it gone), any other
+    /// connection is closed.
+    fn refuse_operator(&mut self, conn: ConnId, member: bool, refusal: Refusal) {
+        if member {
+            self.refuse(conn, refusal);
+        } else {
+            self.refuse_and_close(conn, refusal);
+        }
+    }
+
     /// Refuses and closes a connection that is not a member.
     fn refuse_and_close(&mut self, conn: ConnId, refusal: Refusal) {
         let why = refusal.to_string();
@@ -358,11 +375,11 @@ impl RendezvousMachine {
                     .unwrap_or_default();
                 self.fx.send(conn, ServerMsg::Peers(peers));
             }
-            (ClientMsg::Status { token, job }, _) => {
+            (ClientMsg::Status { token, job }, member) => {
                 let scope = job.as_deref().map_or(Scope::Server, Scope::Job);
                 if !self.authorized(scope, &token) {
                     let job = job.unwrap_or_default();
-                    self.refuse_and_close(conn, Refusal::BadToken { job });
+                    self.refuse_operator(conn, member.is_some(), Refusal::BadToken { job });
                     return;
                 }
                 match self.status(now, job.as_deref()) {
@@ -370,13 +387,18 @@ impl RendezvousMachine {
                     Err(e) => self.refuse(conn, e),
                 }
             }
-            (ClientMsg::Stop { token, job, reason }, _) => {
+            (ClientMsg::Stop { token, job, reason }, member) => {
                 if !self.authorized(Scope::Job(&job), &token) {
-                    self.refuse_and_close(conn, Refusal::BadToken { job });
+                    self.refuse_operator(conn, member.is_some(), Refusal::BadToken { job });
                     return;
                 }
-                match self.stop(now, &job, reason) {
-                    Ok(()) => self.fx.send(conn, ServerMsg::Stopped { job }),
+                match self.stoppable(&job) {
+                    Ok(()) => {
+                        // Answer first: stopping the asker's own job closes its connection.
+                        self.fx.send(conn, ServerMsg::Stopped { job: job.clone() });
+                        let stopped = self.stop(now, &job, reason);
+                        debug_assert!(stopped.is_ok());
+                    }
                     Err(e) => self.refuse(conn, e),
                 }
             }
