@@ -129,8 +129,7 @@ impl Connector {
 
     /// Opens a connection and its stream.
     pub async fn connect(&self, cfg: &ClientConfig) -> Result<NativeClient, NativeError> {
-        let (conn, send, recv) =
-            open(&self.endpoint, cfg, DEFAULT_NATIVE_PORT, cfg.timeout).await?;
+        let (conn, send, recv) = open(&self.endpoint, cfg, cfg.timeout).await?;
         let (out_tx, out_rx) = mpsc::unbounded_channel();
         let (ev_tx, ev_rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
@@ -140,7 +139,6 @@ impl Connector {
         let session = Session {
             endpoint: self.endpoint.clone(),
             cfg: cfg.clone(),
-            default_port: DEFAULT_NATIVE_PORT,
             shared: shared.clone(),
             out: out_rx,
             events: ev_tx,

@@ -19,7 +19,7 @@ use dt_rdzv_proto::native::{
 use tokio::sync::mpsc;
 use tokio::time::{Instant, Interval};
 
-use super::client::ClientConfig;
+use super::client::{ClientConfig, DEFAULT_NATIVE_PORT};
 use super::error::NativeError;
 
 /// Largest server message a client accepts.
@@ -40,8 +40,8 @@ impl Shared {
     }
 }
 
-/// Resolves `host[:port]` (the native port by default).
-pub(crate) async fn resolve(endpoint: &str, default_port: u16) -> Result<SocketAddr, NativeError> {
+/// Resolves `host[:port]` (the native port, 29401, by default).
+pub(crate) async fn resolve(endpoint: &str) -> Result<SocketAddr, NativeError> {
     let with_port = if endpoint.rsplit_once(':').is_some_and(|(h, p)| {
         !p.is_empty()
             && p.chars().all(|c| c.is_ascii_digit())
@@ -49,7 +49,7 @@ pub(crate) async fn resolve(endpoint: &str, default_port: u16) -> Result<SocketA
     }) {
         endpoint.to_string()
     } else {
-        format!("{endpoint}:{default_port}")
+        format!("{endpoint}:{DEFAULT_NATIVE_PORT}")
     };
     let err = |why: String| NativeError::Connect {
         endpoint: endpoint.into(),
@@ -66,10 +66,9 @@ pub(crate) async fn resolve(endpoint: &str, default_port: u16) -> Result<SocketA
 pub(crate) async fn open(
     endpoint: &quinn::Endpoint,
     cfg: &ClientConfig,
-    default_port: u16,
     deadline: Duration,
 ) -> Result<(quinn::Connection, quinn::SendStream, quinn::RecvStream), NativeError> {
-    let addr = resolve(&cfg.endpoint, default_port).await?;
+    let addr = resolve(&cfg.endpoint).await?;
     let err = |why: String| NativeError::Connect {
         endpoint: cfg.endpoint.clone(),
         why,
@@ -97,7 +96,6 @@ enum End {
 pub(crate) struct Session {
     pub(crate) endpoint: quinn::Endpoint,
     pub(crate) cfg: ClientConfig,
-    pub(crate) default_port: u16,
     pub(crate) shared: Arc<Shared>,
     pub(crate) out: mpsc::UnboundedReceiver<ClientMsg>,
     pub(crate) events: mpsc::UnboundedSender<Result<ServerMsg, NativeError>>,
@@ -306,12 +304,7 @@ impl Session {
             tracing::warn!(endpoint = %self.cfg.endpoint, %why, attempt,
                 "connection to dt-rdzv lost; reconnecting to resume this member's round");
             let left = until.saturating_duration_since(Instant::now());
-            let opened = open(
-                &self.endpoint,
-                &self.cfg,
-                self.default_port,
-                left.min(ATTEMPT),
-            );
+            let opened = open(&self.endpoint, &self.cfg, left.min(ATTEMPT));
             let mut last = match opened.await {
                 Ok((conn, mut send, recv)) => {
                     *self.shared.conn.lock().unwrap_or_else(|p| p.into_inner()) = conn;
