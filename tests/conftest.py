@@ -16,12 +16,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def dt_rdzv_bin() -> str:
-    """The dt-rdzv binary: $DT_RDZV_BIN, else the debug build in the cargo target dir."""
-    if os.environ.get("DT_RDZV_BIN"):
-        return os.environ["DT_RDZV_BIN"]
-    target = os.environ.get("CARGO_TARGET_DIR", str(ROOT / "target"))
-    return str(Path(target) / "debug" / "dt-rdzv")
+# One launcher for both test trees: the binary lookup and stop-by-PID live with the native
+# rendezvous tests' server fixture.
+sys.path.insert(0, str(ROOT / "python" / "tests"))
+from native_server import dt_rdzv_bin, stop_process  # noqa: E402
 
 
 @dataclass
@@ -52,14 +50,7 @@ class RdzvServer:
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
         """Stops the server by PID and returns its exit code."""
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, sig)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=timeout)
-        return self.proc.returncode
+        return stop_process(self.proc, sig, timeout)
 
 
 def start_server(tmp_path: Path, *extra: str) -> RdzvServer:

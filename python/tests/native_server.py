@@ -1,6 +1,7 @@
 """A `dt-rdzv serve` process with its native port, for the native rendezvous tests: ephemeral
 ports (TCPStore, native QUIC, HTTP), a join token from the environment, the certificate
-fingerprint read from its ready lines, stopped by PID."""
+fingerprint read from its ready lines, stopped by PID. `dt_rdzv_bin` and `stop_process` also
+serve the interop tests in `tests/`."""
 
 from __future__ import annotations
 
@@ -25,6 +26,19 @@ def dt_rdzv_bin() -> str:
         return os.environ["DT_RDZV_BIN"]
     target = os.environ.get("CARGO_TARGET_DIR", str(ROOT / "target"))
     return str(Path(target) / "debug" / "dt-rdzv")
+
+
+def stop_process(proc: subprocess.Popen[str], sig: int = signal.SIGTERM,
+                 timeout: float = 15.0) -> int:
+    """Stops a server by PID (``sig``, then SIGKILL past ``timeout``); its exit code."""
+    if proc.poll() is None:
+        os.kill(proc.pid, sig)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=timeout)
+    return proc.returncode
 
 
 @dataclass
@@ -70,14 +84,7 @@ class NativeServer:
                      native_port=port(self.native), log_name="dt-rdzv-native-restarted.log")
 
     def stop(self, timeout: float = 15.0) -> int:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=timeout)
-        return self.proc.returncode
+        return stop_process(self.proc, timeout=timeout)
 
 
 def start(tmp_path: Path, *extra: str, token: str | None = None, store_port: int = 0,
