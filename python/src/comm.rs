@@ -154,6 +154,25 @@ impl PyCommunicator {
         Buf::extract(obj, access, &ctx).map(Arc::new)
     }
 
+    /// The buffer only `root` must pass (gather's output, scatter's input): `None` elsewhere.
+    fn root_buf(
+        &self,
+        obj: Option<&Bound<'_, PyAny>>,
+        root: usize,
+        op: &str,
+        arg: &str,
+        access: Access,
+    ) -> PyResult<Option<Arc<Buf>>> {
+        match obj {
+            Some(o) => Ok(Some(self.buf(o, op, arg, access)?)),
+            None if self.rank == root => Err(PyValueError::new_err(format!(
+                "rank {}: {op}: the root needs an {arg} buffer",
+                self.rank
+            ))),
+            None => Ok(None),
+        }
+    }
+
     fn same_dtype(&self, op: &str, a: &Buf, b: &Buf) -> PyResult<()> {
         if a.dtype != b.dtype {
             return Err(PyTypeError::new_err(format!(
@@ -445,16 +464,7 @@ impl PyCommunicator {
         callback: Option<Py<PyAny>>,
     ) -> PyResult<Option<Work>> {
         let s = self.buf(send, "gather", "input", Access::Read)?;
-        let r = match recv {
-            Some(r) => Some(self.buf(r, "gather", "output", Access::Write)?),
-            None if self.rank == root => {
-                return Err(PyValueError::new_err(format!(
-                    "rank {}: gather: the root needs an output buffer",
-                    self.rank
-                )));
-            }
-            None => None,
-        };
+        let r = self.root_buf(recv, root, "gather", "output", Access::Write)?;
         if let Some(r) = &r {
             self.same_dtype("gather", &s, r)?;
         }
@@ -488,16 +498,7 @@ impl PyCommunicator {
         callback: Option<Py<PyAny>>,
     ) -> PyResult<Option<Work>> {
         let r = self.buf(recv, "scatter", "output", Access::Write)?;
-        let s = match send {
-            Some(s) => Some(self.buf(s, "scatter", "input", Access::Read)?),
-            None if self.rank == root => {
-                return Err(PyValueError::new_err(format!(
-                    "rank {}: scatter: the root needs an input buffer",
-                    self.rank
-                )));
-            }
-            None => None,
-        };
+        let s = self.root_buf(send, root, "scatter", "input", Access::Read)?;
         if let Some(s) = &s {
             self.same_dtype("scatter", s, &r)?;
         }
