@@ -5,7 +5,8 @@
 //!
 //! * `comm.rs`: `Communicator`, every collective on numpy arrays and CPU torch tensors,
 //!   synchronous or `async_op=True`;
-//! * `exec.rs`: ordering of synchronous and asynchronous calls, the worker thread, `Work`;
+//! * `work.rs`: `Work`, the handle of an asynchronous call (the engine's executor orders
+//!   and runs the calls);
 //! * `buffer.rs`: zero-copy views (buffer protocol), `dlpack.rs`: torch tensors (DLPack);
 //! * `pystore.rs`: a Rust `Store` over torch's c10d store objects;
 //! * `native.rs`: the native rendezvous client (`NativeClient`, `Welcome`, `RdzvEvent`);
@@ -16,10 +17,10 @@ mod buffer;
 mod comm;
 mod dlpack;
 mod errors;
-mod exec;
 mod native;
 mod pystore;
 mod rdzv;
+mod work;
 
 use pyo3::prelude::*;
 
@@ -38,7 +39,7 @@ fn init_logging() {
 #[pymodule]
 fn _dtcomm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<comm::PyCommunicator>()?;
-    m.add_class::<exec::Work>()?;
+    m.add_class::<work::Work>()?;
     m.add_class::<rdzv::RdzvServer>()?;
     m.add_class::<rdzv::StoreClient>()?;
     m.add_class::<native::NativeClient>()?;

@@ -1,5 +1,6 @@
-//! Rooted schedules: binomial-tree broadcast and reduce (latency-optimal), and the pipelined
-//! chain broadcast (bandwidth-optimal: every link carries the buffer once).
+//! Tree schedules: binomial-tree broadcast and reduce (latency-optimal), the tree allreduce
+//! built from them, and the pipelined chain broadcast (bandwidth-optimal: every link carries
+//! the buffer once).
 
 use super::{LocalOp, RecvOp, Region, Schedule, SendOp, Step, partition, sub_mod};
 
@@ -147,5 +148,22 @@ pub(crate) fn reduce_binomial(rank: usize, world: usize, root: usize, count: usi
     if world == 1 {
         s.scratch = 0;
     }
+    s
+}
+
+/// Tree allreduce: binomial reduce into rank 0, then binomial broadcast from it.
+/// `2 * ceil(log2 world)` steps, each moving the whole buffer: the same step count as recursive
+/// doubling, with half the links busy per step, and exact (every rank ends with rank 0's bits,
+/// whatever the world size).
+///
+/// ```text
+///  reduce (world 4)        broadcast
+///  1 -> 0   3 -> 2         0 -> 2
+///  2 -> 0                  0 -> 1   2 -> 3
+/// ```
+pub(crate) fn allreduce(rank: usize, world: usize, count: usize) -> Schedule {
+    let mut s = reduce_binomial(rank, world, 0, count);
+    s.steps
+        .extend(broadcast_binomial(rank, world, 0, count).steps);
     s
 }

@@ -5,8 +5,8 @@
 //! 0 = none), flags (u8, 0), seq (u64), count (u64), root (u32, `u32::MAX` = none),
 //! payload length (u32).
 
+use crate::call::{CallDesc, OpKind};
 use crate::dtype::DType;
-use crate::error::{CallDesc, OpKind};
 use crate::op::ReduceOp;
 
 pub(crate) const HEADER_LEN: usize = 32;
