@@ -63,7 +63,7 @@ pub enum CommError {
         reason: String,
     },
     /// Two ranks called different collectives (or the same with different arguments).
-    #[error("mismatched calls: rank {rank} called {ours} but rank {peer} called {theirs}")]
+    #[error("{MISMATCH_PREFIX}rank {rank} called {ours} but rank {peer} called {theirs}")]
     Mismatch {
         /// This rank.
         rank: usize,
@@ -134,6 +134,11 @@ pub enum CommError {
     Failed(Box<CommError>),
 }
 
+/// How a [`CommError::Mismatch`] message starts; an [`CommError::Aborted`] whose reason starts
+/// so (a bystander told of a mismatch between two other ranks) has the code
+/// [`ErrorCode::Mismatch`].
+const MISMATCH_PREFIX: &str = "mismatched calls: ";
+
 /// The stable numeric code of an error: the C ABI's `dtcomm_result_t` and the `code`
 /// attribute of Python's exceptions. Values never change meaning; new ones are appended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -188,6 +193,9 @@ impl CommError {
         match self {
             CommError::Timeout { .. } | CommError::WaitTimeout { .. } => ErrorCode::Timeout,
             CommError::PeerLost { .. } => ErrorCode::PeerLost,
+            CommError::Aborted { reason, .. } if reason.starts_with(MISMATCH_PREFIX) => {
+                ErrorCode::Mismatch
+            }
             CommError::Aborted { .. } => ErrorCode::Aborted,
             CommError::Mismatch { .. } => ErrorCode::Mismatch,
             CommError::Protocol { .. } => ErrorCode::Protocol,

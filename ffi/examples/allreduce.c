@@ -5,8 +5,9 @@
  *
  *   DTCOMM_RANK=0 DTCOMM_WORLD_SIZE=2 DTCOMM_RDZV_ENDPOINT=host:29400 ./allreduce
  *
- * With --bench ITERS it times allreduce calls of 8 bytes and 64 MiB instead (float32 sum, in
- * place) and prints one BENCH line per size: microseconds per call on this rank.
+ * With --bench ITERS_8B ITERS_64MIB it times allreduce calls of 8 bytes and 64 MiB instead
+ * (float32 sum, in place; a tenth of the iterations as warm-up, then a barrier) and prints one
+ * BENCH line per size: microseconds per call on this rank.
  */
 #include "dtcomm.h"
 
@@ -42,22 +43,22 @@ static double now_us(void) {
     return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
 }
 
-static void bench(dtcomm_comm_t comm, int rank, int iters) {
+static void bench(dtcomm_comm_t comm, int rank, int iters_small, int iters_large) {
     const size_t sizes[2] = {2, (size_t)16 << 20}; /* 8 B and 64 MiB of float32 */
+    const int iters[2] = {iters_small, iters_large};
     for (int s = 0; s < 2; s++) {
         size_t n = sizes[s];
-        int it = s == 0 ? iters : (iters / 1000 > 3 ? iters / 1000 : 3);
         float *buf = calloc(n, sizeof(float));
         EXPECT(buf != NULL, "out of memory");
-        for (int w = 0; w < (s == 0 ? 100 : 1); w++)
+        for (int w = 0; w < iters[s] / 10 + 1; w++)
             CHECK(dtcomm_all_reduce(comm, NULL, buf, n, DTCOMM_FLOAT32, DTCOMM_SUM));
         CHECK(dtcomm_barrier(comm));
         double t0 = now_us();
-        for (int i = 0; i < it; i++)
+        for (int i = 0; i < iters[s]; i++)
             CHECK(dtcomm_all_reduce(comm, NULL, buf, n, DTCOMM_FLOAT32, DTCOMM_SUM));
-        double per = (now_us() - t0) / it;
-        printf("BENCH rank %d bytes %zu iters %d us_per_call %.3f\n", rank, n * sizeof(float), it,
-               per);
+        double per = (now_us() - t0) / iters[s];
+        printf("BENCH rank %d bytes %zu iters %d us_per_call %.3f\n", rank, n * sizeof(float),
+               iters[s], per);
         free(buf);
     }
 }
@@ -75,8 +76,8 @@ int main(int argc, char **argv) {
     CHECK(dtcomm_comm_size(comm, &size));
     CHECK(dtcomm_comm_local_rank(comm, &local));
 
-    if (argc > 2 && strcmp(argv[1], "--bench") == 0) {
-        bench(comm, rank, atoi(argv[2]));
+    if (argc > 3 && strcmp(argv[1], "--bench") == 0) {
+        bench(comm, rank, atoi(argv[2]), atoi(argv[3]));
         CHECK(dtcomm_comm_destroy(comm));
         return 0;
     }

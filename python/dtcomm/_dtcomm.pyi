@@ -5,7 +5,16 @@ from typing import Any, final
 
 __version__: str
 
-class DtcommError(RuntimeError): ...
+class DtcommError(RuntimeError):
+    # Set on errors of the collective engine (not on the Rdzv* errors):
+    result_code: int  # the stable code, as the C ABI's dtcomm_result_t (2 timeout, 5 mismatch, ...)
+    result_name: str  # "timeout", "peer_lost", "mismatch", ...
+    rank: int
+    peer: int | None
+    op: str | None
+    seq: int | None
+    waiting_for: list[int]
+
 class CommTimeoutError(DtcommError): ...
 class PeerLostError(DtcommError): ...
 class MismatchError(DtcommError): ...
