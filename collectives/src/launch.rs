@@ -120,9 +120,9 @@ fn var(env: &dyn Fn(&str) -> Option<String>, k: &str) -> Option<String> {
 fn int(k: &str, text: &str, min: usize) -> Result<usize, String> {
     let v: usize = text
         .parse()
-        .map_err(|_| format!("{k}={text:?} is not an integer"))?;
+        .map_err(|_| format!("{k}='{text}' is not an integer"))?;
     if v < min {
-        return Err(format!("{k}={text:?} must be >= {min}"));
+        return Err(format!("{k}='{text}' must be >= {min}"));
     }
     Ok(v)
 }
@@ -147,7 +147,7 @@ fn pair(
                 let (have, miss) = if va.is_some() { (a, b) } else { (b, a) };
                 let hv = env(have).unwrap_or_default();
                 return Err(format!(
-                    "{have}={hv:?} is set but {miss} is not: set both {a} and {b}, or neither"
+                    "{have}='{hv}' is set but {miss} is not: set both {a} and {b}, or neither"
                 ));
             }
         }
@@ -194,7 +194,7 @@ fn is_native(env: &dyn Fn(&str) -> Option<String>, ep: &str) -> Result<Sourced<b
         Some("store" | "tcpstore" | "c10d") => return Ok(s(false, "DTCOMM_RDZV_BACKEND")),
         Some(b) => {
             return Err(format!(
-                "DTCOMM_RDZV_BACKEND={b:?}: expected 'native' or 'store'"
+                "DTCOMM_RDZV_BACKEND='{b}': expected 'native' or 'store'"
             ));
         }
         None => {}
@@ -320,16 +320,18 @@ pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<La
                 };
                 let hv = env(have).unwrap_or_default();
                 return Err(format!(
-                    "{have}={hv:?} is set but {miss} is not: set both MASTER_ADDR and MASTER_PORT, or neither"
+                    "{have}='{hv}' is set but {miss} is not: set both MASTER_ADDR and MASTER_PORT, or neither"
                 ));
             }
         }
     };
     if endpoint.value.is_none() && world.value > 1 {
         return Err(format!(
-            "rank {:?}: a world of {} ({}) needs a rendezvous endpoint: set \
+            "rank {}: a world of {} ({}) needs a rendezvous endpoint: set \
              DTCOMM_RDZV_ENDPOINT=host:port (or MASTER_ADDR and MASTER_PORT), or launch with dtrun",
-            rank.value, world.value, world.source
+            rank.value.map_or("None".into(), |r| r.to_string()),
+            world.value,
+            world.source
         ));
     }
     let host_store = if native.value {

@@ -266,3 +266,11 @@ def init_logging() -> None: ...
 def job_token(server_token: str, job: str) -> str:
     """The token of one job: it opens that job only (join, status, stop)."""
     ...
+
+def resolve_launch(
+    env: dict[str, str],
+    rank: int | None = None,
+    world_size: int | None = None,
+    rdzv_endpoint: str | None = None,
+    run_id: str | None = None,
+) -> dict[str, tuple[object, str]]: ...

@@ -75,7 +75,7 @@ fn half_set_pairs_and_bad_numbers_name_the_variables() {
         &[("PMI_RANK", "x"), ("PMI_SIZE", "2")],
     )
     .unwrap_err();
-    assert!(e.contains("PMI_RANK=\"x\" is not an integer"), "{e}");
+    assert!(e.contains("PMI_RANK='x' is not an integer"), "{e}");
     let e = run(&Explicit::default(), &[("RANK", "2"), ("WORLD_SIZE", "2")]).unwrap_err();
     assert!(e.contains("not below"), "{e}");
     let e = run(&Explicit::default(), &[("RANK", "0"), ("WORLD_SIZE", "2")]).unwrap_err();
