@@ -183,6 +183,11 @@ fn submitted_calls_complete_in_order_with_their_callbacks() {
             // A second wait returns the same result.
             w.wait().unwrap();
         }
+        // Callbacks run right after their call reports completion, in submission order.
+        let t0 = std::time::Instant::now();
+        while order.lock().unwrap().len() < 4 && t0.elapsed() < Duration::from_secs(10) {
+            std::thread::yield_now();
+        }
         assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3]);
         for (k, b) in bufs.iter().enumerate() {
             assert!(b.iter().all(|x| *x == 2.0 * k as f32));

@@ -222,8 +222,8 @@ impl Communicator {
     }
 
     /// [`submit`](Self::submit) with `keep` (dropped, or handed back by [`Work::take`], only
-    /// after the call finished: the owner of the buffers) and `on_done` (run on the progress
-    /// thread with the result, before the `Work` reports completion).
+    /// after the call finished: the owner of the buffers) and `on_done` (run with the result on
+    /// the thread that ran the call, once the `Work` reports completion).
     ///
     /// # Safety
     /// As for [`submit`](Self::submit).
@@ -243,15 +243,17 @@ impl Communicator {
         let default_wait = inner.config.timeout.value * (ahead + 1) + deadline;
         let work = Work::new(done.clone(), inner.rank, op, spin, default_wait);
         let finish = move |inner: &Inner, r: Result<(), CommError>| {
-            if let Some(f) = on_done {
-                f(&r);
-            }
+            let for_callback = on_done.as_ref().map(|_| r.clone());
             done.set(r);
             inner.pending.fetch_sub(1, Ordering::AcqRel);
             // Wake blocking calls waiting for the queue to drain (under the lock, so none
             // misses it between its check and its wait).
-            let _g = lock(&inner.state);
+            drop(lock(&inner.state));
             inner.drained.notify_all();
+            // Last, so that a callback may itself call this communicator.
+            if let (Some(f), Some(r)) = (on_done, for_callback) {
+                f(&r);
+            }
         };
         if let Err(e) = early {
             finish(&inner, Err(e));
