@@ -21,6 +21,13 @@ joined), the state is kept. Either way the communicator is rebuilt from the serv
 round (survivors keep their ranks), ``state.sync()`` broadcasts rank 0's state to every
 member (newcomers included), the reset callbacks run, and ``train`` is called again.
 
+A :class:`~dtcomm.MismatchError` (ranks called different collectives, counts or dtypes) is a
+program error that a new round would repeat: ``run`` raises it instead of retrying.
+
+State travels without ``pickle``: plain values as JSON (:mod:`dtcomm._state_codec`), torch
+state dicts as ``torch.save`` bytes read back with ``torch.load(weights_only=True)``, so bytes
+received from another member cannot run code.
+
 Needs ``dtcomm.init()`` on the native rendezvous (``DTCOMM_RDZV_ENDPOINT`` on dt-rdzv's native
 port); ``run`` calls it if it was not called. Every wait is bounded: a new round must form
 within the job's join timeout, or ``RdzvTimeoutError``/``RdzvJobEndedError`` is raised.
@@ -32,11 +39,11 @@ import array
 import copy
 import functools
 import io
-import pickle
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from . import _api, _dtcomm
+from ._state_codec import StateCodecError, decode, encode
 
 R = TypeVar("R")
 
@@ -47,16 +54,63 @@ class HostsUpdatedInterrupt(Exception):
     step. The state is kept."""
 
 
-def broadcast_object(obj: Any, root: int = 0) -> Any:
-    """``root``'s ``obj`` on every rank (pickled; two broadcasts: length, then bytes)."""
+def broadcast_bytes(data: bytes | None, root: int = 0) -> bytes:
+    """``root``'s ``data`` on every rank (two broadcasts: length, then bytes). A negative
+    length from ``root`` means it could not produce the bytes: every rank raises
+    :class:`StateCodecError`."""
     comm = _api.communicator()
-    data = pickle.dumps(obj) if comm.rank == root else b""
-    n = array.array("q", [len(data)])
+    mine = comm.rank == root
+    n = array.array("q", [(len(data) if data is not None else -1) if mine else 0])
     _api.broadcast(n, root)
-    buf = bytearray(data) if comm.rank == root else bytearray(n[0])
+    if n[0] < 0:
+        raise StateCodecError(f"rank {root} could not encode its state (see its error)")
+    buf = bytearray(data if mine and data is not None else b"") if mine else bytearray(n[0])
     if n[0]:
         _api.broadcast(buf, root)
-    return obj if comm.rank == root else pickle.loads(bytes(buf))
+    return bytes(buf)
+
+
+def broadcast_object(obj: Any, root: int = 0) -> Any:
+    """``root``'s ``obj`` on every rank, as the JSON of :mod:`dtcomm._state_codec` (plain
+    data and numpy arrays; nothing received is unpickled). An ``obj`` the codec cannot carry
+    raises :class:`StateCodecError` on every rank."""
+    comm = _api.communicator()
+    data: bytes | None = None
+    err: StateCodecError | None = None
+    if comm.rank == root:
+        try:
+            data = encode(obj)
+        except StateCodecError as e:
+            err = e
+    try:
+        got = broadcast_bytes(data, root)
+    except StateCodecError:
+        if err is not None:
+            raise err from None
+        raise
+    return obj if comm.rank == root else decode(got)
+
+
+def _torch_blob(parts: dict[str, Any]) -> bytes:
+    import torch
+
+    b = io.BytesIO()
+    torch.save({k: obj.state_dict() for k, obj in parts.items()}, b)
+    return b.getvalue()
+
+
+def _torch_unblob(blob: bytes) -> dict[str, Any]:
+    """State dicts from :func:`_torch_blob`'s bytes, loaded with ``weights_only=True`` (tensors
+    and plain containers only: a pickle that would run code is refused)."""
+    import torch
+
+    try:
+        out = torch.load(io.BytesIO(blob), weights_only=True)
+    except Exception as e:  # torch raises UnpicklingError/RuntimeError for refused content
+        raise StateCodecError(f"refusing torch state: {type(e).__name__}: {e}") from None
+    if not isinstance(out, dict):
+        raise StateCodecError(f"torch state is a {type(out).__name__}, expected a dict")
+    return out
 
 
 class State:
@@ -101,7 +155,9 @@ class State:
 
 
 class ObjectState(State):
-    """Picklable values as attributes: ``ObjectState(epoch=0, step=0, weights=array)``."""
+    """Values as attributes: ``ObjectState(epoch=0, step=0, weights=array)``. ``sync()``
+    carries them as JSON (:mod:`dtcomm._state_codec`): ``None``, bools, ints, floats, strings,
+    bytes, lists, tuples, dicts with string keys, and numpy arrays of plain dtypes."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__()
@@ -129,55 +185,51 @@ class ObjectState(State):
 
 
 class TorchState(ObjectState):
-    """A torch ``model`` and ``optimizer`` (their ``state_dict``) plus picklable values."""
+    """A torch ``model`` and ``optimizer`` (their ``state_dict``) plus plain values (see
+    :class:`ObjectState`). State dicts travel as ``torch.save`` bytes and are read back with
+    ``torch.load(weights_only=True)``."""
 
     def __init__(self, model: Any = None, optimizer: Any = None, **kwargs: Any) -> None:
         self.model = model
         self.optimizer = optimizer
-        self._saved_torch: dict[str, bytes] = {}
+        self._saved_torch: bytes | None = None
         super().__init__(**kwargs)
 
     def _torch_parts(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("model", "optimizer") if getattr(self, k) is not None}
 
-    def save(self) -> None:
-        import torch
-
-        self._saved_torch = {}
+    def _load(self, dicts: dict[str, Any]) -> None:
         for k, obj in self._torch_parts().items():
-            b = io.BytesIO()
-            torch.save(obj.state_dict(), b)
-            self._saved_torch[k] = b.getvalue()
+            if k in dicts:
+                obj.load_state_dict(dicts[k])
+
+    def save(self) -> None:
+        parts = self._torch_parts()
+        self._saved_torch = _torch_blob(parts) if parts else None
         super().save()
 
     def restore(self) -> None:
-        import torch
-
-        for k, obj in self._torch_parts().items():
-            if k in self._saved_torch:
-                obj.load_state_dict(torch.load(io.BytesIO(self._saved_torch[k]), weights_only=False))
+        if self._saved_torch is not None:
+            self._load(_torch_unblob(self._saved_torch))
         super().restore()
 
     def sync(self) -> None:
-        import torch
-
         parts = self._torch_parts()
-        blobs = {}
-        if _api.rank() == 0:
-            for k, obj in parts.items():
-                b = io.BytesIO()
-                torch.save(obj.state_dict(), b)
-                blobs[k] = b.getvalue()
-        blobs = broadcast_object(blobs if _api.rank() == 0 else None)
-        for k, obj in parts.items():
-            obj.load_state_dict(torch.load(io.BytesIO(blobs[k]), weights_only=False))
+        if parts:
+            blob = broadcast_bytes(_torch_blob(parts) if _api.rank() == 0 else None)
+            if _api.rank() != 0:
+                self._load(_torch_unblob(blob))
         super().sync()
 
 
 def _retryable(e: BaseException) -> bool:
-    # Rendezvous errors (job ended, refused, server lost) are final; a collective's failure
-    # (a peer lost, a deadline, a shut-down communicator) means the round is over.
-    return isinstance(e, _dtcomm.DtcommError) and not isinstance(e, _dtcomm.RdzvError)
+    # Rendezvous errors (job ended, refused, server lost) are final; so is a mismatch (ranks
+    # called different collectives, counts or dtypes: a program error a new round repeats);
+    # another collective failure (a peer lost, a deadline, a shut-down communicator) means the
+    # round is over.
+    return isinstance(e, _dtcomm.DtcommError) and not isinstance(
+        e, (_dtcomm.RdzvError, _dtcomm.MismatchError)
+    )
 
 
 def run(fn: Callable[..., R], state: State | None = None, *args: Any, **kwargs: Any) -> Any:
