@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import uuid
 
@@ -76,6 +77,12 @@ def _native_main(a: argparse.Namespace, cmd: list[str]) -> int:
     restarts = 0
     ask: float | None = None
     code = 1
+
+    def stop(sig: int, _frame: object) -> None:
+        raise workers.Stopped(sig)
+
+    # Between rounds (workers.run has its own handlers): a stop leaves the job at once.
+    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         while True:
             try:
@@ -96,6 +103,10 @@ def _native_main(a: argparse.Namespace, cmd: list[str]) -> int:
 
             try:
                 code = workers.run(spec, rdzv, interrupt=changed)
+            except workers.Stopped as e:
+                print(f"[dtrun] {member.who}: {e}; workers stopped, leaving the job",
+                      file=sys.stderr, flush=True)
+                return 128 + e.signum
             except workers.Interrupted as e:
                 print(f"[dtrun] {member.who}: {e}; restarting the workers in the next round",
                       file=sys.stderr, flush=True)
@@ -112,8 +123,18 @@ def _native_main(a: argparse.Namespace, cmd: list[str]) -> int:
             ask = 2 * hb + 1.0
             print(f"[dtrun] {member.who}: workers failed (exit {code}); restart {restarts} of "
                   f"{a.max_restarts} in the next round", file=sys.stderr, flush=True)
+    except workers.Stopped as e:
+        print(f"[dtrun] {member.who}: {e} between rounds; leaving the job",
+              file=sys.stderr, flush=True)
+        return 128 + e.signum
     finally:
-        member.leave()
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            member.leave()
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     rdzv = rendezvous.setup(a.nnodes, a.rdzv_endpoint, run_id, a.node_rank, a.rdzv_host, timeout)
     try:
         return workers.run(workers.Spec(cmd, a.nproc_per_node, a.nnodes, run_id), rdzv)
+    except workers.Stopped as e:
+        return 128 + e.signum
     finally:
         rdzv.close()
 

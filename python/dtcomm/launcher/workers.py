@@ -1,8 +1,11 @@
 """The workers of one node: spawned with torchrun's environment, each line of their output
-prefixed with the rank, and stopped together when one fails."""
+prefixed with the rank, and stopped together when one fails. Every worker gets
+``PR_SET_PDEATHSIG`` (Linux): if the agent dies, even by SIGKILL, its workers are killed."""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import signal
 import subprocess
@@ -33,6 +36,36 @@ class Spec:
 
 class Interrupted(Exception):
     """The workers were stopped because ``interrupt`` said so (a new rendezvous round)."""
+
+
+class Stopped(Exception):
+    """The agent got SIGTERM or SIGINT: the workers were stopped; the agent should leave, not
+    restart them. ``signum`` is the signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+_PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True) \
+    if sys.platform.startswith("linux") else None
+
+
+def _die_with_parent(parent: int) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that asks the kernel to SIGKILL the child when the agent (the thread
+    that forks, here the main thread) exits; closes the race with an agent that died before
+    the call. Async-signal-safe enough: one syscall through an already loaded libc."""
+    if _libc is None:
+        return None
+    prctl = _libc.prctl
+
+    def pre() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(137)
+
+    return pre
 
 
 def worker_env(spec: Spec, rdzv: Rendezvous, local_rank: int) -> dict[str, str]:
@@ -88,7 +121,9 @@ def _signal_all(procs: list[subprocess.Popen[bytes]], sig: int) -> None:
 def run(spec: Spec, rdzv: Rendezvous, interrupt: Callable[[], str | None] | None = None) -> int:
     """Runs the node's workers; returns dtrun's exit code (the first failed worker's). With
     ``interrupt``, polled twice a second: when it returns a reason, the workers are stopped
-    and :class:`Interrupted` is raised (unless one had failed first)."""
+    and :class:`Interrupted` is raised (unless one had failed first). SIGTERM/SIGINT to the
+    agent stop the workers (the signal, then SIGKILL after a grace period) and raise
+    :class:`Stopped`: a stop is not a worker failure."""
     lock = threading.Lock()
     procs: list[subprocess.Popen[bytes]] = []
     pumps: list[threading.Thread] = []
@@ -97,7 +132,7 @@ def run(spec: Spec, rdzv: Rendezvous, interrupt: Callable[[], str | None] | None
         env = worker_env(spec, rdzv, lr)
         p = subprocess.Popen(
             spec.cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True,
+            start_new_session=True, preexec_fn=_die_with_parent(os.getpid()),
         )
         rank = int(env["RANK"])
         print(f"[dtrun] worker pid {p.pid} rank {rank}", file=sys.stderr, flush=True)
@@ -141,7 +176,7 @@ def run(spec: Spec, rdzv: Rendezvous, interrupt: Callable[[], str | None] | None
             if failed is not None or stopping:
                 break
             time.sleep(0.05)
-        if failed is not None and failed[0] >= 0:
+        if failed is not None and failed[0] >= 0 and not stopping:
             rdzv.fail(*failed)
         if failed is not None or stopping or interrupted is not None:
             _signal_all(procs, signal.SIGTERM)
@@ -153,6 +188,8 @@ def run(spec: Spec, rdzv: Rendezvous, interrupt: Callable[[], str | None] | None
             p.wait()
         for t in pumps:
             t.join(timeout=2.0)
+        if stopping:
+            raise Stopped(stopping[0])
         if interrupted is not None and failed is None:
             raise Interrupted(interrupted)
         if failed is None:
@@ -166,8 +203,6 @@ def run(spec: Spec, rdzv: Rendezvous, interrupt: Callable[[], str | None] | None
             who = f"rank {rank}" if rank >= 0 else "a worker on another node"
             print(f"[dtrun] {who} exited with code {rc}; stopped the others; exiting {code}",
                   file=sys.stderr, flush=True)
-        elif stopping:
-            code = 128 + stopping[0]
     finally:
         for s, h in old.items():
             signal.signal(s, h)
