@@ -19,7 +19,8 @@
 //! * `engine.rs`: runs a schedule over a transport; `watchdog.rs`: deadlines and warnings;
 //! * `transport/`: the `Transport` trait, `mem.rs` (the in-memory twin), `tcp.rs`,
 //!   `frame.rs` (data frame headers), `iface.rs` (`DTCOMM_SOCKET_IFNAME`);
-//! * `bootstrap.rs`: address exchange through the store and the TCP mesh;
+//! * `bootstrap/`: the TCP mesh and its authenticated handshake (`handshake.rs`); peers'
+//!   addresses through a store (`store.rs`) or a native round's `Welcome` (`welcome.rs`);
 //! * [`launch`]: rank, world and rendezvous from launchers' variables (as `dtcomm.init()`);
 //! * [`dtype`], [`op`], `reduce.rs` and `half_conv.rs` (vectorised kernels), [`error`]
 //!   (with stable [`ErrorCode`]s), `fork.rs` (calls from a forked child are refused).
@@ -46,6 +47,7 @@ mod schedule;
 mod transport;
 mod watchdog;
 
+pub use bootstrap::welcome::{DataListener, RoundPeers, round_secret};
 pub use call::{Call, CallDesc, Collective, Memory, OpKind, RawBuf};
 pub use communicator::Communicator;
 pub use config::{Algo, Config, Options};

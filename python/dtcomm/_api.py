@@ -144,13 +144,9 @@ def _connect_round(
     """Builds the communicator of ``member``'s next round, taking later rounds when one ends
     while it is being built. Every step is bounded (join timeout, communicator timeout)."""
     while True:
-        w = member.next_welcome(ask_after=ask_after)
-        timeout = opts.get("timeout")
+        member.next_welcome(ask_after=ask_after)
         try:
-            prefix = member.fence(timeout if timeout is not None else 300.0)
-            return _dtcomm.Communicator.connect(
-                member.settings.store.value, w.rank, w.world, prefix=prefix, **opts
-            )
+            return member.communicator()
         except _native.RoundChanged:
             continue
         except _dtcomm.RdzvError:
@@ -180,8 +176,10 @@ def _init_native(
         endpoint=cfg.endpoint.value,
         job=cfg.run_id.value if cfg.run_id.source == "explicit" else None,
     )
-    member = _native.Member.join(s)
     opts: dict[str, Any] = dict(timeout=cfg.timeout.value, algo=algo, socket_ifname=socket_ifname)
+    # Bound before joining: its address goes in the Join, and every round's links come to it.
+    listener = _dtcomm.DataListener(**opts)
+    member = _native.Member.join(s, listener=listener)
     try:
         comm = _connect_round(member, opts)
     except BaseException:

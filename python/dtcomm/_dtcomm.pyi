@@ -72,6 +72,16 @@ class Communicator:
         nsocks_perpeer: int | None = None,
         store_prefix: str | None = None,
     ) -> Communicator: ...
+    @staticmethod
+    def from_welcome(
+        listener: DataListener,
+        job: str,
+        round: int,
+        rank: int,
+        world: int,
+        addrs: list[str | None],
+        token: str,
+    ) -> Communicator: ...
     @property
     def rank(self) -> int: ...
     @property
@@ -212,6 +222,18 @@ class RdzvEvent:
     welcome: Welcome | None
 
 @final
+class DataListener:
+    def __init__(
+        self,
+        *,
+        timeout: float | None = None,
+        algo: str | None = None,
+        socket_ifname: str | None = None,
+        nsocks_perpeer: int | None = None,
+    ) -> None: ...
+    @property
+    def addr(self) -> str: ...
+
 class NativeClient:
     def __init__(
         self,

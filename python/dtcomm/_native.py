@@ -7,12 +7,20 @@ server's (heartbeats), so a lost member ends the round for everyone at once. If 
 itself restarts, the client reconnects and resumes its round (same number and rank) on its own;
 the communicator is untouched and no round change is seen.
 
-The communicator of a round is bootstrapped on the **TCPStore port of the same server**
-(``DTCOMM_RDZV_STORE``, default: the native endpoint's host, port 29400), under a key prefix
-that is unique to the round: ``dtcomm.native.<job>/<nonce>``, where ``nonce`` is a random id
-rank 0 draws for every round and publishes through the native protocol (configuration entry
-``dtcomm.round`` = ``"<round> <nonce>"``). Members wait for the entry of *their* round, so keys of
-an earlier round, or of an earlier job of the same name on a long-lived server, are never read.
+``dtcomm.init()`` builds the communicator of a round from the round's ``Welcome``, with no
+store: the member binds its data listener (:class:`~dtcomm._dtcomm.DataListener`) before it
+joins and sends the address in its ``Join``; the welcome's peer table says where every other
+rank listens. Every data link proves membership with HMAC-SHA256 over a secret derived from
+the job's token and the round number (``dtcomm::round_secret``), so connections from
+strangers or from another round are dropped, and a resumed round (after a server restart)
+keeps its secret. Such a job works against ``dt-rdzv serve --no-tcpstore``.
+
+``dtrun --rdzv-backend native`` and ``torchrun --rdzv-backend dtcomm`` still hand their
+workers a store on the **TCPStore port of the same server** (``DTCOMM_RDZV_STORE``, default:
+the native endpoint's host, port 29400), under a key prefix unique to the round:
+``dtcomm.native.<job>/<nonce>``, where ``nonce`` is a random id rank 0 draws for every round
+and publishes through the native protocol (configuration entry ``dtcomm.round`` =
+``"<round> <nonce>"``, see :meth:`Member.fence`).
 
 Environment (every value has a source in the start-up line):
 
@@ -23,7 +31,8 @@ Environment (every value has a source in the start-up line):
 ``DTCOMM_RDZV_TOKEN``           the server's token or the job's (:func:`dtcomm.job_token`), or
                                 ``DTCOMM_RDZV_TOKEN_FILE``: its first line
 ``DTCOMM_RDZV_FINGERPRINT``     ``sha256:...`` the server printed (or ``DTCOMM_RDZV_CACERT``)
-``DTCOMM_RDZV_STORE``           ``host:port`` of the server's TCPStore port
+``DTCOMM_RDZV_STORE``           ``host:port`` of the server's TCPStore port (dtrun/torchrun
+                                workers only)
 ``DTCOMM_RDZV_MEMBERS``         ``N`` or ``MIN:MAX`` members (else ``OCI__WORKER_COUNT`` + 1)
 ``DTCOMM_RDZV_LAST_CALL``       seconds to wait for more members once ``MIN`` are there (3)
 ``DTCOMM_RDZV_JOIN_TIMEOUT``    seconds a round may take to form (else ``OCI__TIMEOUT``; 600)
@@ -337,13 +346,49 @@ class Member:
     job_end: _dtcomm.RdzvEvent | None = None
     _next: _dtcomm.Welcome | None = None
     _nonces: dict[int, str] = field(default_factory=dict)
+    #: This member's data listener (bound before joining; serves every round).
+    listener: _dtcomm.DataListener | None = None
 
     @classmethod
-    def join(cls, s: Settings, addrs: list[str] | None = None) -> Member:
-        """Connects and joins (the round may still be forming)."""
+    def join(cls, s: Settings, addrs: list[str] | None = None,
+             listener: _dtcomm.DataListener | None = None) -> Member:
+        """Connects and joins (the round may still be forming). With ``listener``, its
+        address is this member's data address in the job's peer table."""
         client = s.connect()
-        client.join(s.job.value, s.member.value, s.node.value, addrs=addrs or [], **s.spec())
-        return cls(s, client)
+        sent = list(addrs or []) + ([listener.addr] if listener is not None else [])
+        client.join(s.job.value, s.member.value, s.node.value, addrs=sent, **s.spec())
+        return cls(s, client, listener=listener)
+
+    def peer_addrs(self) -> list[str | None]:
+        """Where every rank of the current round listens, from the welcome (asking the
+        server for lower ranks a partial peer table left out): ``None`` where unknown."""
+        w = self.welcome
+        assert w is not None, "peer_addrs() before a welcome"
+        out: list[str | None] = [None] * w.world
+        peers = list(w.peers)
+        missing = [r for r in range(w.rank) if r not in {p.rank for p in peers}]
+        if missing and not w.all_peers:
+            peers += self.client.lookup(missing)
+        for p in peers:
+            if 0 <= p.rank < w.world and p.addrs:
+                host, port = split_host_port(p.addrs[0], 0)
+                if host in ("0.0.0.0", "::") and p.observed_ip:
+                    host = p.observed_ip
+                out[p.rank] = join_host_port(host, port)
+        return out
+
+    def communicator(self) -> _dtcomm.Communicator:
+        """The current round's communicator, over :attr:`listener` (its options were fixed
+        when it was bound) and the welcome's peer table (no store). Raises
+        :class:`RoundChanged` if the round already ended."""
+        w = self.welcome
+        assert w is not None and self.listener is not None, "communicator() needs a welcome and a listener"
+        if self.ended is not None or self._next is not None:
+            raise RoundChanged(f"{self.who}: {self.ended}")
+        return _dtcomm.Communicator.from_welcome(
+            self.listener, w.job, w.round, w.rank, w.world, self.peer_addrs(),
+            self.settings.token.value,
+        )
 
     @property
     def who(self) -> str:

@@ -241,6 +241,61 @@ impl PyCommunicator {
         Self::build(py, Arc::new(PyStore::new(store)), rank, world, opts)
     }
 
+    /// Builds rank `rank` of round `round` of native job `job` over `listener` (the
+    /// `DataListener` bound before joining; it serves every round): `addrs[p]` is where rank `p` listens (from the
+    /// round's `Welcome`; every lower rank is needed, others may be None), and every link
+    /// proves the round's secret, derived from `token` (the server's or the job's). No store.
+    #[staticmethod]
+    #[pyo3(signature = (listener, job, round, rank, world, addrs, token))]
+    #[allow(clippy::too_many_arguments)]
+    fn from_welcome(
+        py: Python<'_>,
+        listener: &Bound<'_, crate::native::PyDataListener>,
+        job: String,
+        round: u64,
+        rank: usize,
+        world: usize,
+        addrs: Vec<Option<String>>,
+        token: &str,
+    ) -> PyResult<Self> {
+        if world == 0 || rank >= world {
+            return Err(PyValueError::new_err(format!(
+                "rank {rank} is not in a world of {world}"
+            )));
+        }
+        let addrs = addrs
+            .into_iter()
+            .enumerate()
+            .map(|(p, a)| {
+                a.map(|a| {
+                    a.parse::<std::net::SocketAddr>().map_err(|e| {
+                        PyValueError::new_err(format!(
+                            "rank {rank}: rank {p}'s data address {a:?}: {e}"
+                        ))
+                    })
+                })
+                .transpose()
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let l = listener.borrow().inner.try_clone().map_err(to_py)?;
+        let secret = dtcomm::round_secret(token, &job, round);
+        let peers = dtcomm::RoundPeers {
+            job,
+            round,
+            rank,
+            world,
+            addrs,
+        };
+        let comm = py
+            .detach(move || Communicator::from_welcome(l, &peers, &secret))
+            .map_err(to_py)?;
+        Ok(PyCommunicator {
+            comm: Some(Arc::new(comm)),
+            rank,
+            world,
+        })
+    }
+
     /// This rank.
     #[getter]
     fn rank(&self) -> usize {

@@ -48,6 +48,7 @@ fn _dtcomm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<native::PyWelcome>()?;
     m.add_class::<native::PyPeer>()?;
     m.add_class::<native::RdzvEvent>()?;
+    m.add_class::<native::PyDataListener>()?;
     m.add_function(wrap_pyfunction!(init_logging, m)?)?;
     m.add_function(wrap_pyfunction!(native::job_token, m)?)?;
     m.add_function(wrap_pyfunction!(launch::resolve_launch, m)?)?;

@@ -643,3 +643,60 @@ pub(crate) fn job_token(server_token: &str, job: &str) -> PyResult<String> {
     }
     Ok(dt_rdzv_proto::rendezvous::job_token(server_token, job))
 }
+
+/// A data listener bound before joining a native job: its `addr` goes in `NativeClient.join`'s
+/// `addrs`, and `Communicator.from_welcome` builds every round's communicator over it. Options left as None resolve from
+/// their `DTCOMM_*` twins (`socket_ifname` picks the interface).
+#[pyclass(module = "dtcomm._dtcomm", name = "DataListener")]
+pub struct PyDataListener {
+    pub(crate) inner: dtcomm::DataListener,
+    addr: String,
+}
+
+#[pymethods]
+impl PyDataListener {
+    #[new]
+    #[pyo3(signature = (*, timeout=None, algo=None, socket_ifname=None, nsocks_perpeer=None))]
+    fn new(
+        py: Python<'_>,
+        timeout: Option<f64>,
+        algo: Option<&str>,
+        socket_ifname: Option<String>,
+        nsocks_perpeer: Option<usize>,
+    ) -> PyResult<Self> {
+        let timeout = match timeout {
+            None => None,
+            Some(t) if t.is_finite() && t > 0.0 => Some(Duration::from_secs_f64(t)),
+            Some(t) => {
+                return Err(PyValueError::new_err(format!(
+                    "timeout must be a positive number of seconds, got {t}"
+                )));
+            }
+        };
+        let algo = algo
+            .map(|a| a.parse::<dtcomm::Algo>().map_err(PyValueError::new_err))
+            .transpose()?;
+        let opts = dtcomm::Options {
+            timeout,
+            algo,
+            socket_ifname,
+            nsocks_perpeer,
+            ..dtcomm::Options::default()
+        };
+        let l = py
+            .detach(move || dtcomm::DataListener::bind(&opts))
+            .map_err(crate::errors::to_py)?;
+        let addr = l.addr().to_string();
+        Ok(PyDataListener { inner: l, addr })
+    }
+
+    /// `ip:port` peers connect to.
+    #[getter]
+    fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    fn __repr__(&self) -> String {
+        format!("DataListener({})", self.addr)
+    }
+}
