@@ -1,0 +1,192 @@
+//! The data-plane handshake: strangers on a rank's data port during set-up (idle, garbage, a
+//! wrong proof, a replayed proof) are dropped and the group forms anyway, promptly; ranks
+//! that disagree on the world size fail in under a second naming both ranks and sizes, on the
+//! store path and on the native (`Welcome`) path; a native round builds with no store.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use dt_rdzv::store::{MemoryStore, Store};
+use dtcomm::{CommError, Communicator, DataListener, Options, ReduceOp, RoundPeers, round_secret};
+use ring::{digest, hmac};
+
+fn opts() -> Options {
+    Options {
+        socket_ifname: Some("lo".into()),
+        timeout: Some(Duration::from_secs(30)),
+        nsocks_perpeer: Some(1),
+        ..Options::default()
+    }
+}
+
+/// A hello as rank `rank` of `world` would send it for `label` (the handshake's layout).
+fn hello(label: &str, rank: u32, world: u32) -> Vec<u8> {
+    let mut b = b"DTH2".to_vec();
+    b.extend_from_slice(&2u32.to_le_bytes());
+    b.extend_from_slice(digest::digest(&digest::SHA256, label.as_bytes()).as_ref());
+    for v in [rank, world, 0, 1] {
+        b.extend_from_slice(&v.to_le_bytes());
+    }
+    b.extend_from_slice(&[7u8; 16]);
+    b
+}
+
+fn closed_by_peer(s: &mut TcpStream) -> bool {
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf = [0u8; 64];
+    matches!(s.read(&mut buf), Ok(0) | Err(_))
+}
+
+#[test]
+fn strangers_on_the_data_port_are_dropped_and_the_group_forms() {
+    let store = Arc::new(MemoryStore::new());
+    let s0 = store.clone();
+    let r0 = std::thread::spawn(move || Communicator::new(s0, 0, 2, opts()));
+    let entry = store
+        .get("dtcomm/1/addr/0", Duration::from_secs(20))
+        .unwrap();
+    let entry = String::from_utf8(entry).unwrap();
+    let lines: Vec<&str> = entry.lines().collect();
+    let addr: SocketAddr = lines[0].parse().unwrap();
+    let secret: Vec<u8> = (0..lines[4].len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&lines[4][i..i + 2], 16).unwrap())
+        .collect();
+    let label = "store dtcomm/1";
+
+    // Rank 0 accepts once it has read every address: these wait in its backlog meanwhile.
+    // Idle: connects and says nothing (held open until the group formed).
+    let _idle = TcpStream::connect(addr).unwrap();
+    // Garbage.
+    let mut garbage = TcpStream::connect(addr).unwrap();
+    garbage.write_all(&[0xAB; 200]).unwrap();
+    // A hello for this very generation, then a made-up proof.
+    let mut wrong = TcpStream::connect(addr).unwrap();
+    wrong.write_all(&hello(label, 1, 2)).unwrap();
+    // A replay: a valid proof for one challenge, sent on another connection.
+    let h = hello(label, 1, 2);
+    let mut first = TcpStream::connect(addr).unwrap();
+    first.write_all(&h).unwrap();
+    let mut replay = TcpStream::connect(addr).unwrap();
+    replay.write_all(&h).unwrap();
+
+    // The real rank 1 arrives: the group forms promptly however the strangers behave.
+    let t = Instant::now();
+    let s1 = store.clone();
+    let r1 = std::thread::spawn(move || Communicator::new(s1, 1, 2, opts()));
+    for s in [&wrong, &first, &replay] {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    }
+    let mut challenge = [0u8; 60];
+    wrong.read_exact(&mut challenge).unwrap();
+    wrong.write_all(&[0x55; 32]).unwrap();
+    let mut c1 = [0u8; 60];
+    first.read_exact(&mut c1).unwrap();
+    let key = hmac::Key::new(hmac::HMAC_SHA256, &secret);
+    let proof1 = hmac::sign(
+        &key,
+        &[&b"dtcomm hello v2 connector\0"[..], &h, &c1[..28]].concat(),
+    );
+    let mut c2 = [0u8; 60];
+    replay.read_exact(&mut c2).unwrap();
+    assert_ne!(c1[12..28], c2[12..28], "every challenge has a fresh nonce");
+    replay.write_all(proof1.as_ref()).unwrap();
+
+    let c1 = r1.join().unwrap().expect("rank 1");
+    let c0 = r0.join().unwrap().expect("rank 0 survives the strangers");
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert!(closed_by_peer(&mut garbage), "garbage was not dropped");
+    assert!(closed_by_peer(&mut wrong), "a wrong proof was not dropped");
+    assert!(
+        closed_by_peer(&mut replay),
+        "a replayed proof was not dropped"
+    );
+    drop(first);
+    on_ranks(&[c0, c1], |c| allreduce_case::<f32>(c, ReduceOp::Sum, 1000));
+}
+
+fn assert_mismatch(e: &CommError, me: usize, my_world: usize, peer: usize, their_world: usize) {
+    let s = e.to_string();
+    assert!(
+        s.contains(&format!("rank {peer} has world size {their_world}"))
+            && s.contains(&format!("rank {me} has world size {my_world}")),
+        "{s}"
+    );
+}
+
+#[test]
+fn a_wrong_world_size_fails_both_ranks_at_once_on_the_store_path() {
+    let store = Arc::new(MemoryStore::new());
+    let t = Instant::now();
+    let (a, b) = std::thread::scope(|s| {
+        let (s0, s1) = (store.clone(), store.clone());
+        let a = s.spawn(move || Communicator::new(s0, 0, 2, opts()).map(|_| ()));
+        let b = s.spawn(move || Communicator::new(s1, 1, 3, opts()).map(|_| ()));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    assert_mismatch(&a.unwrap_err(), 0, 2, 1, 3);
+    assert_mismatch(&b.unwrap_err(), 1, 3, 0, 2);
+}
+
+fn round(rank: usize, world: usize, round: u64, addrs: Vec<Option<SocketAddr>>) -> RoundPeers {
+    RoundPeers {
+        job: "j".into(),
+        round,
+        rank,
+        world,
+        addrs,
+    }
+}
+
+#[test]
+fn a_native_round_builds_from_its_welcome_and_a_wrong_world_fails_at_once() {
+    let secret = round_secret("server-token", "j", 3);
+    // Members may hold the server token or the job's: one secret.
+    let job_token = dt_rdzv_proto::rendezvous::job_token("server-token", "j");
+    assert_eq!(round_secret(&job_token, "j", 3), secret);
+    assert_ne!(round_secret("server-token", "j", 4), secret);
+
+    let l0 = DataListener::bind(&opts()).unwrap();
+    let l1 = DataListener::bind(&opts()).unwrap();
+    let addrs = vec![Some(l0.addr()), Some(l1.addr())];
+    let comms: Vec<Communicator> = std::thread::scope(|s| {
+        let hs: Vec<_> = [(0, &l0), (1, &l1)]
+            .into_iter()
+            .map(|(r, l)| {
+                let (l, peers) = (l.try_clone().unwrap(), round(r, 2, 3, addrs.clone()));
+                s.spawn(move || Communicator::from_welcome(l, &peers, &secret).unwrap())
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(comms[0].transport_description().contains("round 3"));
+    on_ranks(&comms, |c| allreduce_case::<f32>(c, ReduceOp::Sum, 100));
+    drop(comms);
+
+    // Same listeners, next round, rank 1 told world 3: both fail in under a second.
+    let t = Instant::now();
+    let secret = round_secret("server-token", "j", 4);
+    let (a, b) = std::thread::scope(|s| {
+        let (la, lb) = (l0.try_clone().unwrap(), l1.try_clone().unwrap());
+        let (pa, pb) = (
+            round(0, 2, 4, addrs.clone()),
+            round(1, 3, 4, vec![addrs[0], addrs[1], None]),
+        );
+        let a = s.spawn(move || Communicator::from_welcome(la, &pa, &secret).map(|_| ()));
+        let b = s.spawn(move || Communicator::from_welcome(lb, &pb, &secret).map(|_| ()));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    assert_mismatch(&a.unwrap_err(), 0, 2, 1, 3);
+    assert_mismatch(&b.unwrap_err(), 1, 3, 0, 2);
+}
