@@ -15,8 +15,10 @@ the job's token and the round number (``dtcomm::round_secret``), so connections 
 strangers or from another round are dropped, and a resumed round (after a server restart)
 keeps its secret. Such a job works against ``dt-rdzv serve --no-tcpstore``.
 
-``dtrun --rdzv-backend native`` and ``torchrun --rdzv-backend dtcomm`` still hand their
-workers a store on the **TCPStore port of the same server** (``DTCOMM_RDZV_STORE``, default:
+``dtrun --rdzv-backend native`` hands its workers a store that node 0's agent hosts for the
+round (like torchrun's agents; its address goes through the native protocol as configuration
+entry ``dtrun.store`` = ``"<round> <host:port>"``). ``torchrun --rdzv-backend dtcomm`` still
+hands its agents a store on the **TCPStore port of the same server** (``DTCOMM_RDZV_STORE``, default:
 the native endpoint's host, port 29400), under a key prefix unique to the round:
 ``dtcomm.native.<job>/<nonce>``, where ``nonce`` is a random id rank 0 draws for every round
 and publishes through the native protocol (configuration entry ``dtcomm.round`` =
@@ -345,7 +347,8 @@ class Member:
     #: The job's end, once the server said so.
     job_end: _dtcomm.RdzvEvent | None = None
     _next: _dtcomm.Welcome | None = None
-    _nonces: dict[int, str] = field(default_factory=dict)
+    #: Per-round configuration entries ``"<round> <value>"`` seen: (key, round) -> value.
+    _entries: dict[tuple[str, int], str] = field(default_factory=dict)
     #: This member's data listener (bound before joining; serves every round).
     listener: _dtcomm.DataListener | None = None
 
@@ -411,10 +414,10 @@ class Member:
             self.ended = f"round {ev.round} ended: {ev.why}"
         elif ev.kind == "pending":
             self.waiting = ev.waiting or 0
-        elif ev.kind == "config" and ev.key == ROUND_KEY and ev.value is not None:
-            rnd, _, nonce = ev.value.decode(errors="replace").partition(" ")
+        elif ev.kind == "config" and ev.key is not None and ev.value is not None:
+            rnd, _, value = ev.value.decode(errors="replace").partition(" ")
             if rnd.isdigit():
-                self._nonces[int(rnd)] = nonce
+                self._entries[(ev.key, int(rnd))] = value
         elif ev.kind == "job_ended":
             self._ended(ev)
         elif ev.kind == "refused":
@@ -463,26 +466,40 @@ class Member:
         base = f"dtcomm.native.{w.job}"
         if w.rank == 0:
             nonce = uuid.uuid4().hex
-            self.client.publish(ROUND_KEY, f"{w.round} {nonce}".encode())
+            self.publish_round_value(ROUND_KEY, nonce)
             return f"{base}/{nonce}"
-        v = w.config_dict().get(ROUND_KEY)
+        return f"{base}/{self.round_value(ROUND_KEY, timeout, 'store prefix')}"
+
+    def publish_round_value(self, key: str, value: str) -> None:
+        """Publishes ``value`` for the current round under configuration entry ``key``
+        (rank 0; the job's members read it with :meth:`round_value`)."""
+        w = self.welcome
+        assert w is not None, "publish_round_value() before a welcome"
+        self.client.publish(key, f"{w.round} {value}".encode())
+
+    def round_value(self, key: str, timeout: float, what: str) -> str:
+        """What rank 0 published for the current round under ``key`` (waits at most
+        ``timeout``). Raises :class:`RoundChanged` if the round ends first."""
+        w = self.welcome
+        assert w is not None, "round_value() before a welcome"
+        v = w.config_dict().get(key)
         if v is not None:
-            rnd, _, nonce = v.decode(errors="replace").partition(" ")
+            rnd, _, value = v.decode(errors="replace").partition(" ")
             if rnd == str(w.round):
-                return f"{base}/{nonce}"
+                return value
         deadline = time.monotonic() + timeout
-        while w.round not in self._nonces:
+        while (key, w.round) not in self._entries:
             if self.ended is not None or self._next is not None:
                 raise RoundChanged(f"{self.who}: {self.ended}")
             left = deadline - time.monotonic()
             if left <= 0:
                 raise _dtcomm.RdzvTimeoutError(
-                    f"{self.who}: rank 0 did not publish round {w.round}'s store prefix within {timeout:.0f}s"
+                    f"{self.who}: rank 0 did not publish round {w.round}'s {what} within {timeout:.0f}s"
                 )
             ev = self.client.next_message(min(0.5, left))
             if ev is not None:
                 self._take(ev)
-        return f"{base}/{self._nonces[w.round]}"
+        return self._entries[(key, w.round)]
 
     def leave(self) -> None:
         """Leaves the job for good (the others get a new round)."""

@@ -66,3 +66,26 @@ def test_no_key_of_a_native_job_is_readable_through_the_tcpstore_port(
     assert keys.returncode == 0, keys.stderr
     leaked = [k for k in keys.stdout.splitlines() if job in k or "dtcomm" in k]
     assert leaked == [], leaked
+
+
+def test_dtrun_native_two_nodes_on_a_server_without_tcpstore(procs: Procs, tmp_path: Path) -> None:
+    """Node 0's dtrun hosts the round's store for the workers; its address travels through
+    the native protocol, so the server needs no TCPStore port."""
+    server = native_server_mod.start(tmp_path, "--no-tcpstore", log_name="dt-rdzv-nostore.log")
+    try:
+        script = tmp_path / "init.py"
+        script.write_text(SCRIPT)
+        job = f"job-{uuid.uuid4().hex[:8]}"
+        env = base_env({**server.client_env(job), "DTCOMM_TIMEOUT": "30"})
+        del env["DTCOMM_RDZV_ENDPOINT"]
+        cmd = [sys.executable, "-m", "dtcomm", "--rdzv-backend", "native", "--rdzv-endpoint",
+               server.native, "--nnodes", "2", "--nproc-per-node", "1", str(script)]
+        for n in ("A", "B"):
+            procs.start(n, cmd, env)
+        for n in ("A", "B"):
+            assert procs.wait_exit(n, 60) == 0, procs.dump()
+        got = sorted(m.group(1) for n in ("A", "B")
+                     if (m := re.search(r"RESULT (\d) 2 3 ", procs.out(n))))
+        assert got == ["0", "1"], procs.dump()
+    finally:
+        server.stop()

@@ -101,6 +101,7 @@ def _native_main(a: argparse.Namespace, cmd: list[str]) -> int:
                 except _dtcomm.RdzvJobEndedError as e:
                     return str(e)
 
+            code = 1
             try:
                 code = workers.run(spec, rdzv, interrupt=changed)
             except workers.Stopped as e:
@@ -114,6 +115,8 @@ def _native_main(a: argparse.Namespace, cmd: list[str]) -> int:
                     return 1
                 ask = None
                 continue
+            finally:
+                rendezvous.finish(rdzv, w.world, code == 0)
             if code == 0:
                 return 0
             if member.job_end is not None or restarts >= a.max_restarts:

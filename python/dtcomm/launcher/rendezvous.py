@@ -4,7 +4,8 @@ Single node: an embedded ``dt-rdzv`` server in this process (loopback, ephemeral
 Native (``--rdzv-backend native``, or an endpoint on port 29401 or with
 ``DTCOMM_RDZV_FINGERPRINT``): each ``dtrun`` is a member of a job on ``dt-rdzv serve``'s native
 port; the server forms rounds of nodes (``--nnodes MIN:MAX``), and a lost or new node starts a
-new round, into which every ``dtrun`` restarts its workers (``native_round``).
+new round, into which every ``dtrun`` restarts its workers (``native_round``). Node 0's agent
+hosts the round's store for the workers (torch's env://), like torchrun's agents do.
 
 Several nodes: every ``dtrun`` connects to a running ``dt-rdzv serve`` (``--rdzv-endpoint``)
 and takes a node rank from a counter under the run id. The counter also numbers *generations*:
@@ -129,27 +130,75 @@ def native_settings(
         raise SystemExit(f"dtrun: {e}") from None
 
 
+#: Configuration entry node 0's agent publishes for every round: ``"<round> <host:port>"`` of
+#: the store it hosts for the round's workers.
+STORE_KEY = "dtrun.store"
+#: How long node 0 keeps its store up for the other nodes' workers after its own finished.
+EXIT_BARRIER_S = 30.0
+
+
+def _own_ip(w: _dtcomm.Welcome) -> str:
+    """This node's address as the server saw it (what the other nodes can reach), else
+    loopback."""
+    for p in w.peers:
+        if p.rank == w.rank and p.observed_ip:
+            return p.observed_ip.removeprefix("::ffff:")
+    return "127.0.0.1"
+
+
 def native_round(member: _native.Member, ask_after: float | None) -> Rendezvous:
     """The next round of the native job, as a :class:`Rendezvous` for the workers: node rank
-    and node count from the server's welcome, the workers' store on the server's TCPStore port
-    under the round's own prefix."""
+    and node count from the server's welcome; the workers' store is hosted by node 0's agent
+    for this round (its address travels through the native protocol, so the server's TCPStore
+    port is not used: ``dt-rdzv serve --no-tcpstore`` works)."""
     while True:
         w = member.next_welcome(ask_after=ask_after)
+        server: _dtcomm.RdzvServer | None = None
         try:
-            prefix = member.fence(member.settings.join_timeout.value)
+            if w.rank == 0:
+                server = _dtcomm.RdzvServer(_own_ip(w), 0)
+                endpoint = server.endpoint
+                member.publish_round_value(STORE_KEY, endpoint)
+            else:
+                endpoint = member.round_value(STORE_KEY, member.settings.join_timeout.value,
+                                              "workers' store")
         except _native.RoundChanged:
+            if server is not None:
+                server.stop()
             continue
         break
-    s = member.settings
-    host, port = _native.split_host_port(s.store.value, _native.STORE_PORT)
+    prefix = f"dtrun.{w.job}/r{w.round}"
+    host, port = _native.split_host_port(endpoint, 0)
     try:
-        store = _dtcomm.StoreClient(s.store.value, 60.0)
+        store = _dtcomm.StoreClient(endpoint, 60.0)
     except _dtcomm.DtcommError as e:
-        raise SystemExit(f"dtrun: {member.who}: cannot reach the store at {s.store.value}: {e}") from None
+        if server is not None:
+            server.stop()
+        raise SystemExit(f"dtrun: {member.who}: cannot reach node 0's store at {endpoint}: {e}") from None
     print(
-        f"[dtrun] native rendezvous {s.endpoint.value}: job {w.job!r} round {w.round} "
-        f"({w.cause}), node {w.rank} of {w.world}; store {s.store.value} prefix {prefix}",
+        f"[dtrun] native rendezvous {member.settings.endpoint.value}: job {w.job!r} round "
+        f"{w.round} ({w.cause}), node {w.rank} of {w.world}; workers' store {endpoint} "
+        f"({'hosted here' if server else 'on node 0'}) prefix {prefix}",
         file=sys.stderr,
         flush=True,
     )
-    return Rendezvous(s.store.value, host, port, w.rank, prefix, None, store)
+    return Rendezvous(endpoint, host, port, w.rank, prefix, server, store)
+
+
+def finish(rdzv: Rendezvous, nnodes: int, ok: bool) -> None:
+    """Ends this node's part of a round: a node whose workers succeeded says so; node 0 keeps
+    the store it hosts up until every node said so (at most :data:`EXIT_BARRIER_S`), then
+    stops it."""
+    try:
+        if ok:
+            rdzv.store.set(f"{rdzv.namespace}/done/{rdzv.node_rank}", b"1")
+        if rdzv.server is not None and ok and nnodes > 1:
+            keys = [f"{rdzv.namespace}/done/{k}" for k in range(nnodes)]
+            try:
+                rdzv.store.wait(keys, EXIT_BARRIER_S)
+            except _dtcomm.DtcommError:
+                pass
+    except _dtcomm.DtcommError:
+        pass
+    finally:
+        rdzv.close()
