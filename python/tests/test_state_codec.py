@@ -85,3 +85,37 @@ def test_no_received_bytes_are_unpickled_in_the_package() -> None:
         if re.search(r"pickle\.loads?\(|weights_only\s*=\s*False|import pickle", text):
             offenders.append(f.name)
     assert offenders == []
+
+
+def test_elastic_run_raises_a_mismatch_instead_of_retrying(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A MismatchError is a program error: ``run`` raises it at once; a lost peer still
+    starts a new round."""
+    from types import SimpleNamespace
+
+    from dtcomm import _api, _dtcomm
+
+    monkeypatch.setattr(_api, "is_initialized", lambda: True)
+    monkeypatch.setattr(_api, "_g", lambda op: SimpleNamespace(member=object()))
+    renewed: list[str] = []
+    monkeypatch.setattr(_api, "_renew", lambda reason: renewed.append(reason))
+    monkeypatch.setattr(_api, "barrier", lambda: None)
+    state = elastic.ObjectState(step=0)
+    monkeypatch.setattr(state, "sync", lambda: None)
+    calls: list[int] = []
+
+    def mismatched(s: elastic.State) -> None:
+        calls.append(1)
+        raise _dtcomm.MismatchError("rank 0: allreduce seq 3: rank 1 called broadcast")
+
+    with pytest.raises(_dtcomm.MismatchError):
+        elastic.run(mismatched, state)
+    assert calls == [1] and renewed == []
+
+    def lost_once(s: elastic.State) -> str:
+        calls.append(2)
+        if len(renewed) == 0:
+            raise _dtcomm.PeerLostError("rank 0: peer 1 lost")
+        return "done"
+
+    assert elastic.run(lost_once, state) == "done"
+    assert len(renewed) == 1 and "PeerLostError" in renewed[0]
