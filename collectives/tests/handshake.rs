@@ -190,3 +190,33 @@ fn a_native_round_builds_from_its_welcome_and_a_wrong_world_fails_at_once() {
     assert_mismatch(&a.unwrap_err(), 0, 2, 1, 3);
     assert_mismatch(&b.unwrap_err(), 1, 3, 0, 2);
 }
+
+#[test]
+fn a_rank_ahead_by_a_round_waits_for_the_listener_to_catch_up() {
+    // Rank 0 is still in round 4 (which never forms: its deadline is 2 s) when rank 1 starts
+    // round 5: rank 0 drops round 5's hellos, rank 1 keeps trying, and round 5 forms once
+    // rank 0 gets there.
+    let l0 = DataListener::bind(&Options {
+        timeout: Some(Duration::from_secs(2)),
+        ..opts()
+    })
+    .unwrap();
+    let l1 = DataListener::bind(&opts()).unwrap();
+    let addrs = vec![Some(l0.addr()), Some(l1.addr())];
+    let (s4, s5) = (round_secret("t", "j", 4), round_secret("t", "j", 5));
+    let t = Instant::now();
+    let (r0, r1) = std::thread::scope(|s| {
+        let (l0, l1, a0, a1) = (&l0, l1.try_clone().unwrap(), addrs.clone(), addrs.clone());
+        let r1 = s.spawn(move || Communicator::from_welcome(l1, &round(1, 2, 5, a1), &s5));
+        let r0 = s.spawn(move || {
+            let stale =
+                Communicator::from_welcome(l0.try_clone()?, &round(0, 3, 4, a0.clone()), &s4);
+            assert!(stale.is_err(), "round 4 cannot form");
+            Communicator::from_welcome(l0.try_clone()?, &round(0, 2, 5, a0), &s5)
+        });
+        (r0.join().unwrap(), r1.join().unwrap())
+    });
+    let comms = vec![r0.expect("rank 0, round 5"), r1.expect("rank 1, round 5")];
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    on_ranks(&comms, |c| allreduce_case::<f32>(c, ReduceOp::Sum, 100));
+}

@@ -272,11 +272,17 @@ fn connect(
             .and_then(|_| s.set_read_timeout(Some(left)))
             .and_then(|_| s.write_all(&hello))
             .and_then(|_| s.read_exact(&mut challenge));
-        io.map_err(|e| {
-            what(format!(
-                "{e} (the peer dropped the hello: a different round, job or secret?)"
-            ))
-        })?;
+        if let Err(e) = io {
+            // Dropped without a challenge: the listener is not (yet) in this context (a peer
+            // still finishing the previous round, or a port reused by another process). Try
+            // again until the deadline, which names the peer and the last error.
+            last_err = format!(
+                "handshake: {e} (the listener dropped the hello: not yet in {}?)",
+                auth.label
+            );
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
         let ((their_rank, their_world), proof) =
             handshake::prove(auth, &hello, &challenge).map_err(|d| what(d.to_string()))?;
         if their_rank != peer {
