@@ -2,10 +2,12 @@
 //!
 //! * this file: construction, the byte-level entry ([`Communicator::run`],
 //!   [`Communicator::submit`]) through the one progress executor, the failed state, teardown;
-//! * `execute.rs`: a [`Call`] checked and turned into a schedule the engine runs (the choice
-//!   of algorithm, the local pre- and post-processing);
+//! * `check.rs`: a [`Call`]'s arguments checked before anything is sent;
+//! * `execute.rs`: a checked call turned into a schedule the engine runs (the choice of
+//!   algorithm, the local pre- and post-processing, the sequence number);
 //! * `typed.rs`: the safe typed API (`all_reduce<T>` and friends), a thin layer over `run`.
 
+mod check;
 mod execute;
 mod typed;
 
