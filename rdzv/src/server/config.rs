@@ -39,6 +39,17 @@ pub struct ServeConfig {
     #[arg(long, env = "DTRDZV_MAX_FRAME_BYTES", default_value_t = 64 * 1024 * 1024)]
     pub max_frame_bytes: u64,
 
+    /// Per TCPStore connection: stop handling (and reading) its requests while the replies
+    /// queued for it and not yet read by the client exceed this many bytes; resume as it reads.
+    #[arg(long, env = "DTRDZV_MAX_QUEUED_REPLY_BYTES", default_value_t = DEFAULT_MAX_QUEUED_REPLY_BYTES)]
+    pub max_queued_reply_bytes: u64,
+
+    /// Most TCPStore connections at once; past it a new connection is closed at once. Default:
+    /// the open-file limit (raised from soft to hard at start) less headroom for the HTTP
+    /// port, the QUIC socket and files.
+    #[arg(long, env = "DTRDZV_MAX_TCPSTORE_CONNECTIONS")]
+    pub max_tcpstore_connections: Option<usize>,
+
     /// TCP keepalive idle time before probing a silent peer (0 disables).
     #[arg(long, env = "DTRDZV_TCP_KEEPALIVE", default_value = "30s", value_parser = parse_duration)]
     pub tcp_keepalive: Duration,
@@ -144,6 +155,9 @@ pub struct ServeConfig {
     pub max_native_connections: usize,
 }
 
+/// Twice the value limit: one whole 8 MiB reply can always be queued behind another.
+pub const DEFAULT_MAX_QUEUED_REPLY_BYTES: u64 = 2 * 8 * 1024 * 1024;
+
 /// A namespace time-to-live: `None` keeps namespaces forever.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ttl(pub Option<Duration>);
@@ -158,6 +172,8 @@ impl Default for ServeConfig {
             handshake_timeout: Duration::from_secs(10),
             frame_timeout: Duration::from_secs(30),
             max_frame_bytes: 64 * 1024 * 1024,
+            max_queued_reply_bytes: DEFAULT_MAX_QUEUED_REPLY_BYTES,
+            max_tcpstore_connections: None,
             tcp_keepalive: Duration::from_secs(30),
             worker_threads: None,
             no_tcpstore: false,
@@ -201,6 +217,7 @@ impl ServeConfig {
     pub fn engine_config(&self) -> EngineConfig {
         EngineConfig {
             namespace_ttl: self.namespace_ttl.0,
+            max_value_bytes: self.limits().max_value_bytes,
         }
     }
 

@@ -26,6 +26,8 @@
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+
 use super::namespace::{is_torchelastic_state_key, namespace_of};
 use super::opcode::VALIDATE_MAGIC;
 use super::request::{Request, put_bytes};
@@ -40,12 +42,16 @@ pub type ConnId = u64;
 pub struct EngineConfig {
     /// Purge a namespace this long after its last connection closed (`None`: never).
     pub namespace_ttl: Option<Duration>,
+    /// Largest value a key may hold, in bytes (torch: 8 MiB, inclusive). The decoder refuses
+    /// a longer SET; the engine refuses an APPEND that would grow a value past it.
+    pub max_value_bytes: u64,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
         Self {
             namespace_ttl: Some(Duration::from_secs(300)),
+            max_value_bytes: super::Limits::default().max_value_bytes,
         }
     }
 }
@@ -62,6 +68,16 @@ pub enum CloseReason {
     /// A second VALIDATE.
     #[error("repeated VALIDATE")]
     RepeatedValidate,
+    /// APPEND that would grow a value past the value limit (the value is kept as it was).
+    #[error("APPEND on key {key:?} would make a {size}-byte value (limit {limit})")]
+    ValueTooLarge {
+        /// The key, lossily printed.
+        key: String,
+        /// The size the value would have had.
+        size: u64,
+        /// [`EngineConfig::max_value_bytes`].
+        limit: u64,
+    },
     /// ADD or BARRIER on a value that is not a counter.
     #[error("{op} on key {key:?}: {error}")]
     Counter {
@@ -92,8 +108,9 @@ pub enum Action {
     Send {
         /// Destination.
         conn: ConnId,
-        /// Reply bytes.
-        bytes: Vec<u8>,
+        /// Reply bytes, in chunks to write in order. A stored value is sent as a shared
+        /// reference to it ([`Bytes`]), never copied under the driver's lock.
+        bytes: Vec<Bytes>,
     },
     /// Flush what was queued for the connection, then close it. The engine has already
     /// forgotten it; do not feed it more requests.
@@ -145,8 +162,8 @@ struct Namespace {
 #[derive(Debug, Default)]
 pub struct Engine {
     config: EngineConfig,
-    kv: HashMap<Vec<u8>, Vec<u8>>,
-    queues: HashMap<Vec<u8>, VecDeque<Vec<u8>>>,
+    kv: HashMap<Vec<u8>, Bytes>,
+    queues: HashMap<Vec<u8>, VecDeque<Bytes>>,
     waiters: HashMap<Vec<u8>, Vec<ConnId>>,
     conns: HashMap<ConnId, Conn>,
     namespaces: HashMap<Vec<u8>, Namespace>,
@@ -262,20 +279,13 @@ impl Engine {
             Request::Ping { nonce } => self.send(conn, nonce.to_le_bytes().to_vec()),
             Request::Set { key, value } => {
                 self.touch(conn, &key, now);
-                self.store(key, value);
+                self.store(key, value.into());
             }
-            Request::Append { key, value } => {
-                self.touch(conn, &key, now);
-                self.kv
-                    .entry(key.clone())
-                    .or_default()
-                    .extend_from_slice(&value);
-                self.wake_all(&key);
-            }
+            Request::Append { key, value } => self.append(conn, key, value, now),
             Request::MultiSet { pairs } => {
                 for (key, value) in pairs {
                     self.touch(conn, &key, now);
-                    self.store(key, value);
+                    self.store(key, value.into());
                 }
             }
             Request::CompareSet {
@@ -285,23 +295,23 @@ impl Engine {
             } => self.compare_set(conn, key, expected, desired, now),
             Request::Get { key } => {
                 self.touch(conn, &key, now);
-                let mut out = Vec::new();
-                put_bytes(&mut out, self.kv.get(&key).map_or(&[][..], Vec::as_slice));
-                self.send(conn, out);
+                let mut out = Vec::with_capacity(2);
+                self.put_value(&mut out, &key);
+                self.send_chunks(conn, out);
             }
             Request::MultiGet { keys } => {
-                let mut out = Vec::new();
+                let mut out = Vec::with_capacity(2 * keys.len());
                 for key in &keys {
                     self.touch(conn, key, now);
-                    put_bytes(&mut out, self.kv.get(key).map_or(&[][..], Vec::as_slice));
+                    self.put_value(&mut out, key);
                 }
-                self.send(conn, out);
+                self.send_chunks(conn, out);
             }
             Request::Add { key, delta } => {
                 self.touch(conn, &key, now);
-                match semantics::add(self.kv.get(&key).map(Vec::as_slice), delta) {
+                match semantics::add(self.kv.get(&key).map(Bytes::as_ref), delta) {
                     Ok(v) => {
-                        self.store(key, semantics::encode_counter(v));
+                        self.store(key, semantics::encode_counter(v).into());
                         self.send(conn, v.to_le_bytes().to_vec());
                     }
                     Err(error) => self.counter_error(conn, "ADD", &key, error, now),
@@ -336,23 +346,29 @@ impl Engine {
             }
             Request::QueuePush { key, value } => {
                 self.touch(conn, &key, now);
-                self.queues.entry(key.clone()).or_default().push_back(value);
+                self.queues
+                    .entry(key.clone())
+                    .or_default()
+                    .push_back(value.into());
                 self.wake_one(&key);
             }
             Request::QueuePop { key } => {
                 self.touch(conn, &key, now);
                 let q = self.queues.get_mut(&key);
                 let len = q.as_ref().map_or(0, |q| q.len());
-                let mut out = (len as i64).to_le_bytes().to_vec();
+                let mut head = (len as i64).to_le_bytes().to_vec();
+                let mut out = Vec::with_capacity(2);
                 if let Some(q) = q {
                     if let Some(v) = q.pop_front() {
-                        put_bytes(&mut out, &v);
+                        head.extend_from_slice(&(v.len() as u64).to_le_bytes());
+                        out.push(v);
                     }
                     if q.is_empty() {
                         self.queues.remove(&key);
                     }
                 }
-                self.send(conn, out);
+                out.insert(0, Bytes::from(head));
+                self.send_chunks(conn, out);
             }
             Request::QueueLen { key } => {
                 self.touch(conn, &key, now);
@@ -381,14 +397,57 @@ impl Engine {
             }
         }
         self.touch(conn, &key, now);
-        let outcome =
-            semantics::compare_set(self.kv.get(&key).map(Vec::as_slice), &expected, &desired);
-        let mut out = Vec::with_capacity(8 + outcome.reply.len());
-        put_bytes(&mut out, &outcome.reply);
-        if let Some(v) = outcome.store {
-            self.store(key, v);
+        // `semantics::compare_set`'s rules, with the stored value shared rather than copied.
+        let desired = Bytes::from(desired);
+        let (store, reply) = match self.kv.get(&key) {
+            None if expected.is_empty() => (true, desired.clone()),
+            None => (false, Bytes::from(expected)),
+            Some(cur) if cur[..] == expected[..] => (true, desired.clone()),
+            Some(cur) => (false, cur.clone()),
+        };
+        if store {
+            self.store(key, desired);
         }
-        self.send(conn, out);
+        let head = Bytes::copy_from_slice(&(reply.len() as u64).to_le_bytes());
+        self.send_chunks(conn, vec![head, reply]);
+    }
+
+    fn append(&mut self, conn: ConnId, key: Vec<u8>, value: Vec<u8>, now: Instant) {
+        self.touch(conn, &key, now);
+        let old = self.kv.get(&key).map_or(0, Bytes::len);
+        let size = (old + value.len()) as u64;
+        if size > self.config.max_value_bytes {
+            let key = String::from_utf8_lossy(&key).into_owned();
+            let limit = self.config.max_value_bytes;
+            return self.close(conn, CloseReason::ValueTooLarge { key, size, limit }, now);
+        }
+        let joined = match self.kv.remove(&key) {
+            None => Bytes::from(value),
+            // Unshared (no reply still holds it): grow in place, no copy of the old value.
+            Some(old) => match old.try_into_mut() {
+                Ok(mut m) => {
+                    m.extend_from_slice(&value);
+                    m.freeze()
+                }
+                Err(old) => {
+                    let mut v = Vec::with_capacity(old.len() + value.len());
+                    v.extend_from_slice(&old);
+                    v.extend_from_slice(&value);
+                    Bytes::from(v)
+                }
+            },
+        };
+        self.kv.insert(key.clone(), joined);
+        self.wake_all(&key);
+    }
+
+    /// A value reply: its length, then the stored value shared (empty if missing).
+    fn put_value(&self, out: &mut Vec<Bytes>, key: &[u8]) {
+        let v = self.kv.get(key).cloned().unwrap_or_default();
+        out.push(Bytes::copy_from_slice(&(v.len() as u64).to_le_bytes()));
+        if !v.is_empty() {
+            out.push(v);
+        }
     }
 
     fn wait(&mut self, conn: ConnId, mut keys: Vec<Vec<u8>>) {
@@ -421,7 +480,7 @@ impl Engine {
             Err(error) => return self.counter_error(conn, "BARRIER", &key, error, now),
         };
         self.kv
-            .insert(key.clone(), semantics::encode_counter(count));
+            .insert(key.clone(), semantics::encode_counter(count).into());
         if count >= world_size {
             self.wake_all(&key);
             self.send(conn, vec![STOP_WAITING]);
@@ -450,7 +509,7 @@ impl Engine {
         self.kv.contains_key(key) || self.queues.get(key).is_some_and(|q| !q.is_empty())
     }
 
-    fn store(&mut self, key: Vec<u8>, value: Vec<u8>) {
+    fn store(&mut self, key: Vec<u8>, value: Bytes) {
         let wake = self.waiters.contains_key(&key);
         if wake {
             self.kv.insert(key.clone(), value);
@@ -558,6 +617,10 @@ impl Engine {
     }
 
     fn send(&mut self, conn: ConnId, bytes: Vec<u8>) {
+        self.send_chunks(conn, vec![Bytes::from(bytes)]);
+    }
+
+    fn send_chunks(&mut self, conn: ConnId, bytes: Vec<Bytes>) {
         self.actions.push_back(Action::Send { conn, bytes });
     }
 

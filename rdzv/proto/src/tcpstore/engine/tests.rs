@@ -48,7 +48,7 @@ impl H {
         self.req(id, r)
             .into_iter()
             .filter_map(|a| match a {
-                Action::Send { conn, bytes } if conn == id => Some(bytes),
+                Action::Send { conn, bytes } if conn == id => Some(bytes.concat()),
                 _ => None,
             })
             .flatten()
@@ -69,7 +69,7 @@ fn sends_to(actions: &[Action], id: ConnId) -> Vec<u8> {
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::Send { conn, bytes } if *conn == id => Some(bytes.clone()),
+            Action::Send { conn, bytes } if *conn == id => Some(bytes.concat()),
             _ => None,
         })
         .flatten()
@@ -789,6 +789,7 @@ fn idle_namespaces_expire_after_the_ttl() {
     let ttl = Duration::from_secs(60);
     let mut h = H::with(EngineConfig {
         namespace_ttl: Some(ttl),
+        ..EngineConfig::default()
     });
     h.conn(1);
     h.req(
@@ -847,6 +848,7 @@ fn idle_namespaces_expire_after_the_ttl() {
 fn ttl_none_keeps_everything() {
     let mut h = H::with(EngineConfig {
         namespace_ttl: None,
+        ..EngineConfig::default()
     });
     h.conn(1);
     h.req(
@@ -949,4 +951,64 @@ mod properties {
             prop_assert!(h.e.waiters.is_empty(), "{:?}", h.e.waiters);
         }
     }
+}
+
+#[test]
+fn append_past_the_value_limit_closes_and_keeps_the_value() {
+    let mut h = H::with(EngineConfig {
+        max_value_bytes: 10,
+        ..EngineConfig::default()
+    });
+    h.conn(1);
+    h.conn(2);
+    let append = |v: &str| Request::Append {
+        key: k("/a"),
+        value: k(v),
+    };
+    assert!(h.req(1, append("0123456")).is_empty());
+    // Exactly at the limit is allowed (torch's limit is inclusive).
+    assert!(h.req(1, append("789")).is_empty());
+    let actions = h.req(1, append("x"));
+    assert_eq!(
+        closed(&actions, 1),
+        Some(CloseReason::ValueTooLarge {
+            key: "/a".into(),
+            size: 11,
+            limit: 10
+        })
+    );
+    assert_eq!(
+        h.reply(2, Request::Get { key: k("/a") }),
+        Reply::Bytes(k("0123456789"))
+    );
+}
+
+#[test]
+fn append_to_a_value_a_reply_still_holds_leaves_the_reply_alone() {
+    let mut h = H::new();
+    h.conn(1);
+    h.req(
+        1,
+        Request::Set {
+            key: k("/a"),
+            value: k("ab"),
+        },
+    );
+    h.e.handle(1, Request::Get { key: k("/a") }, h.now);
+    let held = h.drain();
+    h.req(
+        1,
+        Request::Append {
+            key: k("/a"),
+            value: k("cd"),
+        },
+    );
+    assert_eq!(
+        sends_to(&held, 1),
+        [&2u64.to_le_bytes()[..], b"ab"].concat()
+    );
+    assert_eq!(
+        h.reply(1, Request::Get { key: k("/a") }),
+        Reply::Bytes(k("abcd"))
+    );
 }
