@@ -166,3 +166,37 @@ def test_connections_past_the_cap_are_closed_at_once(server: RdzvServer) -> None
     assert "limit=24" in refused[0], refused[0]
     assert "open-file limit" in server.log()
     assert rss.peak < BASELINE_RSS, f"RSS {rss.peak / MiB:.0f} MiB"
+
+
+@pytest.mark.parametrize(
+    "server", [("--max-namespace-bytes", str(64 * MiB), "--max-store-bytes", str(96 * MiB))],
+    indirect=True)
+def test_namespace_and_store_quotas_bound_what_is_kept(server: RdzvServer) -> None:
+    value = b"q" * VALUE_LIMIT
+
+    def fill(namespace: bytes) -> int:
+        """SETs 8 MiB values under ``namespace`` until closed; how many were kept."""
+        s = raw(server.host, server.port)
+        for i in range(32):
+            try:
+                s.sendall(set_req(b"/%s/k%d" % (namespace, i), value))
+            except (BrokenPipeError, ConnectionResetError):
+                break
+        assert closed_by_peer(s, 5.0), f"{namespace!r}: never refused"
+        s.close()
+        probe = raw(server.host, server.port)
+        kept = sum(len(get_value(probe, b"/%s/k%d" % (namespace, i))) == VALUE_LIMIT
+                   for i in range(32))
+        probe.close()
+        return kept
+
+    with Bystander(server.host, server.port) as by, RssWatch(server.proc.pid) as rss:
+        # 64 MiB per namespace: seven 8 MiB values and their keys fit, the eighth does not.
+        assert fill(b"jobA") == 7
+        # The store's 96 MiB holds four more, whatever the namespace.
+        assert fill(b"jobB") == 4
+    by.check()
+    log = server.log()
+    assert "would pass the namespace quota of 67108864 bytes" in log, log
+    assert "would pass the store quota of 100663296 bytes" in log, log
+    assert rss.peak < BASELINE_RSS + 96 * MiB + 4 * VALUE_LIMIT, f"RSS {rss.peak / MiB:.0f} MiB"

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use dt_rdzv_proto::rendezvous::MachineConfig;
-use dt_rdzv_proto::tcpstore::{EngineConfig, Limits};
+use dt_rdzv_proto::tcpstore::{
+    DEFAULT_MAX_NAMESPACE_BYTES, DEFAULT_MAX_STORE_BYTES, EngineConfig, Limits,
+};
 
 /// How `dt-rdzv serve` runs.
 #[derive(Debug, Clone, clap::Args)]
@@ -49,6 +51,15 @@ pub struct ServeConfig {
     /// port, the QUIC socket and files.
     #[arg(long, env = "DTRDZV_MAX_TCPSTORE_CONNECTIONS")]
     pub max_tcpstore_connections: Option<usize>,
+
+    /// Most bytes (keys and values) one key namespace (one job) may hold in the store; a write
+    /// past it closes its connection and stores nothing. 0: no limit.
+    #[arg(long, env = "DTRDZV_MAX_NAMESPACE_BYTES", default_value_t = DEFAULT_MAX_NAMESPACE_BYTES)]
+    pub max_namespace_bytes: u64,
+
+    /// Most bytes (keys and values) the whole store may hold; as above. 0: no limit.
+    #[arg(long, env = "DTRDZV_MAX_STORE_BYTES", default_value_t = DEFAULT_MAX_STORE_BYTES)]
+    pub max_store_bytes: u64,
 
     /// TCP keepalive idle time before probing a silent peer (0 disables).
     #[arg(long, env = "DTRDZV_TCP_KEEPALIVE", default_value = "30s", value_parser = parse_duration)]
@@ -174,6 +185,8 @@ impl Default for ServeConfig {
             max_frame_bytes: 64 * 1024 * 1024,
             max_queued_reply_bytes: DEFAULT_MAX_QUEUED_REPLY_BYTES,
             max_tcpstore_connections: None,
+            max_namespace_bytes: DEFAULT_MAX_NAMESPACE_BYTES,
+            max_store_bytes: DEFAULT_MAX_STORE_BYTES,
             tcp_keepalive: Duration::from_secs(30),
             worker_threads: None,
             no_tcpstore: false,
@@ -218,6 +231,8 @@ impl ServeConfig {
         EngineConfig {
             namespace_ttl: self.namespace_ttl.0,
             max_value_bytes: self.limits().max_value_bytes,
+            max_namespace_bytes: (self.max_namespace_bytes > 0).then_some(self.max_namespace_bytes),
+            max_store_bytes: (self.max_store_bytes > 0).then_some(self.max_store_bytes),
         }
     }
 

@@ -45,6 +45,11 @@ pub struct EngineConfig {
     /// Largest value a key may hold, in bytes (torch: 8 MiB, inclusive). The decoder refuses
     /// a longer SET; the engine refuses an APPEND that would grow a value past it.
     pub max_value_bytes: u64,
+    /// Most bytes (keys and values, KV and queues) one namespace may hold (`None`: no limit).
+    /// A write that would pass it closes its connection and stores nothing.
+    pub max_namespace_bytes: Option<u64>,
+    /// Most bytes the whole store may hold (`None`: no limit); as above.
+    pub max_store_bytes: Option<u64>,
 }
 
 impl Default for EngineConfig {
@@ -52,9 +57,16 @@ impl Default for EngineConfig {
         Self {
             namespace_ttl: Some(Duration::from_secs(300)),
             max_value_bytes: super::Limits::default().max_value_bytes,
+            max_namespace_bytes: Some(DEFAULT_MAX_NAMESPACE_BYTES),
+            max_store_bytes: Some(DEFAULT_MAX_STORE_BYTES),
         }
     }
 }
+
+/// Default [`EngineConfig::max_namespace_bytes`]: 1 GiB.
+pub const DEFAULT_MAX_NAMESPACE_BYTES: u64 = 1 << 30;
+/// Default [`EngineConfig::max_store_bytes`]: 4 GiB.
+pub const DEFAULT_MAX_STORE_BYTES: u64 = 4 << 30;
 
 /// Why the engine closes a connection.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -76,6 +88,18 @@ pub enum CloseReason {
         /// The size the value would have had.
         size: u64,
         /// [`EngineConfig::max_value_bytes`].
+        limit: u64,
+    },
+    /// A write that would pass a namespace's or the store's byte quota (nothing stored).
+    #[error("{op} on key {key:?} would pass the {scope} quota of {limit} bytes")]
+    QuotaExceeded {
+        /// The request's opcode name.
+        op: &'static str,
+        /// The key, lossily printed.
+        key: String,
+        /// `namespace` or `store`.
+        scope: &'static str,
+        /// The quota.
         limit: u64,
     },
     /// ADD or BARRIER on a value that is not a counter.
@@ -168,6 +192,7 @@ pub struct Engine {
     conns: HashMap<ConnId, Conn>,
     namespaces: HashMap<Vec<u8>, Namespace>,
     idle: BTreeSet<(Instant, Vec<u8>)>,
+    usage: usage::Usage,
     actions: VecDeque<Action>,
     stats: Stats,
 }
@@ -252,6 +277,11 @@ impl Engine {
         self.kv.len()
     }
 
+    /// Bytes held (keys and values, KV map and queues).
+    pub fn stored_bytes(&self) -> u64 {
+        self.usage.total()
+    }
+
     /// Number of open connections.
     pub fn num_connections(&self) -> usize {
         self.conns.len()
@@ -279,12 +309,18 @@ impl Engine {
             Request::Ping { nonce } => self.send(conn, nonce.to_le_bytes().to_vec()),
             Request::Set { key, value } => {
                 self.touch(conn, &key, now);
-                self.store(key, value.into());
+                if self.admit(conn, "SET", &key, value.len(), now) {
+                    self.store(key, value.into());
+                }
             }
             Request::Append { key, value } => self.append(conn, key, value, now),
             Request::MultiSet { pairs } => {
                 for (key, value) in pairs {
                     self.touch(conn, &key, now);
+                    // Pairs before a refused one stay stored (as a pipeline of SETs would).
+                    if !self.admit(conn, "MULTI_SET", &key, value.len(), now) {
+                        return;
+                    }
                     self.store(key, value.into());
                 }
             }
@@ -336,7 +372,7 @@ impl Engine {
             Request::GetNumKeys => self.send(conn, (self.kv.len() as i64).to_le_bytes().to_vec()),
             Request::DeleteKey { key } => {
                 self.touch(conn, &key, now);
-                let n = i64::from(self.kv.remove(&key).is_some());
+                let n = i64::from(self.kv_remove(&key).is_some());
                 self.send(conn, n.to_le_bytes().to_vec());
             }
             Request::ListKeys => {
@@ -346,6 +382,14 @@ impl Engine {
             }
             Request::QueuePush { key, value } => {
                 self.touch(conn, &key, now);
+                let grow = usage::cost(&key, value.len());
+                if let Err(over) = self
+                    .usage
+                    .check(&key, grow, self.ns_quota(), self.store_quota())
+                {
+                    return self.over_quota(conn, "QUEUE_PUSH", &key, over, now);
+                }
+                self.usage.add(&key, grow);
                 self.queues
                     .entry(key.clone())
                     .or_default()
@@ -361,6 +405,7 @@ impl Engine {
                 if let Some(q) = q {
                     if let Some(v) = q.pop_front() {
                         head.extend_from_slice(&(v.len() as u64).to_le_bytes());
+                        self.usage.sub(&key, usage::cost(&key, v.len()));
                         out.push(v);
                     }
                     if q.is_empty() {
@@ -406,6 +451,9 @@ impl Engine {
             Some(cur) => (false, cur.clone()),
         };
         if store {
+            if !self.admit(conn, "COMPARE_SET", &key, desired.len(), now) {
+                return;
+            }
             self.store(key, desired);
         }
         let head = Bytes::copy_from_slice(&(reply.len() as u64).to_le_bytes());
@@ -421,7 +469,14 @@ impl Engine {
             let limit = self.config.max_value_bytes;
             return self.close(conn, CloseReason::ValueTooLarge { key, size, limit }, now);
         }
-        let joined = match self.kv.remove(&key) {
+        let grow = value.len() as u64 + if old == 0 { key.len() as u64 } else { 0 };
+        if let Err(over) = self
+            .usage
+            .check(&key, grow, self.ns_quota(), self.store_quota())
+        {
+            return self.over_quota(conn, "APPEND", &key, over, now);
+        }
+        let joined = match self.kv_remove(&key) {
             None => Bytes::from(value),
             // Unshared (no reply still holds it): grow in place, no copy of the old value.
             Some(old) => match old.try_into_mut() {
@@ -437,7 +492,7 @@ impl Engine {
                 }
             },
         };
-        self.kv.insert(key.clone(), joined);
+        self.kv_insert(key.clone(), joined);
         self.wake_all(&key);
     }
 
@@ -479,8 +534,7 @@ impl Engine {
             Ok(n) => n,
             Err(error) => return self.counter_error(conn, "BARRIER", &key, error, now),
         };
-        self.kv
-            .insert(key.clone(), semantics::encode_counter(count).into());
+        self.kv_insert(key.clone(), semantics::encode_counter(count).into());
         if count >= world_size {
             self.wake_all(&key);
             self.send(conn, vec![STOP_WAITING]);
@@ -512,11 +566,83 @@ impl Engine {
     fn store(&mut self, key: Vec<u8>, value: Bytes) {
         let wake = self.waiters.contains_key(&key);
         if wake {
-            self.kv.insert(key.clone(), value);
+            self.kv_insert(key.clone(), value);
             self.wake_all(&key);
         } else {
-            self.kv.insert(key, value);
+            self.kv_insert(key, value);
         }
+    }
+
+    /// Every KV write goes through here and [`Engine::kv_remove`], which keep the usage.
+    fn kv_insert(&mut self, key: Vec<u8>, value: Bytes) {
+        if let Some(old) = self.kv.get(&key) {
+            self.usage.sub(&key, usage::cost(&key, old.len()));
+        }
+        self.usage.add(&key, usage::cost(&key, value.len()));
+        self.kv.insert(key, value);
+    }
+
+    fn kv_remove(&mut self, key: &[u8]) -> Option<Bytes> {
+        let v = self.kv.remove(key)?;
+        self.usage.sub(key, usage::cost(key, v.len()));
+        Some(v)
+    }
+
+    fn ns_quota(&self) -> Option<u64> {
+        self.config.max_namespace_bytes
+    }
+
+    fn store_quota(&self) -> Option<u64> {
+        self.config.max_store_bytes
+    }
+
+    /// Whether writing `value_len` bytes under `key` stays within the quotas; if not, closes
+    /// `conn` and the write must not happen.
+    fn admit(
+        &mut self,
+        conn: ConnId,
+        op: &'static str,
+        key: &[u8],
+        value_len: usize,
+        now: Instant,
+    ) -> bool {
+        let old = self.kv.get(key).map(|v| usage::cost(key, v.len()));
+        let grow = usage::cost(key, value_len).saturating_sub(old.unwrap_or(0));
+        match self
+            .usage
+            .check(key, grow, self.ns_quota(), self.store_quota())
+        {
+            Ok(()) => true,
+            Err(over) => {
+                self.over_quota(conn, op, key, over, now);
+                false
+            }
+        }
+    }
+
+    fn over_quota(
+        &mut self,
+        conn: ConnId,
+        op: &'static str,
+        key: &[u8],
+        over: usage::Over,
+        now: Instant,
+    ) {
+        let (scope, limit) = match over {
+            usage::Over::Namespace(l) => ("namespace", l),
+            usage::Over::Store(l) => ("store", l),
+        };
+        let key = String::from_utf8_lossy(key).into_owned();
+        self.close(
+            conn,
+            CloseReason::QuotaExceeded {
+                op,
+                key,
+                scope,
+                limit,
+            },
+            now,
+        );
     }
 
     /// Every waiter on `key` has one key fewer to wait for.
@@ -603,6 +729,7 @@ impl Engine {
         };
         self.kv.retain(|k, _| keep(k));
         self.queues.retain(|k, _| keep(k));
+        namespaces.iter().for_each(|ns| self.usage.forget(ns));
         self.stats.purges += counts.len() as u64;
         let mut total = 0;
         for (ns, removed) in counts {
@@ -632,3 +759,4 @@ impl Engine {
 
 #[cfg(test)]
 mod tests;
+mod usage;

@@ -1012,3 +1012,119 @@ fn append_to_a_value_a_reply_still_holds_leaves_the_reply_alone() {
         Reply::Bytes(k("abcd"))
     );
 }
+
+/// What the usage should be, recomputed from the maps.
+fn recount(e: &Engine) -> u64 {
+    let kv: usize = e.kv.iter().map(|(k, v)| k.len() + v.len()).sum();
+    let q: usize = e
+        .queues
+        .iter()
+        .map(|(k, q)| q.iter().map(|v| k.len() + v.len()).sum::<usize>())
+        .sum();
+    (kv + q) as u64
+}
+
+#[test]
+fn quotas_refuse_writes_that_would_pass_them_and_usage_follows_every_write() {
+    let mut h = H::with(EngineConfig {
+        max_namespace_bytes: Some(100),
+        max_store_bytes: Some(150),
+        ..EngineConfig::default()
+    });
+    h.conn(1);
+    let set = |k: &str, n: usize| Request::Set {
+        key: k.as_bytes().to_vec(),
+        value: vec![b'x'; n],
+    };
+    // "/a/k" is 4 bytes: 4 + 90 fits the namespace's 100, overwriting it too.
+    assert!(h.req(1, set("/a/k", 90)).is_empty());
+    assert!(h.req(1, set("/a/k", 96)).is_empty());
+    assert_eq!(h.e.stored_bytes(), 100);
+    let actions = h.req(1, set("/a/j", 1));
+    assert_eq!(
+        closed(&actions, 1),
+        Some(CloseReason::QuotaExceeded {
+            op: "SET",
+            key: "/a/j".into(),
+            scope: "namespace",
+            limit: 100
+        })
+    );
+    h.conn(2);
+    // Another namespace has its own 100, but the store's 150 is shared.
+    assert!(h.req(2, set("/b/k", 46)).is_empty());
+    let actions = h.req(
+        2,
+        Request::QueuePush {
+            key: k("/c/q"),
+            value: k("v"),
+        },
+    );
+    assert!(matches!(
+        closed(&actions, 2),
+        Some(CloseReason::QuotaExceeded {
+            scope: "store",
+            limit: 150,
+            ..
+        })
+    ));
+    // Deleting frees room; every kind of write keeps the count exact.
+    h.conn(3);
+    assert_eq!(
+        h.reply(3, Request::DeleteKey { key: k("/a/k") }),
+        Reply::I64(1)
+    );
+    h.req(
+        3,
+        Request::Append {
+            key: k("/a/k"),
+            value: k("12"),
+        },
+    );
+    h.req(
+        3,
+        Request::Append {
+            key: k("/a/k"),
+            value: k("34"),
+        },
+    );
+    h.req(
+        3,
+        Request::QueuePush {
+            key: k("/q/q"),
+            value: k("abc"),
+        },
+    );
+    h.req(
+        3,
+        Request::QueuePush {
+            key: k("/q/q"),
+            value: k("de"),
+        },
+    );
+    h.req(3, Request::QueuePop { key: k("/q/q") });
+    h.req(
+        3,
+        Request::Add {
+            key: k("/n/c"),
+            delta: 12345,
+        },
+    );
+    h.req(
+        3,
+        Request::CompareSet {
+            key: k("/n/c"),
+            expected: k("12345"),
+            desired: k("7"),
+        },
+    );
+    h.req(
+        3,
+        Request::MultiSet {
+            pairs: vec![(k("/m/1"), k("one")), (k("/m/1"), k("uno"))],
+        },
+    );
+    assert_eq!(h.e.stored_bytes(), recount(&h.e));
+    assert_eq!(h.e.purge_namespace(b"m"), 1);
+    assert_eq!(h.e.stored_bytes(), recount(&h.e));
+}
