@@ -33,6 +33,7 @@ from adversary import (  # noqa: E402
     get_value,
     multi_get_req,
     raw,
+    rss_bytes,
     set_req,
 )
 from native_server import dt_rdzv_bin, stop_process  # noqa: E402
@@ -139,6 +140,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--native-attack", required=True, help="the native_attack example binary")
+    ap.add_argument("--baseline", action="store_true",
+                    help="no attacks: the bystander alone, for the machine's own stalls")
     args = ap.parse_args()
     token = secrets.token_hex(16)
     log = open(os.environ.get("SOAK_LOG", "/dev/null"), "w")
@@ -159,8 +162,10 @@ def main() -> int:
     seconds = args.minutes * 60
     print(f"soak: dt-rdzv pid {proc.pid} tcpstore={store} native={native}, {args.minutes} min",
           flush=True)
-    attacker = subprocess.Popen([args.native_attack, native, fingerprint, token, str(seconds)],
-                                stdout=subprocess.PIPE, text=True)
+    attack_cmd = [args.native_attack, native, fingerprint, token, str(seconds)]
+    if args.baseline:
+        attack_cmd = ["sleep", str(seconds)]
+    attacker = subprocess.Popen(attack_cmd, stdout=subprocess.PIPE, text=True)
     last_native: list[str] = []
     threading.Thread(target=lambda: [last_native.append(l.strip()) for l in attacker.stdout],
                      daemon=True).start()
@@ -173,12 +178,19 @@ def main() -> int:
         with RssWatch(proc.pid) as rss:
             deadline = time.monotonic() + seconds
             while time.monotonic() < deadline and not error.value and by.is_alive():
+                if args.baseline:
+                    time.sleep(min(5.0, max(0.0, deadline - time.monotonic())))
+                    print(f"baseline: bystander worst {worst.value * 1000:.0f} ms over "
+                          f"{ops.value} ops", flush=True)
+                    continue
                 attack = ATTACKS[rounds % len(ATTACKS)]
                 t = time.monotonic()
                 what = attack(host, int(port))
                 rounds += 1
+                now = rss_bytes(proc.pid) / MiB
                 print(f"[{time.monotonic() - deadline + seconds:6.0f}s] {attack.__name__}: "
-                      f"{what} ({time.monotonic() - t:.1f} s); RSS peak {rss.peak / MiB:.0f} MiB,"
+                      f"{what} ({time.monotonic() - t:.1f} s); RSS now {now:.0f}, "
+                      f"peak {rss.peak / MiB:.0f} MiB,"
                       f" bystander worst {worst.value * 1000:.0f} ms over {ops.value} ops",
                       flush=True)
         attacker.wait(timeout=120)

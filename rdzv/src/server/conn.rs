@@ -197,6 +197,11 @@ async fn drive(
                 if let Err(e) = written {
                     return e;
                 }
+                // A client reading its replies is making progress: a request left half read
+                // while its connection was paused gets a fresh frame deadline.
+                if input.frame_started.is_some() {
+                    input.frame_started = Some(tokio::time::Instant::now());
+                }
                 if let Some(reason) = close {
                     let _ = wr.shutdown().await;
                     return reason;

@@ -99,6 +99,11 @@ impl Core {
         (g.outboxes.len(), g.engine.num_keys())
     }
 
+    /// Bytes of keys and values the store holds.
+    pub(crate) fn stored_bytes(&self) -> u64 {
+        self.lock().engine.stored_bytes()
+    }
+
     pub(crate) fn stats(&self) -> Stats {
         self.lock().engine.stats().clone()
     }

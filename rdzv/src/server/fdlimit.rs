@@ -1,4 +1,5 @@
-//! The open-file limit: raised from soft to hard at start, and the TCPStore connection cap
+//! The open-file limit: raised from soft to hard when `dt-rdzv serve` starts (not by an
+//! embedded server, which leaves its host process alone), and the TCPStore connection cap
 //! derived from it.
 
 /// File descriptors kept free for the HTTP port, the QUIC socket, logs and files: at least
@@ -7,7 +8,7 @@ const MIN_HEADROOM: u64 = 128;
 
 /// Raises this process's `RLIMIT_NOFILE` soft limit to its hard limit and logs both; returns
 /// the soft limit in force afterwards (`None` where it cannot be read).
-pub(crate) fn raise_nofile() -> Option<u64> {
+pub fn raise_nofile_limit() -> Option<u64> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -34,6 +35,16 @@ pub(crate) fn raise_nofile() -> Option<u64> {
     }
     tracing::info!(soft, hard, "open-file limit");
     Some(as_u64(soft))
+}
+
+/// This process's `RLIMIT_NOFILE` soft limit (`None` where it cannot be read).
+pub(crate) fn current_nofile() -> Option<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we pass and reads nothing else.
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0).then(|| as_u64(lim.rlim_cur))
 }
 
 #[allow(clippy::useless_conversion)] // rlim_t is u64 on Linux, not everywhere

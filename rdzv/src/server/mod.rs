@@ -7,7 +7,8 @@
 //!   the wake-ups other connections cause reach each client in engine order;
 //! * `conn`: one task per TCPStore connection: read, decode, handle, write, with deadlines
 //!   and a bound on its queued replies;
-//! * `fdlimit`: the open-file limit (raised to hard) and the TCPStore connection cap from it;
+//! * [`raise_nofile_limit`]: the open-file limit raised to hard (by `dt-rdzv serve`), and the
+//!   TCPStore connection cap derived from the limit in force;
 //! * `ratelog`: per-reason rate limits for repeated log lines;
 //! * `rendezvous`: the rendezvous machine and the native connections' outboxes, and its timers;
 //! * `native`: the QUIC port (29401), one task per member connection;
@@ -38,6 +39,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub use config::{ServeConfig, parse_duration};
+pub use fdlimit::raise_nofile_limit;
 pub use identity::Identity;
 pub use json::job_json;
 
@@ -62,7 +64,7 @@ impl Server {
     /// Binds the ports that are on (TCPStore, native QUIC, HTTP). Call inside a tokio runtime.
     pub fn bind(config: ServeConfig) -> std::io::Result<Self> {
         let (token, token_generated) = config.resolve_token()?;
-        let nofile = fdlimit::raise_nofile();
+        let nofile = fdlimit::current_nofile();
         let max_tcpstore_connections = config
             .max_tcpstore_connections
             .unwrap_or_else(|| fdlimit::default_cap(nofile));
