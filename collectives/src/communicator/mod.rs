@@ -196,11 +196,15 @@ impl Communicator {
             let ahead = inner.pending.load(Ordering::Acquire) as u32;
             let limit = inner.config.timeout.value * (ahead + 1);
             if start.elapsed() > limit {
-                return Err(CommError::WaitTimeout {
+                // The calls before this one are stuck past their own deadlines: this rank can
+                // no longer keep the same call order as its peers, so the communicator fails.
+                let e = CommError::WaitTimeout {
                     rank: inner.rank,
                     op: call.collective.name(),
                     waited: start.elapsed(),
-                });
+                };
+                st.failed.get_or_insert_with(|| e.clone());
+                return Err(e);
             }
             st = inner
                 .drained

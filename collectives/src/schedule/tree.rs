@@ -175,10 +175,10 @@ pub(crate) fn reduce_binomial(rank: usize, world: usize, root: usize, count: usi
     s
 }
 
-/// Tree allreduce: binomial reduce into rank 0, then binomial broadcast from it.
-/// `2 * ceil(log2 world)` steps, each moving the whole buffer: the same step count as recursive
-/// doubling, with half the links busy per step, and exact (every rank ends with rank 0's bits,
-/// whatever the world size).
+/// Tree allreduce: binomial reduce into rank 0, then binomial broadcast from it. The critical
+/// path is `2 * ceil(log2 world)` message hops, each carrying the whole buffer (a rank's own
+/// step count depends on its place in the tree); every rank ends with rank 0's bits, whatever
+/// the world size.
 ///
 /// ```text
 ///  reduce (world 4)        broadcast
