@@ -6,7 +6,8 @@
 //! [`Store`](dt_rdzv::store::Store).
 //!
 //! It does not do shared memory or GPUs yet (the [`Memory`] kind of a buffer is the slot for
-//! device memory), and it has no Python binding (see the workspace).
+//! device memory). Its front ends live in other crates of the workspace: the Python binding
+//! (`python/`) and the C ABI (`ffi/`), both over the byte-level [`Call`].
 //!
 //! Contents, in the order data flows:
 //!

@@ -288,11 +288,21 @@ fn http_serves_health_metrics_and_jobs_behind_the_token() {
         let mut ms = members(&s, "visible", 1, &JobSpec::fixed(1)).await;
         ms[0].wait_welcome(WAIT).await.unwrap();
         let h = s.http_endpoint().unwrap();
+        let store =
+            dt_rdzv::client::TcpStoreClient::connect(&s.endpoint(), Duration::from_secs(10))
+                .unwrap();
+        dt_rdzv::store::Store::set(&store, "k", b"value").unwrap();
         assert_eq!(http_get(&h, "/healthz", None), (200, "ok\n".into()));
         let (code, body) = http_get(&h, "/metrics", None);
         assert_eq!(code, 200);
         assert!(body.contains("dtrdzv_rounds_total 1"), "{body}");
         assert!(body.contains("dtrdzv_members 1"), "{body}");
+        let stored: u64 = body
+            .lines()
+            .find_map(|l| l.strip_prefix("dtrdzv_store_bytes "))
+            .and_then(|v| v.parse().ok())
+            .expect("dtrdzv_store_bytes");
+        assert!(stored >= 6, "{body}");
         assert!(
             body.contains("# TYPE dtrdzv_store_ops_total counter"),
             "{body}"

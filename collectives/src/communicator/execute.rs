@@ -1,9 +1,9 @@
-//! A [`Call`] checked against this communicator, then run: the choice of schedule, the local
-//! pre- and post-processing (out-of-place copies, the division of `Avg`), the sequence number,
-//! and the engine. Everything here works on bytes; the dtype travels as a tag.
+//! A checked [`Call`] run (the checks are in `check.rs`): the choice of schedule, the local pre-
+//! and post-processing (out-of-place copies, the division of `Avg`), the sequence number, and
+//! the engine. Everything here works on bytes; the dtype travels as a tag.
 
 use super::{Inner, State};
-use crate::call::{Call, CallDesc, Collective, Memory, OpKind, RawBuf};
+use crate::call::{Call, CallDesc, Collective, OpKind, RawBuf};
 use crate::config::{Algo, Config};
 use crate::dtype::DType;
 use crate::engine::Bufs;
@@ -141,275 +141,57 @@ unsafe fn copy_over(from: &RawBuf, to: &RawBuf) {
     }
 }
 
-impl Inner {
-    fn check_buf(&self, op: &'static str, what: &str, b: &RawBuf) -> Result<(), CommError> {
-        #[allow(unreachable_patterns)]
-        match b.memory() {
-            Memory::Host => {}
-            other => {
-                return Err(self.invalid(op, format!("{what}: {other:?} memory is not supported")));
-            }
-        }
-        let Some(len) = b.byte_len().filter(|l| *l <= isize::MAX as usize) else {
-            return Err(self.invalid(
-                op,
-                format!(
-                    "{what}: {} elements of {} overflow the address space",
-                    b.count(),
-                    b.dtype()
-                ),
-            ));
-        };
-        if len > 0 && b.ptr().is_null() {
-            return Err(self.invalid(
-                op,
-                format!("{what} is a null pointer with {} elements", b.count()),
-            ));
-        }
-        if len > 0 && (b.ptr() as usize) % b.dtype().size() != 0 {
-            return Err(self.invalid(
-                op,
-                format!(
-                    "{what} at {:p} is not aligned for {} ({} bytes)",
-                    b.ptr(),
-                    b.dtype(),
-                    b.dtype().size()
-                ),
-            ));
-        }
-        Ok(())
-    }
+/// One engine run: the frame-header description of the call, its schedule and its buffers.
+struct Plan<'a> {
+    op: OpKind,
+    redop: Option<ReduceOp>,
+    count: usize,
+    root: Option<usize>,
+    seq: SeqKind,
+    sched: Schedule,
+    work: &'a mut [u8],
+    input: &'a [u8],
+}
 
-    fn need<'c>(
-        &self,
-        op: &'static str,
-        what: &str,
-        b: Option<&'c RawBuf>,
-    ) -> Result<&'c RawBuf, CommError> {
-        let b = b.ok_or_else(|| self.invalid(op, format!("needs a {what} buffer")))?;
-        self.check_buf(op, what, b)?;
-        Ok(b)
-    }
-
-    fn check_root(&self, op: &'static str, root: usize) -> Result<(), CommError> {
-        if root >= self.world {
-            return Err(self.invalid(
-                op,
-                format!("root {root} is not in a world of {}", self.world),
-            ));
-        }
-        Ok(())
-    }
-
-    fn check_peer(&self, op: &'static str, peer: usize) -> Result<(), CommError> {
-        if peer >= self.world || peer == self.rank {
-            return Err(self.invalid(
-                op,
-                format!("peer {peer} (this is rank {} of {})", self.rank, self.world),
-            ));
-        }
-        Ok(())
-    }
-
-    fn same_dtype(&self, op: &'static str, s: &RawBuf, r: &RawBuf) -> Result<(), CommError> {
-        if s.dtype() != r.dtype() {
-            return Err(self.invalid(
-                op,
-                format!("send is {} but recv is {}", s.dtype(), r.dtype()),
-            ));
-        }
-        Ok(())
-    }
-
-    fn same_count(&self, op: &'static str, s: &RawBuf, r: &RawBuf) -> Result<(), CommError> {
-        self.same_dtype(op, s, r)?;
-        if s.count() != r.count() {
-            return Err(self.invalid(
-                op,
-                format!("send has {} elements but recv has {}", s.count(), r.count()),
-            ));
-        }
-        Ok(())
-    }
-
-    fn counts(
-        &self,
-        op: &'static str,
-        what: &str,
-        counts: &[usize],
-        total: usize,
+impl Plan<'_> {
+    /// Takes the call's sequence number and runs the schedule; an error fails the
+    /// communicator.
+    fn run(
+        self,
+        st: &mut State,
+        rank: usize,
+        dtype: DType,
+        timeout: std::time::Duration,
     ) -> Result<(), CommError> {
-        let sum = counts.iter().try_fold(0usize, |a, c| a.checked_add(*c));
-        if counts.len() != self.world || sum != Some(total) {
-            return Err(self.invalid(
-                op,
-                format!(
-                    "{what} {counts:?} must have {} entries summing to {total}",
-                    self.world
-                ),
-            ));
-        }
-        Ok(())
+        let seq = match self.seq {
+            SeqKind::Collective => &mut st.seq,
+            SeqKind::SendTo(p) => &mut st.send_seq[p],
+            SeqKind::RecvFrom(p) => &mut st.recv_seq[p],
+        };
+        let desc = CallDesc {
+            op: self.op,
+            dtype,
+            redop: self.redop,
+            count: self.count as u64,
+            root: self.root,
+            seq: *seq,
+        };
+        *seq += 1;
+        let combine = self.redop.map_or(ReduceOp::Sum, ReduceOp::combine);
+        let mut bufs = Bufs {
+            work: self.work,
+            input: self.input,
+        };
+        st.engine
+            .run(&self.sched, &desc, combine, &mut bufs, timeout)
+            .inspect_err(|e| {
+                tracing::error!(rank, "dtcomm: {e}");
+                st.failed = Some(e.clone());
+            })
     }
+}
 
-    /// Checks `call`'s arguments against this communicator without touching any buffer's
-    /// contents: an error here sends nothing and does not fail the communicator.
-    pub(super) fn check(&self, call: &Call) -> Result<(), CommError> {
-        let op = call.collective.name();
-        if call.deadline.is_some_and(|d| d.is_zero()) {
-            return Err(self.invalid(op, "the deadline must be positive"));
-        }
-        let (rank, world) = (self.rank, self.world);
-        let (send, recv) = (call.send.as_ref(), call.recv.as_ref());
-        match &call.collective {
-            Collective::AllReduce { .. } | Collective::Broadcast { .. } => {
-                let r = self.need(op, "recv", recv)?;
-                if let Collective::Broadcast { root } = call.collective {
-                    self.check_root(op, root)?;
-                    if rank != root {
-                        return Ok(());
-                    }
-                }
-                if let Some(s) = send {
-                    self.check_buf(op, "send", s)?;
-                    self.same_count(op, s, r)?;
-                }
-            }
-            Collective::Reduce { root, .. } => {
-                self.check_root(op, *root)?;
-                match send {
-                    Some(s) => {
-                        self.check_buf(op, "send", s)?;
-                        if rank == *root {
-                            let r = self.need(op, "recv", recv)?;
-                            self.same_count(op, s, r)?;
-                        }
-                    }
-                    None => {
-                        self.need(op, "recv", recv)?;
-                    }
-                }
-            }
-            Collective::AllGather { counts } => {
-                let s = self.need(op, "send", send)?;
-                let r = self.need(op, "recv", recv)?;
-                self.same_dtype(op, s, r)?;
-                match counts {
-                    Some(c) => {
-                        self.counts(op, "counts", c, r.count())?;
-                        if c[rank] != s.count() {
-                            return Err(self.invalid(
-                                op,
-                                format!(
-                                    "counts[{rank}] is {} but send has {} elements",
-                                    c[rank],
-                                    s.count()
-                                ),
-                            ));
-                        }
-                    }
-                    None if s.count().checked_mul(world) != Some(r.count()) => {
-                        return Err(self.invalid(
-                            op,
-                            format!(
-                                "recv has {} elements, need send's {} x world {world}",
-                                r.count(),
-                                s.count()
-                            ),
-                        ));
-                    }
-                    None => {}
-                }
-            }
-            Collective::ReduceScatter { .. } => {
-                let s = self.need(op, "send", send)?;
-                let r = self.need(op, "recv", recv)?;
-                self.same_dtype(op, s, r)?;
-                if r.count().checked_mul(world) != Some(s.count()) {
-                    return Err(self.invalid(
-                        op,
-                        format!(
-                            "send has {} elements, need recv's {} x world {world}",
-                            s.count(),
-                            r.count()
-                        ),
-                    ));
-                }
-            }
-            Collective::Gather { root } | Collective::Scatter { root } => {
-                self.check_root(op, *root)?;
-                let gather = matches!(call.collective, Collective::Gather { .. });
-                let (mine, mine_name, rooted, rooted_name) = if gather {
-                    (send, "send", recv, "recv")
-                } else {
-                    (recv, "recv", send, "send")
-                };
-                let m = self.need(op, mine_name, mine)?;
-                if rank == *root {
-                    let r = self.need(op, rooted_name, rooted)?;
-                    self.same_dtype(op, m, r)?;
-                    if m.count().checked_mul(world) != Some(r.count()) {
-                        return Err(self.invalid(
-                            op,
-                            format!(
-                                "the root's {rooted_name} has {} elements, need {} x world {world}",
-                                r.count(),
-                                m.count()
-                            ),
-                        ));
-                    }
-                }
-            }
-            Collective::AllToAll {
-                send_counts,
-                recv_counts,
-            } => {
-                let s = self.need(op, "send", send)?;
-                let r = self.need(op, "recv", recv)?;
-                self.same_dtype(op, s, r)?;
-                match (send_counts, recv_counts) {
-                    (None, None) => {
-                        if s.count() != r.count() || s.count() % world != 0 {
-                            return Err(self.invalid(
-                                op,
-                                format!(
-                                    "send {} / recv {} elements must be equal multiples of world {world}",
-                                    s.count(),
-                                    r.count()
-                                ),
-                            ));
-                        }
-                    }
-                    (sc, rc) => {
-                        let sc = sc.clone().unwrap_or_else(|| vec![s.count() / world; world]);
-                        let rc = rc.clone().unwrap_or_else(|| vec![r.count() / world; world]);
-                        self.counts(op, "send counts", &sc, s.count())?;
-                        self.counts(op, "recv counts", &rc, r.count())?;
-                        if sc[rank] != rc[rank] {
-                            return Err(self.invalid(
-                                op,
-                                format!(
-                                    "this rank sends itself {} elements but receives {}",
-                                    sc[rank], rc[rank]
-                                ),
-                            ));
-                        }
-                    }
-                }
-            }
-            Collective::Barrier => {}
-            Collective::Send { peer } => {
-                self.check_peer(op, *peer)?;
-                self.need(op, "send", send)?;
-            }
-            Collective::Recv { peer } => {
-                self.check_peer(op, *peer)?;
-                self.need(op, "recv", recv)?;
-            }
-        }
-        Ok(())
-    }
-
+impl Inner {
     /// Runs a checked call under the state lock.
     ///
     /// # Safety
@@ -432,39 +214,8 @@ impl Inner {
         let timeout = call.deadline.unwrap_or(cfg.timeout.value);
         let mut copy = Vec::new();
         let mut scratch: Vec<u64>;
-        let run = |st: &mut State,
-                   kind: OpKind,
-                   redop: Option<ReduceOp>,
-                   count: usize,
-                   root: Option<usize>,
-                   seq: SeqKind,
-                   sched: Schedule,
-                   work: &mut [u8],
-                   input: &[u8]| {
-            let seq = match seq {
-                SeqKind::Collective => &mut st.seq,
-                SeqKind::SendTo(p) => &mut st.send_seq[p],
-                SeqKind::RecvFrom(p) => &mut st.recv_seq[p],
-            };
-            let desc = CallDesc {
-                op: kind,
-                dtype,
-                redop,
-                count: count as u64,
-                root,
-                seq: *seq,
-            };
-            *seq += 1;
-            let combine = redop.map_or(ReduceOp::Sum, ReduceOp::combine);
-            let mut bufs = Bufs { work, input };
-            st.engine
-                .run(&sched, &desc, combine, &mut bufs, timeout)
-                .inspect_err(|e| {
-                    tracing::error!(rank, "dtcomm: {e}");
-                    st.failed = Some(e.clone());
-                })
-        };
         let c = SeqKind::Collective;
+        let run = |st: &mut State, plan: Plan<'_>| plan.run(st, rank, dtype, timeout);
         // SAFETY (every block below): the buffers passed `check` and are valid per the
         // caller's contract; `input` copies a send that overlaps the output.
         match &call.collective {
@@ -476,7 +227,19 @@ impl Inner {
                     Some(s) if s.ptr() != r.ptr() && !s.overlaps(r) && algo == Algo::Ring => {
                         let sched = ring::allreduce_out_of_place(rank, world, n);
                         let (w, i) = unsafe { (bytes_mut(recv), bytes_mut(send)) };
-                        run(st, OpKind::AllReduce, Some(*op), n, None, c, sched, w, i)?;
+                        run(
+                            st,
+                            Plan {
+                                op: OpKind::AllReduce,
+                                redop: Some(*op),
+                                count: n,
+                                root: None,
+                                seq: c,
+                                sched,
+                                work: w,
+                                input: i,
+                            },
+                        )?;
                     }
                     _ => {
                         if let Some(s) = send {
@@ -484,7 +247,19 @@ impl Inner {
                         }
                         let sched = allreduce_schedule(cfg, rank, world, n, dtype);
                         let w = unsafe { bytes_mut(recv) };
-                        run(st, OpKind::AllReduce, Some(*op), n, None, c, sched, w, &[])?;
+                        run(
+                            st,
+                            Plan {
+                                op: OpKind::AllReduce,
+                                redop: Some(*op),
+                                count: n,
+                                root: None,
+                                seq: c,
+                                sched,
+                                work: w,
+                                input: &[],
+                            },
+                        )?;
                     }
                 }
                 if *op == ReduceOp::Avg {
@@ -501,26 +276,39 @@ impl Inner {
                 let w = unsafe { bytes_mut(recv) };
                 run(
                     st,
-                    OpKind::Broadcast,
-                    None,
-                    n,
-                    Some(*root),
-                    c,
-                    sched,
-                    w,
-                    &[],
+                    Plan {
+                        op: OpKind::Broadcast,
+                        redop: None,
+                        count: n,
+                        root: Some(*root),
+                        seq: c,
+                        sched,
+                        work: w,
+                        input: &[],
+                    },
                 )?;
             }
             Collective::Reduce { op, root } => {
                 let input = send.or(recv).expect("checked");
                 let n = input.count();
                 let sched = tree::reduce_binomial(rank, world, *root, n);
-                let args = (OpKind::Reduce, Some(*op), n, Some(*root));
                 if rank == *root {
                     let r = recv.expect("checked");
                     unsafe { copy_over(input, r) };
                     let w = unsafe { bytes_mut(recv) };
-                    run(st, args.0, args.1, args.2, args.3, c, sched, w, &[])?;
+                    run(
+                        st,
+                        Plan {
+                            op: OpKind::Reduce,
+                            redop: Some(*op),
+                            count: n,
+                            root: Some(*root),
+                            seq: c,
+                            sched,
+                            work: w,
+                            input: &[],
+                        },
+                    )?;
                     if *op == ReduceOp::Avg {
                         divide_bytes(dtype, unsafe { bytes_mut(recv) }, world);
                     }
@@ -528,7 +316,19 @@ impl Inner {
                     // Non-root buffers stay as they were: the tree writes partial sums.
                     scratch = unsafe { staged(Some(input)) };
                     let w = &mut as_bytes(&mut scratch)[..n * dtype.size()];
-                    run(st, args.0, args.1, args.2, args.3, c, sched, w, &[])?;
+                    run(
+                        st,
+                        Plan {
+                            op: OpKind::Reduce,
+                            redop: Some(*op),
+                            count: n,
+                            root: Some(*root),
+                            seq: c,
+                            sched,
+                            work: w,
+                            input: &[],
+                        },
+                    )?;
                 }
             }
             Collective::AllGather { counts } => {
@@ -538,7 +338,19 @@ impl Inner {
                 let sched = ring::allgather(rank, world, &counts, true);
                 let i = unsafe { input(send, recv, &mut copy) };
                 let w = unsafe { bytes_mut(recv) };
-                run(st, OpKind::AllGather, None, total, None, c, sched, w, i)?;
+                run(
+                    st,
+                    Plan {
+                        op: OpKind::AllGather,
+                        redop: None,
+                        count: total,
+                        root: None,
+                        seq: c,
+                        sched,
+                        work: w,
+                        input: i,
+                    },
+                )?;
             }
             Collective::ReduceScatter { op } => {
                 let (s, r) = (send.expect("checked"), recv.expect("checked"));
@@ -549,14 +361,16 @@ impl Inner {
                 let sched = ring::reduce_scatter(rank, world, &vec![n; world]);
                 run(
                     st,
-                    OpKind::ReduceScatter,
-                    Some(*op),
-                    s.count(),
-                    None,
-                    c,
-                    sched,
-                    w,
-                    &[],
+                    Plan {
+                        op: OpKind::ReduceScatter,
+                        redop: Some(*op),
+                        count: s.count(),
+                        root: None,
+                        seq: c,
+                        sched,
+                        work: w,
+                        input: &[],
+                    },
                 )?;
                 let out = unsafe { bytes_mut(recv) };
                 out.copy_from_slice(&w[rank * n * es..(rank + 1) * n * es]);
@@ -574,14 +388,16 @@ impl Inner {
                 };
                 run(
                     st,
-                    OpKind::Gather,
-                    None,
-                    s.count(),
-                    Some(*root),
-                    c,
-                    sched,
-                    w,
-                    i,
+                    Plan {
+                        op: OpKind::Gather,
+                        redop: None,
+                        count: s.count(),
+                        root: Some(*root),
+                        seq: c,
+                        sched,
+                        work: w,
+                        input: i,
+                    },
                 )?;
             }
             Collective::Scatter { root } => {
@@ -595,14 +411,16 @@ impl Inner {
                 let w = unsafe { bytes_mut(recv) };
                 run(
                     st,
-                    OpKind::Scatter,
-                    None,
-                    r.count(),
-                    Some(*root),
-                    c,
-                    sched,
-                    w,
-                    i,
+                    Plan {
+                        op: OpKind::Scatter,
+                        redop: None,
+                        count: r.count(),
+                        root: Some(*root),
+                        seq: c,
+                        sched,
+                        work: w,
+                        input: i,
+                    },
                 )?;
             }
             Collective::AllToAll {
@@ -625,11 +443,35 @@ impl Inner {
                 let sched = direct::all_to_all(rank, world, &sc, &rc);
                 let i = unsafe { input(send, recv, &mut copy) };
                 let w = unsafe { bytes_mut(recv) };
-                run(st, OpKind::AllToAll, None, count, None, c, sched, w, i)?;
+                run(
+                    st,
+                    Plan {
+                        op: OpKind::AllToAll,
+                        redop: None,
+                        count,
+                        root: None,
+                        seq: c,
+                        sched,
+                        work: w,
+                        input: i,
+                    },
+                )?;
             }
             Collective::Barrier => {
                 let sched = doubling::barrier(rank, world);
-                run(st, OpKind::Barrier, None, 0, None, c, sched, &mut [], &[])?;
+                run(
+                    st,
+                    Plan {
+                        op: OpKind::Barrier,
+                        redop: None,
+                        count: 0,
+                        root: None,
+                        seq: c,
+                        sched,
+                        work: &mut [],
+                        input: &[],
+                    },
+                )?;
             }
             Collective::Send { peer } => {
                 let n = send.expect("checked").count();
@@ -637,14 +479,16 @@ impl Inner {
                 let seq = SeqKind::SendTo(*peer);
                 run(
                     st,
-                    OpKind::SendRecv,
-                    None,
-                    n,
-                    None,
-                    seq,
-                    direct::send(*peer, n),
-                    &mut [],
-                    i,
+                    Plan {
+                        op: OpKind::SendRecv,
+                        redop: None,
+                        count: n,
+                        root: None,
+                        seq,
+                        sched: direct::send(*peer, n),
+                        work: &mut [],
+                        input: i,
+                    },
                 )?;
             }
             Collective::Recv { peer } => {
@@ -653,14 +497,16 @@ impl Inner {
                 let seq = SeqKind::RecvFrom(*peer);
                 run(
                     st,
-                    OpKind::SendRecv,
-                    None,
-                    n,
-                    None,
-                    seq,
-                    direct::recv(*peer, n),
-                    w,
-                    &[],
+                    Plan {
+                        op: OpKind::SendRecv,
+                        redop: None,
+                        count: n,
+                        root: None,
+                        seq,
+                        sched: direct::recv(*peer, n),
+                        work: w,
+                        input: &[],
+                    },
                 )?;
             }
         }

@@ -2,10 +2,12 @@
 //!
 //! * this file: construction, the byte-level entry ([`Communicator::run`],
 //!   [`Communicator::submit`]) through the one progress executor, the failed state, teardown;
-//! * `execute.rs`: a [`Call`] checked and turned into a schedule the engine runs (the choice
-//!   of algorithm, the local pre- and post-processing);
+//! * `check.rs`: a [`Call`]'s arguments checked before anything is sent;
+//! * `execute.rs`: a checked call turned into a schedule the engine runs (the choice of
+//!   algorithm, the local pre- and post-processing, the sequence number);
 //! * `typed.rs`: the safe typed API (`all_reduce<T>` and friends), a thin layer over `run`.
 
+mod check;
 mod execute;
 mod typed;
 
@@ -194,11 +196,15 @@ impl Communicator {
             let ahead = inner.pending.load(Ordering::Acquire) as u32;
             let limit = inner.config.timeout.value * (ahead + 1);
             if start.elapsed() > limit {
-                return Err(CommError::WaitTimeout {
+                // The calls before this one are stuck past their own deadlines: this rank can
+                // no longer keep the same call order as its peers, so the communicator fails.
+                let e = CommError::WaitTimeout {
                     rank: inner.rank,
                     op: call.collective.name(),
                     waited: start.elapsed(),
-                });
+                };
+                st.failed.get_or_insert_with(|| e.clone());
+                return Err(e);
             }
             st = inner
                 .drained

@@ -244,7 +244,8 @@ fn report(r: Result<(), String>) -> ExitCode {
 }
 
 fn serve(config: ServeConfig) -> ExitCode {
-    raise_fd_limit();
+    return_freed_values();
+    dt_rdzv::server::raise_nofile_limit();
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = config.worker_threads {
         rt.worker_threads(n);
@@ -324,23 +325,16 @@ async fn shutdown_signal() {
     }
 }
 
-/// Thousands of members means thousands of sockets: lift the soft limit to the hard one.
-fn raise_fd_limit() {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
+/// Freed values return their memory: glibc raises its mmap threshold each time a large
+/// block is freed, after which 8 MiB values come from the heap and a server's RSS keeps the
+/// high-water mark of its churn. A fixed 1 MiB threshold keeps every value-sized buffer
+/// mmapped, so the memory bounds in the README hold for RSS too. Only the `serve` process does
+/// this (an embedded server leaves its host's allocator alone).
+fn return_freed_values() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets an allocator parameter (thread-safe, no memory passed).
     unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            let raised = libc::rlimit {
-                rlim_cur: lim.rlim_max,
-                rlim_max: lim.rlim_max,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) != 0 {
-                tracing::warn!(soft = lim.rlim_cur, "could not raise the open-file limit");
-            }
-        }
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
     }
 }
 

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use dt_rdzv_proto::rendezvous::MachineConfig;
-use dt_rdzv_proto::tcpstore::{EngineConfig, Limits};
+use dt_rdzv_proto::tcpstore::{
+    DEFAULT_MAX_NAMESPACE_BYTES, DEFAULT_MAX_STORE_BYTES, EngineConfig, Limits,
+};
 
 /// How `dt-rdzv serve` runs.
 #[derive(Debug, Clone, clap::Args)]
@@ -38,6 +40,26 @@ pub struct ServeConfig {
     /// Largest request accepted, in bytes (keys stay <= 8 KiB and values <= 8 MiB as in torch).
     #[arg(long, env = "DTRDZV_MAX_FRAME_BYTES", default_value_t = 64 * 1024 * 1024)]
     pub max_frame_bytes: u64,
+
+    /// Per TCPStore connection: stop handling (and reading) its requests while the replies
+    /// queued for it and not yet read by the client exceed this many bytes; resume as it reads.
+    #[arg(long, env = "DTRDZV_MAX_QUEUED_REPLY_BYTES", default_value_t = DEFAULT_MAX_QUEUED_REPLY_BYTES)]
+    pub max_queued_reply_bytes: u64,
+
+    /// Most TCPStore connections at once; past it a new connection is closed at once. Default:
+    /// the open-file limit (raised from soft to hard at start) less headroom for the HTTP
+    /// port, the QUIC socket and files.
+    #[arg(long, env = "DTRDZV_MAX_TCPSTORE_CONNECTIONS")]
+    pub max_tcpstore_connections: Option<usize>,
+
+    /// Most bytes (keys and values) one key namespace (one job) may hold in the store; a write
+    /// past it closes its connection and stores nothing. 0: no limit.
+    #[arg(long, env = "DTRDZV_MAX_NAMESPACE_BYTES", default_value_t = DEFAULT_MAX_NAMESPACE_BYTES)]
+    pub max_namespace_bytes: u64,
+
+    /// Most bytes (keys and values) the whole store may hold; as above. 0: no limit.
+    #[arg(long, env = "DTRDZV_MAX_STORE_BYTES", default_value_t = DEFAULT_MAX_STORE_BYTES)]
+    pub max_store_bytes: u64,
 
     /// TCP keepalive idle time before probing a silent peer (0 disables).
     #[arg(long, env = "DTRDZV_TCP_KEEPALIVE", default_value = "30s", value_parser = parse_duration)]
@@ -144,6 +166,9 @@ pub struct ServeConfig {
     pub max_native_connections: usize,
 }
 
+/// Twice the value limit: one whole 8 MiB reply can always be queued behind another.
+pub const DEFAULT_MAX_QUEUED_REPLY_BYTES: u64 = 2 * 8 * 1024 * 1024;
+
 /// A namespace time-to-live: `None` keeps namespaces forever.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ttl(pub Option<Duration>);
@@ -158,6 +183,10 @@ impl Default for ServeConfig {
             handshake_timeout: Duration::from_secs(10),
             frame_timeout: Duration::from_secs(30),
             max_frame_bytes: 64 * 1024 * 1024,
+            max_queued_reply_bytes: DEFAULT_MAX_QUEUED_REPLY_BYTES,
+            max_tcpstore_connections: None,
+            max_namespace_bytes: DEFAULT_MAX_NAMESPACE_BYTES,
+            max_store_bytes: DEFAULT_MAX_STORE_BYTES,
             tcp_keepalive: Duration::from_secs(30),
             worker_threads: None,
             no_tcpstore: false,
@@ -201,6 +230,9 @@ impl ServeConfig {
     pub fn engine_config(&self) -> EngineConfig {
         EngineConfig {
             namespace_ttl: self.namespace_ttl.0,
+            max_value_bytes: self.limits().max_value_bytes,
+            max_namespace_bytes: (self.max_namespace_bytes > 0).then_some(self.max_namespace_bytes),
+            max_store_bytes: (self.max_store_bytes > 0).then_some(self.max_store_bytes),
         }
     }
 

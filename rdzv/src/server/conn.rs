@@ -1,27 +1,42 @@
 //! One task per client connection.
 //!
-//! Reads into a buffer, decodes every complete request, hands them to the engine in one lock,
-//! and writes whatever lands in the connection's outbox. It keeps reading while a WAIT is
-//! parked, because CANCEL_WAIT arrives on the same connection. Deadlines: the first request
-//! must arrive within the handshake timeout, and a request that has started must finish within
-//! the frame timeout; a connection that is merely quiet between requests is left alone.
+//! Reads into a buffer, decodes complete requests, hands them to the engine in batches, and
+//! writes whatever lands in the connection's outbox. It keeps reading while a WAIT is parked,
+//! because CANCEL_WAIT arrives on the same connection.
+//!
+//! Bounds: while the replies queued for this connection exceed
+//! [`ServeConfig::max_queued_reply_bytes`], no further request is handled and nothing more is
+//! read (TCP flow control then stops the client); both resume as the client reads its
+//! replies. So one connection holds at most that bound plus one request's reply, plus one
+//! frame of input. Deadlines: the first request must arrive within the handshake timeout, a
+//! request that has started must finish within the frame timeout, and a reply write that makes
+//! no progress for the frame timeout closes the connection; a connection that is merely quiet
+//! between requests is left alone.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
-use bytes::{Buf, BytesMut};
-use dt_rdzv_proto::tcpstore::{ConnId, Decoded, decode};
+use bytes::{Buf, Bytes, BytesMut};
+use dt_rdzv_proto::tcpstore::{ConnId, DecodeError, Decoded, Limits, Request, decode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 
 use super::config::ServeConfig;
-use super::core::{Core, Out};
+use super::core::{Core, Out, Outbox};
 
 /// Read buffers start small (thousands of mostly idle connections) and grow to the frame size.
 const INITIAL_BUFFER: usize = 512;
 /// An idle buffer larger than this is given back after a big request.
 const KEEP_BUFFER: usize = 64 * 1024;
+/// Most requests decoded ahead of the engine (bounds the decoded backlog of a paused
+/// connection; also the batch handed to the engine under one lock).
+const BATCH: usize = 256;
+/// Reply chunks shorter than this are copied together into one write; longer ones (shared
+/// stored values) are written from where they are.
+const COALESCE: usize = 64 * 1024;
 
 pub(crate) async fn serve(
     id: ConnId,
@@ -33,29 +48,118 @@ pub(crate) async fn serve(
 ) {
     tracing::info!(conn = id, %peer, "connection opened");
     let (tx, rx) = mpsc::unbounded_channel();
-    core.register(id, tx);
-    let reason = drive(id, stream, &core, &config, rx, stop).await;
+    let queued = Arc::new(AtomicUsize::new(0));
+    core.register(
+        id,
+        Outbox {
+            tx,
+            queued: queued.clone(),
+        },
+    );
+    let reason = drive(id, stream, &core, &config, rx, &queued, stop).await;
     core.disconnect(id);
     tracing::info!(conn = id, %peer, %reason, "connection closed");
 }
 
+/// The connection's input side: bytes read, requests decoded and not yet handled.
+struct Input {
+    buf: BytesMut,
+    need: usize,
+    backlog: VecDeque<Request>,
+    bad: Option<DecodeError>,
+    spoke: bool,
+    frame_started: Option<tokio::time::Instant>,
+}
+
+impl Input {
+    /// Hands decoded requests to the engine while the queued replies stay under `bound`.
+    fn pump(
+        &mut self,
+        id: ConnId,
+        core: &Core,
+        limits: &Limits,
+        bound: usize,
+        queued: &AtomicUsize,
+    ) {
+        loop {
+            if queued.load(Ordering::Relaxed) > bound {
+                return;
+            }
+            if self.backlog.is_empty() {
+                self.decode(limits);
+                if self.backlog.is_empty() {
+                    return;
+                }
+            }
+            core.handle(id, &mut self.backlog, bound);
+        }
+    }
+
+    /// Decodes up to [`BATCH`] requests from the buffer into the backlog.
+    fn decode(&mut self, limits: &Limits) {
+        while self.bad.is_none() && self.backlog.len() < BATCH {
+            match decode(&self.buf, limits) {
+                Ok(Decoded::Complete(r, used)) => {
+                    self.buf.advance(used);
+                    self.backlog.push_back(r);
+                    self.spoke = true;
+                    self.frame_started = None;
+                }
+                Ok(Decoded::Incomplete { need }) => {
+                    self.need = need;
+                    if self.buf.is_empty() {
+                        self.need = 1;
+                        if self.buf.capacity() > KEEP_BUFFER {
+                            self.buf = BytesMut::with_capacity(INITIAL_BUFFER);
+                        }
+                    } else if self.frame_started.is_none() {
+                        self.frame_started = Some(tokio::time::Instant::now());
+                    }
+                    return;
+                }
+                Err(e) => self.bad = Some(e),
+            }
+        }
+    }
+
+    /// Whether the engine is waiting on the client (nothing decoded is left to handle).
+    fn wants_bytes(&self) -> bool {
+        self.backlog.is_empty() && self.bad.is_none()
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn drive(
     id: ConnId,
     mut stream: TcpStream,
     core: &Core,
     config: &ServeConfig,
     mut rx: mpsc::UnboundedReceiver<Out>,
+    queued: &AtomicUsize,
     mut stop: watch::Receiver<bool>,
 ) -> String {
     let limits = config.limits();
+    let bound = usize::try_from(config.max_queued_reply_bytes).unwrap_or(usize::MAX);
     let opened = tokio::time::Instant::now();
-    let mut buf = BytesMut::with_capacity(INITIAL_BUFFER);
-    let mut need = 1usize;
-    let mut spoke = false;
-    let mut frame_started: Option<tokio::time::Instant> = None;
-    let mut out = Vec::new();
+    let mut input = Input {
+        buf: BytesMut::with_capacity(INITIAL_BUFFER),
+        need: 1,
+        backlog: VecDeque::new(),
+        bad: None,
+        spoke: false,
+        frame_started: None,
+    };
+    let mut chunks = Vec::new();
     loop {
-        let deadline = if !spoke {
+        input.pump(id, core, &limits, bound, queued);
+        if let Some(e) = &input.bad
+            && input.backlog.is_empty()
+        {
+            flush_pending(&mut rx, &mut stream, config.frame_timeout).await;
+            return format!("bad request: {e}");
+        }
+        let reading = input.wants_bytes() && queued.load(Ordering::Relaxed) <= bound;
+        let deadline = if !input.spoke {
             Some((
                 opened + config.handshake_timeout,
                 format!(
@@ -64,11 +168,11 @@ async fn drive(
                 ),
             ))
         } else {
-            frame_started.map(|t| {
+            input.frame_started.map(|t| {
                 let why = format!(
                     "request stalled half way for the frame timeout ({:?}, {} bytes buffered)",
                     config.frame_timeout,
-                    buf.len()
+                    input.buf.len()
                 );
                 (t + config.frame_timeout, why)
             })
@@ -79,91 +183,122 @@ async fn drive(
             _ = stop.changed() => return "server shutting down".into(),
             msg = rx.recv() => {
                 let Some(first) = msg else { return "closed by server".into() };
-                out.clear();
-                let mut close = collect(first, &mut out);
+                chunks.clear();
+                let mut close = collect(first, &mut chunks);
                 while close.is_none() {
                     match rx.try_recv() {
-                        Ok(m) => close = collect(m, &mut out),
+                        Ok(m) => close = collect(m, &mut chunks),
                         Err(_) => break,
                     }
                 }
-                if let Err(e) = wr.write_all(&out).await {
-                    return format!("write failed: {e}");
+                let written = write_chunks(&mut wr, &chunks, config.frame_timeout).await;
+                queued.fetch_sub(chunks.iter().map(Bytes::len).sum(), Ordering::Relaxed);
+                chunks.clear();
+                if let Err(e) = written {
+                    return e;
+                }
+                // A client reading its replies is making progress: a request left half read
+                // while its connection was paused gets a fresh frame deadline.
+                if input.frame_started.is_some() {
+                    input.frame_started = Some(tokio::time::Instant::now());
                 }
                 if let Some(reason) = close {
                     let _ = wr.shutdown().await;
                     return reason;
                 }
             }
-            read = read_until(&mut rd, &mut buf, need, deadline) => {
+            read = read_until(&mut rd, &mut input.buf, input.need, deadline), if reading => {
                 match read {
-                    Ok(0) if buf.is_empty() => return "peer closed".into(),
-                    Ok(0) => return format!("peer closed mid-request ({} bytes buffered)", buf.len()),
+                    Ok(0) if input.buf.is_empty() => return "peer closed".into(),
+                    Ok(0) => {
+                        return format!(
+                            "peer closed mid-request ({} bytes buffered)",
+                            input.buf.len()
+                        );
+                    }
                     Ok(_) => {}
                     Err(reason) => return reason,
-                }
-                let mut requests = Vec::new();
-                let mut bad = None;
-                loop {
-                    match decode(&buf, &limits) {
-                        Ok(Decoded::Complete(r, used)) => {
-                            buf.advance(used);
-                            requests.push(r);
-                        }
-                        Ok(Decoded::Incomplete { need: n }) => {
-                            need = n;
-                            break;
-                        }
-                        Err(e) => {
-                            bad = Some(e);
-                            break;
-                        }
-                    }
-                }
-                if !requests.is_empty() {
-                    spoke = true;
-                    frame_started = None;
-                    core.handle(id, requests);
-                }
-                if let Some(e) = bad {
-                    flush_pending(&mut rx, &mut stream).await;
-                    return format!("bad request: {e}");
-                }
-                if buf.is_empty() {
-                    need = 1;
-                    if buf.capacity() > KEEP_BUFFER {
-                        buf = BytesMut::with_capacity(INITIAL_BUFFER);
-                    }
-                } else if frame_started.is_none() {
-                    frame_started = Some(tokio::time::Instant::now());
                 }
             }
         }
     }
 }
 
-/// Appends an outbox item to `out`; returns the close reason if it is one.
-fn collect(item: Out, out: &mut Vec<u8>) -> Option<String> {
+/// Appends an outbox item's chunks to `out`; returns the close reason if it is one.
+fn collect(item: Out, out: &mut Vec<Bytes>) -> Option<String> {
     match item {
         Out::Bytes(b) => {
-            if out.is_empty() {
-                *out = b;
-            } else {
-                out.extend_from_slice(&b);
-            }
+            out.extend(b);
             None
         }
         Out::Close(reason) => Some(reason),
     }
 }
 
-/// Before closing on a bad request, send the replies already owed for the good ones.
-async fn flush_pending(rx: &mut mpsc::UnboundedReceiver<Out>, stream: &mut TcpStream) {
-    let mut out = Vec::new();
-    while let Ok(Out::Bytes(b)) = rx.try_recv() {
-        out.extend_from_slice(&b);
+/// Writes `chunks` in order: short ones copied together, long ones as they are. Each write
+/// must make progress within `timeout` (a client that stops reading is closed).
+async fn write_chunks<W: AsyncWriteExt + Unpin>(
+    wr: &mut W,
+    chunks: &[Bytes],
+    timeout: std::time::Duration,
+) -> Result<(), String> {
+    let mut small = Vec::new();
+    for c in chunks {
+        if c.len() < COALESCE {
+            small.extend_from_slice(c);
+            if small.len() < COALESCE {
+                continue;
+            }
+        } else if !small.is_empty() {
+            write_within(wr, &small, timeout).await?;
+            small.clear();
+            write_within(wr, c, timeout).await?;
+            continue;
+        } else {
+            write_within(wr, c, timeout).await?;
+            continue;
+        }
+        write_within(wr, &small, timeout).await?;
+        small.clear();
     }
-    let _ = stream.write_all(&out).await;
+    if !small.is_empty() {
+        write_within(wr, &small, timeout).await?;
+    }
+    Ok(())
+}
+
+async fn write_within<W: AsyncWriteExt + Unpin>(
+    wr: &mut W,
+    mut bytes: &[u8],
+    timeout: std::time::Duration,
+) -> Result<(), String> {
+    while !bytes.is_empty() {
+        match tokio::time::timeout(timeout, wr.write(bytes)).await {
+            Err(_) => {
+                return Err(format!(
+                    "client read no reply bytes for the frame timeout ({timeout:?}, {} bytes unsent)",
+                    bytes.len()
+                ));
+            }
+            Ok(Err(e)) => return Err(format!("write failed: {e}")),
+            Ok(Ok(0)) => return Err("write failed: peer closed".into()),
+            Ok(Ok(n)) => bytes = &bytes[n..],
+        }
+    }
+    Ok(())
+}
+
+/// Before closing on a bad request, send the replies already owed for the good ones.
+async fn flush_pending(
+    rx: &mut mpsc::UnboundedReceiver<Out>,
+    stream: &mut TcpStream,
+    timeout: std::time::Duration,
+) {
+    let mut chunks = Vec::new();
+    while let Ok(Out::Bytes(b)) = rx.try_recv() {
+        chunks.extend(b);
+    }
+    let _ = write_chunks(stream, &chunks, timeout).await;
 }
 
 /// One read into `buf`, making room for at least the bytes the decoder asked for.

@@ -4,19 +4,26 @@
 //! receives (its own replies, and `00` wake-ups caused by other connections) enter its outbox
 //! in exactly the engine's order. That is what keeps a CANCEL_WAIT's `01` behind an earlier
 //! `00`.
+//!
+//! Replies are [`Bytes`] chunks that share the stored values, so the lock is never held while
+//! a big value is copied. Each outbox counts the bytes queued in it and not yet written
+//! ([`Outbox::queued`]); [`Core::handle`] stops taking a connection's requests once that count
+//! passes the connection's bound, and the connection task resumes them as the client reads.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use dt_rdzv_proto::tcpstore::{Action, ConnId, Engine, EngineConfig, PurgeReason, Request, Stats};
 use tokio::sync::{mpsc, watch};
 
 /// What a connection task receives.
 #[derive(Debug)]
 pub(crate) enum Out {
-    /// Bytes to write, in order.
-    Bytes(Vec<u8>),
+    /// Chunks to write, in order (counted in the outbox's `queued` until written).
+    Bytes(Vec<Bytes>),
     /// Flush, then close with this reason.
     Close(String),
 }
@@ -27,7 +34,16 @@ pub(crate) struct Core {
 
 struct Inner {
     engine: Engine,
-    outboxes: HashMap<ConnId, mpsc::UnboundedSender<Out>>,
+    outboxes: HashMap<ConnId, Outbox>,
+}
+
+/// Where a connection's replies go, and how many bytes wait in it.
+#[derive(Clone)]
+pub(crate) struct Outbox {
+    /// The connection task's queue.
+    pub(crate) tx: mpsc::UnboundedSender<Out>,
+    /// Bytes sent into `tx` and not yet written to the socket (the task subtracts them).
+    pub(crate) queued: Arc<AtomicUsize>,
 }
 
 impl Core {
@@ -46,19 +62,28 @@ impl Core {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub(crate) fn register(&self, id: ConnId, outbox: mpsc::UnboundedSender<Out>) {
+    pub(crate) fn register(&self, id: ConnId, outbox: Outbox) {
         let mut g = self.lock();
         g.engine.connect(id);
         g.outboxes.insert(id, outbox);
     }
 
-    pub(crate) fn handle(&self, id: ConnId, requests: Vec<Request>) {
+    /// Handles `requests` in order until they are done or the connection's queued replies
+    /// pass `bound` bytes; the rest stay in `requests` for later.
+    pub(crate) fn handle(&self, id: ConnId, requests: &mut VecDeque<Request>, bound: usize) {
         let now = Instant::now();
         let mut g = self.lock();
-        for r in requests {
+        let queued = g.outboxes.get(&id).map(|o| o.queued.clone());
+        while let Some(r) = requests.pop_front() {
             g.engine.handle(id, r, now);
+            g.route();
+            if queued
+                .as_ref()
+                .is_none_or(|q| q.load(Ordering::Relaxed) > bound)
+            {
+                break;
+            }
         }
-        g.route();
     }
 
     pub(crate) fn disconnect(&self, id: ConnId) {
@@ -74,6 +99,11 @@ impl Core {
         (g.outboxes.len(), g.engine.num_keys())
     }
 
+    /// Bytes of keys and values the store holds.
+    pub(crate) fn stored_bytes(&self) -> u64 {
+        self.lock().engine.stored_bytes()
+    }
+
     pub(crate) fn stats(&self) -> Stats {
         self.lock().engine.stats().clone()
     }
@@ -84,13 +114,15 @@ impl Inner {
         while let Some(action) = self.engine.poll_action() {
             match action {
                 Action::Send { conn, bytes } => {
-                    if let Some(tx) = self.outboxes.get(&conn) {
-                        let _ = tx.send(Out::Bytes(bytes));
+                    if let Some(o) = self.outboxes.get(&conn) {
+                        let n = bytes.iter().map(Bytes::len).sum::<usize>();
+                        o.queued.fetch_add(n, Ordering::Relaxed);
+                        let _ = o.tx.send(Out::Bytes(bytes));
                     }
                 }
                 Action::Close { conn, reason } => {
-                    if let Some(tx) = self.outboxes.remove(&conn) {
-                        let _ = tx.send(Out::Close(reason.to_string()));
+                    if let Some(o) = self.outboxes.remove(&conn) {
+                        let _ = o.tx.send(Out::Close(reason.to_string()));
                     }
                 }
                 Action::Purged {

@@ -145,6 +145,13 @@ pub(crate) fn render(store: Option<&Core>, rdzv: &RdzvCore) -> String {
             "Keys in the store.",
             &one(keys as u64),
         );
+        metric(
+            &mut o,
+            "dtrdzv_store_bytes",
+            "gauge",
+            "Bytes of keys and values held (checked against --max-store-bytes).",
+            &one(store.stored_bytes()),
+        );
     }
     o
 }

@@ -5,7 +5,11 @@
 //! * `listener`: the dual-stack TCPStore listening socket (socket2: backlog, NODELAY, keepalive);
 //! * `core`: the store engine and the per-connection outboxes behind one lock, so a reply and
 //!   the wake-ups other connections cause reach each client in engine order;
-//! * `conn`: one task per TCPStore connection: read, decode, handle, write, with deadlines;
+//! * `conn`: one task per TCPStore connection: read, decode, handle, write, with deadlines
+//!   and a bound on its queued replies;
+//! * [`raise_nofile_limit`]: the open-file limit raised to hard (by `dt-rdzv serve`), and the
+//!   TCPStore connection cap derived from the limit in force;
+//! * `ratelog`: per-reason rate limits for repeated log lines;
 //! * `rendezvous`: the rendezvous machine and the native connections' outboxes, and its timers;
 //! * `native`: the QUIC port (29401), one task per member connection;
 //! * [`Identity`]: the TLS certificate, from files or generated (fingerprint printed);
@@ -16,22 +20,26 @@
 mod config;
 mod conn;
 mod core;
+mod fdlimit;
 mod http;
 mod identity;
 mod json;
 mod listener;
 mod metrics;
 mod native;
+mod ratelog;
 mod rendezvous;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub use config::{ServeConfig, parse_duration};
+pub use fdlimit::raise_nofile_limit;
 pub use identity::Identity;
 pub use json::job_json;
 
@@ -49,12 +57,24 @@ pub struct Server {
     fingerprint: Option<String>,
     token: Option<String>,
     token_generated: bool,
+    max_tcpstore_connections: usize,
 }
 
 impl Server {
     /// Binds the ports that are on (TCPStore, native QUIC, HTTP). Call inside a tokio runtime.
     pub fn bind(config: ServeConfig) -> std::io::Result<Self> {
         let (token, token_generated) = config.resolve_token()?;
+        let nofile = fdlimit::current_nofile();
+        let max_tcpstore_connections = config
+            .max_tcpstore_connections
+            .unwrap_or_else(|| fdlimit::default_cap(nofile));
+        if !config.no_tcpstore {
+            tracing::info!(
+                max_tcpstore_connections,
+                max_queued_reply_bytes = config.max_queued_reply_bytes,
+                "TCPStore connection bounds"
+            );
+        }
         let listener = if config.no_tcpstore {
             None
         } else {
@@ -111,6 +131,7 @@ impl Server {
             fingerprint,
             token,
             token_generated,
+            max_tcpstore_connections,
         })
     }
 
@@ -167,6 +188,8 @@ impl Server {
             tokio::spawn(http::accept_loop(l, state, stop_rx.clone()));
         }
         let mut next_id: u64 = 0;
+        let open = Arc::new(AtomicUsize::new(0));
+        let cap = self.max_tcpstore_connections;
         tokio::pin!(shutdown);
         match &self.listener {
             None => shutdown.await,
@@ -175,15 +198,26 @@ impl Server {
                     _ = &mut shutdown => break,
                     accepted = listener.accept() => match accepted {
                         Ok((stream, peer)) => {
+                            if open.load(Ordering::Relaxed) >= cap {
+                                ratelog::limited!(warn,
+                                    "TCPStore connection refused: at the connection limit",
+                                    %peer, limit = cap);
+                                drop(stream);
+                                continue;
+                            }
                             next_id += 1;
                             listener::tune(&stream, config.tcp_keepalive);
-                            tokio::spawn(conn::serve(
-                                next_id, stream, peer, self.core.clone(), config.clone(), stop_rx.clone(),
-                            ));
+                            let slot = Slot::take(&open);
+                            let (core, config, stop) =
+                                (self.core.clone(), config.clone(), stop_rx.clone());
+                            tokio::spawn(async move {
+                                conn::serve(next_id, stream, peer, core, config, stop).await;
+                                drop(slot);
+                            });
                         }
                         Err(e) => {
                             // EMFILE and friends: keep serving the connections we have.
-                            tracing::warn!(error = %e, "accept failed");
+                            ratelog::limited!(warn, "accept failed", error = %e);
                             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
                         }
                     },
@@ -208,6 +242,23 @@ impl Server {
     /// Store counters, for status pages and tests.
     pub fn stats(&self) -> dt_rdzv_proto::tcpstore::Stats {
         self.core.stats()
+    }
+}
+
+/// One open TCPStore connection in the count the cap is checked against (released on drop,
+/// a panicking connection task included).
+struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    fn take(open: &Arc<AtomicUsize>) -> Self {
+        open.fetch_add(1, Ordering::Relaxed);
+        Self(open.clone())
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -2,19 +2,26 @@
 //! task reads frames, decodes them and feeds the rendezvous machine; a writer task sends what
 //! the machine routes to the connection. Garbage, another version, or a failed handshake is
 //! refused (when a stream exists to say so) and logged; nothing else is disturbed.
+//!
+//! Deadlines: a connection must complete its QUIC handshake, open its stream, and send a
+//! request the machine accepts (a `Join` with a good token, or a status or stop request) within
+//! the handshake timeout of arriving; any frame, once started, must complete within the frame
+//! timeout. Client frames are at most [`MAX_CLIENT_PAYLOAD`] bytes. Repeated warnings (a
+//! handshake flood) are rate-limited.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use dt_rdzv_proto::native::{
-    CLOSE_GOING_AWAY, CLOSE_NO_STREAM, CLOSE_NORMAL, FrameReader, codec::DEFAULT_MAX_PAYLOAD,
-    decode_client, encode_server,
+    CLOSE_GOING_AWAY, CLOSE_NO_STREAM, CLOSE_NORMAL, FrameReader, ServerMsg,
+    codec::MAX_CLIENT_PAYLOAD, decode_client, encode_server,
 };
 use dt_rdzv_proto::rendezvous::{ConnId, Input};
 use tokio::sync::{mpsc, watch};
 
 use super::config::ServeConfig;
+use super::ratelog::limited;
 use super::rendezvous::{NativeOut, RdzvCore};
 use crate::native::udp;
 
@@ -71,8 +78,8 @@ pub(crate) async fn accept_loop(
             incoming = endpoint.accept() => {
                 let Some(incoming) = incoming else { break };
                 if core.open_connections() >= config.max_native_connections {
-                    tracing::warn!(peer = %incoming.remote_address(), limit = config.max_native_connections,
-                        "native connection refused: at the connection limit");
+                    limited!(warn, "native connection refused: at the connection limit",
+                        peer = %incoming.remote_address(), limit = config.max_native_connections);
                     incoming.refuse();
                     continue;
                 }
@@ -93,15 +100,16 @@ async fn serve(
     stop: watch::Receiver<bool>,
 ) {
     let peer = incoming.remote_address();
+    let arrived = tokio::time::Instant::now();
     let deadline = config.handshake_timeout;
     let conn = match tokio::time::timeout(deadline, incoming).await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => {
-            tracing::warn!(%peer, error = %e, "QUIC handshake failed");
+            limited!(warn, "QUIC handshake failed", %peer, error = %e);
             return;
         }
         Err(_) => {
-            tracing::warn!(%peer, ?deadline, "QUIC handshake did not finish in time");
+            limited!(warn, "QUIC handshake did not finish in time", %peer, ?deadline);
             return;
         }
     };
@@ -112,7 +120,7 @@ async fn serve(
             return;
         }
         Err(_) => {
-            tracing::warn!(%peer, ?deadline, "no stream opened in time; closing");
+            limited!(warn, "no stream opened in time; closing", %peer, ?deadline);
             conn.close(CLOSE_NO_STREAM.into(), b"no stream opened in time");
             return;
         }
@@ -127,8 +135,15 @@ async fn serve(
         recv,
         outbox: rx,
         conn: conn.clone(),
+        admitted: false,
     };
-    let why = c.run(&core, stop).await;
+    let why = match c.run(&core, stop, arrived, &config).await {
+        Ok(why) => why,
+        Err(why) => {
+            limited!(warn, "native connection closed at a deadline", conn = id, %peer, %why);
+            why
+        }
+    };
     core.input(Input::Closed {
         conn: id,
         why: why.clone(),
@@ -153,37 +168,90 @@ struct Conn {
     recv: quinn::RecvStream,
     outbox: mpsc::UnboundedReceiver<NativeOut>,
     conn: quinn::Connection,
+    /// Whether the machine accepted a request (it sent anything but a refusal).
+    admitted: bool,
 }
 
 impl Conn {
-    /// Serves the connection until it ends; returns why.
-    async fn run(&mut self, core: &RdzvCore, mut stop: watch::Receiver<bool>) -> String {
-        let mut reader = FrameReader::new(DEFAULT_MAX_PAYLOAD);
+    /// Serves the connection until it ends; returns why (`Err` when a deadline ended it).
+    async fn run(
+        &mut self,
+        core: &RdzvCore,
+        mut stop: watch::Receiver<bool>,
+        arrived: tokio::time::Instant,
+        config: &ServeConfig,
+    ) -> Result<String, String> {
+        let mut reader = FrameReader::new(MAX_CLIENT_PAYLOAD);
+        let mut frame_started: Option<tokio::time::Instant> = None;
         loop {
+            let deadline = self.deadline(arrived, frame_started, &reader, config);
+            let (at, why) = deadline.clone().unzip();
             tokio::select! {
-                _ = stop.changed() => return "server shutting down".into(),
+                _ = stop.changed() => return Ok("server shutting down".into()),
+                _ = sleep_until(at) => return Err(why.unwrap_or_default()),
                 out = self.outbox.recv() => match out {
                     Some(first) => {
                         if let Some(why) = self.write(first).await {
-                            return why;
+                            return Ok(why);
                         }
                     }
                     // The machine let go of the connection without a close: keep reading
                     // until the member goes.
-                    None => return self.read_to_end(&mut reader, core).await,
+                    None => return Ok(self.read_to_end(&mut reader, core).await),
                 },
                 // Chunks as quinn holds them: no per-connection read buffer.
                 chunk = self.recv.read_chunk(usize::MAX, true) => match chunk {
                     Ok(Some(chunk)) => {
                         reader.push(&chunk.bytes);
                         if let Some(why) = feed(self.id, &mut reader, core) {
-                            return why;
+                            return Ok(why);
+                        }
+                        if reader.buffered() == 0 {
+                            frame_started = None;
+                        } else if frame_started.is_none() {
+                            frame_started = Some(tokio::time::Instant::now());
                         }
                     }
-                    Ok(None) => return "client finished its stream".into(),
-                    Err(e) => return e.to_string(),
+                    Ok(None) => return Ok("client finished its stream".into()),
+                    Err(e) => return Ok(e.to_string()),
                 },
             }
+        }
+    }
+
+    /// The nearer of the admission deadline (until the machine accepted a request) and the
+    /// frame deadline (while a frame is partly read), with what to say when it passes.
+    fn deadline(
+        &self,
+        arrived: tokio::time::Instant,
+        frame_started: Option<tokio::time::Instant>,
+        reader: &FrameReader,
+        config: &ServeConfig,
+    ) -> Option<(tokio::time::Instant, String)> {
+        let admit = (!self.admitted).then(|| {
+            (
+                arrived + config.handshake_timeout,
+                format!(
+                    "no accepted Join, status or stop request within the handshake timeout \
+                     ({:?}, {} bytes of a frame buffered)",
+                    config.handshake_timeout,
+                    reader.buffered()
+                ),
+            )
+        });
+        let frame = frame_started.map(|t| {
+            (
+                t + config.frame_timeout,
+                format!(
+                    "frame incomplete for the frame timeout ({:?}, {} bytes buffered)",
+                    config.frame_timeout,
+                    reader.buffered()
+                ),
+            )
+        });
+        match (admit, frame) {
+            (Some(a), Some(f)) => Some(if a.0 <= f.0 { a } else { f }),
+            (a, f) => a.or(f),
         }
     }
 
@@ -210,7 +278,12 @@ impl Conn {
         let mut item = Some(first);
         while let Some(o) = item.take() {
             match o {
-                NativeOut::Msg(m) => out.extend_from_slice(&encode_server(&m)),
+                NativeOut::Msg(m) => {
+                    if !matches!(*m, ServerMsg::Refused { .. }) {
+                        self.admitted = true;
+                    }
+                    out.extend_from_slice(&encode_server(&m));
+                }
                 NativeOut::Close(reason) => {
                     close = Some(reason);
                     break;
@@ -237,6 +310,14 @@ impl Conn {
                 return;
             }
         }
+    }
+}
+
+/// Sleeps until `at`, or forever.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -15,6 +15,10 @@ pub const VERSION: u16 = 2;
 pub const HEADER_LEN: usize = 12;
 /// Default largest payload accepted (a status report of a few thousand members fits).
 pub const DEFAULT_MAX_PAYLOAD: u32 = 16 << 20;
+/// Largest payload a server accepts from a client: the largest legitimate client message is a
+/// `Publish` of a 1 MiB configuration value or a `Lookup` of every rank of a large round,
+/// both well under it. (Server-to-client frames keep [`DEFAULT_MAX_PAYLOAD`].)
+pub const MAX_CLIENT_PAYLOAD: u32 = 2 << 20;
 
 /// Why bytes could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

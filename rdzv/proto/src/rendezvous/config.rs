@@ -34,12 +34,16 @@ pub struct MachineConfig {
     pub max_config_value: usize,
     /// Most published configuration entries per job.
     pub max_config_entries: usize,
+    /// Most addresses one member may advertise (a join with more is refused).
+    pub max_addrs: usize,
+    /// Longest address a member may advertise, in bytes.
+    pub max_addr_bytes: usize,
 }
 
 impl Default for MachineConfig {
     /// Heartbeats every 0.5 s, lost after 2 s of silence (every 2 s and 10 s before a member's
     /// first round), ended jobs kept 60 s, empty jobs forgotten after 300 s, 4096 jobs, 1 MiB
-    /// config values, 256 entries.
+    /// config values, 256 entries, 16 addresses of at most 256 bytes per member.
     fn default() -> Self {
         Self {
             token: None,
@@ -53,6 +57,8 @@ impl Default for MachineConfig {
             max_jobs: 4096,
             max_config_value: 1 << 20,
             max_config_entries: 256,
+            max_addrs: 16,
+            max_addr_bytes: 256,
         }
     }
 }

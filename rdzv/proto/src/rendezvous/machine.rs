@@ -6,6 +6,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
 
+use super::admission;
 use super::auth::{Scope, authorized};
 use super::config::MachineConfig;
 use super::effects::{Action, ConnId, Effects, Event, RendezvousStats};
@@ -426,6 +427,10 @@ impl RendezvousMachine {
     fn join(&mut self, now: Instant, conn: ConnId, join: crate::native::Join) {
         if !self.authorized(Scope::Job(&join.job), &join.token) {
             self.refuse_and_close(conn, Refusal::BadToken { job: join.job });
+            return;
+        }
+        if let Err(e) = admission::check(&join, &self.config) {
+            self.refuse_and_close(conn, e);
             return;
         }
         if !self.jobs.contains_key(&join.job) {

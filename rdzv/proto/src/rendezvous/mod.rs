@@ -31,6 +31,7 @@
 //!   ends the round (not the job, unless it is the main member of an ephemeral job); `Finish`
 //!   and an operator's stop end the job, and later joins are refused saying how it ended.
 
+mod admission;
 mod auth;
 mod config;
 mod deadlines;
@@ -44,6 +45,7 @@ mod ranks;
 mod requests;
 mod resume;
 
+pub use admission::MAX_NAME_BYTES;
 pub use auth::{JOB_TOKEN_PREFIX, Scope, authorized, job_token};
 pub use config::MachineConfig;
 pub use effects::{Action, ConnId, Event, RendezvousStats};

@@ -26,6 +26,8 @@
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+
 use super::namespace::{is_torchelastic_state_key, namespace_of};
 use super::opcode::VALIDATE_MAGIC;
 use super::request::{Request, put_bytes};
@@ -40,15 +42,31 @@ pub type ConnId = u64;
 pub struct EngineConfig {
     /// Purge a namespace this long after its last connection closed (`None`: never).
     pub namespace_ttl: Option<Duration>,
+    /// Largest value a key may hold, in bytes (torch: 8 MiB, inclusive). The decoder refuses
+    /// a longer SET; the engine refuses an APPEND that would grow a value past it.
+    pub max_value_bytes: u64,
+    /// Most bytes (keys and values, KV and queues) one namespace may hold (`None`: no limit).
+    /// A write that would pass it closes its connection and stores nothing.
+    pub max_namespace_bytes: Option<u64>,
+    /// Most bytes the whole store may hold (`None`: no limit); as above.
+    pub max_store_bytes: Option<u64>,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
         Self {
             namespace_ttl: Some(Duration::from_secs(300)),
+            max_value_bytes: super::Limits::default().max_value_bytes,
+            max_namespace_bytes: Some(DEFAULT_MAX_NAMESPACE_BYTES),
+            max_store_bytes: Some(DEFAULT_MAX_STORE_BYTES),
         }
     }
 }
+
+/// Default [`EngineConfig::max_namespace_bytes`]: 1 GiB.
+pub const DEFAULT_MAX_NAMESPACE_BYTES: u64 = 1 << 30;
+/// Default [`EngineConfig::max_store_bytes`]: 4 GiB.
+pub const DEFAULT_MAX_STORE_BYTES: u64 = 4 << 30;
 
 /// Why the engine closes a connection.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -62,6 +80,28 @@ pub enum CloseReason {
     /// A second VALIDATE.
     #[error("repeated VALIDATE")]
     RepeatedValidate,
+    /// APPEND that would grow a value past the value limit (the value is kept as it was).
+    #[error("APPEND on key {key:?} would make a {size}-byte value (limit {limit})")]
+    ValueTooLarge {
+        /// The key, lossily printed.
+        key: String,
+        /// The size the value would have had.
+        size: u64,
+        /// [`EngineConfig::max_value_bytes`].
+        limit: u64,
+    },
+    /// A write that would pass a namespace's or the store's byte quota (nothing stored).
+    #[error("{op} on key {key:?} would pass the {scope} quota of {limit} bytes")]
+    QuotaExceeded {
+        /// The request's opcode name.
+        op: &'static str,
+        /// The key, lossily printed.
+        key: String,
+        /// `namespace` or `store`.
+        scope: &'static str,
+        /// The quota.
+        limit: u64,
+    },
     /// ADD or BARRIER on a value that is not a counter.
     #[error("{op} on key {key:?}: {error}")]
     Counter {
@@ -92,8 +132,9 @@ pub enum Action {
     Send {
         /// Destination.
         conn: ConnId,
-        /// Reply bytes.
-        bytes: Vec<u8>,
+        /// Reply bytes, in chunks to write in order. A stored value is sent as a shared
+        /// reference to it ([`Bytes`]), never copied under the driver's lock.
+        bytes: Vec<Bytes>,
     },
     /// Flush what was queued for the connection, then close it. The engine has already
     /// forgotten it; do not feed it more requests.
@@ -145,12 +186,13 @@ struct Namespace {
 #[derive(Debug, Default)]
 pub struct Engine {
     config: EngineConfig,
-    kv: HashMap<Vec<u8>, Vec<u8>>,
-    queues: HashMap<Vec<u8>, VecDeque<Vec<u8>>>,
+    kv: HashMap<Vec<u8>, Bytes>,
+    queues: HashMap<Vec<u8>, VecDeque<Bytes>>,
     waiters: HashMap<Vec<u8>, Vec<ConnId>>,
     conns: HashMap<ConnId, Conn>,
     namespaces: HashMap<Vec<u8>, Namespace>,
     idle: BTreeSet<(Instant, Vec<u8>)>,
+    usage: usage::Usage,
     actions: VecDeque<Action>,
     stats: Stats,
 }
@@ -235,6 +277,11 @@ impl Engine {
         self.kv.len()
     }
 
+    /// Bytes held (keys and values, KV map and queues).
+    pub fn stored_bytes(&self) -> u64 {
+        self.usage.total()
+    }
+
     /// Number of open connections.
     pub fn num_connections(&self) -> usize {
         self.conns.len()
@@ -262,20 +309,19 @@ impl Engine {
             Request::Ping { nonce } => self.send(conn, nonce.to_le_bytes().to_vec()),
             Request::Set { key, value } => {
                 self.touch(conn, &key, now);
-                self.store(key, value);
+                if self.admit(conn, "SET", &key, value.len(), now) {
+                    self.store(key, value.into());
+                }
             }
-            Request::Append { key, value } => {
-                self.touch(conn, &key, now);
-                self.kv
-                    .entry(key.clone())
-                    .or_default()
-                    .extend_from_slice(&value);
-                self.wake_all(&key);
-            }
+            Request::Append { key, value } => self.append(conn, key, value, now),
             Request::MultiSet { pairs } => {
                 for (key, value) in pairs {
                     self.touch(conn, &key, now);
-                    self.store(key, value);
+                    // Pairs before a refused one stay stored (as a pipeline of SETs would).
+                    if !self.admit(conn, "MULTI_SET", &key, value.len(), now) {
+                        return;
+                    }
+                    self.store(key, value.into());
                 }
             }
             Request::CompareSet {
@@ -285,23 +331,23 @@ impl Engine {
             } => self.compare_set(conn, key, expected, desired, now),
             Request::Get { key } => {
                 self.touch(conn, &key, now);
-                let mut out = Vec::new();
-                put_bytes(&mut out, self.kv.get(&key).map_or(&[][..], Vec::as_slice));
-                self.send(conn, out);
+                let mut out = Vec::with_capacity(2);
+                self.put_value(&mut out, &key);
+                self.send_chunks(conn, out);
             }
             Request::MultiGet { keys } => {
-                let mut out = Vec::new();
+                let mut out = Vec::with_capacity(2 * keys.len());
                 for key in &keys {
                     self.touch(conn, key, now);
-                    put_bytes(&mut out, self.kv.get(key).map_or(&[][..], Vec::as_slice));
+                    self.put_value(&mut out, key);
                 }
-                self.send(conn, out);
+                self.send_chunks(conn, out);
             }
             Request::Add { key, delta } => {
                 self.touch(conn, &key, now);
-                match semantics::add(self.kv.get(&key).map(Vec::as_slice), delta) {
+                match semantics::add(self.kv.get(&key).map(Bytes::as_ref), delta) {
                     Ok(v) => {
-                        self.store(key, semantics::encode_counter(v));
+                        self.store(key, semantics::encode_counter(v).into());
                         self.send(conn, v.to_le_bytes().to_vec());
                     }
                     Err(error) => self.counter_error(conn, "ADD", &key, error, now),
@@ -326,7 +372,7 @@ impl Engine {
             Request::GetNumKeys => self.send(conn, (self.kv.len() as i64).to_le_bytes().to_vec()),
             Request::DeleteKey { key } => {
                 self.touch(conn, &key, now);
-                let n = i64::from(self.kv.remove(&key).is_some());
+                let n = i64::from(self.kv_remove(&key).is_some());
                 self.send(conn, n.to_le_bytes().to_vec());
             }
             Request::ListKeys => {
@@ -336,23 +382,38 @@ impl Engine {
             }
             Request::QueuePush { key, value } => {
                 self.touch(conn, &key, now);
-                self.queues.entry(key.clone()).or_default().push_back(value);
+                let grow = usage::cost(&key, value.len());
+                if let Err(over) = self
+                    .usage
+                    .check(&key, grow, self.ns_quota(), self.store_quota())
+                {
+                    return self.over_quota(conn, "QUEUE_PUSH", &key, over, now);
+                }
+                self.usage.add(&key, grow);
+                self.queues
+                    .entry(key.clone())
+                    .or_default()
+                    .push_back(value.into());
                 self.wake_one(&key);
             }
             Request::QueuePop { key } => {
                 self.touch(conn, &key, now);
                 let q = self.queues.get_mut(&key);
                 let len = q.as_ref().map_or(0, |q| q.len());
-                let mut out = (len as i64).to_le_bytes().to_vec();
+                let mut head = (len as i64).to_le_bytes().to_vec();
+                let mut out = Vec::with_capacity(2);
                 if let Some(q) = q {
                     if let Some(v) = q.pop_front() {
-                        put_bytes(&mut out, &v);
+                        head.extend_from_slice(&(v.len() as u64).to_le_bytes());
+                        self.usage.sub(&key, usage::cost(&key, v.len()));
+                        out.push(v);
                     }
                     if q.is_empty() {
                         self.queues.remove(&key);
                     }
                 }
-                self.send(conn, out);
+                out.insert(0, Bytes::from(head));
+                self.send_chunks(conn, out);
             }
             Request::QueueLen { key } => {
                 self.touch(conn, &key, now);
@@ -381,14 +442,67 @@ impl Engine {
             }
         }
         self.touch(conn, &key, now);
-        let outcome =
-            semantics::compare_set(self.kv.get(&key).map(Vec::as_slice), &expected, &desired);
-        let mut out = Vec::with_capacity(8 + outcome.reply.len());
-        put_bytes(&mut out, &outcome.reply);
-        if let Some(v) = outcome.store {
-            self.store(key, v);
+        // `semantics::compare_set`'s rules, with the stored value shared rather than copied.
+        let desired = Bytes::from(desired);
+        let (store, reply) = match self.kv.get(&key) {
+            None if expected.is_empty() => (true, desired.clone()),
+            None => (false, Bytes::from(expected)),
+            Some(cur) if cur[..] == expected[..] => (true, desired.clone()),
+            Some(cur) => (false, cur.clone()),
+        };
+        if store {
+            if !self.admit(conn, "COMPARE_SET", &key, desired.len(), now) {
+                return;
+            }
+            self.store(key, desired);
         }
-        self.send(conn, out);
+        let head = Bytes::copy_from_slice(&(reply.len() as u64).to_le_bytes());
+        self.send_chunks(conn, vec![head, reply]);
+    }
+
+    fn append(&mut self, conn: ConnId, key: Vec<u8>, value: Vec<u8>, now: Instant) {
+        self.touch(conn, &key, now);
+        let old = self.kv.get(&key).map_or(0, Bytes::len);
+        let size = (old + value.len()) as u64;
+        if size > self.config.max_value_bytes {
+            let key = String::from_utf8_lossy(&key).into_owned();
+            let limit = self.config.max_value_bytes;
+            return self.close(conn, CloseReason::ValueTooLarge { key, size, limit }, now);
+        }
+        let grow = value.len() as u64 + if old == 0 { key.len() as u64 } else { 0 };
+        if let Err(over) = self
+            .usage
+            .check(&key, grow, self.ns_quota(), self.store_quota())
+        {
+            return self.over_quota(conn, "APPEND", &key, over, now);
+        }
+        let joined = match self.kv_remove(&key) {
+            None => Bytes::from(value),
+            // Unshared (no reply still holds it): grow in place, no copy of the old value.
+            Some(old) => match old.try_into_mut() {
+                Ok(mut m) => {
+                    m.extend_from_slice(&value);
+                    m.freeze()
+                }
+                Err(old) => {
+                    let mut v = Vec::with_capacity(old.len() + value.len());
+                    v.extend_from_slice(&old);
+                    v.extend_from_slice(&value);
+                    Bytes::from(v)
+                }
+            },
+        };
+        self.kv_insert(key.clone(), joined);
+        self.wake_all(&key);
+    }
+
+    /// A value reply: its length, then the stored value shared (empty if missing).
+    fn put_value(&self, out: &mut Vec<Bytes>, key: &[u8]) {
+        let v = self.kv.get(key).cloned().unwrap_or_default();
+        out.push(Bytes::copy_from_slice(&(v.len() as u64).to_le_bytes()));
+        if !v.is_empty() {
+            out.push(v);
+        }
     }
 
     fn wait(&mut self, conn: ConnId, mut keys: Vec<Vec<u8>>) {
@@ -420,8 +534,7 @@ impl Engine {
             Ok(n) => n,
             Err(error) => return self.counter_error(conn, "BARRIER", &key, error, now),
         };
-        self.kv
-            .insert(key.clone(), semantics::encode_counter(count));
+        self.kv_insert(key.clone(), semantics::encode_counter(count).into());
         if count >= world_size {
             self.wake_all(&key);
             self.send(conn, vec![STOP_WAITING]);
@@ -450,14 +563,86 @@ impl Engine {
         self.kv.contains_key(key) || self.queues.get(key).is_some_and(|q| !q.is_empty())
     }
 
-    fn store(&mut self, key: Vec<u8>, value: Vec<u8>) {
+    fn store(&mut self, key: Vec<u8>, value: Bytes) {
         let wake = self.waiters.contains_key(&key);
         if wake {
-            self.kv.insert(key.clone(), value);
+            self.kv_insert(key.clone(), value);
             self.wake_all(&key);
         } else {
-            self.kv.insert(key, value);
+            self.kv_insert(key, value);
         }
+    }
+
+    /// Every KV write goes through here and [`Engine::kv_remove`], which keep the usage.
+    fn kv_insert(&mut self, key: Vec<u8>, value: Bytes) {
+        if let Some(old) = self.kv.get(&key) {
+            self.usage.sub(&key, usage::cost(&key, old.len()));
+        }
+        self.usage.add(&key, usage::cost(&key, value.len()));
+        self.kv.insert(key, value);
+    }
+
+    fn kv_remove(&mut self, key: &[u8]) -> Option<Bytes> {
+        let v = self.kv.remove(key)?;
+        self.usage.sub(key, usage::cost(key, v.len()));
+        Some(v)
+    }
+
+    fn ns_quota(&self) -> Option<u64> {
+        self.config.max_namespace_bytes
+    }
+
+    fn store_quota(&self) -> Option<u64> {
+        self.config.max_store_bytes
+    }
+
+    /// Whether writing `value_len` bytes under `key` stays within the quotas; if not, closes
+    /// `conn` and the write must not happen.
+    fn admit(
+        &mut self,
+        conn: ConnId,
+        op: &'static str,
+        key: &[u8],
+        value_len: usize,
+        now: Instant,
+    ) -> bool {
+        let old = self.kv.get(key).map(|v| usage::cost(key, v.len()));
+        let grow = usage::cost(key, value_len).saturating_sub(old.unwrap_or(0));
+        match self
+            .usage
+            .check(key, grow, self.ns_quota(), self.store_quota())
+        {
+            Ok(()) => true,
+            Err(over) => {
+                self.over_quota(conn, op, key, over, now);
+                false
+            }
+        }
+    }
+
+    fn over_quota(
+        &mut self,
+        conn: ConnId,
+        op: &'static str,
+        key: &[u8],
+        over: usage::Over,
+        now: Instant,
+    ) {
+        let (scope, limit) = match over {
+            usage::Over::Namespace(l) => ("namespace", l),
+            usage::Over::Store(l) => ("store", l),
+        };
+        let key = String::from_utf8_lossy(key).into_owned();
+        self.close(
+            conn,
+            CloseReason::QuotaExceeded {
+                op,
+                key,
+                scope,
+                limit,
+            },
+            now,
+        );
     }
 
     /// Every waiter on `key` has one key fewer to wait for.
@@ -544,6 +729,7 @@ impl Engine {
         };
         self.kv.retain(|k, _| keep(k));
         self.queues.retain(|k, _| keep(k));
+        namespaces.iter().for_each(|ns| self.usage.forget(ns));
         self.stats.purges += counts.len() as u64;
         let mut total = 0;
         for (ns, removed) in counts {
@@ -558,6 +744,10 @@ impl Engine {
     }
 
     fn send(&mut self, conn: ConnId, bytes: Vec<u8>) {
+        self.send_chunks(conn, vec![Bytes::from(bytes)]);
+    }
+
+    fn send_chunks(&mut self, conn: ConnId, bytes: Vec<Bytes>) {
         self.actions.push_back(Action::Send { conn, bytes });
     }
 
@@ -569,3 +759,4 @@ impl Engine {
 
 #[cfg(test)]
 mod tests;
+mod usage;

@@ -18,7 +18,10 @@ mod request;
 pub mod semantics;
 
 pub use decode::{DecodeError, Decoded, decode};
-pub use engine::{Action, CloseReason, ConnId, Engine, EngineConfig, PurgeReason, Stats};
+pub use engine::{
+    Action, CloseReason, ConnId, DEFAULT_MAX_NAMESPACE_BYTES, DEFAULT_MAX_STORE_BYTES, Engine,
+    EngineConfig, PurgeReason, Stats,
+};
 pub use limits::Limits;
 pub use namespace::namespace_of;
 pub use opcode::{QueryType, VALIDATE_MAGIC};

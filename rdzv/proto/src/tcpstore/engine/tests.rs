@@ -48,7 +48,7 @@ impl H {
         self.req(id, r)
             .into_iter()
             .filter_map(|a| match a {
-                Action::Send { conn, bytes } if conn == id => Some(bytes),
+                Action::Send { conn, bytes } if conn == id => Some(bytes.concat()),
                 _ => None,
             })
             .flatten()
@@ -69,7 +69,7 @@ fn sends_to(actions: &[Action], id: ConnId) -> Vec<u8> {
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::Send { conn, bytes } if *conn == id => Some(bytes.clone()),
+            Action::Send { conn, bytes } if *conn == id => Some(bytes.concat()),
             _ => None,
         })
         .flatten()
@@ -789,6 +789,7 @@ fn idle_namespaces_expire_after_the_ttl() {
     let ttl = Duration::from_secs(60);
     let mut h = H::with(EngineConfig {
         namespace_ttl: Some(ttl),
+        ..EngineConfig::default()
     });
     h.conn(1);
     h.req(
@@ -847,6 +848,7 @@ fn idle_namespaces_expire_after_the_ttl() {
 fn ttl_none_keeps_everything() {
     let mut h = H::with(EngineConfig {
         namespace_ttl: None,
+        ..EngineConfig::default()
     });
     h.conn(1);
     h.req(
@@ -949,4 +951,180 @@ mod properties {
             prop_assert!(h.e.waiters.is_empty(), "{:?}", h.e.waiters);
         }
     }
+}
+
+#[test]
+fn append_past_the_value_limit_closes_and_keeps_the_value() {
+    let mut h = H::with(EngineConfig {
+        max_value_bytes: 10,
+        ..EngineConfig::default()
+    });
+    h.conn(1);
+    h.conn(2);
+    let append = |v: &str| Request::Append {
+        key: k("/a"),
+        value: k(v),
+    };
+    assert!(h.req(1, append("0123456")).is_empty());
+    // Exactly at the limit is allowed (torch's limit is inclusive).
+    assert!(h.req(1, append("789")).is_empty());
+    let actions = h.req(1, append("x"));
+    assert_eq!(
+        closed(&actions, 1),
+        Some(CloseReason::ValueTooLarge {
+            key: "/a".into(),
+            size: 11,
+            limit: 10
+        })
+    );
+    assert_eq!(
+        h.reply(2, Request::Get { key: k("/a") }),
+        Reply::Bytes(k("0123456789"))
+    );
+}
+
+#[test]
+fn append_to_a_value_a_reply_still_holds_leaves_the_reply_alone() {
+    let mut h = H::new();
+    h.conn(1);
+    h.req(
+        1,
+        Request::Set {
+            key: k("/a"),
+            value: k("ab"),
+        },
+    );
+    h.e.handle(1, Request::Get { key: k("/a") }, h.now);
+    let held = h.drain();
+    h.req(
+        1,
+        Request::Append {
+            key: k("/a"),
+            value: k("cd"),
+        },
+    );
+    assert_eq!(
+        sends_to(&held, 1),
+        [&2u64.to_le_bytes()[..], b"ab"].concat()
+    );
+    assert_eq!(
+        h.reply(1, Request::Get { key: k("/a") }),
+        Reply::Bytes(k("abcd"))
+    );
+}
+
+/// What the usage should be, recomputed from the maps.
+fn recount(e: &Engine) -> u64 {
+    let kv: usize = e.kv.iter().map(|(k, v)| k.len() + v.len()).sum();
+    let q: usize = e
+        .queues
+        .iter()
+        .map(|(k, q)| q.iter().map(|v| k.len() + v.len()).sum::<usize>())
+        .sum();
+    (kv + q) as u64
+}
+
+#[test]
+fn quotas_refuse_writes_that_would_pass_them_and_usage_follows_every_write() {
+    let mut h = H::with(EngineConfig {
+        max_namespace_bytes: Some(100),
+        max_store_bytes: Some(150),
+        ..EngineConfig::default()
+    });
+    h.conn(1);
+    let set = |k: &str, n: usize| Request::Set {
+        key: k.as_bytes().to_vec(),
+        value: vec![b'x'; n],
+    };
+    // "/a/k" is 4 bytes: 4 + 90 fits the namespace's 100, overwriting it too.
+    assert!(h.req(1, set("/a/k", 90)).is_empty());
+    assert!(h.req(1, set("/a/k", 96)).is_empty());
+    assert_eq!(h.e.stored_bytes(), 100);
+    let actions = h.req(1, set("/a/j", 1));
+    assert_eq!(
+        closed(&actions, 1),
+        Some(CloseReason::QuotaExceeded {
+            op: "SET",
+            key: "/a/j".into(),
+            scope: "namespace",
+            limit: 100
+        })
+    );
+    h.conn(2);
+    // Another namespace has its own 100, but the store's 150 is shared.
+    assert!(h.req(2, set("/b/k", 46)).is_empty());
+    let actions = h.req(
+        2,
+        Request::QueuePush {
+            key: k("/c/q"),
+            value: k("v"),
+        },
+    );
+    assert!(matches!(
+        closed(&actions, 2),
+        Some(CloseReason::QuotaExceeded {
+            scope: "store",
+            limit: 150,
+            ..
+        })
+    ));
+    // Deleting frees room; every kind of write keeps the count exact.
+    h.conn(3);
+    assert_eq!(
+        h.reply(3, Request::DeleteKey { key: k("/a/k") }),
+        Reply::I64(1)
+    );
+    h.req(
+        3,
+        Request::Append {
+            key: k("/a/k"),
+            value: k("12"),
+        },
+    );
+    h.req(
+        3,
+        Request::Append {
+            key: k("/a/k"),
+            value: k("34"),
+        },
+    );
+    h.req(
+        3,
+        Request::QueuePush {
+            key: k("/q/q"),
+            value: k("abc"),
+        },
+    );
+    h.req(
+        3,
+        Request::QueuePush {
+            key: k("/q/q"),
+            value: k("de"),
+        },
+    );
+    h.req(3, Request::QueuePop { key: k("/q/q") });
+    h.req(
+        3,
+        Request::Add {
+            key: k("/n/c"),
+            delta: 12345,
+        },
+    );
+    h.req(
+        3,
+        Request::CompareSet {
+            key: k("/n/c"),
+            expected: k("12345"),
+            desired: k("7"),
+        },
+    );
+    h.req(
+        3,
+        Request::MultiSet {
+            pairs: vec![(k("/m/1"), k("one")), (k("/m/1"), k("uno"))],
+        },
+    );
+    assert_eq!(h.e.stored_bytes(), recount(&h.e));
+    assert_eq!(h.e.purge_namespace(b"m"), 1);
+    assert_eq!(h.e.stored_bytes(), recount(&h.e));
 }
