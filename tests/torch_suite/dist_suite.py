@@ -56,6 +56,9 @@ def _install() -> None:
     elif MODE == "dtcomm-as-gloo":
         dist.Backend._ensure_backend_registered("gloo")
         dist.Backend._plugins["GLOO"] = dist.Backend._BackendPlugin(torch_backend._create, False)
+        # Registered as a CUSTOM backend type: torch's C++ code casts a GLOO-typed backend to
+        # ProcessGroupGloo (DDP's logger reads gloo's thread count: a segfault on dtcomm's).
+        dist.Backend.backend_type_map["gloo"] = dist.ProcessGroup.BackendType.CUSTOM
         # The suite expects gloo's own profiler events ("gloo:all_reduce" with its input
         # shapes, recorded by gloo's C++ Work); they are gloo's instrumentation, not a
         # property of the collectives, so this mode does not assert them.

@@ -114,6 +114,7 @@ def main() -> int:
     command = "python tests/torch_suite/run_suite.py " + shlex.join(a for a in sys.argv[1:] if a != "--reuse")
     text = render(results, worlds, modes, command)
     if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text)
         print(f"[torch-suite] wrote {args.out}")
     else:
