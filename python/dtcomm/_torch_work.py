@@ -16,8 +16,21 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch._C._distributed_c10d import OpType
 
 from . import _dtcomm
+
+
+def torch_words(exc: BaseException) -> BaseException:
+    """``exc`` as torch users match it: a timeout reads " Timed out " (torch's own code and
+    users match ``(Timed out|closed|timeout)`` between spaces), keeping dtcomm's detail (rank,
+    call, sequence number, the ranks not heard from). Same exception type; the original is
+    the cause."""
+    if isinstance(exc, _dtcomm.CommTimeoutError) and " Timed out " not in str(exc):
+        new = type(exc)(f"dtcomm: Timed out ({exc})")
+        new.__cause__ = exc
+        return new
+    return exc
 
 
 class DtcommWork(dist._Work):
@@ -50,7 +63,7 @@ class DtcommWork(dist._Work):
     def callback(self, exc: BaseException | None) -> None:
         """Called by dtcomm's worker thread (with the GIL) when one native call ended."""
         if exc is not None and self._error is None:
-            self._error = exc
+            self._error = torch_words(exc)
         self._left -= 1
         if self._left == 0:
             self._complete()
@@ -68,8 +81,11 @@ class DtcommWork(dist._Work):
 
     def wait(self, timeout: timedelta = timedelta(0)) -> bool:
         secs = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout or 0)
-        for n in self._natives:
-            n.wait(secs if secs > 0 else None)
+        try:
+            for n in self._natives:
+                n.wait(secs if secs > 0 else None)
+        except BaseException as e:
+            raise torch_words(e) from e
         # The native calls are done; the future completes right after, on the worker thread.
         self._fut.wait()
         return True
@@ -85,3 +101,30 @@ class DtcommWork(dist._Work):
 
     def __repr__(self) -> str:
         return f"<DtcommWork {self._op} rank {self._rank} done={self._fut.done()}>"
+
+
+_work_is_completed = dist.Work.is_completed
+
+
+def _is_completed(work: dist.Work) -> bool:
+    """``Work.is_completed`` that also sees a Python backend's completion. torch wraps the Work
+    a Python backend returns in a holder that forwards only ``wait`` and ``get_future``
+    (``PyWorkHolder``), so the holder's own flag stays False forever; its future is the
+    backend's, done exactly when the call completed. Only consulted when torch says False."""
+    if _work_is_completed(work):
+        return True
+    if int(work._get_op_type()) != _UNKNOWN_OP:
+        return False  # a C++ backend's Work (gloo, nccl) knows its own state
+    try:
+        return bool(work.get_future().done())
+    except RuntimeError:
+        return False  # a Work without a future
+
+
+_UNKNOWN_OP = int(OpType.UNKNOWN)
+
+
+def patch_work_is_completed() -> None:
+    """Installs :func:`_is_completed` as ``torch.distributed.Work.is_completed`` (idempotent)."""
+    if dist.Work.is_completed is not _is_completed:
+        dist.Work.is_completed = _is_completed  # type: ignore[method-assign]

@@ -9,6 +9,7 @@ creator. Every call is queued to dtcomm's worker thread in order and returns a
 
 from __future__ import annotations
 
+import math
 import os
 from datetime import timedelta
 from typing import Any
@@ -18,7 +19,9 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import Backend as _C10dBackend
 
 from . import _dtcomm
-from ._torch_work import DtcommWork
+from ._torch_batch import P2pBatch
+from ._torch_monitored import monitored_barrier
+from ._torch_work import DtcommWork, patch_work_is_completed, torch_words
 
 NAME = "dtcomm"
 _TORCH_DEFAULT_TIMEOUT = timedelta(minutes=30)
@@ -59,14 +62,19 @@ class DtcommBackend(_C10dBackend):
             secs = None  # torch's default was not the user's choice: DTCOMM_TIMEOUT decides
         _dtcomm.init_logging()
         self._comm = _dtcomm.Communicator.from_store(store, rank, size, timeout=secs)
+        self._store = store
+        self._timeout = timeout
         self._rank = rank
         self._size = size
         self._seq = 0
+        self._monitored = 0
+        self._batch: P2pBatch | None = None
 
     # --- identity and capabilities (torch 2.15 recurses unless these are defined) ----------
     @property
     def supports_coalescing(self) -> bool:
-        return False
+        # batch_isend_irecv brackets its ops with start/end_coalescing (see P2pBatch)
+        return True
 
     @property
     def supports_splitting(self) -> bool:
@@ -101,9 +109,11 @@ class DtcommBackend(_C10dBackend):
 
     def shutdown(self) -> None:
         self._comm.shutdown()
+        _LIVE.discard(self)
 
     def abort(self) -> None:
         self._comm.shutdown()
+        _LIVE.discard(self)
 
     # --- plumbing ----------------------------------------------------------------------------
     def _work(self, op: str, result: list[torch.Tensor]) -> DtcommWork:
@@ -117,7 +127,10 @@ class DtcommBackend(_C10dBackend):
         (``opts.asyncOp`` False) runs it here, without the GIL, and raises its error at once."""
         w = self._work(op, result)
         if opts is not None and not opts.asyncOp:
-            start(None)
+            try:
+                start(None)
+            except BaseException as e:
+                raise torch_words(e) from e
             w.expect(0, finish)
             return w
         w.expect(1, finish)
@@ -129,6 +142,8 @@ class DtcommBackend(_C10dBackend):
         _check(self._rank, "all_reduce", tensors)
         t = tensors[0].detach()
         op = _redop(self._rank, opts.reduceOp)
+        if t.is_sparse:
+            return self.allreduce_sparse(tensors, opts)
         if isinstance(op, str):
             return self._bitwise(t, tensors, op)
         return self._one("all_reduce", tensors, lambda cb: self._comm.all_reduce(t, op, callback=cb), opts=opts)
@@ -148,6 +163,48 @@ class DtcommBackend(_C10dBackend):
 
         return self._one(
             "all_reduce", result, lambda cb: self._comm.all_gather(flat, out, callback=cb), finish
+        )
+
+    def allreduce_sparse(self, tensors: list[torch.Tensor], opts: Any) -> DtcommWork:
+        """Sum of sparse COO tensors, as gloo does it: every rank's indices and values are
+        gathered, concatenated and coalesced; the result replaces the tensor's contents."""
+        _check(self._rank, "all_reduce", tensors)
+        if _redop(self._rank, opts.reduceOp) != 1:
+            raise ValueError(f"rank {self._rank}: sparse all_reduce supports SUM only, got {opts.reduceOp}")
+        t = tensors[0]
+        w = self._work("all_reduce", tensors)
+        try:
+            total = sparse_sum(self._comm, self._size, t.detach().coalesce())
+        except BaseException as e:
+            raise torch_words(e) from e
+        with torch.no_grad():
+            t.copy_(total)
+        w.expect(0)
+        return w
+
+    def allgather_coalesced(
+        self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any
+    ) -> DtcommWork:
+        """One all_gather of every input's bytes, concatenated (dtypes may differ):
+        ``outputs[r][i]`` receives rank r's ``inputs[i]``."""
+        if len(outputs) != self._size or any(len(o) != len(inputs) for o in outputs):
+            raise ValueError(
+                f"rank {self._rank}: allgather_coalesced: needs {self._size} output lists of "
+                f"{len(inputs)} tensors, got {[len(o) for o in outputs]}"
+            )
+        parts = [t.detach().contiguous().reshape(-1).view(torch.uint8) for t in inputs]
+        sizes = [p.numel() for p in parts]
+        flat = torch.cat(parts) if parts else torch.empty(0, dtype=torch.uint8)
+        out = torch.empty(flat.numel() * self._size, dtype=torch.uint8)
+
+        def finish() -> None:
+            for lst, row in zip(outputs, out.split(flat.numel()) if flat.numel() else [out] * self._size):
+                for o, part in zip(lst, row.split(sizes)):
+                    o.detach().copy_(part.clone().view(o.dtype).view_as(o))
+
+        result = [o for lst in outputs for o in lst]
+        return self._one(
+            "all_gather", result, lambda cb: self._comm.all_gather(flat, out, callback=cb), finish, opts=opts
         )
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any) -> DtcommWork:
@@ -325,27 +382,84 @@ class DtcommBackend(_C10dBackend):
     def barrier(self, opts: Any = None) -> DtcommWork:
         return self._one("barrier", [], lambda cb: self._comm.barrier(callback=cb), opts=opts)
 
+    def monitored_barrier(self, opts: Any, wait_all_ranks: bool = False) -> None:
+        """gloo's monitored barrier: rank 0 names the ranks that did not arrive within
+        ``opts.timeout`` (all of them with ``wait_all_ranks``), the others learn its verdict.
+        Goes through the group's store, so a missing rank cannot stall the engine's queue."""
+        timeout = opts.timeout if opts.timeout.total_seconds() >= 0 else self._timeout
+        n = self._monitored
+        self._monitored += 1
+        monitored_barrier(self._store, n, self._rank, self._size, timeout, self._timeout, wait_all_ranks)
+
+    def start_coalescing(self) -> None:
+        """Starts a batch of isend/irecv (``batch_isend_irecv``); see :class:`P2pBatch`."""
+        if self._batch is not None:
+            raise RuntimeError(f"rank {self._rank}: start_coalescing while a batch is open")
+        self._batch = P2pBatch(self._rank)
+
+    def end_coalescing(self) -> DtcommWork:
+        """Issues the batch in an order no peer can disagree with; one Work for all of it."""
+        batch, self._batch = self._batch, None
+        if batch is None:
+            raise RuntimeError(f"rank {self._rank}: end_coalescing without start_coalescing")
+        w = self._work("batch_isend_irecv", batch.tensors())
+        batch.issue(self._comm, w)
+        return w
+
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> DtcommWork:
         _check(self._rank, "send", tensors)
         t = tensors[0].detach()
+        if self._batch is not None:
+            return self._batch.add("send", t, dst, tag, self._work("send", tensors))
         return self._one("send", tensors, lambda cb: self._comm.send(t, dst, callback=cb))
 
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> DtcommWork:
         _check(self._rank, "recv", tensors)
         t = tensors[0].detach()
+        if self._batch is not None:
+            return self._batch.add("recv", t, src, tag, self._work("recv", tensors))
         return self._one("recv", tensors, lambda cb: self._comm.recv(t, src, callback=cb))
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> DtcommWork:
         raise ValueError(f"rank {self._rank}: dtcomm has no receive from any source; name the peer")
 
 
+def sparse_sum(comm: _dtcomm.Communicator, size: int, t: torch.Tensor) -> torch.Tensor:
+    """The sum over the ranks of the coalesced sparse COO tensor ``t`` (blocking calls)."""
+    idx, val = t.indices().contiguous(), t.values().contiguous()
+    nnz = torch.tensor([idx.shape[1]], dtype=torch.int64)
+    all_nnz = torch.empty(size, dtype=torch.int64)
+    comm.all_gather(nnz, all_nnz)
+    counts = [int(n) for n in all_nnz]
+    per_idx = idx.shape[0]
+    per_val = math.prod(val.shape[1:])
+    idx_out = torch.empty(per_idx * sum(counts), dtype=idx.dtype)
+    comm.all_gather(idx.reshape(-1), idx_out, [c * per_idx for c in counts])
+    val_out = torch.empty(per_val * sum(counts), dtype=val.dtype)
+    comm.all_gather(val.reshape(-1), val_out, [c * per_val for c in counts])
+    # each rank's indices arrive as its own (sparse_dim, nnz) block
+    blocks = [b.view(per_idx, -1) for b in idx_out.split([c * per_idx for c in counts])]
+    indices = torch.cat(blocks, dim=1) if blocks else idx
+    values = val_out.view(sum(counts), *val.shape[1:])
+    return torch.sparse_coo_tensor(indices, values, t.shape).coalesce()
+
+
+# torch keeps only the C++ half of a Python backend: once the last Python reference goes, a
+# group's calls reach the C++ base class ("getBackendName is not implemented" on a subgroup,
+# whose backend object nothing else holds). The Python objects live here until shutdown.
+_LIVE: set[DtcommBackend] = set()
+
+
 def _create(store: Any, rank: int, size: int, timeout: timedelta) -> DtcommBackend:
-    return DtcommBackend(store, rank, size, timeout)
+    backend = DtcommBackend(store, rank, size, timeout)
+    _LIVE.add(backend)
+    return backend
 
 
 def register() -> None:
     """Registers ``dtcomm`` with ``torch.distributed`` for CPU tensors (idempotent). The
     ``torch.distributed.backends`` entry point calls this."""
+    patch_work_is_completed()
     if getattr(dist.Backend, NAME.upper(), None) is not None:
         return
     dist.Backend.register_backend(NAME, _create, devices=["cpu"])
