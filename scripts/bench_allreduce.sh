@@ -1,32 +1,51 @@
 #!/usr/bin/env bash
 # dtcomm allreduce against the incumbents, in one invocation, interleaved in rounds:
 # dtcomm (all_reduce_perf), gloo (torch) and Open MPI over TCP, world 2 and world 4, float32
-# sum in place, the anchor scripts' per-size schedule. Prints the medians over rounds and the
-# ratios. Every step is wrapped by the anchors' probe.py (bounded wait for an idle window, then
-# it records the co-tenant load) and bounded by `timeout`.
+# sum in place, the per-size schedule of benches/incumbents/common.py. Prints the medians over
+# rounds and the ratios. Every step is wrapped by benches/incumbents/probe.py (bounded wait for
+# an idle window, then it records the co-tenant load) and bounded by `timeout`.
 #
 # Usage: scripts/bench_allreduce.sh [outdir=target/bench-allreduce] [rounds=3]
-# Env:   TORCH_PY   python with torch (gloo); default /tmp/torchprobe/venv/bin/python
-#        MPI_PY     python with mpi4py + numpy; default /usr/bin/python3 (Debian python3-mpi4py)
-#        ANCHORS    the anchor scripts; default ../shared/anchors/allreduce (beside the repo)
+# Env:   DTCOMM_VENV  the project's venv (default .venv, made by scripts/setup.sh); its python
+#                     runs gloo (torch), mpi4py and the probe
+#        TORCH_PY / MPI_PY     another python for gloo / for mpi4py + numpy (default: the venv's)
+#        INCUMBENTS  the incumbent harness (default benches/incumbents)
 #        SIZES_W2 / SIZES_W4   sizes (default 8,1K,64K,1M,16M,64M / 8,1M,16M,64M)
 #        SKIP="gloo mpi"       leave incumbents out
 #        MAX_LOAD=0.2          rounds whose co-tenant load (probe.py foreign_frac) is above this are
 #                              left out of the medians when at least one round of that config is under it
-# Needs: cargo; Open MPI (apt-get install -y openmpi-bin libopenmpi-dev python3-mpi4py python3-numpy).
+# Needs: cargo and scripts/setup.sh's venv; Open MPI and mpi4py come from scripts/setup_bench.sh
+# (apt-get install openmpi-bin libopenmpi-dev, mpi4py into the venv), run here when missing.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:-$ROOT/target/bench-allreduce}; ROUNDS=${2:-3}
 mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
-ANCHORS=${ANCHORS:-$ROOT/../shared/anchors/allreduce}
-[ -d "$ANCHORS" ] || ANCHORS=/work/shared/anchors/allreduce
-TPY=${TORCH_PY:-/tmp/torchprobe/venv/bin/python}
-MPY=${MPI_PY:-/usr/bin/python3}
+INCUMBENTS=${INCUMBENTS:-$ROOT/benches/incumbents}
+VPY=${DTCOMM_VENV:-$ROOT/.venv}/bin/python
+TPY=${TORCH_PY:-$VPY}
+MPY=${MPI_PY:-$VPY}
 SIZES_W2=${SIZES_W2:-8,1K,64K,1M,16M,64M}
 SIZES_W4=${SIZES_W4:-8,1M,16M,64M}
 SKIP=${SKIP:-}
 log() { echo "[$(date +%T) load $(cut -d' ' -f1-3 /proc/loadavg)] $*" | tee -a "$OUT/run.log" >&2; }
-P() { local name=$1; shift; python3 "$ANCHORS/probe.py" "$OUT/probe_$name.json" --wait-idle 0.6 --max-wait 10 -- "$@"; }
+skipped() { case " $SKIP " in *" $1 "*) return 0;; esac; return 1; }
+setup() {  # $1 component of scripts/setup_bench.sh, $2 what is missing
+  log "$2: running scripts/setup_bench.sh $1"
+  "$ROOT/scripts/setup_bench.sh" "$1" || { log "scripts/setup_bench.sh $1 failed (SKIP=\"$3\" leaves it out)"; exit 1; }
+}
+[ -f "$INCUMBENTS/probe.py" ] || { log "no incumbent harness in $INCUMBENTS"; exit 1; }
+if [ ! -x "$VPY" ]; then
+  setup torch "no project venv at $(dirname "$(dirname "$VPY")")" "gloo mpi"
+fi
+if ! skipped gloo && ! "$TPY" -c 'import importlib.util as u; assert u.find_spec("torch")' 2>/dev/null; then
+  if [ -n "${TORCH_PY:-}" ]; then log "TORCH_PY=$TORCH_PY has no torch"; exit 1; fi
+  setup torch "no torch in the project venv (needed for gloo)" gloo
+fi
+if ! skipped mpi && ! { command -v mpirun >/dev/null && "$MPY" -c 'from mpi4py import MPI; import numpy' 2>/dev/null; }; then
+  if [ -n "${MPI_PY:-}" ] && command -v mpirun >/dev/null; then log "MPI_PY=$MPI_PY has no working mpi4py + numpy"; exit 1; fi
+  setup mpi "Open MPI (mpirun) or mpi4py missing" mpi
+fi
+P() { local name=$1; shift; "$VPY" "$INCUMBENTS/probe.py" "$OUT/probe_$name.json" --wait-idle 0.6 --max-wait 10 -- "$@"; }
 
 (cd "$ROOT" && cargo build --release -q -p dt-bench --bin all_reduce_perf) || exit 1
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
@@ -38,17 +57,17 @@ dtcomm() {  # $1 world, $2 sizes, $3 tag
     -d float -o sum --json "$OUT/dtcomm_w$1_$3.json" >> "$OUT/run.log" 2>&1 || log "FAILED dtcomm w$1 $3"
 }
 gloo() {
-  case " $SKIP " in *" gloo "*) return;; esac
+  skipped gloo && return
   log "gloo w$1 $3"
   # shellcheck disable=SC2046
-  (cd "$ANCHORS" && P "gloo_w$1_$3" timeout 900 "$TPY" gloo_bench.py --world "$1" --timeout 850 \
+  (cd "$INCUMBENTS" && P "gloo_w$1_$3" timeout 900 "$TPY" gloo_bench.py --world "$1" --timeout 850 \
     --sizes $(echo "$2" | tr , ' ') --out "$OUT/gloo_w$1_$3.json") >> "$OUT/run.log" 2>&1 || log "FAILED gloo w$1 $3"
 }
 mpi() {
-  case " $SKIP " in *" mpi "*) return;; esac
+  skipped mpi && return
   log "mpi-tcp w$1 $3"
   # shellcheck disable=SC2046
-  (cd "$ANCHORS" && P "mpi-tcp_w$1_$3" env OMPI_MCA_pml=ob1 OMPI_MCA_btl=tcp,self OMPI_MCA_btl_tcp_if_include=lo \
+  (cd "$INCUMBENTS" && P "mpi-tcp_w$1_$3" env OMPI_MCA_pml=ob1 OMPI_MCA_btl=tcp,self OMPI_MCA_btl_tcp_if_include=lo \
     timeout 900 mpirun --allow-run-as-root --oversubscribe -np "$1" "$MPY" mpi_bench.py --label tcp \
     --sizes $(echo "$2" | tr , ' ') --out "$OUT/mpi-tcp_w$1_$3.json") >> "$OUT/run.log" 2>&1 || log "FAILED mpi w$1 $3"
 }
@@ -58,7 +77,7 @@ for r in $(seq 1 "$ROUNDS"); do
   dtcomm 4 "$SIZES_W4" r$r; gloo 4 "$SIZES_W4" r$r; mpi 4 "$SIZES_W4" r$r
 done
 
-MAX_LOAD=${MAX_LOAD:-0.2} python3 - "$OUT" <<'PY'
+MAX_LOAD=${MAX_LOAD:-0.2} "$VPY" - "$OUT" <<'PY'
 import glob, json, os, re, statistics, sys
 out = sys.argv[1]
 max_load = float(os.environ.get("MAX_LOAD", "0.2"))

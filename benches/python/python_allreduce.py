@@ -5,9 +5,9 @@
 
 Per round, interleaved: the Rust ``all_reduce_perf`` (in place), dtcomm from Python on numpy
 arrays, on torch tensors (``dtcomm.all_reduce``), through ``torch.distributed`` with backend
-``dtcomm``, and gloo (the shared anchor script ``gloo_bench.py``); float32 sum in place, the
-anchors' per-size schedule of warm-up and iterations, time per call = max over ranks of the
-timed loop / iterations. Then start-up at ``--startup-world``: process launch to the end of the
+``dtcomm``, and gloo (``benches/incumbents/gloo_bench.py``); float32 sum in place, the per-size
+schedule of warm-up and iterations of ``benches/incumbents/common.py``, time per call = max over
+ranks of the timed loop / iterations. Then start-up at ``--startup-world``: process launch to the end of the
 first barrier (max over ranks), with the import share, for dtcomm (numpy), dtcomm as a torch
 backend, and gloo. Prints medians over rounds and ratios; writes every raw result as JSON.
 """
@@ -27,9 +27,10 @@ import subprocess  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-ANCHORS = Path(os.environ.get("ANCHORS", ROOT.parent / "shared" / "anchors" / "allreduce"))
-if not ANCHORS.is_dir():
-    ANCHORS = Path("/work/shared/anchors/allreduce")
+INCUMBENTS = Path(os.environ.get("INCUMBENTS", ROOT / "benches" / "incumbents"))
+sys.path.insert(0, str(INCUMBENTS))
+from common import schedule  # noqa: E402  (the incumbents' per-size (warm-up, iterations))
+
 KiB, MiB = 1 << 10, 1 << 20
 
 
@@ -43,15 +44,6 @@ def parse_size(s: str) -> int:
 
 def fmt(b: int) -> str:
     return f"{b // MiB} MiB" if b >= MiB else (f"{b // KiB} KiB" if b >= KiB else f"{b} B")
-
-
-def schedule(nbytes: int) -> tuple[int, int]:
-    """The anchors' (warm-up, iterations) per size (shared/anchors/allreduce/common.py)."""
-    for limit, wi in ((KiB, (100, 2000)), (64 * KiB, (20, 500)), (MiB, (10, 100)),
-                      (16 * MiB, (5, 20)), (64 * MiB, (3, 10))):
-        if nbytes <= limit:
-            return wi
-    return 2, 5
 
 
 # ------------------------------------------------------------------------------------------
@@ -170,7 +162,7 @@ def rust(world: int, sizes: list[int], outdir: Path, tag: str) -> dict:
 def gloo(world: int, sizes: list[int], outdir: Path, tag: str) -> dict:
     js = outdir / f"gloo_{tag}.json"
     subprocess.run([sys.executable, "gloo_bench.py", "--world", str(world), "--timeout", "850", "--sizes",
-                    *map(str, sizes), "--out", str(js)], cwd=ANCHORS, check=True, stdout=subprocess.DEVNULL,
+                    *map(str, sizes), "--out", str(js)], cwd=INCUMBENTS, check=True, stdout=subprocess.DEVNULL,
                    timeout=900)
     d = json.loads(js.read_text())
     return {"startup": d["startup"], "results": [{"bytes": r["bytes"], "avg_us": r["avg_us"]} for r in d["results"]]}
@@ -194,6 +186,10 @@ def main() -> None:
     if a.worker:
         worker(a.worker, sizes)
         return
+    venv = Path(os.environ.get("DTCOMM_VENV", ROOT / ".venv"))
+    if Path(sys.prefix).resolve() != venv.resolve() and (venv / "bin" / "python").exists():
+        # everything (workers, gloo) runs under the project's venv python: torch and dtcomm are there
+        os.execv(str(venv / "bin" / "python"), [str(venv / "bin" / "python"), __file__, *sys.argv[1:]])
     skip = set(filter(None, a.skip.split(",")))
     outdir = Path(a.out)
     outdir.mkdir(parents=True, exist_ok=True)
