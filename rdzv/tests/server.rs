@@ -287,8 +287,8 @@ async fn member(endpoint: &str, n: usize) {
     let mut v = [0u8; 8];
     tokio::time::timeout(Duration::from_secs(60), sock.read_exact(&mut v))
         .await
-        .unwrap()
-        .unwrap();
+        .expect("ADD reply within 60 s")
+        .unwrap_or_else(|e| panic!("ADD reply on {:?}: {e}", sock.local_addr()));
     let arrived = i64::from_le_bytes(v) as usize;
     if arrived == n {
         let set = Request::Set {
