@@ -14,7 +14,11 @@ pub enum Algo {
     /// Bandwidth-optimal: ring allreduce (reduce-scatter + allgather), pipelined chain
     /// broadcast.
     Ring,
-    /// Latency-optimal: recursive-doubling allreduce, binomial-tree broadcast.
+    /// Latency-optimal: recursive-doubling allreduce (what `Auto` picks for small messages),
+    /// binomial-tree broadcast.
+    Doubling,
+    /// Tree allreduce: binomial reduce to rank 0 then binomial broadcast (a real tree; half the
+    /// links of doubling per step); binomial-tree broadcast.
     Tree,
     /// Allreduce as a reduce-scatter and an allgather with every peer at once (two steps);
     /// other collectives as under `Auto`.
@@ -27,10 +31,11 @@ impl FromStr for Algo {
         match s.to_ascii_lowercase().as_str() {
             "auto" | "" => Ok(Algo::Auto),
             "ring" | "chain" => Ok(Algo::Ring),
-            "tree" | "rd" | "recursive_doubling" | "doubling" => Ok(Algo::Tree),
+            "tree" => Ok(Algo::Tree),
+            "rd" | "recursive_doubling" | "doubling" => Ok(Algo::Doubling),
             "direct" => Ok(Algo::Direct),
             other => Err(format!(
-                "unknown algorithm {other:?} (auto, ring, tree, direct)"
+                "unknown algorithm {other:?} (auto, ring, doubling, tree, direct)"
             )),
         }
     }
@@ -41,6 +46,7 @@ impl fmt::Display for Algo {
         f.write_str(match self {
             Algo::Auto => "auto",
             Algo::Ring => "ring",
+            Algo::Doubling => "doubling",
             Algo::Tree => "tree",
             Algo::Direct => "direct",
         })
@@ -52,7 +58,7 @@ impl fmt::Display for Algo {
 pub struct Options {
     /// Deadline of every connect, handshake and call (`DTCOMM_TIMEOUT`, seconds; default 300).
     pub timeout: Option<Duration>,
-    /// Algorithm override (`DTCOMM_ALGO`: `auto`, `ring`, `tree`, `direct`).
+    /// Algorithm override (`DTCOMM_ALGO`: `auto`, `ring`, `doubling`, `tree`, `direct`).
     pub algo: Option<Algo>,
     /// Interfaces to bind and advertise, NCCL syntax (`DTCOMM_SOCKET_IFNAME`: `eth0,ib`,
     /// `^docker,lo`, `=eth0` for an exact name).

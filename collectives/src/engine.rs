@@ -7,7 +7,8 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use crate::error::{CallDesc, CommError};
+use crate::call::CallDesc;
+use crate::error::CommError;
 use crate::op::ReduceOp;
 use crate::reduce::reduce_bytes;
 use crate::schedule::{Buf, Region, Schedule};
@@ -54,7 +55,6 @@ struct Rx {
 pub(crate) struct Engine {
     pub rank: usize,
     pub transport: Box<dyn Transport>,
-    pub timeout: Duration,
     pub spin: Duration,
     scratch: Vec<u64>,
     stages: Vec<Vec<u64>>,
@@ -114,36 +114,32 @@ impl Ctx<'_, '_> {
 }
 
 impl Engine {
-    pub(crate) fn new(
-        rank: usize,
-        transport: Box<dyn Transport>,
-        timeout: Duration,
-        spin: Duration,
-    ) -> Engine {
+    pub(crate) fn new(rank: usize, transport: Box<dyn Transport>, spin: Duration) -> Engine {
         Engine {
             rank,
             transport,
-            timeout,
             spin,
             scratch: Vec::new(),
             stages: Vec::new(),
         }
     }
 
-    /// Runs `sched` for `call`. `combine` is the operator receives reduce with.
+    /// Runs `sched` for `call` within `timeout`. `combine` is the operator receives reduce
+    /// with.
     pub(crate) fn run(
         &mut self,
         sched: &Schedule,
         call: &CallDesc,
         combine: ReduceOp,
         bufs: &mut Bufs<'_>,
+        timeout: Duration,
     ) -> Result<(), CommError> {
         let es = call.dtype.size();
         let need = (sched.scratch * es).div_ceil(8);
         if self.scratch.len() < need {
             self.scratch.resize(need, 0);
         }
-        let mut deadline = Deadline::new(self.rank, self.timeout);
+        let mut deadline = Deadline::new(self.rank, timeout);
         let mut scratch = std::mem::take(&mut self.scratch);
         let result = (|| {
             let mut ctx = Ctx {

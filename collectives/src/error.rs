@@ -1,109 +1,9 @@
 //! Typed errors of the collective engine. Every variant names this rank and, where there is
 //! one, the peer, the call (op, dtype, count, root, sequence number) and the time spent.
 
-use std::fmt;
 use std::time::Duration;
 
-use crate::dtype::DType;
-use crate::op::ReduceOp;
-
-/// The kind of a collective or point-to-point call; its `u8` value travels in frame headers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum OpKind {
-    /// `all_reduce`.
-    AllReduce = 1,
-    /// `broadcast`.
-    Broadcast = 2,
-    /// `reduce`.
-    Reduce = 3,
-    /// `all_gather` and `all_gather_v`.
-    AllGather = 4,
-    /// `reduce_scatter`.
-    ReduceScatter = 5,
-    /// `gather`.
-    Gather = 6,
-    /// `scatter`.
-    Scatter = 7,
-    /// `all_to_all` and `all_to_all_v`.
-    AllToAll = 8,
-    /// `barrier`.
-    Barrier = 9,
-    /// `send` / `recv` (point to point).
-    SendRecv = 10,
-}
-
-impl OpKind {
-    const ALL: [OpKind; 10] = [
-        OpKind::AllReduce,
-        OpKind::Broadcast,
-        OpKind::Reduce,
-        OpKind::AllGather,
-        OpKind::ReduceScatter,
-        OpKind::Gather,
-        OpKind::Scatter,
-        OpKind::AllToAll,
-        OpKind::Barrier,
-        OpKind::SendRecv,
-    ];
-
-    /// The snake-case name of the call.
-    pub const fn name(self) -> &'static str {
-        match self {
-            OpKind::AllReduce => "all_reduce",
-            OpKind::Broadcast => "broadcast",
-            OpKind::Reduce => "reduce",
-            OpKind::AllGather => "all_gather",
-            OpKind::ReduceScatter => "reduce_scatter",
-            OpKind::Gather => "gather",
-            OpKind::Scatter => "scatter",
-            OpKind::AllToAll => "all_to_all",
-            OpKind::Barrier => "barrier",
-            OpKind::SendRecv => "send/recv",
-        }
-    }
-
-    pub(crate) fn from_u8(v: u8) -> Option<OpKind> {
-        OpKind::ALL.iter().copied().find(|o| *o as u8 == v)
-    }
-}
-
-/// One call as the engine sees it; what a frame header carries and what errors print.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct CallDesc {
-    /// Which call.
-    pub op: OpKind,
-    /// Element type.
-    pub dtype: DType,
-    /// Reduction operator, for reducing calls.
-    pub redop: Option<ReduceOp>,
-    /// Total element count of the call (the whole buffer; for point to point, the message).
-    pub count: u64,
-    /// Root rank of rooted calls.
-    pub root: Option<usize>,
-    /// Sequence number: collectives count up per communicator, point-to-point per pair.
-    pub seq: u64,
-}
-
-impl fmt::Display for CallDesc {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}(seq {}, {} x {}",
-            self.op.name(),
-            self.seq,
-            self.dtype,
-            self.count
-        )?;
-        if let Some(r) = self.redop {
-            write!(f, ", {r}")?;
-        }
-        if let Some(r) = self.root {
-            write!(f, ", root {r}")?;
-        }
-        f.write_str(")")
-    }
-}
+use crate::call::CallDesc;
 
 /// An error of a [`Communicator`](crate::Communicator) call. Once a call fails, the
 /// communicator is failed: every later call returns [`CommError::Failed`] wrapping the first
@@ -163,7 +63,7 @@ pub enum CommError {
         reason: String,
     },
     /// Two ranks called different collectives (or the same with different arguments).
-    #[error("mismatched calls: rank {rank} called {ours} but rank {peer} called {theirs}")]
+    #[error("{MISMATCH_PREFIX}rank {rank} called {ours} but rank {peer} called {theirs}")]
     Mismatch {
         /// This rank.
         rank: usize,
@@ -197,6 +97,7 @@ pub enum CommError {
         detail: String,
     },
     /// The arguments of a call are inconsistent (buffer lengths, root out of range, ...).
+    /// Nothing was sent and the communicator stays usable.
     #[error("rank {rank}: invalid arguments to {op}: {detail}")]
     InvalidArgument {
         /// This rank.
@@ -206,12 +107,105 @@ pub enum CommError {
         /// What is wrong.
         detail: String,
     },
+    /// The communicator was shut down (or this is a forked child of the process that built
+    /// it); nothing was sent.
+    #[error("rank {rank}: {op} after the communicator was shut down: {detail}")]
+    Shutdown {
+        /// This rank.
+        rank: usize,
+        /// The call's name.
+        op: &'static str,
+        /// Why the communicator is unusable here.
+        detail: String,
+    },
+    /// Waiting on a [`Work`](crate::Work) gave up before the call finished (the call goes on;
+    /// its own deadline still applies).
+    #[error("rank {rank}: {op} did not complete within {waited:?} (Work.wait timeout)")]
+    WaitTimeout {
+        /// This rank.
+        rank: usize,
+        /// The call's name.
+        op: &'static str,
+        /// How long the caller waited.
+        waited: Duration,
+    },
     /// An earlier call failed; the communicator refuses further work.
     #[error("communicator is failed since an earlier call: {0}")]
     Failed(Box<CommError>),
 }
 
+/// How a [`CommError::Mismatch`] message starts; an [`CommError::Aborted`] whose reason starts
+/// so (a bystander told of a mismatch between two other ranks) has the code
+/// [`ErrorCode::Mismatch`].
+const MISMATCH_PREFIX: &str = "mismatched calls: ";
+
+/// The stable numeric code of an error: the C ABI's `dtcomm_result_t` and the `code`
+/// attribute of Python's exceptions. Values never change meaning; new ones are appended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(i32)]
+pub enum ErrorCode {
+    /// Success (never carried by a [`CommError`]).
+    Ok = 0,
+    /// Bad arguments: [`CommError::InvalidArgument`].
+    InvalidArgument = 1,
+    /// A deadline passed: [`CommError::Timeout`].
+    Timeout = 2,
+    /// A peer vanished: [`CommError::PeerLost`].
+    PeerLost = 3,
+    /// Another rank failed and said so: [`CommError::Aborted`].
+    Aborted = 4,
+    /// Ranks disagree on the call: [`CommError::Mismatch`].
+    Mismatch = 5,
+    /// A peer sent an invalid frame: [`CommError::Protocol`].
+    Protocol = 6,
+    /// Building the communicator failed: [`CommError::Setup`].
+    Setup = 7,
+    /// An earlier call failed the communicator: [`CommError::Failed`].
+    Failed = 8,
+    /// The communicator was shut down, or used from a forked child: [`CommError::Shutdown`].
+    Shutdown = 9,
+    /// A bug in dtcomm (a panic caught at an API boundary). Reserved for front ends.
+    Internal = 10,
+}
+
+impl ErrorCode {
+    /// The name of the code (`"timeout"`, `"peer_lost"`, ...).
+    pub const fn name(self) -> &'static str {
+        match self {
+            ErrorCode::Ok => "ok",
+            ErrorCode::InvalidArgument => "invalid_argument",
+            ErrorCode::Timeout => "timeout",
+            ErrorCode::PeerLost => "peer_lost",
+            ErrorCode::Aborted => "aborted",
+            ErrorCode::Mismatch => "mismatch",
+            ErrorCode::Protocol => "protocol",
+            ErrorCode::Setup => "setup",
+            ErrorCode::Failed => "failed",
+            ErrorCode::Shutdown => "shutdown",
+            ErrorCode::Internal => "internal",
+        }
+    }
+}
+
 impl CommError {
+    /// The stable numeric code of this error.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            CommError::Timeout { .. } | CommError::WaitTimeout { .. } => ErrorCode::Timeout,
+            CommError::PeerLost { .. } => ErrorCode::PeerLost,
+            CommError::Aborted { reason, .. } if reason.starts_with(MISMATCH_PREFIX) => {
+                ErrorCode::Mismatch
+            }
+            CommError::Aborted { .. } => ErrorCode::Aborted,
+            CommError::Mismatch { .. } => ErrorCode::Mismatch,
+            CommError::Protocol { .. } => ErrorCode::Protocol,
+            CommError::Setup { .. } => ErrorCode::Setup,
+            CommError::InvalidArgument { .. } => ErrorCode::InvalidArgument,
+            CommError::Shutdown { .. } => ErrorCode::Shutdown,
+            CommError::Failed(_) => ErrorCode::Failed,
+        }
+    }
+
     /// The original error of a failed communicator (unwraps [`CommError::Failed`]).
     pub fn root_cause(&self) -> &CommError {
         match self {

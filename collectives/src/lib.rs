@@ -5,19 +5,25 @@
 //! in-memory transport), between ranks that find each other through a
 //! [`Store`](dt_rdzv::store::Store).
 //!
-//! It does not do shared memory or GPUs yet, and it has no Python binding (see the workspace).
+//! It does not do shared memory or GPUs yet (the [`Memory`] kind of a buffer is the slot for
+//! device memory). Its front ends live in other crates of the workspace: the Python binding
+//! (`python/`) and the C ABI (`ffi/`), both over the byte-level [`Call`].
 //!
 //! Contents, in the order data flows:
 //!
 //! * [`config`]: every setting and its environment twin (`DTCOMM_*`), with provenance;
-//! * [`Communicator`] (`communicator.rs`, `collectives.rs`): the public API; [`Work`] for
-//!   asynchronous calls (`work.rs`, the progress thread);
+//! * [`call`]: the byte-level [`Call`] every front end submits ([`Collective`], [`RawBuf`]);
+//! * [`Communicator`] (`communicator/`): construction, [`Communicator::run`] and
+//!   [`Communicator::submit`] through the one progress executor (`progress.rs`, [`Work`]),
+//!   `execute.rs` (a call checked and planned), `typed.rs` (the safe typed API on top);
 //! * `schedule/`: pure schedules (`ring.rs`, `doubling.rs`, `tree.rs`, `direct.rs`);
 //! * `engine.rs`: runs a schedule over a transport; `watchdog.rs`: deadlines and warnings;
 //! * `transport/`: the `Transport` trait, `mem.rs` (the in-memory twin), `tcp.rs`,
 //!   `frame.rs` (data frame headers), `iface.rs` (`DTCOMM_SOCKET_IFNAME`);
 //! * `bootstrap.rs`: address exchange through the store and the TCP mesh;
-//! * [`dtype`], [`op`], `reduce.rs` and `half_conv.rs` (vectorised kernels), [`error`].
+//! * [`launch`]: rank, world and rendezvous from launchers' variables (as `dtcomm.init()`);
+//! * [`dtype`], [`op`], `reduce.rs` and `half_conv.rs` (vectorised kernels), [`error`]
+//!   (with stable [`ErrorCode`]s), `fork.rs` (calls from a forked child are refused).
 //!
 //! Errors, not hangs: every wait has a deadline (`DTCOMM_TIMEOUT`), a warning at half of it
 //! names the ranks not heard from, a lost rank or a mismatched call fails every surviving rank
@@ -25,24 +31,27 @@
 //! communicator says so on every later call.
 
 mod bootstrap;
-mod collectives;
+pub mod call;
 mod communicator;
 pub mod config;
 pub mod dtype;
 mod engine;
 pub mod error;
+mod fork;
 mod half_conv;
+pub mod launch;
 pub mod op;
+mod progress;
 mod reduce;
 mod schedule;
 mod transport;
 mod watchdog;
-mod work;
 
+pub use call::{Call, CallDesc, Collective, Memory, OpKind, RawBuf};
 pub use communicator::Communicator;
 pub use config::{Algo, Config, Options};
 pub use dtype::{DType, Element};
-pub use error::{CallDesc, CommError, OpKind};
+pub use error::{CommError, ErrorCode};
 pub use op::ReduceOp;
+pub use progress::{OnDone, Work};
 pub use reduce::reduce_local;
-pub use work::Work;

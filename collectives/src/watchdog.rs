@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::error::CallDesc;
+use crate::call::CallDesc;
 
 pub(crate) struct Deadline {
     rank: usize,

@@ -35,11 +35,12 @@ fn tcp_group(world: usize, o: Options) -> Vec<Communicator> {
     })
 }
 
-/// Both ranks of a mismatched allreduce fail, and the message names both calls.
+/// Every rank of a mismatched allreduce (rank 1 passes 101 elements, the others 100) fails
+/// with the mismatch's code, and the message names both calls.
 fn mismatched_counts(comms: Vec<Communicator>) {
     let start = Instant::now();
     let errs = on_ranks(&comms, |c| {
-        let mut v = vec![1f32; 100 + c.rank()];
+        let mut v = vec![1f32; 100 + usize::from(c.rank() == 1)];
         let e = c.all_reduce(&mut v, ReduceOp::Sum).unwrap_err();
         // A failed communicator answers every later call with the original error, at once.
         let later = c.barrier().unwrap_err();
@@ -64,6 +65,8 @@ fn mismatched_counts(comms: Vec<Communicator>) {
             matches!(e, CommError::Mismatch { .. } | CommError::Aborted { .. }),
             "{e:?}"
         );
+        // Bystanders (told by a peer) carry the mismatch's code too, not a lost peer's.
+        assert_eq!(e.code(), dtcomm::ErrorCode::Mismatch, "{e}");
     }
     assert!(errs.iter().any(|e| matches!(e, CommError::Mismatch { .. })));
 }
@@ -76,6 +79,11 @@ fn mismatched_calls_fail_fast_mem() {
 #[test]
 fn mismatched_calls_fail_fast_tcp() {
     mismatched_counts(tcp_group(2, opts(60_000)));
+}
+
+#[test]
+fn bystanders_of_a_mismatch_get_the_mismatch_not_a_lost_peer() {
+    mismatched_counts(tcp_group(4, opts(60_000)));
 }
 
 #[test]

@@ -114,13 +114,20 @@ fn async_calls_run_in_order_with_blocking_ones() {
         let mut b = vec![c.rank() as i64; 10];
         c.all_reduce(&mut b, ReduceOp::Max).unwrap();
         assert_eq!(b, vec![3; 10]);
-        for (k, mut w) in works.into_iter().enumerate() {
-            let _ = w.test();
-            let v = w.wait().unwrap();
+        for (k, w) in works.into_iter().enumerate() {
+            // The blocking call ran after every asynchronous one submitted before it.
+            assert!(
+                w.test(),
+                "async {k} not complete after a later blocking call"
+            );
+            w.wait().unwrap();
+            let v: Vec<f32> = w.take().unwrap();
             assert!(v.iter().all(|x| *x == (6 + 4 * k) as f32), "async {k}");
         }
         let w = c.broadcast_async(vec![c.rank() as u8; 5], 2);
-        assert_eq!(w.wait().unwrap(), vec![2; 5]);
+        w.wait().unwrap();
+        assert!(w.take::<Vec<f32>>().is_none(), "take of the wrong type");
+        assert_eq!(w.take::<Vec<u8>>().unwrap(), vec![2; 5]);
     });
 }
 

@@ -1,6 +1,6 @@
 """Where rank, world size, local rank and the rendezvous come from, with provenance.
 
-Precedence (ARCHITECTURE.md principle 10, ``shared/reference/launcher-env.md``): explicit
+Precedence (``docs/architecture.md``; the same rules as the engine's ``dtcomm::launch``): explicit
 arguments, then ``DTCOMM_*``, then torchrun (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT``, ``TORCHELASTIC_RUN_ID``), then Horovod,
 Open MPI and PMI (``HOROVOD_RANK``, ``OMPI_COMM_WORLD_RANK``, ``PMI_RANK`` and their sizes),

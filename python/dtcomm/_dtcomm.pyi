@@ -5,7 +5,16 @@ from typing import Any, final
 
 __version__: str
 
-class DtcommError(RuntimeError): ...
+class DtcommError(RuntimeError):
+    # Set on errors of the collective engine (not on the Rdzv* errors):
+    result_code: int  # the stable code, as the C ABI's dtcomm_result_t (2 timeout, 5 mismatch, ...)
+    result_name: str  # "timeout", "peer_lost", "mismatch", ...
+    rank: int
+    peer: int | None
+    op: str | None
+    seq: int | None
+    waiting_for: list[int]
+
 class CommTimeoutError(DtcommError): ...
 class PeerLostError(DtcommError): ...
 class MismatchError(DtcommError): ...
@@ -257,3 +266,11 @@ def init_logging() -> None: ...
 def job_token(server_token: str, job: str) -> str:
     """The token of one job: it opens that job only (join, status, stop)."""
     ...
+
+def resolve_launch(
+    env: dict[str, str],
+    rank: int | None = None,
+    world_size: int | None = None,
+    rdzv_endpoint: str | None = None,
+    run_id: str | None = None,
+) -> dict[str, tuple[object, str]]: ...

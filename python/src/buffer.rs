@@ -4,7 +4,7 @@
 
 use std::os::raw::c_int;
 
-use dtcomm::DType;
+use dtcomm::{DType, RawBuf};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -215,29 +215,10 @@ impl Buf {
         Ok(())
     }
 
-    /// Size in bytes.
-    pub(crate) fn bytes(&self) -> usize {
-        self.count * self.dtype.size()
-    }
-
-    /// The memory as a slice of `T`.
-    ///
-    /// # Safety
-    /// `T` must be the element type of `self.dtype`, and no other view of the memory may be
-    /// in use while the slice lives (the caller runs one call at a time per buffer).
-    #[allow(clippy::mut_from_ref)] // the memory is the exporter's, not `self`'s; see Safety
-    pub(crate) unsafe fn slice_mut<T>(&self) -> &mut [T] {
-        if self.count == 0 {
-            return &mut [];
-        }
-        // SAFETY: the export covers `count` aligned elements of `T` (checked at extraction).
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.cast::<T>(), self.count) }
-    }
-
-    /// Whether two buffers share memory (in-place arguments passed twice).
-    pub(crate) fn overlaps(&self, other: &Buf) -> bool {
-        let (a, b) = (self.ptr as usize, other.ptr as usize);
-        self.bytes() > 0 && other.bytes() > 0 && a < b + other.bytes() && b < a + self.bytes()
+    /// The byte-level view the engine takes ([`dtcomm::Communicator::run`]): valid while this
+    /// `Buf` (the export) lives.
+    pub(crate) fn raw(&self) -> RawBuf {
+        RawBuf::host(self.ptr, self.count, self.dtype)
     }
 }
 

@@ -1,60 +1,22 @@
 //! `dtcomm._dtcomm.Communicator`: the engine's [`dtcomm::Communicator`] for Python. Every
 //! collective takes numpy arrays (buffer protocol) or CPU torch tensors (DLPack) in place,
-//! releases the GIL while it runs, and with `async_op=True` returns a [`Work`] instead.
+//! builds one byte-level [`Call`] over the caller's memory (zero copy), releases the GIL while
+//! it runs, and with `async_op=True` submits it to the engine's executor and returns a
+//! [`Work`] instead.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use dt_rdzv::client::TcpStoreClient;
 use dt_rdzv::store::{PrefixStore, Store};
-use dtcomm::{Algo, CommError, Communicator, DType, Options, ReduceOp};
+use dtcomm::{Algo, Call, Collective, CommError, Communicator, DType, OnDone, Options, ReduceOp};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::buffer::{Access, Buf, Ctx};
 use crate::errors::{SetupError, ShutdownError, to_py};
-use crate::exec::{Exec, Work};
 use crate::pystore::PyStore;
-
-/// Runs `$body` with `$T` bound to the Rust element type of `$dtype`.
-macro_rules! typed {
-    ($dtype:expr, $T:ident => $body:expr) => {
-        match $dtype {
-            DType::F32 => {
-                type $T = f32;
-                $body
-            }
-            DType::F64 => {
-                type $T = f64;
-                $body
-            }
-            DType::F16 => {
-                type $T = half::f16;
-                $body
-            }
-            DType::BF16 => {
-                type $T = half::bf16;
-                $body
-            }
-            DType::I8 => {
-                type $T = i8;
-                $body
-            }
-            DType::U8 => {
-                type $T = u8;
-                $body
-            }
-            DType::I32 => {
-                type $T = i32;
-                $body
-            }
-            DType::I64 => {
-                type $T = i64;
-                $body
-            }
-        }
-    };
-}
+use crate::work::Work;
 
 fn redop(rank: usize, op: &str, v: u8) -> PyResult<ReduceOp> {
     ReduceOp::ALL
@@ -100,12 +62,10 @@ fn options(
 /// A group of ranks running collectives together (one per process and group).
 #[pyclass(module = "dtcomm._dtcomm", name = "Communicator")]
 pub struct PyCommunicator {
-    exec: Option<Arc<Exec>>,
+    comm: Option<Arc<Communicator>>,
     rank: usize,
     world: usize,
 }
-
-type Job = Box<dyn FnOnce(&Communicator) -> Result<(), CommError> + Send>;
 
 impl PyCommunicator {
     fn build(
@@ -124,14 +84,14 @@ impl PyCommunicator {
             .detach(move || Communicator::new(store, rank, world, opts))
             .map_err(to_py)?;
         Ok(PyCommunicator {
-            exec: Some(Arc::new(Exec::new(comm))),
+            comm: Some(Arc::new(comm)),
             rank,
             world,
         })
     }
 
-    fn exec(&self, op: &str) -> PyResult<&Arc<Exec>> {
-        self.exec.as_ref().ok_or_else(|| {
+    fn comm(&self, op: &str) -> PyResult<&Arc<Communicator>> {
+        self.comm.as_ref().ok_or_else(|| {
             ShutdownError::new_err(format!(
                 "rank {}: {op} after shutdown(); call dtcomm.init() again",
                 self.rank
@@ -183,39 +143,41 @@ impl PyCommunicator {
         Ok(())
     }
 
-    /// Runs `job` now, or queues it when `async_op`.
+    /// Runs `call` now (without the GIL), or submits it when `async_op` or a `callback` is
+    /// given. `bufs` are the exports `call` points into: they live until the call finished.
     fn go(
         &self,
         py: Python<'_>,
-        op: &'static str,
+        call: Call,
         bufs: Vec<Arc<Buf>>,
         async_op: bool,
         callback: Option<Py<PyAny>>,
-        job: Job,
     ) -> PyResult<Option<Work>> {
-        let exec = self.exec(op)?;
+        let comm = self.comm(call.collective.name())?;
         if async_op || callback.is_some() {
-            return exec.submit(op, bufs, callback, job).map(Some);
+            let on_done = callback.map(|cb| -> OnDone {
+                Box::new(move |r: &Result<(), CommError>| {
+                    Python::attach(|py| {
+                        let arg = match r {
+                            Ok(()) => py.None(),
+                            Err(e) => to_py(e.clone()).into_value(py).into_any(),
+                        };
+                        if let Err(e) = cb.call1(py, (arg,)) {
+                            e.write_unraisable(py, Some(cb.bind(py)));
+                        }
+                    })
+                })
+            });
+            let n = bufs.len();
+            // SAFETY: `call` points into the exports in `bufs`, which the executor keeps until
+            // the call finished; Python may not resize or free an exported buffer.
+            let work = unsafe { comm.submit_with(call, Some(Box::new(bufs)), on_done) };
+            return Ok(Some(Work::new(work, n)));
         }
-        exec.run(py, job)?;
+        // SAFETY: as above; `bufs` lives until `run` returned.
+        py.detach(|| unsafe { comm.run(&call) }).map_err(to_py)?;
         drop(bufs);
         Ok(None)
-    }
-}
-
-/// `send`'s elements as an input slice: the buffer itself, or a copy when it shares memory
-/// with `recv` (the engine reads one while it writes the other).
-///
-/// # Safety
-/// `T` is the element type of `send`; nothing else uses `send` meanwhile.
-unsafe fn input<'a, T: Copy>(send: &'a Buf, recv: &Buf, tmp: &'a mut Vec<T>) -> &'a [T] {
-    // SAFETY: per the contract; the mutable view ends before `recv`'s view is made.
-    let s: &'a [T] = unsafe { send.slice_mut::<T>() };
-    if send.overlaps(recv) {
-        *tmp = s.to_vec();
-        tmp
-    } else {
-        s
     }
 }
 
@@ -293,25 +255,21 @@ impl PyCommunicator {
 
     /// The engine's resolved configuration, each value with its source.
     fn config(&self) -> PyResult<String> {
-        Ok(self.exec("config")?.comm.config().to_string())
+        Ok(self.comm("config")?.config().to_string())
     }
 
     /// The transport, e.g. `tcp 127.0.0.1:4711 on lo (1 data socket(s)/peer)`.
     fn transport(&self) -> PyResult<String> {
-        Ok(self
-            .exec("transport")?
-            .comm
-            .transport_description()
-            .to_owned())
+        Ok(self.comm("transport")?.transport_description().to_owned())
     }
 
-    /// The allreduce algorithm for `count` elements of `dtype` (`ring` or `tree`).
+    /// The allreduce algorithm for `count` elements of `dtype` (`ring`, `doubling`, `tree`,
+    /// `direct`).
     fn all_reduce_algo(&self, count: usize, dtype: &str) -> PyResult<String> {
         let d = DType::parse(dtype)
             .ok_or_else(|| PyValueError::new_err(format!("unknown dtype {dtype:?}")))?;
         Ok(self
-            .exec("all_reduce_algo")?
-            .comm
+            .comm("all_reduce_algo")?
             .all_reduce_algo(count, d)
             .to_string())
     }
@@ -319,8 +277,7 @@ impl PyCommunicator {
     /// The error that failed this communicator, or None.
     fn failure(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
         Ok(self
-            .exec("failure")?
-            .comm
+            .comm("failure")?
             .failure()
             .map(|e| to_py(e).into_value(py).into_any()))
     }
@@ -328,15 +285,17 @@ impl PyCommunicator {
     /// Whether `shutdown()` was called.
     #[getter]
     fn is_shutdown(&self) -> bool {
-        self.exec.is_none()
+        self.comm.is_none()
     }
 
     /// Finishes queued calls, says goodbye to the peers and closes the connections.
     fn shutdown(&mut self, py: Python<'_>) {
-        if let Some(exec) = self.exec.take() {
-            exec.stop(py);
-            // The engine's drop joins its threads and closes sockets: no GIL needed.
-            py.detach(move || drop(exec));
+        if let Some(comm) = self.comm.take() {
+            // Queued calls' callbacks take the GIL on the progress thread: release it.
+            py.detach(move || {
+                comm.shutdown();
+                drop(comm);
+            });
         }
     }
 
@@ -353,11 +312,8 @@ impl PyCommunicator {
     ) -> PyResult<Option<Work>> {
         let op = redop(self.rank, "all_reduce", op)?;
         let b = self.buf(buf, "all_reduce", "buffer", Access::Write)?;
-        let bb = b.clone();
-        let job: Job = Box::new(
-            move |c| typed!(bb.dtype, T => c.all_reduce::<T>(unsafe { bb.slice_mut() }, op)),
-        );
-        self.go(py, "all_reduce", vec![b], async_op, callback, job)
+        let call = Call::new(Collective::AllReduce { op }).recv(b.raw());
+        self.go(py, call, vec![b], async_op, callback)
     }
 
     /// In place: `root`'s `buf` is copied into every rank's `buf`.
@@ -371,11 +327,8 @@ impl PyCommunicator {
         callback: Option<Py<PyAny>>,
     ) -> PyResult<Option<Work>> {
         let b = self.buf(buf, "broadcast", "buffer", Access::Write)?;
-        let bb = b.clone();
-        let job: Job = Box::new(
-            move |c| typed!(bb.dtype, T => c.broadcast::<T>(unsafe { bb.slice_mut() }, root)),
-        );
-        self.go(py, "broadcast", vec![b], async_op, callback, job)
+        let call = Call::new(Collective::Broadcast { root }).recv(b.raw());
+        self.go(py, call, vec![b], async_op, callback)
     }
 
     /// In place on `root`: its `buf` becomes the reduction; other ranks' are unchanged.
@@ -391,11 +344,8 @@ impl PyCommunicator {
     ) -> PyResult<Option<Work>> {
         let op = redop(self.rank, "reduce", op)?;
         let b = self.buf(buf, "reduce", "buffer", Access::Write)?;
-        let bb = b.clone();
-        let job: Job = Box::new(
-            move |c| typed!(bb.dtype, T => c.reduce::<T>(unsafe { bb.slice_mut() }, op, root)),
-        );
-        self.go(py, "reduce", vec![b], async_op, callback, job)
+        let call = Call::new(Collective::Reduce { op, root }).recv(b.raw());
+        self.go(py, call, vec![b], async_op, callback)
     }
 
     /// Every rank's `send` lands in `recv` (`counts[p]` elements from rank p, default equal
@@ -413,16 +363,10 @@ impl PyCommunicator {
         let s = self.buf(send, "all_gather", "input", Access::Read)?;
         let r = self.buf(recv, "all_gather", "output", Access::Write)?;
         self.same_dtype("all_gather", &s, &r)?;
-        let counts = counts.unwrap_or_else(|| vec![s.count; self.world]);
-        let (ss, rr) = (s.clone(), r.clone());
-        let job: Job = Box::new(move |c| {
-            typed!(ss.dtype, T => {
-                let mut tmp = Vec::new();
-                let input = unsafe { input::<T>(&ss, &rr, &mut tmp) };
-                c.all_gather_v::<T>(input, unsafe { rr.slice_mut() }, &counts)
-            })
-        });
-        self.go(py, "all_gather", vec![s, r], async_op, callback, job)
+        let call = Call::new(Collective::AllGather { counts })
+            .send(s.raw())
+            .recv(r.raw());
+        self.go(py, call, vec![s, r], async_op, callback)
     }
 
     /// Reduces every rank's `send` (`world` blocks of `recv`'s length) and leaves this rank's
@@ -441,15 +385,10 @@ impl PyCommunicator {
         let s = self.buf(send, "reduce_scatter", "input", Access::Read)?;
         let r = self.buf(recv, "reduce_scatter", "output", Access::Write)?;
         self.same_dtype("reduce_scatter", &s, &r)?;
-        let (ss, rr) = (s.clone(), r.clone());
-        let job: Job = Box::new(move |c| {
-            typed!(ss.dtype, T => {
-                let mut tmp = Vec::new();
-                let input = unsafe { input::<T>(&ss, &rr, &mut tmp) };
-                c.reduce_scatter::<T>(input, unsafe { rr.slice_mut() }, op)
-            })
-        });
-        self.go(py, "reduce_scatter", vec![s, r], async_op, callback, job)
+        let call = Call::new(Collective::ReduceScatter { op })
+            .send(s.raw())
+            .recv(r.raw());
+        self.go(py, call, vec![s, r], async_op, callback)
     }
 
     /// Every rank's `send` lands in `root`'s `recv` (None on other ranks), in rank order.
@@ -465,25 +404,14 @@ impl PyCommunicator {
     ) -> PyResult<Option<Work>> {
         let s = self.buf(send, "gather", "input", Access::Read)?;
         let r = self.root_buf(recv, root, "gather", "output", Access::Write)?;
+        let mut call = Call::new(Collective::Gather { root }).send(s.raw());
         if let Some(r) = &r {
             self.same_dtype("gather", &s, r)?;
+            call = call.recv(r.raw());
         }
-        let (ss, rr) = (s.clone(), r.clone());
-        let job: Job = Box::new(move |c| {
-            typed!(ss.dtype, T => {
-                let mut tmp = Vec::new();
-                match &rr {
-                    Some(rr) => {
-                        let input = unsafe { input::<T>(&ss, rr, &mut tmp) };
-                        c.gather::<T>(input, unsafe { rr.slice_mut() }, root)
-                    }
-                    None => c.gather::<T>(unsafe { ss.slice_mut() }, &mut [], root),
-                }
-            })
-        });
         let mut bufs = vec![s];
         bufs.extend(r);
-        self.go(py, "gather", bufs, async_op, callback, job)
+        self.go(py, call, bufs, async_op, callback)
     }
 
     /// Block p of `root`'s `send` (None on other ranks) lands in rank p's `recv`.
@@ -499,25 +427,14 @@ impl PyCommunicator {
     ) -> PyResult<Option<Work>> {
         let r = self.buf(recv, "scatter", "output", Access::Write)?;
         let s = self.root_buf(send, root, "scatter", "input", Access::Read)?;
+        let mut call = Call::new(Collective::Scatter { root }).recv(r.raw());
         if let Some(s) = &s {
             self.same_dtype("scatter", s, &r)?;
+            call = call.send(s.raw());
         }
-        let (ss, rr) = (s.clone(), r.clone());
-        let job: Job = Box::new(move |c| {
-            typed!(rr.dtype, T => {
-                let mut tmp = Vec::new();
-                match &ss {
-                    Some(ss) => {
-                        let input = unsafe { input::<T>(ss, &rr, &mut tmp) };
-                        c.scatter::<T>(input, unsafe { rr.slice_mut() }, root)
-                    }
-                    None => c.scatter::<T>(&[], unsafe { rr.slice_mut() }, root),
-                }
-            })
-        });
         let mut bufs = vec![r];
         bufs.extend(s);
-        self.go(py, "scatter", bufs, async_op, callback, job)
+        self.go(py, call, bufs, async_op, callback)
     }
 
     /// Block p of `send` goes to rank p; block p of `recv` comes from rank p. Equal blocks
@@ -538,24 +455,13 @@ impl PyCommunicator {
         let s = self.buf(send, "all_to_all", "input", Access::Read)?;
         let r = self.buf(recv, "all_to_all", "output", Access::Write)?;
         self.same_dtype("all_to_all", &s, &r)?;
-        let (ss, rr) = (s.clone(), r.clone());
-        let job: Job = Box::new(move |c| {
-            typed!(ss.dtype, T => {
-                let mut tmp = Vec::new();
-                let input = unsafe { input::<T>(&ss, &rr, &mut tmp) };
-                let out = unsafe { rr.slice_mut::<T>() };
-                match (send_counts, recv_counts) {
-                    (None, None) => c.all_to_all::<T>(input, out),
-                    (sc, rc) => {
-                        let w = c.world();
-                        let sc = sc.unwrap_or_else(|| vec![input.len() / w.max(1); w]);
-                        let rc = rc.unwrap_or_else(|| vec![out.len() / w.max(1); w]);
-                        c.all_to_all_v::<T>(input, &sc, out, &rc)
-                    }
-                }
-            })
-        });
-        self.go(py, "all_to_all", vec![s, r], async_op, callback, job)
+        let call = Call::new(Collective::AllToAll {
+            send_counts,
+            recv_counts,
+        })
+        .send(s.raw())
+        .recv(r.raw());
+        self.go(py, call, vec![s, r], async_op, callback)
     }
 
     /// Returns once every rank has called it.
@@ -566,8 +472,13 @@ impl PyCommunicator {
         async_op: bool,
         callback: Option<Py<PyAny>>,
     ) -> PyResult<Option<Work>> {
-        let job: Job = Box::new(|c| c.barrier());
-        self.go(py, "barrier", vec![], async_op, callback, job)
+        self.go(
+            py,
+            Call::new(Collective::Barrier),
+            vec![],
+            async_op,
+            callback,
+        )
     }
 
     /// Sends `buf` to `peer` (matched in order with its `recv`).
@@ -581,10 +492,8 @@ impl PyCommunicator {
         callback: Option<Py<PyAny>>,
     ) -> PyResult<Option<Work>> {
         let b = self.buf(buf, "send", "buffer", Access::Read)?;
-        let bb = b.clone();
-        let job: Job =
-            Box::new(move |c| typed!(bb.dtype, T => c.send::<T>(unsafe { bb.slice_mut() }, peer)));
-        self.go(py, "send", vec![b], async_op, callback, job)
+        let call = Call::new(Collective::Send { peer }).send(b.raw());
+        self.go(py, call, vec![b], async_op, callback)
     }
 
     /// Receives `peer`'s matching `send` into `buf`.
@@ -598,19 +507,17 @@ impl PyCommunicator {
         callback: Option<Py<PyAny>>,
     ) -> PyResult<Option<Work>> {
         let b = self.buf(buf, "recv", "buffer", Access::Write)?;
-        let bb = b.clone();
-        let job: Job =
-            Box::new(move |c| typed!(bb.dtype, T => c.recv::<T>(unsafe { bb.slice_mut() }, peer)));
-        self.go(py, "recv", vec![b], async_op, callback, job)
+        let call = Call::new(Collective::Recv { peer }).recv(b.raw());
+        self.go(py, call, vec![b], async_op, callback)
     }
 
     fn __repr__(&self) -> String {
-        match &self.exec {
-            Some(e) => format!(
+        match &self.comm {
+            Some(c) => format!(
                 "<dtcomm Communicator rank {} of {} over {}>",
                 self.rank,
                 self.world,
-                e.comm.transport_description()
+                c.transport_description()
             ),
             None => format!(
                 "<dtcomm Communicator rank {} of {} (shut down)>",
@@ -622,10 +529,12 @@ impl PyCommunicator {
 
 impl Drop for PyCommunicator {
     fn drop(&mut self) {
-        if let Some(exec) = self.exec.take() {
+        if let Some(comm) = self.comm.take() {
             Python::attach(|py| {
-                exec.stop(py);
-                py.detach(move || drop(exec));
+                py.detach(move || {
+                    comm.shutdown();
+                    drop(comm);
+                })
             });
         }
     }

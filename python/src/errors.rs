@@ -4,7 +4,7 @@
 //! sequence number): it is the engine's `Display` text. Bad arguments are `ValueError` or
 //! `TypeError`; everything that went wrong between ranks is a [`DtcommError`] subclass.
 
-use dtcomm::CommError;
+use dtcomm::{CallDesc, CommError, ErrorCode};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
@@ -82,17 +82,62 @@ pyo3::create_exception!(
     "The connection to the rendezvous server was lost or closed."
 );
 
-/// The Python exception for an engine error.
+/// The Python exception for an engine error, with attributes for programs that branch on it:
+/// `result_code` (the stable numeric code, the C ABI's `dtcomm_result_t`), `result_name`,
+/// `rank`, and where the error has them `peer`, `op`, `seq` and `waiting_for` (else None).
 pub(crate) fn to_py(e: CommError) -> PyErr {
     let msg = e.to_string();
-    match e.root_cause() {
-        CommError::Timeout { .. } => CommTimeoutError::new_err(msg),
-        CommError::PeerLost { .. } | CommError::Aborted { .. } => PeerLostError::new_err(msg),
-        CommError::Mismatch { .. } | CommError::Protocol { .. } => MismatchError::new_err(msg),
-        CommError::Setup { .. } => SetupError::new_err(msg),
-        CommError::InvalidArgument { .. } => pyo3::exceptions::PyValueError::new_err(msg),
-        CommError::Failed(_) => DtcommError::new_err(msg),
-    }
+    let cause = e.root_cause();
+    // By code, so that a bystander told of a mismatch between two other ranks raises
+    // MismatchError too (its message names both ranks and both calls).
+    let err = match cause.code() {
+        ErrorCode::Timeout => CommTimeoutError::new_err(msg),
+        ErrorCode::PeerLost | ErrorCode::Aborted => PeerLostError::new_err(msg),
+        ErrorCode::Mismatch | ErrorCode::Protocol => MismatchError::new_err(msg),
+        ErrorCode::Setup => SetupError::new_err(msg),
+        ErrorCode::Shutdown => ShutdownError::new_err(msg),
+        ErrorCode::InvalidArgument => pyo3::exceptions::PyValueError::new_err(msg),
+        _ => DtcommError::new_err(msg),
+    };
+    Python::attach(|py| {
+        let v = err.value(py);
+        let code = e.code();
+        let (rank, peer, call, waiting): (usize, Option<usize>, Option<CallDesc>, Vec<usize>) =
+            match cause {
+                CommError::Timeout {
+                    rank,
+                    call,
+                    waiting_for,
+                    ..
+                } => (*rank, None, Some(*call), waiting_for.clone()),
+                CommError::PeerLost {
+                    rank, peer, call, ..
+                } => (*rank, Some(*peer), Some(*call), vec![]),
+                CommError::Aborted {
+                    rank, lost, call, ..
+                } => (*rank, *lost, Some(*call), vec![]),
+                CommError::Mismatch {
+                    rank, peer, ours, ..
+                } => (*rank, Some(*peer), Some(*ours), vec![]),
+                CommError::Protocol {
+                    rank, peer, call, ..
+                } => (*rank, Some(*peer), Some(*call), vec![]),
+                CommError::Setup { rank, .. }
+                | CommError::InvalidArgument { rank, .. }
+                | CommError::Shutdown { rank, .. }
+                | CommError::WaitTimeout { rank, .. } => (*rank, None, None, vec![]),
+                CommError::Failed(_) => unreachable!("root_cause unwraps Failed"),
+            };
+        // Attributes are best effort: an exception type that refuses them keeps its message.
+        let _ = v.setattr("result_code", code as i32);
+        let _ = v.setattr("result_name", code.name());
+        let _ = v.setattr("rank", rank);
+        let _ = v.setattr("peer", peer);
+        let _ = v.setattr("op", call.map(|c| c.op.name()));
+        let _ = v.setattr("seq", call.map(|c| c.seq));
+        let _ = v.setattr("waiting_for", waiting);
+    });
+    err
 }
 
 /// Registers the exception types on the module.

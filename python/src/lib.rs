@@ -5,21 +5,24 @@
 //!
 //! * `comm.rs`: `Communicator`, every collective on numpy arrays and CPU torch tensors,
 //!   synchronous or `async_op=True`;
-//! * `exec.rs`: ordering of synchronous and asynchronous calls, the worker thread, `Work`;
+//! * `work.rs`: `Work`, the handle of an asynchronous call (the engine's executor orders
+//!   and runs the calls);
 //! * `buffer.rs`: zero-copy views (buffer protocol), `dlpack.rs`: torch tensors (DLPack);
 //! * `pystore.rs`: a Rust `Store` over torch's c10d store objects;
 //! * `native.rs`: the native rendezvous client (`NativeClient`, `Welcome`, `RdzvEvent`);
 //! * `rdzv.rs`: the in-process `dt-rdzv` server and a store client (for `dtrun`);
+//! * `launch.rs`: the engine's launcher-environment resolver (what the C ABI uses), for tests;
 //! * `errors.rs`: the exception types and the mapping from the engine's errors.
 
 mod buffer;
 mod comm;
 mod dlpack;
 mod errors;
-mod exec;
+mod launch;
 mod native;
 mod pystore;
 mod rdzv;
+mod work;
 
 use pyo3::prelude::*;
 
@@ -38,7 +41,7 @@ fn init_logging() {
 #[pymodule]
 fn _dtcomm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<comm::PyCommunicator>()?;
-    m.add_class::<exec::Work>()?;
+    m.add_class::<work::Work>()?;
     m.add_class::<rdzv::RdzvServer>()?;
     m.add_class::<rdzv::StoreClient>()?;
     m.add_class::<native::NativeClient>()?;
@@ -47,6 +50,7 @@ fn _dtcomm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<native::RdzvEvent>()?;
     m.add_function(wrap_pyfunction!(init_logging, m)?)?;
     m.add_function(wrap_pyfunction!(native::job_token, m)?)?;
+    m.add_function(wrap_pyfunction!(launch::resolve_launch, m)?)?;
     errors::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -18,13 +18,14 @@ dtcomm.init(verbose=False)
 r = dtcomm.rank()
 case = os.environ["CASE"]
 if case == "dtype":
-    x = np.ones(4, np.float32) if r == 0 else np.ones(4, np.int32)
+    x = np.ones(4, np.int32) if r == 1 else np.ones(4, np.float32)
 else:
-    x = np.ones(4 + r, np.float32)
+    x = np.ones(5 if r == 1 else 4, np.float32)
 try:
     dtcomm.all_reduce(x)
 except dtcomm.MismatchError as e:
     print("MISMATCH:", e)
+    print("ATTRS:", e.result_code, e.result_name, e.rank, e.op, e.seq)
 except dtcomm.DtcommError as e:
     print("OTHER:", type(e).__name__, e)
 else:
@@ -41,12 +42,17 @@ else:
 
 @pytest.mark.parametrize("case", ["dtype", "count"])
 def test_mismatch_across_ranks_names_ranks(tmp_path: Path, server: dtcomm.RdzvServer, case: str) -> None:
+    # World 3: rank 2 is a bystander of the mismatch between ranks 0 and 1 (in the count case)
+    # and must raise MismatchError too, naming both ranks and both calls.
     res = run_group(
-        tmp_path, 2, MISMATCH, {"DTCOMM_RDZV_ENDPOINT": server.endpoint, "CASE": case, "DTCOMM_TIMEOUT": "20"}
+        tmp_path, 3, MISMATCH, {"DTCOMM_RDZV_ENDPOINT": server.endpoint, "CASE": case, "DTCOMM_TIMEOUT": "20"}
     )
     check(res)
     mism = [r for r in res if "MISMATCH:" in r.out]
-    assert mism, [r.out for r in res]
+    assert len(mism) == 3, [r.out for r in res]
+    for r in mism:
+        attrs = next(l for l in r.out.splitlines() if l.startswith("ATTRS:")).split()
+        assert attrs[1:3] == ["5", "mismatch"] and attrs[4] == "all_reduce", attrs
     line = next(l for l in mism[0].out.splitlines() if l.startswith("MISMATCH:"))
     assert "rank 0" in line and "rank 1" in line, line
     want = ("float" in line and "int32" in line) if case == "dtype" else ("x 4" in line and "x 5" in line)
@@ -126,7 +132,8 @@ def test_unreachable_endpoint_fails_within_the_deadline() -> None:
 
 def test_missing_peer_times_out_naming_it(server: dtcomm.RdzvServer) -> None:
     t0 = time.monotonic()
-    with pytest.raises(dtcomm.SetupError, match=r"rank 0: .*1"):
+    # The message names the missing rank itself ("ranks [1] never ..."), not just any "1".
+    with pytest.raises(dtcomm.SetupError, match=r"rank 0: .*ranks \[\"?1\"?\] never"):
         dtcomm.Communicator.connect(server.endpoint, 0, 2, prefix="alone", timeout=1.5)
     assert time.monotonic() - t0 < 15
 

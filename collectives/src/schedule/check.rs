@@ -133,7 +133,7 @@ fn ranks_with(
 }
 
 #[test]
-fn allreduce_ring_and_doubling_match_sequential_sum() {
+fn allreduce_ring_doubling_tree_direct_match_sequential_sum() {
     for world in 1..=9 {
         for count in COUNTS {
             let want: Vec<i64> = (0..count)
@@ -145,6 +145,7 @@ fn allreduce_ring_and_doubling_match_sequential_sum() {
                     ring::allreduce as fn(usize, usize, usize) -> Schedule,
                 ),
                 ("rd", doubling::allreduce),
+                ("tree", tree::allreduce),
                 ("ring out of place", ring::allreduce_out_of_place),
                 ("direct", direct::allreduce),
             ] {

@@ -4,6 +4,13 @@
 use super::{LocalOp, RecvOp, Region, Schedule, SendOp, Step, blocks};
 
 /// Gather: Input (`counts[rank]` elements) of every rank into `root`'s Work, in rank order.
+///
+/// ```text
+/// world 4, root 0: root copies its own Input locally
+/// 1 --[1]--> 0
+/// 2 --[2]--> 0
+/// 3 --[3]--> 0
+/// ```
 pub(crate) fn gather(rank: usize, world: usize, root: usize, counts: &[usize]) -> Schedule {
     let b = blocks(counts);
     let mut step = Step::default();
@@ -34,6 +41,13 @@ pub(crate) fn gather(rank: usize, world: usize, root: usize, counts: &[usize]) -
 }
 
 /// Scatter: block p of `root`'s Input (blocks of `counts`) into rank p's Work.
+///
+/// ```text
+/// world 4, root 0: root copies block 0 locally
+/// 0 --[1]--> 1
+/// 0 --[2]--> 2
+/// 0 --[3]--> 3
+/// ```
 pub(crate) fn scatter(rank: usize, world: usize, root: usize, counts: &[usize]) -> Schedule {
     let b = blocks(counts);
     let mut step = Step::default();
@@ -66,6 +80,13 @@ pub(crate) fn scatter(rank: usize, world: usize, root: usize, counts: &[usize]) 
 /// All-to-all(v): block p of Input (blocks of `send_counts`) goes to rank p; block p of Work
 /// (blocks of `recv_counts`) comes from rank p. Peers are visited starting after this rank, so
 /// the ranks do not all start on the same peer.
+///
+/// ```text
+/// world 3, rank 0's view (Input block q out, Work block q in)
+/// 0 --in[1]--> 1      0 <--out[2]-- 2      (i = 1)
+/// 0 --in[2]--> 2      0 <--out[1]-- 1      (i = 2)
+/// local: in[0] -> out[0]
+/// ```
 pub(crate) fn all_to_all(
     rank: usize,
     world: usize,
@@ -101,6 +122,10 @@ pub(crate) fn all_to_all(
 }
 
 /// Point to point: send Input to `peer`.
+///
+/// ```text
+/// this rank --Input--> peer
+/// ```
 pub(crate) fn send(peer: usize, count: usize) -> Schedule {
     Schedule {
         steps: vec![Step {
@@ -115,6 +140,10 @@ pub(crate) fn send(peer: usize, count: usize) -> Schedule {
 }
 
 /// Point to point: receive Work from `peer`.
+///
+/// ```text
+/// peer --> this rank's Work
+/// ```
 pub(crate) fn recv(peer: usize, count: usize) -> Schedule {
     Schedule {
         steps: vec![Step {
@@ -135,6 +164,13 @@ pub(crate) fn recv(peer: usize, count: usize) -> Schedule {
 /// into scratch; step 2 combines them in rank order (deterministic, and equal on every rank
 /// since only the owner reduces) and sends the result to every peer. Two steps instead of the
 /// ring's 2(n-1), the same bytes per rank.
+///
+/// ```text
+/// world 3, segments a b c, rank r owns segment r
+/// step 1:  0: b->1 c->2    1: a->0 c->2    2: a->0 b->1    (into the owner's scratch)
+/// step 2:  owner combines its segment, then
+///          0: a->1,2       1: b->0,2       2: c->0,1       (receivers copy)
+/// ```
 pub(crate) fn allreduce(rank: usize, world: usize, count: usize) -> Schedule {
     if world == 1 {
         return Schedule::default();

@@ -7,6 +7,14 @@ use super::{LocalOp, RecvOp, Region, Schedule, SendOp, Step, sub_mod};
 /// Recursive-doubling allreduce of `count` elements in place in Work. Every exchange receives
 /// into scratch and combines at the start of the next step, so a send never reads a region
 /// being reduced. Combining is commutative pairwise, so all ranks end bitwise equal.
+///
+/// ```text
+/// world 6: largest power of two 4, so ranks 0 and 2 fold into 1 and 3
+/// fold:     0 --> 1   2 --> 3        (new ranks 1->0, 3->1, 4->2, 5->3)
+/// bit 0:    1 <-> 3   4 <-> 5
+/// bit 1:    1 <-> 4   3 <-> 5
+/// unfold:   1 --> 0   3 --> 2
+/// ```
 pub(crate) fn allreduce(rank: usize, world: usize, count: usize) -> Schedule {
     let mut s = Schedule {
         steps: Vec::new(),
@@ -108,6 +116,13 @@ pub(crate) fn allreduce(rank: usize, world: usize, count: usize) -> Schedule {
 }
 
 /// Dissemination barrier: in round k, signal rank + 2^k and wait for rank - 2^k.
+///
+/// ```text
+/// world 5 (empty messages)
+/// dist 1:  0->1 1->2 2->3 3->4 4->0
+/// dist 2:  0->2 1->3 2->4 3->0 4->1
+/// dist 4:  0->4 1->0 2->1 3->2 4->3
+/// ```
 pub(crate) fn barrier(rank: usize, world: usize) -> Schedule {
     let mut s = Schedule::default();
     let mut dist = 1;

@@ -27,6 +27,14 @@ fn ring_step(
 }
 
 /// Ring allreduce of `count` elements in place in Work: reduce-scatter, then allgather.
+///
+/// ```text
+/// world 3, segments a b c; the receiver combines (RS) or copies (AG)
+/// RS 0:  0 -a-> 1   1 -b-> 2   2 -c-> 0
+/// RS 1:  0 -c-> 1   1 -a-> 2   2 -b-> 0     rank r now holds segment r+1 reduced
+/// AG 0:  0 -b-> 1   1 -c-> 2   2 -a-> 0
+/// AG 1:  0 -a-> 1   1 -b-> 2   2 -c-> 0     every rank holds a b c reduced
+/// ```
 pub(crate) fn allreduce(rank: usize, world: usize, count: usize) -> Schedule {
     let mut s = Schedule::default();
     if world == 1 {
@@ -58,6 +66,13 @@ pub(crate) fn allreduce(rank: usize, world: usize, count: usize) -> Schedule {
 /// Out-of-place ring allreduce: reads Input, writes Work, and never copies Input to Work
 /// whole. The first reduce-scatter step sends from Input; every receive combines the incoming
 /// partial with this rank's Input segment straight into Work; the allgather overwrites the rest.
+///
+/// ```text
+/// the steps of `allreduce`; only the sources and destinations differ
+/// RS 0:        send Input seg    recv: Work seg = received op Input seg
+/// RS 1..p-2:   send Work seg     recv: Work seg = received op Input seg
+/// AG:          send Work seg     recv: Work seg = received
+/// ```
 pub(crate) fn allreduce_out_of_place(rank: usize, world: usize, count: usize) -> Schedule {
     let mut s = Schedule::default();
     if world == 1 {
@@ -108,6 +123,12 @@ pub(crate) fn allreduce_out_of_place(rank: usize, world: usize, count: usize) ->
 
 /// Ring reduce-scatter in place over Work holding `counts.len()` blocks: afterwards block
 /// `rank` of Work holds the reduction of every rank's block `rank`.
+///
+/// ```text
+/// world 3: block r ends reduced on rank r (receiver combines)
+/// step 0:  0 -[2]-> 1   1 -[0]-> 2   2 -[1]-> 0
+/// step 1:  0 -[1]-> 1   1 -[2]-> 2   2 -[0]-> 0
+/// ```
 pub(crate) fn reduce_scatter(rank: usize, world: usize, counts: &[usize]) -> Schedule {
     let mut s = Schedule::default();
     let b = blocks(counts);
@@ -125,6 +146,12 @@ pub(crate) fn reduce_scatter(rank: usize, world: usize, counts: &[usize]) -> Sch
 
 /// Ring allgather into Work (blocks of `counts`); this rank's block comes from Input at 0 when
 /// `from_input`, else it is already in place.
+///
+/// ```text
+/// world 3: rank r starts with block r (receiver copies)
+/// step 0:  0 -[0]-> 1   1 -[1]-> 2   2 -[2]-> 0
+/// step 1:  0 -[2]-> 1   1 -[0]-> 2   2 -[1]-> 0
+/// ```
 pub(crate) fn allgather(rank: usize, world: usize, counts: &[usize], from_input: bool) -> Schedule {
     let mut s = Schedule::default();
     let b = blocks(counts);

@@ -1,9 +1,18 @@
-//! Rooted schedules: binomial-tree broadcast and reduce (latency-optimal), and the pipelined
-//! chain broadcast (bandwidth-optimal: every link carries the buffer once).
+//! Tree schedules: binomial-tree broadcast and reduce (latency-optimal), the tree allreduce
+//! built from them, and the pipelined chain broadcast (bandwidth-optimal: every link carries
+//! the buffer once).
 
 use super::{LocalOp, RecvOp, Region, Schedule, SendOp, Step, partition, sub_mod};
 
 /// Binomial-tree broadcast of Work (`count` elements) from `root`.
+///
+/// ```text
+/// world 8, root 0 (ranks relative to the root)
+/// hop 1:  0 -> 4
+/// hop 2:  0 -> 2   4 -> 6
+/// hop 3:  0 -> 1   2 -> 3   4 -> 5   6 -> 7
+/// (a rank posts all its sends in one step, after its one receive)
+/// ```
 pub(crate) fn broadcast_binomial(rank: usize, world: usize, root: usize, count: usize) -> Schedule {
     let mut s = Schedule::default();
     let vr = sub_mod(rank, root, world);
@@ -47,6 +56,15 @@ pub(crate) fn broadcast_binomial(rank: usize, world: usize, root: usize, count: 
 
 /// Pipelined chain broadcast: the buffer is cut into `chunks` pieces that flow
 /// root -> root+1 -> ... so that every rank forwards piece j while it receives piece j+1.
+///
+/// ```text
+/// world 4, root 0, 3 pieces
+/// slot 0:  0 -p0-> 1
+/// slot 1:  0 -p1-> 1   1 -p0-> 2
+/// slot 2:  0 -p2-> 1   1 -p1-> 2   2 -p0-> 3
+/// slot 3:              1 -p2-> 2   2 -p1-> 3
+/// slot 4:                          2 -p2-> 3
+/// ```
 pub(crate) fn broadcast_chain(
     rank: usize,
     world: usize,
@@ -91,6 +109,13 @@ pub(crate) fn broadcast_chain(
 
 /// Binomial-tree reduce of Work (`count` elements) into `root`'s Work. Non-root Work is
 /// overwritten with partial results.
+///
+/// ```text
+/// world 8, root 0 (receiver combines via scratch)
+/// hop 1:  1 -> 0   3 -> 2   5 -> 4   7 -> 6
+/// hop 2:  2 -> 0   6 -> 4
+/// hop 3:  4 -> 0
+/// ```
 pub(crate) fn reduce_binomial(rank: usize, world: usize, root: usize, count: usize) -> Schedule {
     let mut s = Schedule {
         steps: Vec::new(),
@@ -147,5 +172,22 @@ pub(crate) fn reduce_binomial(rank: usize, world: usize, root: usize, count: usi
     if world == 1 {
         s.scratch = 0;
     }
+    s
+}
+
+/// Tree allreduce: binomial reduce into rank 0, then binomial broadcast from it. The critical
+/// path is `2 * ceil(log2 world)` message hops, each carrying the whole buffer (a rank's own
+/// step count depends on its place in the tree); every rank ends with rank 0's bits, whatever
+/// the world size.
+///
+/// ```text
+///  reduce (world 4)        broadcast
+///  1 -> 0   3 -> 2         0 -> 2
+///  2 -> 0                  0 -> 1   2 -> 3
+/// ```
+pub(crate) fn allreduce(rank: usize, world: usize, count: usize) -> Schedule {
+    let mut s = reduce_binomial(rank, world, 0, count);
+    s.steps
+        .extend(broadcast_binomial(rank, world, 0, count).steps);
     s
 }

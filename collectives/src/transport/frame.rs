@@ -5,8 +5,8 @@
 //! 0 = none), flags (u8, 0), seq (u64), count (u64), root (u32, `u32::MAX` = none),
 //! payload length (u32).
 
+use crate::call::{CallDesc, OpKind};
 use crate::dtype::DType;
-use crate::error::{CallDesc, OpKind};
 use crate::op::ReduceOp;
 
 pub(crate) const HEADER_LEN: usize = 32;
@@ -38,6 +38,9 @@ pub(crate) fn decode(h: &[u8; HEADER_LEN]) -> Result<(CallDesc, usize), String> 
     }
     let op = OpKind::from_u8(h[4]).ok_or_else(|| format!("unknown op {}", h[4]))?;
     let dtype = DType::from_u8(h[5]).ok_or_else(|| format!("unknown dtype {}", h[5]))?;
+    if h[7] != 0 {
+        return Err(format!("reserved flags 0x{:02x} set", h[7]));
+    }
     let redop = match h[6] {
         0 => None,
         v => Some(ReduceOp::from_u8(v).ok_or_else(|| format!("unknown reduce op {v}"))?),
@@ -83,6 +86,9 @@ mod tests {
         let mut bad = h;
         bad[0] = b'X';
         assert!(decode(&bad).unwrap_err().contains("magic"));
+        let mut flagged = h;
+        flagged[7] = 1;
+        assert!(decode(&flagged).unwrap_err().contains("flags"));
         assert_eq!(split(0).collect::<Vec<_>>(), vec![(0, 0)]);
         assert_eq!(split(FRAME_BYTES + 1).count(), 2);
     }

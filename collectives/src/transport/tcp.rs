@@ -13,6 +13,18 @@ use super::{LinkError, StreamId, Transport};
 const CTRL_GOODBYE: u8 = b'G';
 const CTRL_ABORT: u8 = b'A';
 const CTRL_STALL: u8 = b'S';
+/// Most ranks a stall report may name, and longest abort reason: what a peer announces is
+/// bounded before anything is buffered for it.
+const MAX_CTRL_RANKS: usize = 1 << 20;
+const MAX_CTRL_REASON: usize = 64 << 10;
+
+fn oversized(peer: usize, what: &str, n: usize) -> LinkError {
+    LinkError::Closed {
+        peer,
+        graceful: false,
+        detail: format!("control socket announced a {what} of {n} entries, over the limit"),
+    }
+}
 
 /// One peer's sockets.
 pub(crate) struct Peer {
@@ -132,6 +144,9 @@ impl TcpTransport {
                     let op = b[1];
                     let seq = u64::from_le_bytes(b[2..10].try_into().expect("8"));
                     let n = u32::from_le_bytes(b[10..14].try_into().expect("4")) as usize;
+                    if n > MAX_CTRL_RANKS {
+                        return Err(oversized(peer, "stall report", n));
+                    }
                     if b.len() < 14 + 4 * n {
                         return Ok(());
                     }
@@ -151,6 +166,9 @@ impl TcpTransport {
                     let origin = u32::from_le_bytes(b[1..5].try_into().expect("4")) as usize;
                     let lost = u32::from_le_bytes(b[5..9].try_into().expect("4"));
                     let len = u32::from_le_bytes(b[9..13].try_into().expect("4")) as usize;
+                    if len > MAX_CTRL_REASON {
+                        return Err(oversized(peer, "abort reason", len));
+                    }
                     if b.len() < 13 + len {
                         return Ok(());
                     }

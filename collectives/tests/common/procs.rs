@@ -28,7 +28,8 @@ pub fn child_store(endpoint: &str) -> Arc<dyn Store> {
     Arc::new(TcpStoreClient::connect(endpoint, Duration::from_secs(30)).expect("store connect"))
 }
 
-/// Spawns `world` children of this test binary running the test `entry` in role `role`.
+/// Spawns `world` children of this test binary running the ignored test `entry` in role
+/// `role`.
 pub fn spawn_ranks(
     entry: &str,
     role: &str,
@@ -40,14 +41,20 @@ pub fn spawn_ranks(
     (0..world)
         .map(|r| {
             let mut cmd = Command::new(&exe);
-            cmd.args(["--exact", entry, "--nocapture", "--test-threads=1"])
-                .env(CHILD_ENV, role)
-                .env("DTCOMM_TEST_RANK", r.to_string())
-                .env("DTCOMM_TEST_WORLD", world.to_string())
-                .env("DTCOMM_TEST_STORE", endpoint)
-                .env("DTCOMM_SOCKET_IFNAME", "lo")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
+            cmd.args([
+                "--ignored",
+                "--exact",
+                entry,
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_ENV, role)
+            .env("DTCOMM_TEST_RANK", r.to_string())
+            .env("DTCOMM_TEST_WORLD", world.to_string())
+            .env("DTCOMM_TEST_STORE", endpoint)
+            .env("DTCOMM_SOCKET_IFNAME", "lo")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
             for (k, v) in extra_env {
                 cmd.env(k, v);
             }

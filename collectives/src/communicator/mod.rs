@@ -1,0 +1,380 @@
+//! The [`Communicator`]: a group of ranks connected by a transport, built from a [`Store`].
+//!
+//! * this file: construction, the byte-level entry ([`Communicator::run`],
+//!   [`Communicator::submit`]) through the one progress executor, the failed state, teardown;
+//! * `check.rs`: a [`Call`]'s arguments checked before anything is sent;
+//! * `execute.rs`: a checked call turned into a schedule the engine runs (the choice of
+//!   algorithm, the local pre- and post-processing, the sequence number);
+//! * `typed.rs`: the safe typed API (`all_reduce<T>` and friends), a thin layer over `run`.
+
+mod check;
+mod execute;
+mod typed;
+
+use std::any::Any;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use dt_rdzv::store::Store;
+
+use crate::call::Call;
+use crate::config::{Config, Options};
+use crate::engine::Engine;
+use crate::error::CommError;
+use crate::progress::{Completion, Job, OnDone, Progress, Work};
+use crate::transport::{Transport, mem};
+
+pub(crate) use execute::allreduce_algo;
+
+/// The engine and the counters of one communicator, behind its lock.
+pub(crate) struct State {
+    engine: Engine,
+    seq: u64,
+    send_seq: Vec<u64>,
+    recv_seq: Vec<u64>,
+    failed: Option<CommError>,
+}
+
+/// What a communicator's calls share with the progress thread.
+pub(crate) struct Inner {
+    pub rank: usize,
+    pub world: usize,
+    pub config: Config,
+    state: Mutex<State>,
+    /// Signalled whenever a queued call finished.
+    drained: Condvar,
+    /// Calls submitted to the progress thread and not finished yet.
+    pending: AtomicUsize,
+    describe: String,
+    /// The fork generation this communicator was built in.
+    fork_gen: u64,
+}
+
+/// A group of `world` ranks that run collectives together. Every rank calls the same
+/// collectives in the same order; each call blocks until this rank's part is done (or use the
+/// `_async` variants, or [`submit`](Communicator::submit)). Any failure (a lost rank, a
+/// deadline, a mismatched call) fails the communicator: that call and every later one return
+/// an error naming the rank, the peer, the call and its sequence number.
+///
+/// ```
+/// use dtcomm::{Communicator, Options, ReduceOp};
+///
+/// // Four ranks in this process, one thread each, over the in-memory transport.
+/// let comms = Communicator::in_memory(4, Options::default()).unwrap();
+/// let sums: Vec<Vec<f32>> = std::thread::scope(|s| {
+///     let hs: Vec<_> = comms
+///         .iter()
+///         .map(|c| s.spawn(move || {
+///             let mut v = vec![c.rank() as f32; 3];
+///             c.all_reduce(&mut v, ReduceOp::Sum).unwrap();
+///             v
+///         }))
+///         .collect();
+///     hs.into_iter().map(|h| h.join().unwrap()).collect()
+/// });
+/// assert!(sums.iter().all(|v| v == &[6.0, 6.0, 6.0]));
+/// ```
+pub struct Communicator {
+    pub(crate) inner: Arc<Inner>,
+    progress: OnceLock<Mutex<Progress>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Communicator {
+    /// Connects rank `rank` of `world` over TCP, finding the peers through `store`: each rank
+    /// publishes its listen address under `<prefix>/<generation>/addr/<rank>` and reads
+    /// everyone else's (`generation` counts the communicators this rank built on the store, so
+    /// every rank must build its communicators in the same order).
+    /// Blocks until every rank has joined, or fails at the deadline naming the missing ranks.
+    /// `store` may be `dt_rdzv::client::TcpStoreClient` (a `dt-rdzv serve` or torch TCPStore)
+    /// or a [`MemoryStore`](dt_rdzv::store::MemoryStore) shared by threads.
+    pub fn new(
+        store: Arc<dyn Store>,
+        rank: usize,
+        world: usize,
+        opts: Options,
+    ) -> Result<Communicator, CommError> {
+        let config = resolve(rank, world, &opts)?;
+        tracing::info!(rank, world, "dtcomm config: {config}");
+        let transport = crate::bootstrap::tcp_mesh(store.as_ref(), rank, world, &config)?;
+        Ok(Communicator::from_transport(
+            rank,
+            world,
+            config,
+            Box::new(transport),
+        ))
+    }
+
+    /// A whole group in this process over the in-memory transport (for tests and for
+    /// single-process use): element `r` is rank `r`. Give each to its own thread.
+    pub fn in_memory(world: usize, opts: Options) -> Result<Vec<Communicator>, CommError> {
+        let config = resolve(0, world, &opts)?;
+        let transports = mem::group(world, config.nsocks_perpeer.value, 64 << 10);
+        Ok(transports
+            .into_iter()
+            .enumerate()
+            .map(|(r, t)| Communicator::from_transport(r, world, config.clone(), Box::new(t)))
+            .collect())
+    }
+
+    pub(crate) fn from_transport(
+        rank: usize,
+        world: usize,
+        config: Config,
+        t: Box<dyn Transport>,
+    ) -> Communicator {
+        let describe = t.describe();
+        let engine = Engine::new(rank, t, config.spin.value);
+        let state = State {
+            engine,
+            seq: 0,
+            send_seq: vec![0; world],
+            recv_seq: vec![0; world],
+            failed: None,
+        };
+        Communicator {
+            inner: Arc::new(Inner {
+                rank,
+                world,
+                config,
+                state: Mutex::new(state),
+                drained: Condvar::new(),
+                pending: AtomicUsize::new(0),
+                describe,
+                fork_gen: crate::fork::generation(),
+            }),
+            progress: OnceLock::new(),
+        }
+    }
+
+    /// This rank, in `0..world`.
+    pub fn rank(&self) -> usize {
+        self.inner.rank
+    }
+
+    /// Number of ranks.
+    pub fn world(&self) -> usize {
+        self.inner.world
+    }
+
+    /// The resolved configuration, with where each value came from.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The transport, for logs and benchmark preambles (e.g. `tcp 10.0.0.5:4711 on eth0 (1
+    /// data socket(s)/peer)`).
+    pub fn transport_description(&self) -> &str {
+        &self.inner.describe
+    }
+
+    /// The error that failed this communicator, if one did.
+    pub fn failure(&self) -> Option<CommError> {
+        lock(&self.inner.state).failed.clone()
+    }
+
+    /// Runs `call` on this thread, after every call submitted before it, and returns when this
+    /// rank's part is done. Argument errors ([`CommError::InvalidArgument`]) send nothing and
+    /// leave the communicator usable; any other error fails it.
+    ///
+    /// # Safety
+    /// The call's buffers must be valid for their element count and dtype (reads for `send`,
+    /// reads and writes for `recv`) until this returns, and nothing else may write them (or,
+    /// for `recv`, read them) meanwhile. `send` and `recv` may overlap.
+    pub unsafe fn run(&self, call: &Call) -> Result<(), CommError> {
+        let inner = &self.inner;
+        inner.usable(call)?;
+        inner.check(call)?;
+        let mut st = lock(&inner.state);
+        // Calls queued before this one go first.
+        let start = Instant::now();
+        while inner.pending.load(Ordering::Acquire) > 0 {
+            let ahead = inner.pending.load(Ordering::Acquire) as u32;
+            let limit = inner.config.timeout.value * (ahead + 1);
+            if start.elapsed() > limit {
+                // The calls before this one are stuck past their own deadlines: this rank can
+                // no longer keep the same call order as its peers, so the communicator fails.
+                let e = CommError::WaitTimeout {
+                    rank: inner.rank,
+                    op: call.collective.name(),
+                    waited: start.elapsed(),
+                };
+                st.failed.get_or_insert_with(|| e.clone());
+                return Err(e);
+            }
+            st = inner
+                .drained
+                .wait_timeout(st, Duration::from_millis(100))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        // SAFETY: the caller's contract.
+        unsafe { inner.execute(&mut st, call) }
+    }
+
+    /// Queues `call` for the progress thread and returns its [`Work`] at once. Calls run in
+    /// submission order (blocking [`run`](Self::run) calls included). Bad arguments give a
+    /// `Work` that has already failed.
+    ///
+    /// # Safety
+    /// As for [`run`](Self::run), but until the returned [`Work`] reports completion.
+    pub unsafe fn submit(&self, call: Call) -> Work {
+        // SAFETY: the caller's contract.
+        unsafe { self.submit_with(call, None, None) }
+    }
+
+    /// [`submit`](Self::submit) with `keep` (dropped, or handed back by [`Work::take`], only
+    /// after the call finished: the owner of the buffers) and `on_done` (run with the result on
+    /// the thread that ran the call, once the `Work` reports completion).
+    ///
+    /// # Safety
+    /// As for [`submit`](Self::submit).
+    pub unsafe fn submit_with(
+        &self,
+        call: Call,
+        keep: Option<Box<dyn Any + Send>>,
+        on_done: Option<OnDone>,
+    ) -> Work {
+        let inner = self.inner.clone();
+        let op = call.collective.name();
+        let spin = inner.config.spin.value;
+        let done = Completion::new(keep);
+        let early = inner.usable(&call).and_then(|()| inner.check(&call));
+        let ahead = inner.pending.fetch_add(1, Ordering::AcqRel) as u32;
+        let deadline = call.deadline.unwrap_or(inner.config.timeout.value);
+        let default_wait = inner.config.timeout.value * (ahead + 1) + deadline;
+        let work = Work::new(done.clone(), inner.rank, op, spin, default_wait);
+        let finish = move |inner: &Inner, r: Result<(), CommError>| {
+            let for_callback = on_done.as_ref().map(|_| r.clone());
+            done.set(r);
+            inner.pending.fetch_sub(1, Ordering::AcqRel);
+            // Wake blocking calls waiting for the queue to drain (under the lock, so none
+            // misses it between its check and its wait).
+            drop(lock(&inner.state));
+            inner.drained.notify_all();
+            // Last, so that a callback may itself call this communicator.
+            if let (Some(f), Some(r)) = (on_done, for_callback) {
+                f(&r);
+            }
+        };
+        if let Err(e) = early {
+            finish(&inner, Err(e));
+            return work;
+        }
+        let job_inner = inner.clone();
+        let job: Job = Box::new(move || {
+            let r = {
+                let mut st = lock(&job_inner.state);
+                // SAFETY: the submitter's contract covers the time until completion.
+                unsafe { job_inner.execute(&mut st, &call) }
+            };
+            finish(&job_inner, r);
+        });
+        let progress = self.progress.get_or_init(|| {
+            let p = Progress::start(inner.rank, spin).unwrap_or_else(|e| {
+                tracing::error!(rank = inner.rank, "dtcomm: no progress thread: {e}");
+                Progress::dead()
+            });
+            Mutex::new(p)
+        });
+        if let Err(job) = lock(progress).submit(job) {
+            // No progress thread: run it here rather than lose it.
+            job();
+        }
+        work
+    }
+
+    /// Finishes the queued calls, says goodbye to the peers (so they know this is no crash)
+    /// and closes the connections. Later calls fail with [`CommError::Shutdown`].
+    pub fn shutdown(&self) {
+        if self.inner.forked() {
+            return;
+        }
+        if let Some(p) = self.progress.get() {
+            lock(p).stop();
+        }
+        let mut st = lock(&self.inner.state);
+        if !matches!(st.failed, Some(CommError::Shutdown { .. })) {
+            st.engine.transport.shutdown();
+            st.failed = Some(CommError::Shutdown {
+                rank: self.inner.rank,
+                op: "call",
+                detail: "shutdown() was called".into(),
+            });
+        }
+    }
+}
+
+impl Inner {
+    pub(crate) fn invalid(&self, op: &'static str, detail: impl Into<String>) -> CommError {
+        CommError::InvalidArgument {
+            rank: self.rank,
+            op,
+            detail: detail.into(),
+        }
+    }
+
+    fn forked(&self) -> bool {
+        crate::fork::generation() != self.fork_gen
+    }
+
+    /// Refuses calls from a forked child.
+    fn usable(&self, call: &Call) -> Result<(), CommError> {
+        if self.forked() {
+            return Err(CommError::Shutdown {
+                rank: self.rank,
+                op: call.collective.name(),
+                detail: format!(
+                    "this process (pid {}) is a fork of the one that built the communicator; \
+                     build a new one in the child",
+                    std::process::id()
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn resolve(rank: usize, world: usize, opts: &Options) -> Result<Config, CommError> {
+    let setup = |detail: String| CommError::Setup {
+        rank,
+        elapsed: Duration::ZERO,
+        detail,
+    };
+    if world == 0 || rank >= world {
+        return Err(setup(format!("rank {rank} is not in a world of {world}")));
+    }
+    if world > u32::MAX as usize / 2 {
+        return Err(setup(format!("world {world} is too large")));
+    }
+    Config::resolve(opts).map_err(setup)
+}
+
+impl Drop for Communicator {
+    fn drop(&mut self) {
+        if self.inner.forked() {
+            // The parent's threads and peers: touch nothing (a lock may be held by a thread
+            // that does not exist here), and never drop the state.
+            if let Some(p) = self.progress.take() {
+                p.into_inner().unwrap_or_else(|p| p.into_inner()).forget();
+            }
+            std::mem::forget(self.inner.clone());
+            return;
+        }
+        self.shutdown();
+    }
+}
+
+impl std::fmt::Debug for Communicator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Communicator")
+            .field("rank", &self.inner.rank)
+            .field("world", &self.inner.world)
+            .field("transport", &self.inner.describe)
+            .finish()
+    }
+}

@@ -1,0 +1,377 @@
+//! Where rank, world size, local rank and the rendezvous come from, with provenance: the rules
+//! of Python's `dtcomm.init()` (`python/dtcomm/_config.py`) for Rust and C callers, as a pure
+//! function of explicit arguments and an environment lookup.
+//!
+//! Precedence: explicit arguments, then `DTCOMM_*`, then torchrun (`RANK`, `WORLD_SIZE`,
+//! `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `MASTER_ADDR`/`MASTER_PORT`, `TORCHELASTIC_RUN_ID`), then
+//! Horovod, Open MPI and PMI (`HOROVOD_RANK`, `OMPI_COMM_WORLD_RANK`, `PMI_RANK` and their
+//! sizes), then OCI Data Science (`OCI__MODE`, `OCI__WORKER_COUNT`), else rank 0 of 1. A pair
+//! set by half (a rank without its size, an address without its port) is an error naming both
+//! variables. An endpoint on dt-rdzv's native port (29401, or `DTCOMM_RDZV_BACKEND=native`, or
+//! a pinned fingerprint) asks for the native rendezvous, which assigns the ranks.
+
+use std::fmt;
+
+/// The TCPStore port (torchrun's default).
+pub const STORE_PORT: u16 = 29400;
+/// dt-rdzv's native (QUIC) port.
+pub const NATIVE_PORT: u16 = 29401;
+
+/// `(rank variable, size variable)` pairs in precedence order after explicit arguments.
+pub const RANK_PAIRS: [(&str, &str); 5] = [
+    ("DTCOMM_RANK", "DTCOMM_WORLD_SIZE"),
+    ("RANK", "WORLD_SIZE"),
+    ("HOROVOD_RANK", "HOROVOD_SIZE"),
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("PMI_RANK", "PMI_SIZE"),
+];
+/// `(local rank variable, local size variable)` pairs in precedence order.
+pub const LOCAL_PAIRS: [(&str, &str); 5] = [
+    ("DTCOMM_LOCAL_RANK", "DTCOMM_LOCAL_WORLD_SIZE"),
+    ("LOCAL_RANK", "LOCAL_WORLD_SIZE"),
+    ("HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE"),
+    ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+    ("MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
+];
+/// Run id variables in precedence order.
+pub const RUN_ID_VARS: [&str; 2] = ["DTCOMM_RUN_ID", "TORCHELASTIC_RUN_ID"];
+
+/// A resolved value and where it came from (`explicit`, a variable name, `default`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sourced<T> {
+    /// The value.
+    pub value: T,
+    /// Where it came from.
+    pub source: String,
+}
+
+fn s<T>(value: T, source: impl Into<String>) -> Sourced<T> {
+    Sourced {
+        value,
+        source: source.into(),
+    }
+}
+
+/// What the caller passed explicitly (each pair both or neither).
+#[derive(Debug, Clone, Default)]
+pub struct Explicit {
+    /// Rank and world size.
+    pub rank_world: Option<(usize, usize)>,
+    /// Rendezvous endpoint `host:port`.
+    pub endpoint: Option<String>,
+    /// Run id (the key namespace on the store).
+    pub run_id: Option<String>,
+}
+
+/// Everything needed to join a group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Launch {
+    /// This rank; `None` for an OCI worker (numbered on arrival) or under native rendezvous.
+    pub rank: Sourced<Option<usize>>,
+    /// Number of ranks (0 under native rendezvous: the server decides).
+    pub world: Sourced<usize>,
+    /// Rank on this host.
+    pub local_rank: Sourced<usize>,
+    /// Ranks on this host.
+    pub local_size: Sourced<usize>,
+    /// The rendezvous endpoint, `host:port`; `None` for a world of one.
+    pub endpoint: Sourced<Option<String>>,
+    /// The run id.
+    pub run_id: Sourced<String>,
+    /// Whether this process hosts the store at `endpoint` (torch's env:// rule: rank 0 of
+    /// `MASTER_ADDR`/`MASTER_PORT`; OCI's MAIN).
+    pub host_store: Sourced<bool>,
+    /// Whether `endpoint` is dt-rdzv's native port (ranks come from the native rendezvous).
+    pub native: Sourced<bool>,
+}
+
+impl fmt::Display for Launch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.rank.value {
+            Some(r) => write!(f, "rank={r} ({})", self.rank.source)?,
+            None => write!(f, "rank=assigned at rendezvous ({})", self.rank.source)?,
+        }
+        write!(
+            f,
+            " world_size={} ({}) local_rank={} ({}) local_size={} ({}) rdzv={} ({}) run_id={} ({}) host_store={} ({})",
+            self.world.value,
+            self.world.source,
+            self.local_rank.value,
+            self.local_rank.source,
+            self.local_size.value,
+            self.local_size.source,
+            self.endpoint.value.as_deref().unwrap_or("None"),
+            self.endpoint.source,
+            self.run_id.value,
+            self.run_id.source,
+            self.host_store.value,
+            self.host_store.source,
+        )
+    }
+}
+
+/// A variable, trimmed; unset and blank are the same.
+fn var(env: &dyn Fn(&str) -> Option<String>, k: &str) -> Option<String> {
+    env(k)
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+}
+
+fn int(k: &str, text: &str, min: usize) -> Result<usize, String> {
+    let v: usize = text
+        .parse()
+        .map_err(|_| format!("{k}='{text}' is not an integer"))?;
+    if v < min {
+        return Err(format!("{k}='{text}' must be >= {min}"));
+    }
+    Ok(v)
+}
+
+/// The first fully set pair as `(a, b, a_name, b_name)`; a half-set pair is an error.
+fn pair(
+    env: &dyn Fn(&str) -> Option<String>,
+    pairs: &[(&'static str, &'static str)],
+    below: bool,
+) -> Result<Option<(usize, usize, &'static str, &'static str)>, String> {
+    for &(a, b) in pairs {
+        match (var(env, a), var(env, b)) {
+            (None, None) => continue,
+            (Some(va), Some(vb)) => {
+                let (r, n) = (int(a, &va, 0)?, int(b, &vb, 1)?);
+                if below && r >= n {
+                    return Err(format!("{a}={r} is not below {b}={n}"));
+                }
+                return Ok(Some((r, n, a, b)));
+            }
+            (va, _) => {
+                let (have, miss) = if va.is_some() { (a, b) } else { (b, a) };
+                let hv = env(have).unwrap_or_default();
+                return Err(format!(
+                    "{have}='{hv}' is set but {miss} is not: set both {a} and {b}, or neither"
+                ));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// `host[:port]` (IPv6 in brackets) as (host without brackets, port).
+pub fn split_host_port(endpoint: &str, default_port: u16) -> Result<(String, u16), String> {
+    let ep = endpoint.trim();
+    let (host, port) = if let Some(rest) = ep.strip_prefix('[') {
+        let (h, r) = rest.split_once(']').unwrap_or((rest, ""));
+        (h, r.strip_prefix(':').unwrap_or(""))
+    } else if ep.matches(':').count() == 1 {
+        ep.split_once(':').expect("one colon")
+    } else {
+        (ep, "")
+    };
+    let port = if port.is_empty() {
+        default_port
+    } else {
+        port.parse().map_err(|_| {
+            format!("rendezvous endpoint {endpoint:?}: port {port:?} is not a number")
+        })?
+    };
+    Ok((host.to_owned(), port))
+}
+
+/// `host:port`, with brackets around an IPv6 host.
+pub fn join_host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+fn is_native(env: &dyn Fn(&str) -> Option<String>, ep: &str) -> Result<Sourced<bool>, String> {
+    match var(env, "DTCOMM_RDZV_BACKEND")
+        .map(|b| b.to_ascii_lowercase())
+        .as_deref()
+    {
+        Some("native") => return Ok(s(true, "DTCOMM_RDZV_BACKEND")),
+        Some("store" | "tcpstore" | "c10d") => return Ok(s(false, "DTCOMM_RDZV_BACKEND")),
+        Some(b) => {
+            return Err(format!(
+                "DTCOMM_RDZV_BACKEND='{b}': expected 'native' or 'store'"
+            ));
+        }
+        None => {}
+    }
+    for v in ["DTCOMM_RDZV_FINGERPRINT", "DTCOMM_RDZV_CACERT"] {
+        if var(env, v).is_some() {
+            return Ok(s(true, v));
+        }
+    }
+    if split_host_port(ep, STORE_PORT)?.1 == NATIVE_PORT {
+        return Ok(s(true, format!("port {NATIVE_PORT}")));
+    }
+    Ok(s(false, "default (TCPStore protocol)"))
+}
+
+fn truthy(v: Option<String>) -> bool {
+    v.is_some_and(|t| {
+        matches!(
+            t.trim().to_ascii_lowercase().as_str(),
+            "1" | "true" | "t" | "yes" | "y"
+        )
+    })
+}
+
+/// Resolves the launcher environment (`env` looks a variable up). Errors name the variables.
+pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<Launch, String> {
+    let oci = var(env, "OCI__MODE")
+        .unwrap_or_default()
+        .to_ascii_uppercase();
+    let (mut rank, mut world) = if let Some((r, w)) = ex.rank_world {
+        if w < 1 || r >= w {
+            return Err(format!("rank {r} is not in a world of {w}"));
+        }
+        (s(Some(r), "explicit"), s(w, "explicit"))
+    } else if let Some((r, w, a, b)) = pair(env, &RANK_PAIRS, true)? {
+        (s(Some(r), a), s(w, b))
+    } else if oci == "MAIN" || oci == "WORKER" {
+        let (n, src) = match var(env, "OCI__WORKER_COUNT") {
+            Some(c) => (
+                int("OCI__WORKER_COUNT", &c, 0)? + 1,
+                "OCI__WORKER_COUNT + 1 (main)",
+            ),
+            None => (2, "OCI default"),
+        };
+        let r = if oci == "MAIN" {
+            s(Some(0), "OCI__MODE=MAIN")
+        } else {
+            s(None, "OCI__MODE=WORKER")
+        };
+        (r, s(n, src))
+    } else {
+        (s(Some(0), "default"), s(1, "default"))
+    };
+    let (mut local_rank, mut local_size) = match pair(env, &LOCAL_PAIRS, true)? {
+        Some((r, n, a, b)) => (s(r, a), s(n, b)),
+        None if world.value == 1 => (s(0, "default"), s(1, "default")),
+        None => (s(0, "default (unknown)"), s(1, "default (unknown)")),
+    };
+
+    let raw = ex
+        .endpoint
+        .clone()
+        .or_else(|| var(env, "DTCOMM_RDZV_ENDPOINT"));
+    let mut native = match &raw {
+        Some(ep) => is_native(env, ep)?,
+        None => s(false, "default"),
+    };
+    let launcher_rank = !matches!(
+        rank.source.as_str(),
+        "default" | "OCI__MODE=MAIN" | "OCI__MODE=WORKER"
+    );
+    let mut explicit_ep = ex.endpoint.clone();
+    let mut dtcomm_ep = var(env, "DTCOMM_RDZV_ENDPOINT");
+    if native.value && launcher_rank {
+        native = s(
+            false,
+            format!(
+                "rank from {}: that launcher's rendezvous is used",
+                rank.source
+            ),
+        );
+        explicit_ep = None;
+        dtcomm_ep = None;
+    }
+    let endpoint = if native.value {
+        let raw = raw.expect("native implies an endpoint");
+        let (host, port) = split_host_port(&raw, NATIVE_PORT)?;
+        let why = format!("native rendezvous ({})", native.source);
+        rank = s(None, why.clone());
+        world = s(0, why.clone());
+        local_rank = s(0, why.clone());
+        local_size = s(1, why);
+        let src = if ex.endpoint.is_some() {
+            "explicit"
+        } else {
+            "DTCOMM_RDZV_ENDPOINT"
+        };
+        s(Some(join_host_port(&host, port)), src)
+    } else if let Some(ep) = explicit_ep {
+        s(Some(ep), "explicit")
+    } else if let Some(ep) = dtcomm_ep {
+        let (host, port) = split_host_port(&ep, STORE_PORT)?;
+        s(Some(join_host_port(&host, port)), "DTCOMM_RDZV_ENDPOINT")
+    } else {
+        match (var(env, "MASTER_ADDR"), var(env, "MASTER_PORT")) {
+            (Some(a), Some(p)) => {
+                let port = int("MASTER_PORT", &p, 1)?;
+                let port =
+                    u16::try_from(port).map_err(|_| format!("MASTER_PORT={p:?} is not a port"))?;
+                let host = a.trim_start_matches('[').trim_end_matches(']');
+                s(Some(join_host_port(host, port)), "MASTER_ADDR, MASTER_PORT")
+            }
+            (None, None) if oci == "MAIN" => s(
+                Some(format!("0.0.0.0:{STORE_PORT}")),
+                "OCI__MODE=MAIN hosts it",
+            ),
+            (None, None) => s(None, "default"),
+            (a, _) => {
+                let (have, miss) = if a.is_some() {
+                    ("MASTER_ADDR", "MASTER_PORT")
+                } else {
+                    ("MASTER_PORT", "MASTER_ADDR")
+                };
+                let hv = env(have).unwrap_or_default();
+                return Err(format!(
+                    "{have}='{hv}' is set but {miss} is not: set both MASTER_ADDR and MASTER_PORT, or neither"
+                ));
+            }
+        }
+    };
+    if endpoint.value.is_none() && world.value > 1 {
+        return Err(format!(
+            "rank {}: a world of {} ({}) needs a rendezvous endpoint: set \
+             DTCOMM_RDZV_ENDPOINT=host:port (or MASTER_ADDR and MASTER_PORT), or launch with dtrun",
+            rank.value.map_or("None".into(), |r| r.to_string()),
+            world.value,
+            world.source
+        ));
+    }
+    let host_store = if native.value {
+        s(false, "native rendezvous")
+    } else if var(env, "DTCOMM_RDZV_HOST").is_some() {
+        s(truthy(env("DTCOMM_RDZV_HOST")), "DTCOMM_RDZV_HOST")
+    } else if endpoint.source == "MASTER_ADDR, MASTER_PORT" && rank.value == Some(0) {
+        if truthy(env("TORCHELASTIC_USE_AGENT_STORE")) {
+            s(false, "TORCHELASTIC_USE_AGENT_STORE")
+        } else {
+            s(true, "rank 0 of env://")
+        }
+    } else if oci == "MAIN" && ex.endpoint.is_none() {
+        s(true, "OCI__MODE=MAIN")
+    } else {
+        s(false, "default")
+    };
+    let run_id = match &ex.run_id {
+        Some(r) => s(r.clone(), "explicit"),
+        None => RUN_ID_VARS
+            .iter()
+            .find_map(|v| var(env, v).map(|x| s(x, *v)))
+            .unwrap_or_else(|| s("dtcomm".to_owned(), "default")),
+    };
+    Ok(Launch {
+        rank,
+        world,
+        local_rank,
+        local_size,
+        endpoint,
+        run_id,
+        host_store,
+        native,
+    })
+}
+
+/// [`resolve`] over the process environment.
+pub fn from_env(ex: &Explicit) -> Result<Launch, String> {
+    resolve(ex, &|k| std::env::var(k).ok())
+}
+
+#[cfg(test)]
+mod tests;

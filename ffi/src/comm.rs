@@ -1,0 +1,302 @@
+//! Version queries, building a communicator (from the launcher environment or explicit
+//! arguments), destroying it, and its topology.
+
+use std::ffi::{CStr, c_char, c_int};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dt_rdzv::client::TcpStoreClient;
+use dt_rdzv::server::{BackgroundServer, ServeConfig};
+use dt_rdzv::store::{PrefixStore, Store};
+use dtcomm::launch::{self, Explicit, Launch, STORE_PORT};
+use dtcomm::{CommError, Communicator, Config, Options};
+
+use crate::handles::{self, Comm};
+use crate::status::{Fail, guard, invalid};
+use crate::types::*;
+
+/// The ABI version this library implements ([`DTCOMM_ABI_VERSION`] of its header).
+#[unsafe(no_mangle)]
+pub extern "C" fn dtcomm_abi_version() -> c_int {
+    DTCOMM_ABI_VERSION
+}
+
+/// The library's version as major, minor, patch (any pointer may be NULL).
+///
+/// # Safety
+/// Non-null pointers must be valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dtcomm_version(
+    major: *mut c_int,
+    minor: *mut c_int,
+    patch: *mut c_int,
+) -> dtcomm_result_t {
+    guard("dtcomm_version", || {
+        let v = |s: &str| s.parse::<c_int>().unwrap_or(0);
+        for (p, s) in [
+            (major, env!("CARGO_PKG_VERSION_MAJOR")),
+            (minor, env!("CARGO_PKG_VERSION_MINOR")),
+            (patch, env!("CARGO_PKG_VERSION_PATCH")),
+        ] {
+            if !p.is_null() {
+                // SAFETY: the caller's contract.
+                unsafe { p.write(v(s)) };
+            }
+        }
+        Ok(())
+    })
+}
+
+fn setup(detail: impl Into<String>) -> Fail {
+    Fail::from(CommError::Setup {
+        rank: 0,
+        elapsed: Duration::ZERO,
+        detail: detail.into(),
+    })
+}
+
+/// Joins the group the launcher environment describes (the precedence of Python's
+/// `dtcomm.init()`), without the native rendezvous.
+fn join(l: Launch) -> Result<Comm, Fail> {
+    if l.native.value {
+        return Err(setup(format!(
+            "rdzv {} is dt-rdzv's native port ({}): the C ABI joins through a TCPStore endpoint \
+             (dt-rdzv serve's port {STORE_PORT}, or MASTER_ADDR/MASTER_PORT) for now",
+            l.endpoint.value.as_deref().unwrap_or(""),
+            l.native.source
+        )));
+    }
+    let cfg = Config::resolve(&Options::default()).map_err(setup)?;
+    let wait = cfg.timeout.value;
+    let Some(endpoint) = l.endpoint.value.clone() else {
+        // A world of one: no store needed.
+        let c = Communicator::in_memory(1, Options::default())?;
+        let comm = c.into_iter().next().expect("one rank");
+        return Ok(Comm {
+            comm: Arc::new(comm),
+            local_rank: l.local_rank.value,
+            _server: None,
+        });
+    };
+    let server = if l.host_store.value {
+        let (host, port) = launch::split_host_port(&endpoint, STORE_PORT).map_err(setup)?;
+        let bind = if host.starts_with("127.") {
+            host.as_str()
+        } else {
+            "::"
+        };
+        let ip: IpAddr = bind
+            .parse()
+            .map_err(|e| setup(format!("store host {bind:?}: {e}")))?;
+        let cfg = ServeConfig {
+            host: ip,
+            port,
+            worker_threads: Some(1),
+            no_native: true,
+            no_http: true,
+            ..ServeConfig::default()
+        };
+        Some(BackgroundServer::start(cfg).map_err(|e| {
+            setup(format!(
+                "hosting the store on {bind}:{port} ({}): {e}",
+                l.host_store.source
+            ))
+        })?)
+    } else {
+        None
+    };
+    let client = TcpStoreClient::connect(&endpoint, wait).map_err(|e| {
+        setup(format!(
+            "cannot reach the rendezvous store at {endpoint}: {e}"
+        ))
+    })?;
+    let base = format!("{}/dtcomm", l.run_id.value);
+    let store_err = |e: dt_rdzv::store::StoreError| setup(format!("store {endpoint}: {e}"));
+    let me = match l.rank.value {
+        Some(r) => r,
+        None => {
+            // OCI workers: ranks 1.. in order of arrival.
+            let r = client
+                .add(&format!("{base}/oci-rank"), 1)
+                .map_err(store_err)? as usize;
+            if r >= l.world.value {
+                return Err(setup(format!(
+                    "OCI worker joined as number {r} but the world has {} ranks",
+                    l.world.value
+                )));
+            }
+            r
+        }
+    };
+    // The n-th init of every rank meets under generation n, so an earlier run's keys (same
+    // run id, long-lived server) are never read.
+    let generation = client
+        .add(&format!("{base}/gen/{me}"), 1)
+        .map_err(store_err)?;
+    let store: Arc<dyn Store> = Arc::new(PrefixStore::new(format!("{base}/g{generation}"), client));
+    let comm = Communicator::new(store, me, l.world.value, Options::default())?;
+    Ok(Comm {
+        comm: Arc::new(comm),
+        local_rank: l.local_rank.value,
+        _server: server,
+    })
+}
+
+fn cstr(func: &str, what: &str, p: *const c_char) -> Result<Option<String>, Fail> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: the caller passes a NUL-terminated string (documented).
+    let s = unsafe { CStr::from_ptr(p) };
+    s.to_str()
+        .map(|s| Some(s.to_owned()))
+        .map_err(|_| invalid(func, format!("{what} is not UTF-8")))
+}
+
+fn finish(func: &str, out: *mut dtcomm_comm_t, ex: Explicit) -> Result<(), Fail> {
+    let l = launch::from_env(&ex).map_err(setup)?;
+    let line = l.to_string();
+    let c = join(l)?;
+    tracing_line(&format!(
+        "dtcomm ({func}): {line}; {}",
+        c.comm.transport_description()
+    ));
+    let h = handles::add_comm(c);
+    // SAFETY: checked non-null by the caller of `finish`.
+    unsafe { out.write(h) };
+    Ok(())
+}
+
+fn tracing_line(line: &str) {
+    if std::env::var_os("DTCOMM_QUIET").is_none() {
+        eprintln!("{line}");
+    }
+}
+
+/// Builds a communicator from the launcher environment: rank and world size from
+/// `DTCOMM_RANK`/`DTCOMM_WORLD_SIZE`, torchrun's `RANK`/`WORLD_SIZE`, Horovod's, Open MPI's or
+/// PMI's, or OCI's; the rendezvous from `DTCOMM_RDZV_ENDPOINT` (a dt-rdzv serve or torch
+/// TCPStore) or `MASTER_ADDR`/`MASTER_PORT` (rank 0 hosts the store there, as torch does); the
+/// run id from `DTCOMM_RUN_ID`/`TORCHELASTIC_RUN_ID`. Blocks until every rank joined, or fails
+/// at the deadline (`DTCOMM_TIMEOUT`) naming the missing ranks. Prints one line on stderr with
+/// each value and its source (`DTCOMM_QUIET` silences it).
+///
+/// # Safety
+/// `comm` must be valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dtcomm_comm_init(comm: *mut dtcomm_comm_t) -> dtcomm_result_t {
+    guard("dtcomm_comm_init", || {
+        if comm.is_null() {
+            return Err(invalid("dtcomm_comm_init", "comm is NULL"));
+        }
+        finish("dtcomm_comm_init", comm, Explicit::default())
+    })
+}
+
+/// Builds rank `rank` of `world` through the store at `endpoint` (`host:port`; NULL: from the
+/// environment as in [`dtcomm_comm_init`]) under run id `run_id` (NULL: from the environment,
+/// else `dtcomm`). Blocks until every rank joined or the deadline passed.
+///
+/// # Safety
+/// `comm` must be valid for a write; `endpoint` and `run_id` NULL or NUL-terminated.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dtcomm_comm_init_rank(
+    comm: *mut dtcomm_comm_t,
+    rank: c_int,
+    world: c_int,
+    endpoint: *const c_char,
+    run_id: *const c_char,
+) -> dtcomm_result_t {
+    const F: &str = "dtcomm_comm_init_rank";
+    guard(F, || {
+        if comm.is_null() {
+            return Err(invalid(F, "comm is NULL"));
+        }
+        if world < 1 || rank < 0 || rank >= world {
+            return Err(invalid(
+                F,
+                format!("rank {rank} is not in a world of {world}"),
+            ));
+        }
+        let ex = Explicit {
+            rank_world: Some((rank as usize, world as usize)),
+            endpoint: cstr(F, "endpoint", endpoint)?,
+            run_id: cstr(F, "run_id", run_id)?,
+        };
+        finish(F, comm, ex)
+    })
+}
+
+/// Finishes queued calls, says goodbye to the peers and frees the communicator. Its handle is
+/// invalid afterwards (a second destroy returns `DTCOMM_INVALID_ARGUMENT`).
+#[unsafe(no_mangle)]
+pub extern "C" fn dtcomm_comm_destroy(comm: dtcomm_comm_t) -> dtcomm_result_t {
+    guard("dtcomm_comm_destroy", || {
+        let c = handles::remove_comm(comm)
+            .ok_or_else(|| invalid("dtcomm_comm_destroy", unknown_comm(comm)))?;
+        c.comm.shutdown();
+        Ok(())
+    })
+}
+
+pub(crate) fn unknown_comm(h: dtcomm_comm_t) -> String {
+    format!("communicator {h} is not a live communicator (destroyed, or never built)")
+}
+
+pub(crate) fn get(func: &str, h: dtcomm_comm_t) -> Result<Arc<Comm>, Fail> {
+    handles::comm(h).ok_or_else(|| invalid(func, unknown_comm(h)))
+}
+
+fn topo(
+    func: &str,
+    h: dtcomm_comm_t,
+    out: *mut c_int,
+    f: impl FnOnce(&Comm) -> usize,
+) -> dtcomm_result_t {
+    guard(func, || {
+        if out.is_null() {
+            return Err(invalid(func, "output pointer is NULL"));
+        }
+        let c = get(func, h)?;
+        // SAFETY: checked non-null; the caller's contract.
+        unsafe { out.write(f(&c) as c_int) };
+        Ok(())
+    })
+}
+
+/// This rank, in `0..size`.
+///
+/// # Safety
+/// `rank` must be valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dtcomm_comm_rank(
+    comm: dtcomm_comm_t,
+    rank: *mut c_int,
+) -> dtcomm_result_t {
+    topo("dtcomm_comm_rank", comm, rank, |c| c.comm.rank())
+}
+
+/// The number of ranks.
+///
+/// # Safety
+/// `size` must be valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dtcomm_comm_size(
+    comm: dtcomm_comm_t,
+    size: *mut c_int,
+) -> dtcomm_result_t {
+    topo("dtcomm_comm_size", comm, size, |c| c.comm.world())
+}
+
+/// This rank's index among the ranks on its host (from the launcher; 0 when unknown).
+///
+/// # Safety
+/// `local_rank` must be valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dtcomm_comm_local_rank(
+    comm: dtcomm_comm_t,
+    local_rank: *mut c_int,
+) -> dtcomm_result_t {
+    topo("dtcomm_comm_local_rank", comm, local_rank, |c| c.local_rank)
+}

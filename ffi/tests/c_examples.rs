@@ -1,0 +1,184 @@
+//! The C examples are tests: each is compiled with the system `cc` against the built library
+//! and `include/dtcomm.h`, then run at world 2 and 4 through a real `dt-rdzv serve` (started
+//! here, stopped by PID), every rank a separate process finding the others through the
+//! launcher environment as in `dtcomm.init()`.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// `target/<profile>/`, where cargo put `libdtcomm_ffi.so` and the workspace's binaries.
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().to_path_buf()
+}
+
+fn compile(example: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lib = target_dir();
+    assert!(
+        lib.join("libdtcomm_ffi.so").exists(),
+        "no libdtcomm_ffi.so in {}",
+        lib.display()
+    );
+    let out = std::env::temp_dir().join(format!("dtcomm-c-{example}-{}", std::process::id()));
+    let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args([
+            "-std=c11",
+            "-D_GNU_SOURCE",
+            "-O2",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-I",
+        ])
+        .arg(dir.join("include"))
+        .arg(dir.join("examples").join(format!("{example}.c")))
+        .arg("-L")
+        .arg(&lib)
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .args(["-ldtcomm_ffi", "-o"])
+        .arg(&out)
+        .status()
+        .expect("the system C compiler (cc)");
+    assert!(status.success(), "compiling {example}.c failed");
+    out
+}
+
+/// A `dt-rdzv serve` on a free loopback port (TCPStore door only), stopped on drop.
+struct Server {
+    child: Child,
+    endpoint: String,
+}
+
+impl Server {
+    fn start() -> Server {
+        let bin = std::env::var_os("DT_RDZV_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| target_dir().join("dt-rdzv"));
+        assert!(
+            bin.exists(),
+            "{} missing: build it first (cargo build -p dt-rdzv)",
+            bin.display()
+        );
+        let mut child = Command::new(bin)
+            .args([
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--no-native",
+                "--no-http",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let line = lines.next().expect("dt-rdzv printed nothing").unwrap();
+        let endpoint = line
+            .split("tcpstore=")
+            .nth(1)
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_owned();
+        // Keep reading its stdout: a closed pipe would kill it at its next line.
+        std::thread::spawn(move || lines.for_each(drop));
+        Server { child, endpoint }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `exe` as ranks 0..world; returns each rank's (exit code, stdout, stderr).
+fn run_ranks(
+    exe: &Path,
+    world: usize,
+    run_id: &str,
+    args: &[&str],
+) -> Vec<(Option<i32>, String, String)> {
+    let server = Server::start();
+    let kids: Vec<Child> = (0..world)
+        .map(|r| {
+            Command::new(exe)
+                .args(args)
+                .env("DTCOMM_RANK", r.to_string())
+                .env("DTCOMM_WORLD_SIZE", world.to_string())
+                .env("DTCOMM_RDZV_ENDPOINT", &server.endpoint)
+                .env("DTCOMM_RUN_ID", run_id)
+                .env("DTCOMM_SOCKET_IFNAME", "lo")
+                .env("DTCOMM_TIMEOUT", "30")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let start = Instant::now();
+    kids.into_iter()
+        .map(|mut k| {
+            loop {
+                if let Some(st) = k.try_wait().unwrap() {
+                    let (mut out, mut err) = (String::new(), String::new());
+                    k.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+                    k.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+                    return (st.code(), out, err);
+                }
+                if start.elapsed() > Duration::from_secs(120) {
+                    let _ = k.kill();
+                    let _ = k.wait();
+                    panic!("a rank of {} ran past 120 s", exe.display());
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn the_c_allreduce_example_runs_at_world_2_and_4() {
+    let exe = compile("allreduce");
+    for world in [2, 4] {
+        let ranks = run_ranks(&exe, world, &format!("c-allreduce-{world}"), &[]);
+        for (r, (code, out, err)) in ranks.iter().enumerate() {
+            assert_eq!(*code, Some(0), "rank {r} of {world}:\n{out}\n{err}");
+            assert!(
+                out.contains(&format!("ALLREDUCE OK rank {r} of {world}")),
+                "{out}"
+            );
+            // The start-up line names each value's source.
+            assert!(
+                err.contains("rank=") && err.contains("DTCOMM_RANK"),
+                "{err}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_c_error_example_gets_a_code_and_a_message_for_every_bad_call() {
+    let exe = compile("errors");
+    for world in [2, 4] {
+        let ranks = run_ranks(&exe, world, &format!("c-errors-{world}"), &[]);
+        for (r, (code, out, err)) in ranks.iter().enumerate() {
+            assert_eq!(*code, Some(0), "rank {r} of {world}:\n{out}\n{err}");
+            assert!(out.contains(&format!("ERRORS OK rank {r}")), "{out}");
+            let mismatch = out
+                .lines()
+                .find(|l| l.starts_with("MISMATCH OK"))
+                .unwrap_or_else(|| panic!("rank {r}: no mismatch line:\n{out}"));
+            if r <= 1 {
+                assert!(mismatch.contains(" mismatch: "), "{mismatch}");
+            }
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! `dtcomm._dtcomm.resolve_launch`: the engine's launcher-environment resolver
+//! ([`dtcomm::launch`], what the C ABI's `dtcomm_comm_init` uses), so that the tests can hold it
+//! to the same answers as Python's `dtcomm._config.resolve`.
+
+use std::collections::HashMap;
+
+use dtcomm::launch::{Explicit, Sourced, resolve};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+fn put<'py, T: IntoPyObject<'py> + Clone>(
+    d: &Bound<'py, PyDict>,
+    k: &str,
+    v: &Sourced<T>,
+) -> PyResult<()> {
+    d.set_item(k, (v.value.clone(), v.source.clone()))
+}
+
+/// Resolves rank, world size, local rank, endpoint, run id, store hosting and the native flag
+/// from `env` (and explicit `rank`/`world_size`, `rdzv_endpoint`, `run_id`) as the C ABI does:
+/// a dict of `name: (value, source)`. Raises ValueError naming the variables.
+#[pyfunction]
+#[pyo3(signature = (env, rank=None, world_size=None, rdzv_endpoint=None, run_id=None))]
+pub(crate) fn resolve_launch<'py>(
+    py: Python<'py>,
+    env: HashMap<String, String>,
+    rank: Option<usize>,
+    world_size: Option<usize>,
+    rdzv_endpoint: Option<String>,
+    run_id: Option<String>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let rank_world = match (rank, world_size) {
+        (Some(r), Some(w)) => Some((r, w)),
+        (None, None) => None,
+        _ => return Err(PyValueError::new_err("pass rank and world_size together")),
+    };
+    let ex = Explicit {
+        rank_world,
+        endpoint: rdzv_endpoint,
+        run_id,
+    };
+    let l = resolve(&ex, &|k| env.get(k).cloned()).map_err(PyValueError::new_err)?;
+    let d = PyDict::new(py);
+    put(&d, "rank", &l.rank)?;
+    put(&d, "world_size", &l.world)?;
+    put(&d, "local_rank", &l.local_rank)?;
+    put(&d, "local_size", &l.local_size)?;
+    put(&d, "endpoint", &l.endpoint)?;
+    put(&d, "run_id", &l.run_id)?;
+    put(&d, "host_store", &l.host_store)?;
+    put(&d, "native", &l.native)?;
+    Ok(d)
+}
