@@ -254,9 +254,11 @@ fn partial_frames_are_closed_at_the_handshake_and_frame_deadlines() {
                 .await
                 .expect("unauthenticated partial frame closed");
         }
+        // Closed long before the QUIC idle timeout (20 s here); which deadline closed them is
+        // in the log (checked below): timings on a loaded machine are not asserted tightly.
         let strangers_done = t0.elapsed();
         assert!(
-            strangers_done < Duration::from_millis(2500),
+            strangers_done < Duration::from_secs(10),
             "{strangers_done:?}"
         );
         // Members (a good Join, accepted) that then start a frame and stall.
@@ -295,7 +297,7 @@ fn partial_frames_are_closed_at_the_handshake_and_frame_deadlines() {
                 after >= Duration::from_millis(2500),
                 "closed after {after:?}"
             );
-            assert!(after < Duration::from_secs(6), "closed after {after:?}");
+            assert!(after < Duration::from_secs(15), "closed after {after:?}");
         }
         // Each connection held at most one client frame (2 MiB) and QUIC buffers.
         let bound = BASELINE_RSS.max(base) + 8 * 4 * MIB;

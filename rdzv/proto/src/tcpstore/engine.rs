@@ -460,51 +460,6 @@ impl Engine {
         self.send_chunks(conn, vec![head, reply]);
     }
 
-    fn append(&mut self, conn: ConnId, key: Vec<u8>, value: Vec<u8>, now: Instant) {
-        self.touch(conn, &key, now);
-        let old = self.kv.get(&key).map_or(0, Bytes::len);
-        let size = (old + value.len()) as u64;
-        if size > self.config.max_value_bytes {
-            let key = String::from_utf8_lossy(&key).into_owned();
-            let limit = self.config.max_value_bytes;
-            return self.close(conn, CloseReason::ValueTooLarge { key, size, limit }, now);
-        }
-        let grow = value.len() as u64 + if old == 0 { key.len() as u64 } else { 0 };
-        if let Err(over) = self
-            .usage
-            .check(&key, grow, self.ns_quota(), self.store_quota())
-        {
-            return self.over_quota(conn, "APPEND", &key, over, now);
-        }
-        let joined = match self.kv_remove(&key) {
-            None => Bytes::from(value),
-            // Unshared (no reply still holds it): grow in place, no copy of the old value.
-            Some(old) => match old.try_into_mut() {
-                Ok(mut m) => {
-                    m.extend_from_slice(&value);
-                    m.freeze()
-                }
-                Err(old) => {
-                    let mut v = Vec::with_capacity(old.len() + value.len());
-                    v.extend_from_slice(&old);
-                    v.extend_from_slice(&value);
-                    Bytes::from(v)
-                }
-            },
-        };
-        self.kv_insert(key.clone(), joined);
-        self.wake_all(&key);
-    }
-
-    /// A value reply: its length, then the stored value shared (empty if missing).
-    fn put_value(&self, out: &mut Vec<Bytes>, key: &[u8]) {
-        let v = self.kv.get(key).cloned().unwrap_or_default();
-        out.push(Bytes::copy_from_slice(&(v.len() as u64).to_le_bytes()));
-        if !v.is_empty() {
-            out.push(v);
-        }
-    }
-
     fn wait(&mut self, conn: ConnId, mut keys: Vec<Vec<u8>>) {
         keys.sort_unstable();
         keys.dedup();
@@ -571,78 +526,6 @@ impl Engine {
         } else {
             self.kv_insert(key, value);
         }
-    }
-
-    /// Every KV write goes through here and [`Engine::kv_remove`], which keep the usage.
-    fn kv_insert(&mut self, key: Vec<u8>, value: Bytes) {
-        if let Some(old) = self.kv.get(&key) {
-            self.usage.sub(&key, usage::cost(&key, old.len()));
-        }
-        self.usage.add(&key, usage::cost(&key, value.len()));
-        self.kv.insert(key, value);
-    }
-
-    fn kv_remove(&mut self, key: &[u8]) -> Option<Bytes> {
-        let v = self.kv.remove(key)?;
-        self.usage.sub(key, usage::cost(key, v.len()));
-        Some(v)
-    }
-
-    fn ns_quota(&self) -> Option<u64> {
-        self.config.max_namespace_bytes
-    }
-
-    fn store_quota(&self) -> Option<u64> {
-        self.config.max_store_bytes
-    }
-
-    /// Whether writing `value_len` bytes under `key` stays within the quotas; if not, closes
-    /// `conn` and the write must not happen.
-    fn admit(
-        &mut self,
-        conn: ConnId,
-        op: &'static str,
-        key: &[u8],
-        value_len: usize,
-        now: Instant,
-    ) -> bool {
-        let old = self.kv.get(key).map(|v| usage::cost(key, v.len()));
-        let grow = usage::cost(key, value_len).saturating_sub(old.unwrap_or(0));
-        match self
-            .usage
-            .check(key, grow, self.ns_quota(), self.store_quota())
-        {
-            Ok(()) => true,
-            Err(over) => {
-                self.over_quota(conn, op, key, over, now);
-                false
-            }
-        }
-    }
-
-    fn over_quota(
-        &mut self,
-        conn: ConnId,
-        op: &'static str,
-        key: &[u8],
-        over: usage::Over,
-        now: Instant,
-    ) {
-        let (scope, limit) = match over {
-            usage::Over::Namespace(l) => ("namespace", l),
-            usage::Over::Store(l) => ("store", l),
-        };
-        let key = String::from_utf8_lossy(key).into_owned();
-        self.close(
-            conn,
-            CloseReason::QuotaExceeded {
-                op,
-                key,
-                scope,
-                limit,
-            },
-            now,
-        );
     }
 
     /// Every waiter on `key` has one key fewer to wait for.
@@ -760,3 +643,4 @@ impl Engine {
 #[cfg(test)]
 mod tests;
 mod usage;
+mod values;
