@@ -39,6 +39,8 @@ class P2pBatch:
 
     rank: int
     ops: list[_Op] = field(default_factory=list)
+    # Works of collectives issued inside the region (run at once, covered by the end's Work)
+    others: list[DtcommWork] = field(default_factory=list)
 
     def add(self, kind: str, tensor: torch.Tensor, peer: int, tag: int, work: DtcommWork) -> DtcommWork:
         """Records one call; its Work completes when the batch issued it and it finished."""
@@ -63,7 +65,9 @@ class P2pBatch:
     def issue(self, comm: _dtcomm.Communicator, total: DtcommWork) -> None:
         """Queues every call in :meth:`order`; ``total`` completes when all of them did."""
         ops = self.order()
-        total.expect(len(ops))
+        total.expect(len(ops) + len(self.others))
+        for other in self.others:
+            other.on_done(total.callback)
         for op in ops:
             op.work.expect(1)
 

@@ -60,6 +60,14 @@ class DtcommWork(dist._Work):
         if native is not None:
             self._natives.append(native)
 
+    def on_done(self, fn: Callable[[BaseException | None], None]) -> None:
+        """Calls ``fn(error or None)`` once this Work completed (at once if it has)."""
+
+        def done(fut: torch.futures.Future[Any]) -> None:
+            fn(self._error)
+
+        self._fut.add_done_callback(done)
+
     def callback(self, exc: BaseException | None) -> None:
         """Called by dtcomm's worker thread (with the GIL) when one native call ended."""
         if exc is not None and self._error is None:

@@ -116,9 +116,14 @@ class DtcommBackend(_C10dBackend):
         _LIVE.discard(self)
 
     # --- plumbing ----------------------------------------------------------------------------
-    def _work(self, op: str, result: list[torch.Tensor]) -> DtcommWork:
+    def _work(self, op: str, result: list[torch.Tensor], batched: bool = False) -> DtcommWork:
         self._seq += 1
-        return DtcommWork(result, self._rank, op)
+        w = DtcommWork(result, self._rank, op)
+        if self._batch is not None and not batched:
+            # a collective inside a coalescing region (torch's functional collectives wait
+            # only on end_coalescing's Work): that Work covers it
+            self._batch.others.append(w)
+        return w
 
     def _one(
         self, op: str, result: list[torch.Tensor], start: Any, finish: Any = None, opts: Any = None
@@ -402,7 +407,7 @@ class DtcommBackend(_C10dBackend):
         batch, self._batch = self._batch, None
         if batch is None:
             raise RuntimeError(f"rank {self._rank}: end_coalescing without start_coalescing")
-        w = self._work("batch_isend_irecv", batch.tensors())
+        w = self._work("batch_isend_irecv", batch.tensors(), batched=True)
         batch.issue(self._comm, w)
         return w
 
@@ -410,14 +415,14 @@ class DtcommBackend(_C10dBackend):
         _check(self._rank, "send", tensors)
         t = tensors[0].detach()
         if self._batch is not None:
-            return self._batch.add("send", t, dst, tag, self._work("send", tensors))
+            return self._batch.add("send", t, dst, tag, self._work("send", tensors, batched=True))
         return self._one("send", tensors, lambda cb: self._comm.send(t, dst, callback=cb))
 
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> DtcommWork:
         _check(self._rank, "recv", tensors)
         t = tensors[0].detach()
         if self._batch is not None:
-            return self._batch.add("recv", t, src, tag, self._work("recv", tensors))
+            return self._batch.add("recv", t, src, tag, self._work("recv", tensors, batched=True))
         return self._one("recv", tensors, lambda cb: self._comm.recv(t, src, callback=cb))
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> DtcommWork:

@@ -44,8 +44,7 @@ AS_GLOO = [
     "test_all_gather_coalesced_simple",
     "test_gather",
     "test_scatter",
-    "test_all_to_all_single_equal_split",
-    "test_all_to_all",
+    "test_all_reduce_max",
     # point-to-point
     "test_send_recv",
     "test_send_recv_with_tag",
@@ -57,8 +56,6 @@ AS_GLOO = [
     # object collectives
     "test_all_gather_object_default_pg",
     "test_all_gather_object_subgroup",
-    "test_broadcast_object_list",
-    "test_gather_object",
     "test_scatter_object_list",
     # barrier, monitored_barrier
     "test_barrier",
@@ -67,14 +64,14 @@ AS_GLOO = [
     "test_monitored_barrier_gloo_subgroup",
     "test_monitored_barrier_gloo_rank_0_timeout",
     # DDP
-    "test_DistributedDataParallelCPU",
+    "test_DistributedDataParallel_requires_grad",
 ]
 
 PLUGIN = [
     "test_all_reduce_sum",
     "test_isend",
-    "test_all_gather_object_subgroup",
-    "test_DistributedDataParallelCPU",
+    "test_all_gather_full_group",  # a subgroup (the suite gates object collectives to known names)
+    "test_get_backend",
 ]
 
 
