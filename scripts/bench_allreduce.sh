@@ -29,13 +29,13 @@ SIZES_W4=${SIZES_W4:-8,1M,16M,64M}
 SKIP=${SKIP:-}
 log() { echo "[$(date +%T) load $(cut -d' ' -f1-3 /proc/loadavg)] $*" | tee -a "$OUT/run.log" >&2; }
 skipped() { case " $SKIP " in *" $1 "*) return 0;; esac; return 1; }
-setup() {  # $1 component of scripts/setup_bench.sh, $2 what is missing
+setup() {  # $1 component of scripts/setup_bench.sh, $2 what is missing, $3 the SKIP that avoids it
   log "$2: running scripts/setup_bench.sh $1"
-  "$ROOT/scripts/setup_bench.sh" "$1" || { log "scripts/setup_bench.sh $1 failed (SKIP=\"$3\" leaves it out)"; exit 1; }
+  "$ROOT/scripts/setup_bench.sh" "$1" || { log "scripts/setup_bench.sh $1 failed${3:+ (SKIP=\"$3\" leaves it out)}"; exit 1; }
 }
 [ -f "$INCUMBENTS/probe.py" ] || { log "no incumbent harness in $INCUMBENTS"; exit 1; }
 if [ ! -x "$VPY" ]; then
-  setup torch "no project venv at $(dirname "$(dirname "$VPY")")" "gloo mpi"
+  setup torch "no project venv at $(dirname "$(dirname "$VPY")") (it runs the probe and the summary)"
 fi
 if ! skipped gloo && ! "$TPY" -c 'import importlib.util as u; assert u.find_spec("torch")' 2>/dev/null; then
   if [ -n "${TORCH_PY:-}" ]; then log "TORCH_PY=$TORCH_PY has no torch"; exit 1; fi

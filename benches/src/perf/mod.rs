@@ -107,8 +107,9 @@ pub struct Args {
     /// Warm-up iterations per size.
     #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
     pub warmup: usize,
-    /// Use the anchor scripts' per-size schedule of warm-up and iterations instead of -n/-w
-    /// (<=1K: 100/2000, <=64K: 20/500, <=1M: 10/100, <=16M: 5/20, <=64M: 3/10, else 2/5).
+    /// Use the incumbent harness's per-size schedule of warm-up and iterations instead of -n/-w
+    /// (`benches/incumbents/common.py`: <=1K: 100/2000, <=64K: 20/500, <=1M: 10/100,
+    /// <=16M: 5/20, <=64M: 3/10, else 2/5).
     #[arg(long)]
     pub anchor_schedule: bool,
     /// Data type (float, double, half, bfloat16, int8, uint8, int32, int64).

@@ -1,6 +1,6 @@
 //! Measuring one collective at one size: a checked call, warm-up, a barrier, the timed loop
-//! (each call also timed alone), and the maximum over ranks, as nccl-tests and the anchor
-//! scripts do it.
+//! (each call also timed alone), and the maximum over ranks, as nccl-tests and the incumbent
+//! harness (`benches/incumbents/`) do it.
 
 use std::time::Instant;
 
