@@ -30,7 +30,8 @@ fn redop(rank: usize, op: &str, v: u8) -> PyResult<ReduceOp> {
         })
 }
 
-fn options(
+/// Engine options from the constructors' keyword arguments (`None`: the `DTCOMM_*` twin).
+pub(crate) fn options(
     timeout: Option<f64>,
     algo: Option<&str>,
     socket_ifname: Option<String>,

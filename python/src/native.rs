@@ -664,25 +664,7 @@ impl PyDataListener {
         socket_ifname: Option<String>,
         nsocks_perpeer: Option<usize>,
     ) -> PyResult<Self> {
-        let timeout = match timeout {
-            None => None,
-            Some(t) if t.is_finite() && t > 0.0 => Some(Duration::from_secs_f64(t)),
-            Some(t) => {
-                return Err(PyValueError::new_err(format!(
-                    "timeout must be a positive number of seconds, got {t}"
-                )));
-            }
-        };
-        let algo = algo
-            .map(|a| a.parse::<dtcomm::Algo>().map_err(PyValueError::new_err))
-            .transpose()?;
-        let opts = dtcomm::Options {
-            timeout,
-            algo,
-            socket_ifname,
-            nsocks_perpeer,
-            ..dtcomm::Options::default()
-        };
+        let opts = crate::comm::options(timeout, algo, socket_ifname, nsocks_perpeer, None)?;
         let l = py
             .detach(move || dtcomm::DataListener::bind(&opts))
             .map_err(crate::errors::to_py)?;
