@@ -17,12 +17,9 @@ keeps its secret. Such a job works against ``dt-rdzv serve --no-tcpstore``.
 
 ``dtrun --rdzv-backend native`` hands its workers a store that node 0's agent hosts for the
 round (like torchrun's agents; its address goes through the native protocol as configuration
-entry ``dtrun.store`` = ``"<round> <host:port>"``). ``torchrun --rdzv-backend dtcomm`` still
-hands its agents a store on the **TCPStore port of the same server** (``DTCOMM_RDZV_STORE``, default:
-the native endpoint's host, port 29400), under a key prefix unique to the round:
-``dtcomm.native.<job>/<nonce>``, where ``nonce`` is a random id rank 0 draws for every round
-and publishes through the native protocol (configuration entry ``dtcomm.round`` =
-``"<round> <nonce>"``, see :meth:`Member.fence`).
+entry ``dtrun.store`` = ``"<round> <host:port>"``); ``torchrun --rdzv-backend dtcomm`` does the
+same for its agents (group rank 0's agent, entry ``dtcomm.torchrun.store``). Nothing of a native
+job is on the server's TCPStore port.
 
 Environment (every value has a source in the start-up line):
 
@@ -33,8 +30,8 @@ Environment (every value has a source in the start-up line):
 ``DTCOMM_RDZV_TOKEN``           the server's token or the job's (:func:`dtcomm.job_token`), or
                                 ``DTCOMM_RDZV_TOKEN_FILE``: its first line
 ``DTCOMM_RDZV_FINGERPRINT``     ``sha256:...`` the server printed (or ``DTCOMM_RDZV_CACERT``)
-``DTCOMM_RDZV_STORE``           ``host:port`` of the server's TCPStore port (dtrun/torchrun
-                                workers only)
+``DTCOMM_RDZV_STORE``           ``host:port`` of the server's TCPStore port (the store path
+                                only; native jobs do not use it)
 ``DTCOMM_RDZV_MEMBERS``         ``N`` or ``MIN:MAX`` members (else ``OCI__WORKER_COUNT`` + 1)
 ``DTCOMM_RDZV_LAST_CALL``       seconds to wait for more members once ``MIN`` are there (3)
 ``DTCOMM_RDZV_JOIN_TIMEOUT``    seconds a round may take to form (else ``OCI__TIMEOUT``; 600)
@@ -57,7 +54,6 @@ import os
 import socket
 import sys
 import time
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -66,8 +62,6 @@ from ._config import ConfigError, Value
 
 NATIVE_PORT = 29401
 STORE_PORT = 29400
-#: Configuration entry rank 0 publishes for every round: ``"<round> <nonce>"``.
-ROUND_KEY = "dtcomm.round"
 
 
 def _set(env: Mapping[str, str], var: str) -> str | None:
@@ -98,6 +92,15 @@ def loose_bool(text: str | None) -> bool:
     """OCI's loose booleans: ``1``, ``true``, ``yes`` are true; ``0``, ``false``, ``None``, empty
     are false."""
     return text is not None and text.strip().lower() in ("1", "true", "t", "yes", "y", "on")
+
+
+def own_ip(w: _dtcomm.Welcome) -> str:
+    """This node's address as the server saw it (what the other nodes can reach), else
+    loopback."""
+    for p in w.peers:
+        if p.rank == w.rank and p.observed_ip:
+            return p.observed_ip.removeprefix("::ffff:")
+    return "127.0.0.1"
 
 
 def is_native(env: Mapping[str, str], endpoint: str | None = None) -> Value[bool]:
@@ -456,19 +459,6 @@ class Member:
         w, self._next = self._next, None
         self.welcome, self.ended, self.waiting = w, None, 0
         return w
-
-    def fence(self, timeout: float) -> str:
-        """The key prefix of the current round, ``dtcomm.native.<job>/<nonce>``: rank 0 draws
-        and publishes the nonce, the others wait for it. Raises :class:`RoundChanged` if the
-        round ends first."""
-        w = self.welcome
-        assert w is not None, "fence() before a welcome"
-        base = f"dtcomm.native.{w.job}"
-        if w.rank == 0:
-            nonce = uuid.uuid4().hex
-            self.publish_round_value(ROUND_KEY, nonce)
-            return f"{base}/{nonce}"
-        return f"{base}/{self.round_value(ROUND_KEY, timeout, 'store prefix')}"
 
     def publish_round_value(self, key: str, value: str) -> None:
         """Publishes ``value`` for the current round under configuration entry ``key``

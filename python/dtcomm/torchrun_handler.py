@@ -14,15 +14,17 @@ agent from its heartbeats in seconds. A round change (a lost or new agent) shows
 without spending a restart.
 
 ``--rdzv-conf`` keys (each also read from the ``DTCOMM_RDZV_*`` variable of ``dtcomm._native``):
-``fingerprint``, ``cacert``, ``token``, ``token_file``, ``store`` (``host:port`` of the server's
-TCPStore port, default the endpoint's host and 29400), ``last_call_timeout`` (seconds, default
+``fingerprint``, ``cacert``, ``token``, ``token_file``, ``store`` (accepted for older command
+lines; the agents' store no longer lives on the server), ``last_call_timeout`` (seconds, default
 3), ``join_timeout`` (default 600), ``max_restarts`` (rounds the server may start because an
 agent was lost).
 
-The store handed to the agents is a ``PrefixStore`` over a ``TCPStore`` client of the same
-server, fenced per round (``dtcomm.native.<run id>/<nonce>``, see ``dtcomm._native``); the
-workers' bootstrap store (``MASTER_ADDR``/``MASTER_PORT``) is hosted by group rank 0's first
-worker, as with torch's own handlers.
+The store handed to the agents is hosted by group rank 0's agent for each round (an embedded
+dt-rdzv store, as torch's c10d handler's host agent does); its address travels through the
+native protocol (configuration entry ``dtcomm.torchrun.store`` = ``"<round> <host:port>"``), so
+nothing of the job is on the server's TCPStore port and ``dt-rdzv serve --no-tcpstore`` works.
+The workers' bootstrap store (``MASTER_ADDR``/``MASTER_PORT``) is hosted by group rank 0's
+first worker, as with torch's own handlers.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError
 from . import _dtcomm, _native
 
 BACKEND = "dtcomm"
+#: Configuration entry group rank 0's agent publishes for every round: ``"<round> <host:port>"``
+#: of the store it hosts for the agents.
+STORE_KEY = "dtcomm.torchrun.store"
 
 
 class DtcommRendezvousHandler(RendezvousHandler):
@@ -73,6 +78,7 @@ class DtcommRendezvousHandler(RendezvousHandler):
         self._local_addr = params.local_addr
         self._member: _native.Member | None = None
         self._handed: int = 0  # the round the agent's workers run in
+        self._hosted: _dtcomm.RdzvServer | None = None  # this round's store, on group rank 0
         self._closed = False
 
     def get_backend(self) -> str:
@@ -109,20 +115,35 @@ class DtcommRendezvousHandler(RendezvousHandler):
                     hb = self._member.welcome.heartbeat_timeout if self._member.welcome else 2.0
                     ask = 2 * hb + 1.0
                 w = self._member.next_welcome(ask_after=ask)
+                self._stop_hosted()
                 try:
-                    prefix = self._member.fence(timeout=self._settings.join_timeout.value)
+                    if w.rank == 0:
+                        # Group rank 0's agent hosts this round's store (as torch's c10d
+                        # handler's host does); its address travels over the native protocol,
+                        # so nothing of the job is on the server's TCPStore port.
+                        self._hosted = _dtcomm.RdzvServer(_native.own_ip(w), 0)
+                        endpoint = self._hosted.endpoint
+                        self._member.publish_round_value(STORE_KEY, endpoint)
+                    else:
+                        endpoint = self._member.round_value(
+                            STORE_KEY, self._settings.join_timeout.value, "agents' store")
                 except _native.RoundChanged:
                     continue
                 break
         except (_dtcomm.RdzvError, _native.ConfigError) as e:
             raise self._fail(e) from e
-        host, port = _native.split_host_port(self._settings.store.value, _native.STORE_PORT)
+        host, port = _native.split_host_port(endpoint, 0)
         tcp = TCPStore(host, port, is_master=False,
                        timeout=timedelta(seconds=self._settings.join_timeout.value))
-        store: Store = PrefixStore(prefix, tcp)
+        store: Store = PrefixStore(f"torchrun.{w.job}/r{w.round}", tcp)
         self._handed = w.round
         boot = RendezvousStoreInfo.build(w.rank, store, self._local_addr)
         return RendezvousInfo(store, w.rank, w.world, boot)
+
+    def _stop_hosted(self) -> None:
+        if self._hosted is not None:
+            self._hosted.stop()
+            self._hosted = None
 
     def is_closed(self) -> bool:
         if self._member is not None and not self._closed:
@@ -160,6 +181,7 @@ class DtcommRendezvousHandler(RendezvousHandler):
         if self._member is not None:
             self._member.leave()
             self._member = None
+        self._stop_hosted()
         return True
 
 

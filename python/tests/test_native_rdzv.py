@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 import dtcomm
 from dtgroup import base_env
 import native_server as native_server_mod
-from native_server import NativeServer, Procs, native_server, procs  # noqa: F401 (fixtures)
+from native_server import NativeServer, Procs, dt_rdzv_bin, native_server, procs  # noqa: F401 (fixtures)
 
 INIT_SCRIPT = """
 import numpy as np, dtcomm
@@ -343,6 +344,14 @@ def test_torchrun_two_agents_one_sigkilled(
     assert re.search(r"STEP 20 rank 0 world 1 group 0", out) and "FINISHED alone" in out, out
     st = native_server.cli("status", job)
     assert st.returncode == 0, st.stderr
+    # The agents' store was hosted by group rank 0's agent, not the server's TCPStore port:
+    # nothing of the job is readable there without its token.
+    keys = subprocess.run([dt_rdzv_bin(), "keys", "--endpoint", native_server.store],
+                          capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "DTRDZV_TOKEN": native_server.token})
+    assert keys.returncode == 0, keys.stderr
+    leaked = [k for k in keys.stdout.splitlines() if job in k or "torchrun" in k]
+    assert leaked == [], leaked
 
 
 def test_dtrun_native_two_nodes_one_sigkilled(

@@ -137,15 +137,6 @@ STORE_KEY = "dtrun.store"
 EXIT_BARRIER_S = 30.0
 
 
-def _own_ip(w: _dtcomm.Welcome) -> str:
-    """This node's address as the server saw it (what the other nodes can reach), else
-    loopback."""
-    for p in w.peers:
-        if p.rank == w.rank and p.observed_ip:
-            return p.observed_ip.removeprefix("::ffff:")
-    return "127.0.0.1"
-
-
 def native_round(member: _native.Member, ask_after: float | None) -> Rendezvous:
     """The next round of the native job, as a :class:`Rendezvous` for the workers: node rank
     and node count from the server's welcome; the workers' store is hosted by node 0's agent
@@ -156,7 +147,7 @@ def native_round(member: _native.Member, ask_after: float | None) -> Rendezvous:
         server: _dtcomm.RdzvServer | None = None
         try:
             if w.rank == 0:
-                server = _dtcomm.RdzvServer(_own_ip(w), 0)
+                server = _dtcomm.RdzvServer(_native.own_ip(w), 0)
                 endpoint = server.endpoint
                 member.publish_round_value(STORE_KEY, endpoint)
             else:
