@@ -89,14 +89,7 @@ fn join(l: Launch) -> Result<Comm, Fail> {
         let ip: IpAddr = bind
             .parse()
             .map_err(|e| setup(format!("store host {bind:?}: {e}")))?;
-        let cfg = ServeConfig {
-            host: ip,
-            port,
-            worker_threads: Some(1),
-            no_native: true,
-            no_http: true,
-            ..ServeConfig::default()
-        };
+        let cfg = ServeConfig::embedded_store(ip, port);
         Some(BackgroundServer::start(cfg).map_err(|e| {
             setup(format!(
                 "hosting the store on {bind}:{port} ({}): {e}",

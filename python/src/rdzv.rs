@@ -31,16 +31,7 @@ impl RdzvServer {
         let ip: IpAddr = host
             .parse()
             .map_err(|e| PyValueError::new_err(format!("rendezvous host {host:?}: {e}")))?;
-        let cfg = ServeConfig {
-            host: ip,
-            port,
-            worker_threads: Some(1),
-            // The embedded server serves this job's store only; fixed native/HTTP ports would
-            // collide between jobs (and tests) on one host.
-            no_native: true,
-            no_http: true,
-            ..ServeConfig::default()
-        };
+        let cfg = ServeConfig::embedded_store(ip, port);
         let server = py
             .detach(move || BackgroundServer::start(cfg))
             .map_err(|e| {

@@ -226,6 +226,20 @@ impl ServeConfig {
         }
     }
 
+    /// The store one job embeds (rank 0 of env://, dtrun's agents): the TCPStore door on
+    /// `host:port` only, one worker thread. Fixed native/HTTP ports would collide between jobs
+    /// (and tests) on one host.
+    pub fn embedded_store(host: IpAddr, port: u16) -> Self {
+        Self {
+            host,
+            port,
+            worker_threads: Some(1),
+            no_native: true,
+            no_http: true,
+            ..Self::default()
+        }
+    }
+
     /// The engine's part of the settings.
     pub fn engine_config(&self) -> EngineConfig {
         EngineConfig {
