@@ -53,6 +53,40 @@ impl fmt::Display for Algo {
     }
 }
 
+/// Which links same-host peers use (`DTCOMM_TRANSPORT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkKind {
+    /// Shared memory between ranks of one host when every one of them can attach, TCP
+    /// otherwise (with one warning line saying why).
+    Auto,
+    /// TCP between every pair of ranks.
+    Tcp,
+    /// Shared memory between ranks of one host, or fail at start-up saying why not.
+    Shm,
+}
+
+impl FromStr for LinkKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" | "" => Ok(LinkKind::Auto),
+            "tcp" => Ok(LinkKind::Tcp),
+            "shm" => Ok(LinkKind::Shm),
+            other => Err(format!("unknown transport {other:?} (auto, tcp, shm)")),
+        }
+    }
+}
+
+impl fmt::Display for LinkKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LinkKind::Auto => "auto",
+            LinkKind::Tcp => "tcp",
+            LinkKind::Shm => "shm",
+        })
+    }
+}
+
 /// Explicit settings; a `Some` field wins over the environment.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
@@ -77,6 +111,18 @@ pub struct Options {
     /// Key prefix in the store, so several communicators can share one
     /// (`DTCOMM_STORE_PREFIX`, default `dtcomm`).
     pub store_prefix: Option<String>,
+    /// Links between ranks of one host (`DTCOMM_TRANSPORT`: `auto`, `tcp`, `shm`).
+    pub transport: Option<LinkKind>,
+    /// Bytes of each of a rank's two shared-memory buffers (`DTCOMM_SHM_CHUNK`, default
+    /// 1 MiB, rounded up to pages): a rank of a host group holds `2 × chunk + 4 KiB`.
+    pub shm_chunk: Option<usize>,
+    /// Make shared-memory segments as files in this directory (`DTCOMM_SHM_DIR`, e.g.
+    /// `/dev/shm` when ranks of one host cannot see each other's `/proc`); default: anonymous
+    /// memfds, which leave nothing behind.
+    pub shm_dir: Option<String>,
+    /// This rank's host identity (`DTCOMM_HOST_ID`); default: the kernel's boot id with the
+    /// network and IPC namespaces. Ranks with equal identities share memory.
+    pub host_id: Option<String>,
 }
 
 /// Where a resolved value came from.
@@ -128,6 +174,14 @@ pub struct Config {
     pub tree_threshold: Setting<usize>,
     /// See [`Options::store_prefix`].
     pub store_prefix: Setting<String>,
+    /// See [`Options::transport`].
+    pub transport: Setting<LinkKind>,
+    /// See [`Options::shm_chunk`].
+    pub shm_chunk: Setting<usize>,
+    /// See [`Options::shm_dir`].
+    pub shm_dir: Setting<Option<String>>,
+    /// See [`Options::host_id`].
+    pub host_id: Setting<Option<String>>,
 }
 
 fn pick<T>(
@@ -213,6 +267,34 @@ impl Config {
                 |s| Ok(s.to_owned()),
                 "dtcomm".to_owned(),
             )?,
+            transport: pick(
+                opts.transport,
+                "DTCOMM_TRANSPORT",
+                LinkKind::from_str,
+                LinkKind::Auto,
+            )?,
+            shm_chunk: pick(
+                opts.shm_chunk,
+                "DTCOMM_SHM_CHUNK",
+                |s| match num::<usize>(s)? {
+                    0 => Err("must be positive".into()),
+                    v if v > 1 << 30 => Err("at most 1 GiB".into()),
+                    v => Ok(v),
+                },
+                1 << 20,
+            )?,
+            shm_dir: pick(
+                opts.shm_dir.clone().map(Some),
+                "DTCOMM_SHM_DIR",
+                |s| Ok(Some(s.to_owned())),
+                None,
+            )?,
+            host_id: pick(
+                opts.host_id.clone().map(Some),
+                "DTCOMM_HOST_ID",
+                |s| Ok(Some(s.to_owned())),
+                None,
+            )?,
         })
     }
 }
@@ -222,7 +304,8 @@ impl fmt::Display for Config {
         write!(
             f,
             "timeout={:?} ({}) algo={} ({}) socket_ifname={} ({}) nsocks_perpeer={} ({}) \
-             socket_bufsize={} ({}) spin={:?} ({}) tree_threshold={} ({}) store_prefix={} ({})",
+             socket_bufsize={} ({}) spin={:?} ({}) tree_threshold={} ({}) store_prefix={} ({}) \
+             transport={} ({}) shm_chunk={} ({}) shm_dir={} ({}) host_id={} ({})",
             self.timeout.value,
             self.timeout.source,
             self.algo.value,
@@ -241,6 +324,14 @@ impl fmt::Display for Config {
             self.tree_threshold.source,
             self.store_prefix.value,
             self.store_prefix.source,
+            self.transport.value,
+            self.transport.source,
+            self.shm_chunk.value,
+            self.shm_chunk.source,
+            self.shm_dir.value.as_deref().unwrap_or("memfd"),
+            self.shm_dir.source,
+            self.host_id.value.as_deref().unwrap_or("kernel"),
+            self.host_id.source,
         )
     }
 }

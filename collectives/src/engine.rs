@@ -12,6 +12,8 @@ use crate::error::CommError;
 use crate::op::ReduceOp;
 use crate::reduce::reduce_bytes;
 use crate::schedule::{Buf, Region, Schedule};
+use crate::shm::ShmGroup;
+use crate::shm::ops::Ctx as ShmOps;
 use crate::transport::frame::{self, FRAME_BYTES, HEADER_LEN};
 use crate::transport::{LinkError, StreamId, Transport};
 use crate::watchdog::{Deadline, Phase, suspects};
@@ -56,6 +58,8 @@ pub(crate) struct Engine {
     pub rank: usize,
     pub transport: Box<dyn Transport>,
     pub spin: Duration,
+    /// This rank's host group, when its ranks share memory (`shm/`).
+    pub shm: Option<ShmGroup>,
     scratch: Vec<u64>,
     stages: Vec<Vec<u64>>,
 }
@@ -119,6 +123,7 @@ impl Engine {
             rank,
             transport,
             spin,
+            shm: None,
             scratch: Vec::new(),
             stages: Vec::new(),
         }
@@ -162,6 +167,32 @@ impl Engine {
         })();
         self.scratch = scratch;
         result.map_err(|e| self.fail(e, call, &deadline))
+    }
+
+    /// Runs a shared-memory collective `f` for `call` within `timeout`, failing like a
+    /// schedule does (the abort goes out on the control plane, sleeping host peers are woken).
+    /// The caller checked that this engine has a host group.
+    pub(crate) fn run_local(
+        &mut self,
+        call: &CallDesc,
+        timeout: Duration,
+        f: impl FnOnce(&mut ShmOps<'_>) -> Result<(), EngineError>,
+    ) -> Result<(), CommError> {
+        let mut deadline = Deadline::new(self.rank, timeout);
+        let g = self.shm.as_mut().expect("caller checked the host group");
+        let r = f(&mut ShmOps {
+            g,
+            t: &mut *self.transport,
+            call,
+            deadline: &mut deadline,
+        });
+        r.map_err(|e| {
+            let err = self.fail(e, call, &deadline);
+            if let Some(g) = &self.shm {
+                g.wake_everyone();
+            }
+            err
+        })
     }
 
     fn fail(&mut self, e: EngineError, call: &CallDesc, deadline: &Deadline) -> CommError {

@@ -45,13 +45,14 @@ pub mod op;
 mod progress;
 mod reduce;
 mod schedule;
+mod shm;
 mod transport;
 mod watchdog;
 
 pub use bootstrap::welcome::{DataListener, RoundPeers, round_secret};
 pub use call::{Call, CallDesc, Collective, Memory, OpKind, RawBuf};
 pub use communicator::Communicator;
-pub use config::{Algo, Config, Options};
+pub use config::{Algo, Config, LinkKind, Options};
 pub use dtype::{DType, Element};
 pub use error::{CommError, ErrorCode};
 pub use op::ReduceOp;

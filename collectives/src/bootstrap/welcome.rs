@@ -150,11 +150,6 @@ impl Communicator {
         tracing::info!(rank, world, job = %peers.job, round = peers.round, "dtcomm config: {config}");
         let auth = Auth::new(secret, format!("job {:?} round {}", peers.job, peers.round));
         let transport = mesh(&su, &auth, listener.bound, &lower)?;
-        Ok(Communicator::from_transport(
-            rank,
-            world,
-            config,
-            Box::new(transport),
-        ))
+        Communicator::connected(rank, world, config, Box::new(transport))
     }
 }

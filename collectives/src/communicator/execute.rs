@@ -79,7 +79,7 @@ fn broadcast_schedule(
 ///
 /// # Safety
 /// `b` passed [`Inner::check`]; the caller of `run`/`submit` vouches for the memory.
-unsafe fn bytes_mut<'a>(b: Option<&RawBuf>) -> &'a mut [u8] {
+pub(super) unsafe fn bytes_mut<'a>(b: Option<&RawBuf>) -> &'a mut [u8] {
     match b {
         Some(b) if b.count() > 0 => {
             let len = b.count() * b.dtype().size();
@@ -112,7 +112,7 @@ fn as_bytes(v: &mut [u64]) -> &mut [u8] {
 ///
 /// # Safety
 /// As for [`bytes_mut`].
-unsafe fn input<'a>(
+pub(super) unsafe fn input<'a>(
     send: Option<&RawBuf>,
     recv: Option<&RawBuf>,
     copy: &'a mut Vec<u64>,
@@ -133,7 +133,7 @@ unsafe fn input<'a>(
 ///
 /// # Safety
 /// As for [`bytes_mut`]; both are checked to hold the same number of bytes.
-unsafe fn copy_over(from: &RawBuf, to: &RawBuf) {
+pub(super) unsafe fn copy_over(from: &RawBuf, to: &RawBuf) {
     let n = from.count() * from.dtype().size();
     if n > 0 && from.ptr() != to.ptr() {
         // SAFETY: per the contract; `copy` allows overlap.
@@ -207,6 +207,10 @@ impl Inner {
                 },
                 e => CommError::Failed(Box::new(e.clone())),
             });
+        }
+        // SAFETY: as for this function.
+        if let Some(r) = unsafe { self.execute_local(st, call) } {
+            return r;
         }
         let (rank, world, cfg) = (self.rank, self.world, &self.config);
         let (send, recv) = (call.send.as_ref(), call.recv.as_ref());

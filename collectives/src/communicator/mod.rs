@@ -9,6 +9,7 @@
 
 mod check;
 mod execute;
+mod local;
 mod typed;
 
 use std::any::Any;
@@ -36,6 +37,16 @@ pub(crate) struct State {
     failed: Option<CommError>,
 }
 
+/// Which host each rank runs on, as the set-up found it.
+#[derive(Debug, Clone)]
+#[allow(dead_code)] // read by the cross-host allreduce, which lands next
+pub(crate) struct Topology {
+    /// Every rank's host index (hosts numbered by their lowest rank).
+    pub host_of: Vec<usize>,
+    /// Number of hosts.
+    pub hosts: usize,
+}
+
 /// What a communicator's calls share with the progress thread.
 pub(crate) struct Inner {
     pub rank: usize,
@@ -47,6 +58,9 @@ pub(crate) struct Inner {
     /// Calls submitted to the progress thread and not finished yet.
     pending: AtomicUsize,
     describe: String,
+    /// Which host each rank is on (`None` for in-memory groups without shared memory).
+    #[allow(dead_code)] // as `Topology`
+    topo: Option<Topology>,
     /// The fork generation this communicator was built in.
     fork_gen: u64,
 }
@@ -101,24 +115,38 @@ impl Communicator {
         let config = resolve(rank, world, &opts)?;
         tracing::info!(rank, world, "dtcomm config: {config}");
         let transport = crate::bootstrap::tcp_mesh(store.as_ref(), rank, world, &config)?;
-        Ok(Communicator::from_transport(
-            rank,
-            world,
-            config,
-            Box::new(transport),
-        ))
+        Communicator::connected(rank, world, config, Box::new(transport))
     }
 
     /// A whole group in this process over the in-memory transport (for tests and for
-    /// single-process use): element `r` is rank `r`. Give each to its own thread.
+    /// single-process use): element `r` is rank `r`. Give each to its own thread. With
+    /// `transport: Some(LinkKind::Shm)` (or `DTCOMM_TRANSPORT=shm`) the ranks also share memory
+    /// as the ranks of one host do.
     pub fn in_memory(world: usize, opts: Options) -> Result<Vec<Communicator>, CommError> {
         let config = resolve(0, world, &opts)?;
         let transports = mem::group(world, config.nsocks_perpeer.value, 64 << 10);
-        Ok(transports
-            .into_iter()
-            .enumerate()
-            .map(|(r, t)| Communicator::from_transport(r, world, config.clone(), Box::new(t)))
-            .collect())
+        if config.transport.value != crate::config::LinkKind::Shm {
+            return Ok(transports
+                .into_iter()
+                .enumerate()
+                .map(|(r, t)| Communicator::from_transport(r, world, config.clone(), Box::new(t)))
+                .collect());
+        }
+        // Shared memory between the threads (tests of the shared-memory path in one process):
+        // the set-up exchanges over the in-memory links, so every rank runs it at once.
+        std::thread::scope(|s| {
+            let hs: Vec<_> = transports
+                .into_iter()
+                .enumerate()
+                .map(|(r, t)| {
+                    let config = config.clone();
+                    s.spawn(move || Communicator::connected(r, world, config, Box::new(t)))
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().expect("set-up thread panicked"))
+                .collect()
+        })
     }
 
     pub(crate) fn from_transport(
@@ -129,6 +157,45 @@ impl Communicator {
     ) -> Communicator {
         let describe = t.describe();
         let engine = Engine::new(rank, t, config.spin.value);
+        Communicator::from_engine(world, config, engine, describe, None)
+    }
+
+    /// [`from_transport`](Self::from_transport), then the host's peers found and joined in
+    /// shared memory (`DTCOMM_TRANSPORT`; see `shm/setup.rs`), and the start-up line saying
+    /// which link each peer got.
+    pub(crate) fn connected(
+        rank: usize,
+        world: usize,
+        config: Config,
+        t: Box<dyn Transport>,
+    ) -> Result<Communicator, CommError> {
+        let describe = t.describe();
+        let mut engine = Engine::new(rank, t, config.spin.value);
+        let found = crate::shm::setup::find(&mut engine, world, &config)?;
+        tracing::info!(rank, "dtcomm links: {}", found.describe);
+        engine.shm = found.group;
+        let describe = format!("{describe}; {}", found.describe);
+        let topo = Topology {
+            host_of: found.host_of,
+            hosts: found.hosts,
+        };
+        Ok(Communicator::from_engine(
+            world,
+            config,
+            engine,
+            describe,
+            Some(topo),
+        ))
+    }
+
+    fn from_engine(
+        world: usize,
+        config: Config,
+        engine: Engine,
+        describe: String,
+        topo: Option<Topology>,
+    ) -> Communicator {
+        let rank = engine.rank;
         let state = State {
             engine,
             seq: 0,
@@ -145,6 +212,7 @@ impl Communicator {
                 drained: Condvar::new(),
                 pending: AtomicUsize::new(0),
                 describe,
+                topo,
                 fork_gen: crate::fork::generation(),
             }),
             progress: OnceLock::new(),
@@ -299,6 +367,9 @@ impl Communicator {
         }
         let mut st = lock(&self.inner.state);
         if !matches!(st.failed, Some(CommError::Shutdown { .. })) {
+            if let Some(g) = &st.engine.shm {
+                g.close();
+            }
             st.engine.transport.shutdown();
             st.failed = Some(CommError::Shutdown {
                 rank: self.inner.rank,

@@ -1,0 +1,103 @@
+//! A checked [`Call`] run over shared memory (`shm/ops.rs`) when every rank of the
+//! communicator is on this host and the collective has a shared-memory algorithm; the others
+//! go through schedules and links (`execute.rs`).
+
+use super::execute::{bytes_mut, copy_over, input};
+use super::{Inner, State};
+use crate::call::{Call, CallDesc, Collective, OpKind};
+use crate::dtype::DType;
+use crate::error::CommError;
+use crate::op::ReduceOp;
+use crate::reduce::divide_bytes;
+use crate::shm::ops;
+
+impl Inner {
+    /// Runs `call` over shared memory, or returns `None` when it is not for shared memory.
+    ///
+    /// # Safety
+    /// As for [`execute`](Self::execute).
+    pub(super) unsafe fn execute_local(
+        &self,
+        st: &mut State,
+        call: &Call,
+    ) -> Option<Result<(), CommError>> {
+        let g = st.engine.shm.as_ref()?;
+        if g.size() != self.world {
+            return None;
+        }
+        let (send, recv) = (call.send.as_ref(), call.recv.as_ref());
+        let dtype = recv.or(send).map_or(DType::U8, |b| b.dtype());
+        let timeout = call.deadline.unwrap_or(self.config.timeout.value);
+        let small = self.config.tree_threshold.value;
+        let mut desc = CallDesc {
+            op: call.collective.kind(),
+            dtype,
+            redop: None,
+            count: 0,
+            root: None,
+            seq: st.seq,
+        };
+        let mut copy = Vec::new();
+        // SAFETY (every block below): the buffers passed `check` and are valid per the
+        // caller's contract; `input` copies a send that overlaps the output.
+        let result = match &call.collective {
+            Collective::AllReduce { op } => {
+                let r = recv.expect("checked");
+                desc.redop = Some(*op);
+                desc.count = r.count() as u64;
+                let i = match send {
+                    Some(s) if s.ptr() != r.ptr() => Some(unsafe { input(send, recv, &mut copy) }),
+                    _ => None,
+                };
+                let w = unsafe { bytes_mut(recv) };
+                st.seq += 1;
+                st.engine
+                    .run_local(&desc, timeout, |cx| {
+                        ops::allreduce(cx, dtype, op.combine(), w, i, small)
+                    })
+                    .map(|()| {
+                        if *op == ReduceOp::Avg {
+                            divide_bytes(dtype, unsafe { bytes_mut(recv) }, self.world);
+                        }
+                    })
+            }
+            Collective::Broadcast { root } => {
+                let r = recv.expect("checked");
+                if let (Some(s), true) = (send, self.rank == *root) {
+                    unsafe { copy_over(s, r) };
+                }
+                desc.count = r.count() as u64;
+                desc.root = Some(*root);
+                let w = unsafe { bytes_mut(recv) };
+                st.seq += 1;
+                st.engine
+                    .run_local(&desc, timeout, |cx| ops::broadcast(cx, *root, w))
+            }
+            Collective::AllGather { counts } => {
+                let s = send.expect("checked");
+                if counts
+                    .as_ref()
+                    .is_some_and(|c| c.iter().any(|&n| n != s.count()))
+                {
+                    return None;
+                }
+                desc.count = (s.count() * self.world) as u64;
+                let i = unsafe { input(send, recv, &mut copy) };
+                let w = unsafe { bytes_mut(recv) };
+                st.seq += 1;
+                st.engine
+                    .run_local(&desc, timeout, |cx| ops::allgather(cx, i, w))
+            }
+            Collective::Barrier => {
+                debug_assert_eq!(desc.op, OpKind::Barrier);
+                st.seq += 1;
+                st.engine.run_local(&desc, timeout, ops::barrier)
+            }
+            _ => return None,
+        };
+        Some(result.inspect_err(|e| {
+            tracing::error!(rank = self.rank, "dtcomm: {e}");
+            st.failed = Some(e.clone());
+        }))
+    }
+}

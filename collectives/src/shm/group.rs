@@ -1,0 +1,313 @@
+//! The ranks of one host joined by a segment, and the one protocol all shared-memory
+//! collectives use: **epochs**.
+//!
+//! In an epoch every rank writes (part of) its current buffer, then *posts* (bumps its `posted`
+//! counter), and waits until every peer has posted as often as it has; it may then read the
+//! peers' buffers. An epoch may post more than once (write, post, wait, write more, post,
+//! wait). Buffers alternate by epoch parity, and a rank starts epoch `e + 2` (overwriting the
+//! buffer of epoch `e`) only after seeing every peer's last post of epoch `e + 1`, which each
+//! peer makes after its last read of epoch `e`: no buffer is written while it is read, with
+//! counters alone. Each epoch's first post also publishes the call's header
+//! (op, dtype, count, seq), so mismatched calls fail at once naming both ranks.
+//!
+//! Waiting spins for the configured spin time (yielding now and then, for hosts with more
+//! ranks than cores), then sleeps on the peer's counter (futex) in short naps, between which
+//! it reads the control plane (aborts, lost peers), the peers' liveness (pidfd: a SIGKILLed
+//! rank sends no TCP reset when no socket joins it) and the deadline.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use super::futex;
+use super::layout::{Layout, slot};
+use super::segment::Mapping;
+use crate::call::CallDesc;
+use crate::engine::EngineError;
+use crate::error::CommError;
+use crate::transport::frame::{self, HEADER_LEN};
+use crate::transport::{LinkError, Transport};
+use crate::watchdog::{Deadline, Phase};
+
+/// How long one nap on a futex lasts before the liveness checks run again.
+const NAP: Duration = Duration::from_millis(2);
+
+/// A peer's process, watched through a pidfd (none when the kernel or namespace refuses one).
+struct Watch {
+    pid: u32,
+    pidfd: Option<std::os::fd::OwnedFd>,
+}
+
+impl Watch {
+    fn new(pid: u32) -> Watch {
+        use std::os::fd::FromRawFd;
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        Watch {
+            pid,
+            // SAFETY: a fresh descriptor we now own.
+            pidfd: (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) }),
+        }
+    }
+    /// True once the process has exited (a zombie counts: it will never post again).
+    fn exited(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        let Some(fd) = &self.pidfd else { return false };
+        let mut p = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, no timeout.
+        unsafe { libc::poll(&mut p, 1, 0) > 0 && p.revents & libc::POLLIN != 0 }
+    }
+}
+
+/// This rank's view of its host's segment.
+pub(crate) struct ShmGroup {
+    map: Mapping,
+    layout: Layout,
+    /// This rank's index among the host's ranks.
+    pub me: usize,
+    /// Global rank of each local rank, ascending.
+    pub ranks: Vec<usize>,
+    watches: Vec<Option<Watch>>,
+    posted: u32,
+    epoch: u64,
+    spin: Duration,
+}
+
+fn reached(v: u32, target: u32) -> bool {
+    v.wrapping_sub(target) as i32 >= 0
+}
+
+impl ShmGroup {
+    /// Joins an attached, checked segment. `pids[i]` is local rank `i`'s pid when it lives in
+    /// this pid namespace.
+    pub(crate) fn new(
+        map: Mapping,
+        layout: Layout,
+        me: usize,
+        ranks: Vec<usize>,
+        pids: &[Option<u32>],
+        spin: Duration,
+    ) -> ShmGroup {
+        let watches = pids
+            .iter()
+            .enumerate()
+            .map(|(i, p)| p.filter(|_| i != me).map(Watch::new))
+            .collect();
+        let g = ShmGroup {
+            map,
+            layout,
+            me,
+            ranks,
+            watches,
+            posted: 0,
+            epoch: 0,
+            spin,
+        };
+        g.word(me, slot::PID)
+            .store(std::process::id(), Ordering::Relaxed);
+        g
+    }
+
+    /// Ranks on this host.
+    pub(crate) fn size(&self) -> usize {
+        self.ranks.len()
+    }
+
+    /// Bytes of one buffer.
+    pub(crate) fn chunk(&self) -> usize {
+        self.layout.chunk
+    }
+
+    fn word(&self, i: usize, field: usize) -> &AtomicU32 {
+        let off = self.layout.slot(i) + field;
+        debug_assert!(off + 4 <= self.map.len());
+        // SAFETY: in bounds (the layout fits the mapping), 4-aligned, and only ever accessed
+        // atomically by every process.
+        unsafe { AtomicU32::from_ptr(self.map.ptr().add(off).cast()) }
+    }
+
+    /// Local rank `i`'s buffer of the current epoch.
+    pub(crate) fn buf(&self, i: usize) -> *mut u8 {
+        // SAFETY: in bounds of the mapping by the layout.
+        unsafe {
+            self.map
+                .ptr()
+                .add(self.layout.buf(i, (self.epoch & 1) as usize))
+        }
+    }
+
+    /// Starts an epoch of `call`: publishes its header in this epoch's slot.
+    pub(crate) fn begin(&mut self, call: &CallDesc) {
+        let h = frame::encode(call, 0);
+        let off = self.layout.desc(self.me, (self.epoch & 1) as usize);
+        // SAFETY: our own header slot; peers read it only after our next post.
+        unsafe { std::ptr::copy_nonoverlapping(h.as_ptr(), self.map.ptr().add(off), HEADER_LEN) };
+    }
+
+    /// Ends the current epoch (the next one uses the other buffers).
+    pub(crate) fn end(&mut self) {
+        self.epoch += 1;
+    }
+
+    /// Publishes everything written so far and wakes sleeping peers.
+    pub(crate) fn post(&mut self) {
+        self.posted = self.posted.wrapping_add(1);
+        let w = self.word(self.me, slot::POSTED);
+        w.store(self.posted, Ordering::SeqCst);
+        if self.word(self.me, slot::WAITERS).load(Ordering::SeqCst) > 0 {
+            futex::wake_all(w);
+        }
+    }
+
+    fn peer_desc(&self, i: usize) -> [u8; HEADER_LEN] {
+        let off = self.layout.desc(i, (self.epoch & 1) as usize);
+        let mut h = [0u8; HEADER_LEN];
+        // SAFETY: in bounds; the peer wrote it before the post we have seen (SeqCst load).
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.map.ptr().add(off), h.as_mut_ptr(), HEADER_LEN)
+        };
+        h
+    }
+
+    /// Waits until every peer has posted as often as this rank, checking the peers' call
+    /// headers when `check` (the epoch's first wait).
+    pub(crate) fn wait_all(
+        &mut self,
+        t: &mut dyn Transport,
+        call: &CallDesc,
+        deadline: &mut Deadline,
+        check: bool,
+    ) -> Result<(), EngineError> {
+        let target = self.posted;
+        let start = Instant::now();
+        let mut spins = 0u32;
+        let mut next = 0;
+        while next < self.size() {
+            if next == self.me
+                || reached(self.word(next, slot::POSTED).load(Ordering::SeqCst), target)
+            {
+                if check && next != self.me {
+                    self.check_desc(next, call)?;
+                }
+                next += 1;
+                continue;
+            }
+            spins += 1;
+            if start.elapsed() < self.spin {
+                std::hint::spin_loop();
+                if spins % 128 == 0 {
+                    std::thread::yield_now();
+                }
+                continue;
+            }
+            self.watch(t, call, deadline, target)?;
+            let waiters = self.word(next, slot::WAITERS);
+            waiters.fetch_add(1, Ordering::SeqCst);
+            let w = self.word(next, slot::POSTED);
+            let v = w.load(Ordering::SeqCst);
+            if !reached(v, target) {
+                futex::wait(w, v, NAP);
+            }
+            waiters.fetch_sub(1, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+
+    fn check_desc(&self, i: usize, call: &CallDesc) -> Result<(), EngineError> {
+        let peer = self.ranks[i];
+        let rank = self.ranks[self.me];
+        let (theirs, _) = frame::decode(&self.peer_desc(i)).map_err(|detail| {
+            EngineError::Comm(CommError::Protocol {
+                rank,
+                peer,
+                call: *call,
+                detail: format!("shared-memory call header: {detail}"),
+            })
+        })?;
+        if theirs != *call {
+            return Err(EngineError::Comm(CommError::Mismatch {
+                rank,
+                peer,
+                ours: *call,
+                theirs,
+            }));
+        }
+        Ok(())
+    }
+
+    /// The checks between naps: the control plane, the peers' processes, the deadline.
+    fn watch(
+        &mut self,
+        t: &mut dyn Transport,
+        call: &CallDesc,
+        deadline: &mut Deadline,
+        target: u32,
+    ) -> Result<(), EngineError> {
+        t.check()?;
+        for i in 0..self.size() {
+            if i != self.me
+                && self.word(i, slot::CLOSED).load(Ordering::SeqCst) == 1
+                && !reached(self.word(i, slot::POSTED).load(Ordering::SeqCst), target)
+            {
+                return Err(EngineError::Link(LinkError::Closed {
+                    peer: self.ranks[i],
+                    graceful: true,
+                    detail: "it closed its communicator".into(),
+                }));
+            }
+        }
+        for (i, w) in self.watches.iter().enumerate() {
+            if let Some(w) = w
+                && !reached(self.word(i, slot::POSTED).load(Ordering::SeqCst), target)
+                && w.exited()
+            {
+                return Err(EngineError::Link(LinkError::Closed {
+                    peer: self.ranks[i],
+                    graceful: false,
+                    detail: format!(
+                        "its process (pid {}) on this host exited (shared memory)",
+                        w.pid
+                    ),
+                }));
+            }
+        }
+        let missing: Vec<usize> = (0..self.size())
+            .filter(|&i| {
+                i != self.me && !reached(self.word(i, slot::POSTED).load(Ordering::SeqCst), target)
+            })
+            .map(|i| self.ranks[i])
+            .collect();
+        match deadline.check(call, &missing) {
+            Phase::Wait(_) => Ok(()),
+            Phase::Half(_) => {
+                t.report_stall(call.op as u8, call.seq, &missing);
+                Ok(())
+            }
+            Phase::Expired(elapsed) => Err(EngineError::Comm(CommError::Timeout {
+                rank: self.ranks[self.me],
+                call: *call,
+                elapsed,
+                waiting_for: missing,
+                suspects: Vec::new(),
+            })),
+        }
+    }
+
+    /// Says goodbye: this rank closed its communicator on purpose (peers waiting for it fail
+    /// at once, naming it, instead of at their deadline).
+    pub(crate) fn close(&self) {
+        self.word(self.me, slot::CLOSED).store(1, Ordering::SeqCst);
+        self.wake_everyone();
+    }
+
+    /// Wakes every rank asleep on any counter (after a failure, so they look at the control
+    /// plane now rather than after their nap).
+    pub(crate) fn wake_everyone(&self) {
+        for i in 0..self.size() {
+            futex::wake_all(self.word(i, slot::POSTED));
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! Where things live in a host's segment (pure arithmetic; see `group.rs` for the protocol).
+//!
+//! ```text
+//! 0            header page: magic, layout version, ranks, chunk bytes, stride
+//! PAGE + i*S   slot of local rank i (S = stride):
+//!   +0           posted: u32 futex word (steps this rank has published), own cache line
+//!   +64          waiters: u32 (peers asleep on `posted`), pid: u32, closed: u32
+//!   +128         call headers: 2 × 32 bytes (op, dtype, count, seq), one per buffer parity
+//!   +PAGE        buffer 0 (chunk bytes), then buffer 1
+//! ```
+//!
+//! Every rank writes only its own slot (the creator also writes the header, before anyone
+//! attaches); buffers alternate by epoch so a rank may fill one while its peers still read the other.
+
+/// Page size the layout aligns to.
+pub(crate) const PAGE: usize = 4096;
+/// `dtcommSH`: the first eight bytes of every segment.
+pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"dtcommSH");
+/// Bumped whenever the layout or the protocol changes; a peer with another version is refused.
+pub(crate) const VERSION: u32 = 1;
+
+/// Header field offsets.
+pub(crate) mod hdr {
+    pub const MAGIC: usize = 0;
+    pub const VERSION: usize = 8;
+    pub const RANKS: usize = 12;
+    pub const CHUNK: usize = 16;
+    pub const STRIDE: usize = 24;
+}
+
+/// Slot field offsets.
+pub(crate) mod slot {
+    pub const POSTED: usize = 0;
+    pub const WAITERS: usize = 64;
+    pub const PID: usize = 68;
+    /// u32: 1 once the rank closed its communicator (its goodbye).
+    pub const CLOSED: usize = 72;
+    pub const DESC: usize = 128;
+    pub const DATA: usize = super::PAGE;
+}
+
+/// The geometry of one segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Layout {
+    /// Ranks sharing it.
+    pub ranks: usize,
+    /// Bytes of each of a slot's two buffers (a multiple of the page).
+    pub chunk: usize,
+}
+
+impl Layout {
+    /// `chunk` is rounded up to whole pages (at least one).
+    pub(crate) fn new(ranks: usize, chunk: usize) -> Layout {
+        Layout {
+            ranks,
+            chunk: chunk.max(1).div_ceil(PAGE) * PAGE,
+        }
+    }
+    /// Bytes between two slots.
+    pub(crate) fn stride(&self) -> usize {
+        slot::DATA + 2 * self.chunk
+    }
+    /// Bytes of the whole segment.
+    pub(crate) fn len(&self) -> usize {
+        PAGE + self.ranks * self.stride()
+    }
+    /// Offset of local rank `i`'s slot.
+    pub(crate) fn slot(&self, i: usize) -> usize {
+        PAGE + i * self.stride()
+    }
+    /// Offset of local rank `i`'s buffer `parity`.
+    pub(crate) fn buf(&self, i: usize, parity: usize) -> usize {
+        self.slot(i) + slot::DATA + (parity & 1) * self.chunk
+    }
+    /// Offset of local rank `i`'s call header for `parity`.
+    pub(crate) fn desc(&self, i: usize, parity: usize) -> usize {
+        self.slot(i) + slot::DESC + (parity & 1) * 32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_and_buffers_do_not_overlap_and_are_aligned() {
+        let l = Layout::new(3, 5000);
+        assert_eq!(l.chunk, 8192);
+        assert_eq!(l.len(), PAGE + 3 * (PAGE + 2 * 8192));
+        let mut spans: Vec<(usize, usize)> = vec![(0, PAGE)];
+        for i in 0..3 {
+            assert_eq!(l.slot(i) % PAGE, 0);
+            spans.push((l.slot(i), l.slot(i) + slot::DATA));
+            for p in 0..2 {
+                assert_eq!(l.buf(i, p) % PAGE, 0);
+                assert!(l.desc(i, p) + 32 <= l.slot(i) + slot::DATA);
+                spans.push((l.buf(i, p), l.buf(i, p) + l.chunk));
+            }
+        }
+        spans.sort();
+        for w in spans.windows(2) {
+            assert!(w[0].1 <= w[1].0, "{w:?}");
+        }
+        assert_eq!(spans.last().unwrap().1, l.len());
+    }
+}

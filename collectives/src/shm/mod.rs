@@ -1,0 +1,20 @@
+//! Shared memory between the ranks of one host.
+//!
+//! * `host.rs`: which host a rank is on (boot id and namespaces, or `DTCOMM_HOST_ID`);
+//! * `segment.rs`: making, opening and mapping a segment (memfd or a file), and cleaning up;
+//! * `layout.rs`: where the header, the counters and the buffers live in it;
+//! * `futex.rs`: sleeping on a counter;
+//! * `group.rs`: the host's ranks and the epoch protocol every collective uses;
+//! * `ops.rs`: the collectives (allreduce reading every peer's segment, broadcast,
+//!   allgather, barrier);
+//! * `setup.rs`: finding host peers over the links already up and joining them.
+
+mod futex;
+pub(crate) mod group;
+mod host;
+mod layout;
+pub(crate) mod ops;
+mod segment;
+pub(crate) mod setup;
+
+pub(crate) use group::ShmGroup;

@@ -1,0 +1,312 @@
+//! Finding a rank's host peers and joining them in a segment, over the links already up (so it
+//! works the same after a store or a native rendezvous): three small allgathers.
+//!
+//! 1. identities: host digest, pid, pid namespace, whether this rank wants shared memory;
+//! 2. the lowest rank of each host makes the host's segment and tells its path (or why not);
+//! 3. the others attach and check it; everyone tells whether that worked.
+//!
+//! After 3 the maker closes its descriptor (and unlinks a named file): once every peer has
+//! attached nothing names the memory, so no exit, crash or SIGKILL can leave it behind. Each
+//! host decides from what every rank said, so all ranks of a host agree: shared memory, or TCP
+//! with one warning line naming the peer and the reason (`DTCOMM_TRANSPORT=shm`: an error).
+
+use std::time::{Duration, Instant};
+
+use super::group::ShmGroup;
+use super::host::{HostId, pid_ns};
+use super::layout::{Layout, MAGIC, VERSION, hdr};
+use super::segment::{Created, Mapping, attach};
+use crate::call::{CallDesc, OpKind};
+use crate::config::{Config, LinkKind};
+use crate::dtype::DType;
+use crate::engine::{Bufs, Engine};
+use crate::error::CommError;
+use crate::op::ReduceOp;
+use crate::schedule::ring;
+
+const ID_LEN: usize = 32;
+const SEG_LEN: usize = 256;
+const ACK_LEN: usize = 192;
+
+/// What the set-up found: the host group (if shared memory is used) and the log line.
+pub(crate) struct Found {
+    /// This host's group, when its ranks share memory.
+    pub group: Option<ShmGroup>,
+    /// Number of distinct hosts and whether they all hold the same number of ranks.
+    pub hosts: usize,
+    /// Every rank's host index (hosts numbered by their lowest rank).
+    pub host_of: Vec<usize>,
+    /// One line for the start-up log: which link each peer got and why.
+    pub describe: String,
+}
+
+fn allgather(
+    e: &mut Engine,
+    world: usize,
+    step: u64,
+    mine: &[u8],
+    timeout: Duration,
+) -> Result<Vec<u8>, CommError> {
+    let len = mine.len();
+    let mut all = vec![0u8; len * world];
+    let desc = CallDesc {
+        op: OpKind::AllGather,
+        dtype: DType::U8,
+        redop: None,
+        count: (len * world) as u64,
+        root: None,
+        // Out of the calls' sequence space, so user calls keep numbering from 0.
+        seq: u64::MAX - step,
+    };
+    let sched = ring::allgather(e.rank, world, &vec![len; world], true);
+    let mut bufs = Bufs {
+        work: &mut all,
+        input: mine,
+    };
+    e.run(&sched, &desc, ReduceOp::Sum, &mut bufs, timeout)?;
+    Ok(all)
+}
+
+fn put_str(dst: &mut [u8], s: &str) {
+    let b = s.as_bytes();
+    let n = b.len().min(dst.len());
+    dst[..n].copy_from_slice(&b[..n]);
+}
+
+fn get_str(src: &[u8]) -> String {
+    let end = src.iter().position(|&b| b == 0).unwrap_or(src.len());
+    String::from_utf8_lossy(&src[..end]).into_owned()
+}
+
+fn u64_at(b: &[u8], i: usize) -> u64 {
+    u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"))
+}
+
+/// Writes the header of a fresh segment.
+fn write_header(m: &Mapping, l: &Layout) {
+    let mut h = [0u8; 32];
+    h[hdr::MAGIC..hdr::MAGIC + 8].copy_from_slice(&MAGIC.to_le_bytes());
+    h[hdr::VERSION..hdr::VERSION + 4].copy_from_slice(&VERSION.to_le_bytes());
+    h[hdr::RANKS..hdr::RANKS + 4].copy_from_slice(&(l.ranks as u32).to_le_bytes());
+    h[hdr::CHUNK..hdr::CHUNK + 8].copy_from_slice(&(l.chunk as u64).to_le_bytes());
+    h[hdr::STRIDE..hdr::STRIDE + 8].copy_from_slice(&(l.stride() as u64).to_le_bytes());
+    // SAFETY: the mapping holds at least a page; nobody else has it yet.
+    unsafe { std::ptr::copy_nonoverlapping(h.as_ptr(), m.ptr(), h.len()) };
+}
+
+/// Checks an attached segment's header against what its maker announced.
+fn check_header(m: &Mapping, l: &Layout) -> Result<(), String> {
+    let mut h = [0u8; 32];
+    // SAFETY: at least a page is mapped (`attach` checked the size).
+    unsafe { std::ptr::copy_nonoverlapping(m.ptr(), h.as_mut_ptr(), h.len()) };
+    if u64_at(&h, hdr::MAGIC) != MAGIC {
+        return Err("not a dtcomm segment (bad magic)".into());
+    }
+    let v = u32::from_le_bytes(h[hdr::VERSION..hdr::VERSION + 4].try_into().expect("4"));
+    if v != VERSION {
+        return Err(format!(
+            "segment layout version {v}, this build speaks {VERSION} (mixed dtcomm versions?)"
+        ));
+    }
+    let ranks = u32::from_le_bytes(h[hdr::RANKS..hdr::RANKS + 4].try_into().expect("4"));
+    if ranks as usize != l.ranks || u64_at(&h, hdr::CHUNK) as usize != l.chunk {
+        return Err(format!(
+            "segment is for {ranks} ranks of {} bytes, expected {} of {}",
+            u64_at(&h, hdr::CHUNK),
+            l.ranks,
+            l.chunk
+        ));
+    }
+    Ok(())
+}
+
+/// Runs the set-up on a freshly connected engine. `Err` only for `DTCOMM_TRANSPORT=shm` or
+/// a failure of the links themselves.
+pub(crate) fn find(e: &mut Engine, world: usize, cfg: &Config) -> Result<Found, CommError> {
+    let rank = e.rank;
+    let start = Instant::now();
+    let timeout = cfg.timeout.value;
+    let want = cfg.transport.value != LinkKind::Tcp;
+    let id = HostId::current(cfg.host_id.value.as_deref());
+    let mut rec = [0u8; ID_LEN];
+    rec[..16].copy_from_slice(&id.digest);
+    rec[16..20].copy_from_slice(&std::process::id().to_le_bytes());
+    rec[20] = u8::from(want);
+    rec[24..32].copy_from_slice(&pid_ns().to_le_bytes());
+    let ids = allgather(e, world, 0, &rec, timeout)?;
+    let id_of = |r: usize| &ids[r * ID_LEN..r * ID_LEN + 16];
+    // Hosts, numbered by their lowest rank.
+    let mut leaders: Vec<usize> = Vec::new();
+    let host_of: Vec<usize> = (0..world)
+        .map(
+            |r| match leaders.iter().position(|&l| id_of(l) == id_of(r)) {
+                Some(h) => h,
+                None => {
+                    leaders.push(r);
+                    leaders.len() - 1
+                }
+            },
+        )
+        .collect();
+    let mine = host_of[rank];
+    let host_ranks: Vec<usize> = (0..world).filter(|&r| host_of[r] == mine).collect();
+    let everyone_wants = host_ranks.iter().all(|&r| ids[r * ID_LEN + 20] == 1);
+    let use_shm = host_ranks.len() > 1 && everyone_wants;
+    let me = host_ranks.iter().position(|&r| r == rank).expect("self");
+    let layout = Layout::new(host_ranks.len(), cfg.shm_chunk.value);
+
+    // 2. The host's lowest rank makes the segment.
+    let mut seg = [0u8; SEG_LEN];
+    let mut made: Option<Created> = None;
+    let mut map: Option<Mapping> = None;
+    if use_shm && me == 0 {
+        let name = format!("dtcomm-{}-{}-{}", std::process::id(), rank, next_serial());
+        match Created::new(layout.len(), cfg.shm_dir.value.as_deref(), &name) {
+            Ok((c, m)) => {
+                write_header(&m, &layout);
+                seg[0] = 1;
+                put_str(&mut seg[8..], &c.path);
+                made = Some(c);
+                map = Some(m);
+            }
+            Err(err) => {
+                seg[0] = 2;
+                put_str(
+                    &mut seg[8..],
+                    &format!("rank {rank} could not make the segment: {err}"),
+                );
+            }
+        }
+    }
+    let segs = allgather(e, world, 1, &seg, timeout)?;
+    let leader = host_ranks[0];
+    let lseg = &segs[leader * SEG_LEN..(leader + 1) * SEG_LEN];
+
+    // 3. The others attach; everyone says how it went.
+    let mut ack = [0u8; ACK_LEN];
+    if use_shm {
+        match (lseg[0], map.is_some()) {
+            (1, true) => ack[0] = 1,
+            (1, false) => {
+                let path = get_str(&lseg[8..]);
+                match attach(&path, layout.len())
+                    .map_err(|e| e.to_string())
+                    .and_then(|m| {
+                        check_header(&m, &layout)?;
+                        Ok(m)
+                    }) {
+                    Ok(m) => {
+                        ack[0] = 1;
+                        map = Some(m);
+                    }
+                    Err(err) => {
+                        ack[0] = 2;
+                        put_str(
+                            &mut ack[8..],
+                            &format!(
+                                "rank {rank} could not attach rank {leader}'s segment {path}: {err}"
+                            ),
+                        );
+                    }
+                }
+            }
+            _ => {
+                ack[0] = 2;
+                put_str(&mut ack[8..], &get_str(&lseg[8..]));
+            }
+        }
+    }
+    let acks = allgather(e, world, 2, &ack, timeout)?;
+    if let Some(mut c) = made {
+        c.seal();
+    }
+    let failed: Option<String> = host_ranks
+        .iter()
+        .map(|&r| &acks[r * ACK_LEN..(r + 1) * ACK_LEN])
+        .find(|a| a[0] != 1)
+        .map(|a| get_str(&a[8..]));
+    let peers: Vec<usize> = host_ranks.iter().copied().filter(|&r| r != rank).collect();
+    let remote = world - host_ranks.len();
+    let others = if remote > 0 {
+        format!(
+            ", tcp to {remote} rank(s) on {} other host(s)",
+            leaders.len() - 1
+        )
+    } else {
+        String::new()
+    };
+    let mut describe = format!("rank {rank} on {}", id.describe);
+    let group = match (use_shm, failed) {
+        (true, None) => {
+            let pids: Vec<Option<u32>> = host_ranks
+                .iter()
+                .map(|&r| {
+                    let rec = &ids[r * ID_LEN..(r + 1) * ID_LEN];
+                    (u64_at(rec, 24) == pid_ns())
+                        .then(|| u32::from_le_bytes(rec[16..20].try_into().expect("4")))
+                })
+                .collect();
+            describe += &format!(
+                ": shm to ranks {peers:?} (same host; {} KiB per rank){others}",
+                layout.stride() / 1024
+            );
+            Some(ShmGroup::new(
+                map.expect("attached"),
+                layout,
+                me,
+                host_ranks.clone(),
+                &pids,
+                cfg.spin.value,
+            ))
+        }
+        (true, Some(why)) => {
+            if cfg.transport.value == LinkKind::Shm {
+                return Err(CommError::Setup {
+                    rank,
+                    elapsed: start.elapsed(),
+                    detail: format!("DTCOMM_TRANSPORT=shm but shared memory failed: {why}"),
+                });
+            }
+            tracing::warn!(rank, "dtcomm: shared memory unavailable, using TCP: {why}");
+            describe += &format!(
+                ": tcp to same-host ranks {peers:?} (shared memory failed: {why}){others}"
+            );
+            None
+        }
+        (false, _) => {
+            if cfg.transport.value == LinkKind::Shm && !peers.is_empty() {
+                return Err(CommError::Setup {
+                    rank,
+                    elapsed: start.elapsed(),
+                    detail: "DTCOMM_TRANSPORT=shm but some ranks of this host chose tcp".into(),
+                });
+            }
+            let why = if peers.is_empty() {
+                "no other rank on this host".to_owned()
+            } else if !want {
+                "DTCOMM_TRANSPORT=tcp".to_owned()
+            } else {
+                "a rank of this host asked for tcp".to_owned()
+            };
+            if !peers.is_empty() {
+                describe += &format!(": tcp to same-host ranks {peers:?} ({why})");
+            } else {
+                describe += &format!(" ({why})");
+            }
+            describe += &others;
+            None
+        }
+    };
+    Ok(Found {
+        group,
+        hosts: leaders.len(),
+        host_of,
+        describe,
+    })
+}
+
+fn next_serial() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
