@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::on_ranks;
 use dt_rdzv::store::MemoryStore;
-use dtcomm::{CommError, Communicator, OpKind, Options, ReduceOp};
+use dtcomm::{CommError, Communicator, LinkKind, OpKind, Options, ReduceOp};
 
 fn opts(timeout_ms: u64) -> Options {
     Options {
@@ -18,10 +18,12 @@ fn opts(timeout_ms: u64) -> Options {
     }
 }
 
+/// Threads of one process are ranks of one host: TCP links only when asked for.
 fn tcp_group(world: usize, o: Options) -> Vec<Communicator> {
     let store = Arc::new(MemoryStore::new());
     let o = Options {
         socket_ifname: Some("lo".into()),
+        transport: Some(LinkKind::Tcp),
         ..o
     };
     std::thread::scope(|s| {
@@ -74,6 +76,21 @@ fn mismatched_counts(comms: Vec<Communicator>) {
 #[test]
 fn mismatched_calls_fail_fast_mem() {
     mismatched_counts(Communicator::in_memory(2, opts(60_000)).unwrap());
+}
+
+/// Shared memory between the ranks (the threads of one process share a segment).
+fn shm_group(world: usize, o: Options) -> Vec<Communicator> {
+    let o = Options {
+        transport: Some(LinkKind::Shm),
+        ..o
+    };
+    Communicator::in_memory(world, o).unwrap()
+}
+
+#[test]
+fn mismatched_calls_fail_fast_shm() {
+    mismatched_counts(shm_group(2, opts(60_000)));
+    mismatched_counts(shm_group(4, opts(60_000)));
 }
 
 #[test]
@@ -146,6 +163,7 @@ fn deadline_names_the_rank_not_heard_from() {
     for comms in [
         Communicator::in_memory(3, opts(1500)).unwrap(),
         tcp_group(3, opts(1500)),
+        shm_group(3, opts(1500)),
     ] {
         let start = Instant::now();
         let errs = on_ranks(&comms[..2], |c| {
@@ -181,6 +199,7 @@ fn a_peer_that_left_is_named() {
     for mut comms in [
         Communicator::in_memory(2, opts(60_000)).unwrap(),
         tcp_group(2, opts(60_000)),
+        shm_group(2, opts(60_000)),
     ] {
         drop(comms.pop());
         let c = &comms[0];

@@ -1,6 +1,8 @@
 //! The TCP transport: thread-per-rank groups over loopback with a shared in-memory store, and
 //! separate processes that meet through a real `dt-rdzv` server: every collective and dtype,
-//! several sockets per peer, and a rank killed in the middle of an allreduce.
+//! several sockets per peer, and a rank killed in the middle of an allreduce. Groups here are
+//! on one host, so they ask for TCP links (`DTCOMM_TRANSPORT=tcp`) except where a test says
+//! it runs the default (shared memory between same-host ranks; `tests/shm*.rs` cover it).
 
 mod common;
 
@@ -12,13 +14,14 @@ use common::procs::*;
 use common::*;
 use dt_rdzv::server::{BackgroundServer, ServeConfig};
 use dt_rdzv::store::MemoryStore;
-use dtcomm::{Algo, CommError, Communicator, Options, ReduceOp};
+use dtcomm::{Algo, CommError, Communicator, LinkKind, Options, ReduceOp};
 
 fn tcp_group(world: usize, o: Options) -> Vec<Communicator> {
     let store = Arc::new(MemoryStore::new());
     let o = Options {
         socket_ifname: Some("lo".into()),
         timeout: Some(Duration::from_secs(60)),
+        transport: o.transport.or(Some(LinkKind::Tcp)),
         ..o
     };
     std::thread::scope(|s| {
@@ -161,11 +164,14 @@ fn child_rank() {
 #[test]
 fn processes_every_collective_and_dtype_through_dt_rdzv() {
     let server = BackgroundServer::start(ServeConfig::loopback_ephemeral()).unwrap();
-    let kids = spawn_ranks("child_rank", "suite", 3, &server.endpoint(), &[]);
-    for (r, k) in kids.into_iter().enumerate() {
-        let (code, out, err) = wait_output(k, Duration::from_secs(120));
-        assert_eq!(code, Some(0), "rank {r} failed:\n{out}\n{err}");
-        assert!(out.contains(&format!("SUITE OK rank {r}")), "{out}");
+    for links in ["tcp", "auto"] {
+        let env = [("DTCOMM_TRANSPORT", links)];
+        let kids = spawn_ranks("child_rank", "suite", 3, &server.endpoint(), &env);
+        for (r, k) in kids.into_iter().enumerate() {
+            let (code, out, err) = wait_output(k, Duration::from_secs(120));
+            assert_eq!(code, Some(0), "{links}: rank {r} failed:\n{out}\n{err}");
+            assert!(out.contains(&format!("SUITE OK rank {r}")), "{out}");
+        }
     }
 }
 
@@ -178,7 +184,11 @@ fn killed_rank_is_named_by_every_survivor() {
         "kill",
         4,
         &server.endpoint(),
-        &[("DTCOMM_TEST_VICTIM", "1"), ("DTCOMM_TIMEOUT", "10")],
+        &[
+            ("DTCOMM_TEST_VICTIM", "1"),
+            ("DTCOMM_TIMEOUT", "10"),
+            ("DTCOMM_TRANSPORT", "tcp"),
+        ],
     );
     // Wait for the victim to be in its allreduce loop, then SIGKILL it (our own child).
     let mut lines = BufReader::new(kids[victim].stdout.take().unwrap()).lines();

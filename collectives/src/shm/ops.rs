@@ -24,6 +24,9 @@ use crate::schedule::partition;
 use crate::transport::Transport;
 use crate::watchdog::Deadline;
 
+/// Bytes reduced and copied out together in step 2 (well inside L1).
+const BLOCK: usize = 16 << 10;
+
 /// What every shared-memory collective gets.
 pub(crate) struct Ctx<'a> {
     pub g: &'a mut ShmGroup,
@@ -87,23 +90,25 @@ pub(crate) fn allreduce(
         }
         cx.sync(first)?;
         first = false;
-        // 2. My slice: my input combined with every peer's copy, into my output and buffer.
+        // 2. My slice: my input combined with every peer's copy, into my output and buffer,
+        //    in blocks that stay in L1 between the reduction and the copy out.
         let (off, len) = slices[me];
-        let r = (base + off) * es..(base + off + len) * es;
-        if let Some(i) = input {
-            work[r.clone()].copy_from_slice(&i[r.clone()]);
-        }
-        for p in 0..l {
-            if p != me {
-                reduce_bytes(
-                    dtype,
-                    op,
-                    &mut work[r.clone()],
-                    cx.peer(p, off * es, len * es),
-                );
+        let (lo, hi) = ((base + off) * es, (base + off + len) * es);
+        let mut b = lo;
+        while b < hi {
+            let e = (b + BLOCK - BLOCK % es).min(hi);
+            if let Some(i) = input {
+                work[b..e].copy_from_slice(&i[b..e]);
             }
+            let at = off * es + (b - lo);
+            for p in 0..l {
+                if p != me {
+                    reduce_bytes(dtype, op, &mut work[b..e], cx.peer(p, at, e - b));
+                }
+            }
+            cx.mine(at, e - b).copy_from_slice(&work[b..e]);
+            b = e;
         }
-        cx.mine(off * es, len * es).copy_from_slice(&work[r]);
         cx.sync(false)?;
         // 3. Everyone's results.
         for (p, &(off, len)) in slices.iter().enumerate() {

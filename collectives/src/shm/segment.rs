@@ -91,6 +91,7 @@ impl Created {
                 (fd, format!("/proc/{}/fd/{fd}", std::process::id()), None)
             }
             Some(d) => {
+                sweep(d);
                 let path = format!("{}/{name}", d.trim_end_matches('/'));
                 let c = CString::new(path.clone()).map_err(io::Error::other)?;
                 // SAFETY: a valid C string; O_EXCL refuses a leftover of the same name.
@@ -137,6 +138,31 @@ impl Created {
 impl Drop for Created {
     fn drop(&mut self) {
         self.seal();
+    }
+}
+
+/// Removes segments of dead makers from `dir`: files named `dtcomm-<pid>-…` whose process is
+/// gone (a maker SIGKILLed in the moment between making its segment and its peers attaching).
+fn sweep(dir: &str) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("dtcomm-")
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<libc::pid_t>().ok())
+        else {
+            continue;
+        };
+        // SAFETY: signal 0 only checks whether the process exists.
+        let gone = unsafe { libc::kill(pid, 0) } != 0
+            && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone {
+            tracing::info!("dtcomm: removing {name} in {dir}, left by dead process {pid}");
+            let _ = std::fs::remove_file(e.path());
+        }
     }
 }
 
@@ -198,5 +224,11 @@ mod tests {
         n.seal();
         assert!(!std::path::Path::new(&n.path).exists());
         drop(m);
+
+        // A leftover of a dead maker is swept when the next segment is made there.
+        let leftover = dir.join("dtcomm-2147483646-0-0");
+        std::fs::write(&leftover, b"x").unwrap();
+        let (_s, _m) = Created::new(4096, Some(d), &format!("{name}-2")).unwrap();
+        assert!(!leftover.exists());
     }
 }

@@ -310,3 +310,32 @@ fn next_serial() -> u64 {
     static N: AtomicU64 = AtomicU64::new(0);
     N.fetch_add(1, Ordering::Relaxed)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_segment_of_another_layout_version_is_refused_by_name() {
+        let l = Layout::new(2, 4096);
+        let (_c, m) = Created::new(l.len(), None, "dtcomm-hdr-test").unwrap();
+        write_header(&m, &l);
+        assert_eq!(check_header(&m, &l), Ok(()));
+        let other = Layout::new(3, 4096);
+        assert!(
+            check_header(&m, &other)
+                .unwrap_err()
+                .contains("for 2 ranks")
+        );
+        // SAFETY: the test owns the mapping; bump the version field.
+        unsafe { *m.ptr().add(hdr::VERSION) = 99 };
+        let e = check_header(&m, &l).unwrap_err();
+        assert!(
+            e.contains("version 99") && e.contains("mixed dtcomm versions"),
+            "{e}"
+        );
+        // SAFETY: as above; break the magic.
+        unsafe { *m.ptr() = 0 };
+        assert!(check_header(&m, &l).unwrap_err().contains("bad magic"));
+    }
+}

@@ -1,0 +1,205 @@
+//! Shared memory between separate processes of one host, meeting through a real `dt-rdzv`:
+//! the links the set-up chose and why, nothing left behind (normal exit, SIGKILL of the
+//! segment's maker, a failed start), a SIGKILLed same-host rank named by every survivor, a
+//! directory that cannot hold segments (one warning, TCP; or an error under
+//! `DTCOMM_TRANSPORT=shm`), and two emulated hosts (`DTCOMM_HOST_ID`) of two ranks each.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::procs::*;
+use common::{check, input};
+use dt_rdzv::server::{BackgroundServer, ServeConfig};
+use dtcomm::{CommError, Communicator, Options, ReduceOp};
+
+/// The child side; started by the tests below with `--ignored --exact child`.
+#[test]
+#[ignore = "the child process of the multi-process tests; started by them"]
+fn child() {
+    let (role, rank, world, endpoint) =
+        child_args().expect("child runs only as a child of the multi-process tests");
+    let store = child_store(&endpoint);
+    let host_id = match role.as_str() {
+        // Two emulated hosts: ranks 0,1 on one, 2,3 on the other.
+        "hosts" => Some(format!("emulated-host-{}", rank / 2)),
+        _ => None,
+    };
+    let c = match Communicator::new(
+        store,
+        rank,
+        world,
+        Options {
+            spin_us: Some(50),
+            host_id,
+            ..Options::default()
+        },
+    ) {
+        Ok(c) => c,
+        Err(e) => {
+            println!("SETUP ERROR {e}");
+            std::process::exit(0);
+        }
+    };
+    println!("LINKS {}", c.transport_description());
+    match role.as_str() {
+        "links" | "hosts" => {
+            for n in [1usize, 1000, 300_000] {
+                let mut v: Vec<f32> = input(ReduceOp::Sum, rank, n);
+                c.all_reduce(&mut v, ReduceOp::Sum).unwrap();
+                check("all_reduce", ReduceOp::Sum, world, &v, 0);
+                let mut b: Vec<f32> = input(ReduceOp::Sum, rank, n);
+                c.broadcast(&mut b, world - 1).unwrap();
+                assert_eq!(b, input::<f32>(ReduceOp::Sum, world - 1, n));
+            }
+            c.barrier().unwrap();
+            println!("OK rank {rank}");
+        }
+        "kill" => {
+            let victim: usize = std::env::var("DTCOMM_TEST_VICTIM")
+                .unwrap()
+                .parse()
+                .unwrap();
+            let mut v = vec![1f32; 1 << 16];
+            let start = Instant::now();
+            let mut i = 0u64;
+            while start.elapsed() < Duration::from_secs(60) {
+                if let Err(e) = c.all_reduce(&mut v, ReduceOp::Sum) {
+                    let lost = match &e {
+                        CommError::PeerLost { peer, .. } => Some(*peer),
+                        CommError::Aborted { lost, .. } => *lost,
+                        _ => None,
+                    };
+                    println!("ERROR lost={lost:?} after {i} calls: {e}");
+                    std::process::exit(0);
+                }
+                i += 1;
+                if rank == victim && i == 3 {
+                    println!("READY");
+                }
+                v.fill(1.0);
+            }
+            println!("NO ERROR");
+            std::process::exit(3);
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+/// A fresh directory for named segments.
+fn seg_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("dtcomm-shm-test-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn leftovers(d: &Path) -> Vec<String> {
+    std::fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+fn run_all(role: &str, world: usize, env: &[(&str, &str)]) -> Vec<String> {
+    let server = BackgroundServer::start(ServeConfig::loopback_ephemeral()).unwrap();
+    let kids = spawn_ranks("child", role, world, &server.endpoint(), env);
+    kids.into_iter()
+        .enumerate()
+        .map(|(r, k)| {
+            let (code, out, err) = wait_output(k, Duration::from_secs(120));
+            assert_eq!(code, Some(0), "rank {r}:\n{out}\n{err}");
+            out + &err
+        })
+        .collect()
+}
+
+#[test]
+fn same_host_processes_share_memory_and_leave_nothing() {
+    let d = seg_dir("links");
+    let outs = run_all("links", 3, &[("DTCOMM_SHM_DIR", d.to_str().unwrap())]);
+    for (r, out) in outs.iter().enumerate() {
+        assert!(out.contains(&format!("OK rank {r}")), "{out}");
+        assert!(
+            out.contains("shm to ranks"),
+            "rank {r} must say it uses shm: {out}"
+        );
+    }
+    assert_eq!(leftovers(&d), Vec::<String>::new());
+    // The default (memfd) leaves nothing anywhere by construction; it must work too.
+    let outs = run_all("links", 2, &[]);
+    assert!(outs.iter().all(|o| o.contains("shm to ranks")), "{outs:?}");
+}
+
+#[test]
+fn unusable_directory_falls_back_to_tcp_or_fails_when_shm_is_required() {
+    let bad = "/proc/no-such-dir-for-dtcomm";
+    let outs = run_all("links", 2, &[("DTCOMM_SHM_DIR", bad)]);
+    for (r, out) in outs.iter().enumerate() {
+        assert!(out.contains(&format!("OK rank {r}")), "{out}");
+        assert!(out.contains("shared memory failed"), "{out}");
+        assert!(out.contains(bad), "the reason names the path: {out}");
+    }
+    let outs = run_all(
+        "links",
+        2,
+        &[("DTCOMM_SHM_DIR", bad), ("DTCOMM_TRANSPORT", "shm")],
+    );
+    for out in &outs {
+        assert!(out.contains("SETUP ERROR"), "{out}");
+        assert!(out.contains("DTCOMM_TRANSPORT=shm"), "{out}");
+    }
+}
+
+#[test]
+fn two_emulated_hosts_get_shm_inside_and_tcp_between() {
+    let outs = run_all("hosts", 4, &[]);
+    for (r, out) in outs.iter().enumerate() {
+        assert!(out.contains(&format!("OK rank {r}")), "{out}");
+        let mate = r ^ 1;
+        assert!(out.contains(&format!("shm to ranks [{mate}]")), "{out}");
+        assert!(out.contains("tcp to 2 rank(s) on 1 other host(s)"), "{out}");
+    }
+}
+
+#[test]
+fn killed_segment_maker_is_named_and_nothing_is_left() {
+    let d = seg_dir("kill");
+    let server = BackgroundServer::start(ServeConfig::loopback_ephemeral()).unwrap();
+    let victim = 0; // the lowest rank of the host made the segment
+    let mut kids = spawn_ranks(
+        "child",
+        "kill",
+        3,
+        &server.endpoint(),
+        &[
+            ("DTCOMM_TEST_VICTIM", "0"),
+            ("DTCOMM_TIMEOUT", "30"),
+            ("DTCOMM_SHM_DIR", d.to_str().unwrap()),
+        ],
+    );
+    let mut lines = BufReader::new(kids[victim].stdout.take().unwrap()).lines();
+    assert!(
+        lines
+            .by_ref()
+            .map(|l| l.unwrap())
+            .any(|l| l.ends_with("READY")),
+        "victim never got going"
+    );
+    let killed_at = Instant::now();
+    kids[victim].kill().unwrap();
+    kids[victim].wait().unwrap();
+    for (r, k) in kids.into_iter().enumerate().skip(1) {
+        let (code, out, err) = wait_output(k, Duration::from_secs(60));
+        assert_eq!(code, Some(0), "survivor {r}:\n{out}\n{err}");
+        assert!(out.contains("ERROR lost=Some(0)"), "survivor {r}: {out}");
+        assert!(out.contains("all_reduce(seq "), "{out}");
+    }
+    assert!(
+        killed_at.elapsed() < Duration::from_secs(15),
+        "survivors must fail well before the 30 s deadline"
+    );
+    assert_eq!(leftovers(&d), Vec::<String>::new());
+}
