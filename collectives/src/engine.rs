@@ -139,12 +139,26 @@ impl Engine {
         bufs: &mut Bufs<'_>,
         timeout: Duration,
     ) -> Result<(), CommError> {
+        let mut deadline = Deadline::new(self.rank, timeout);
+        self.run_within(sched, call, combine, bufs, &mut deadline)
+            .map_err(|e| self.fail(e, call, &deadline))
+    }
+
+    /// Runs `sched` as part of a larger call (the cross-host step of a hierarchical
+    /// allreduce): under the caller's deadline, leaving the failure to the caller.
+    pub(crate) fn run_within(
+        &mut self,
+        sched: &Schedule,
+        call: &CallDesc,
+        combine: ReduceOp,
+        bufs: &mut Bufs<'_>,
+        deadline: &mut Deadline,
+    ) -> Result<(), EngineError> {
         let es = call.dtype.size();
         let need = (sched.scratch * es).div_ceil(8);
         if self.scratch.len() < need {
             self.scratch.resize(need, 0);
         }
-        let mut deadline = Deadline::new(self.rank, timeout);
         let mut scratch = std::mem::take(&mut self.scratch);
         let result = (|| {
             let mut ctx = Ctx {
@@ -161,12 +175,33 @@ impl Engine {
                         dst.copy_from_slice(&src);
                     }
                 }
-                self.run_step(step, call, combine, &mut ctx, &mut deadline)?;
+                self.run_step(step, call, combine, &mut ctx, deadline)?;
             }
             Ok(())
         })();
         self.scratch = scratch;
-        result.map_err(|e| self.fail(e, call, &deadline))
+        result
+    }
+
+    /// Runs `f` with this engine and its host group apart (a collective that uses both
+    /// shared memory and the links), failing like [`run_local`](Self::run_local).
+    pub(crate) fn run_split(
+        &mut self,
+        call: &CallDesc,
+        timeout: Duration,
+        f: impl FnOnce(&mut Engine, &mut ShmGroup, &mut Deadline) -> Result<(), EngineError>,
+    ) -> Result<(), CommError> {
+        let mut deadline = Deadline::new(self.rank, timeout);
+        let mut g = self.shm.take().expect("caller checked the host group");
+        let r = f(self, &mut g, &mut deadline);
+        self.shm = Some(g);
+        r.map_err(|e| {
+            let err = self.fail(e, call, &deadline);
+            if let Some(g) = &self.shm {
+                g.wake_everyone();
+            }
+            err
+        })
     }
 
     /// Runs a shared-memory collective `f` for `call` within `timeout`, failing like a

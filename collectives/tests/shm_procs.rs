@@ -25,6 +25,8 @@ fn child() {
     let host_id = match role.as_str() {
         // Two emulated hosts: ranks 0,1 on one, 2,3 on the other.
         "hosts" => Some(format!("emulated-host-{}", rank / 2)),
+        // Uneven: ranks 0..=2 on one host, rank 3 alone on another.
+        "uneven" => Some(format!("emulated-host-{}", rank / 3)),
         _ => None,
     };
     let c = match Communicator::new(
@@ -45,7 +47,7 @@ fn child() {
     };
     println!("LINKS {}", c.transport_description());
     match role.as_str() {
-        "links" | "hosts" => {
+        "links" | "hosts" | "uneven" => {
             for n in [1usize, 1000, 300_000] {
                 let mut v: Vec<f32> = input(ReduceOp::Sum, rank, n);
                 c.all_reduce(&mut v, ReduceOp::Sum).unwrap();
@@ -161,7 +163,16 @@ fn two_emulated_hosts_get_shm_inside_and_tcp_between() {
         let mate = r ^ 1;
         assert!(out.contains(&format!("shm to ranks [{mate}]")), "{out}");
         assert!(out.contains("tcp to 2 rank(s) on 1 other host(s)"), "{out}");
+        assert!(out.contains("allreduce across hosts"), "{out}");
     }
+    // Hosts of different sizes: shared memory within the big one, flat allreduce over TCP.
+    let outs = run_all("uneven", 4, &[]);
+    for (r, out) in outs.iter().enumerate() {
+        assert!(out.contains(&format!("OK rank {r}")), "{out}");
+        assert!(!out.contains("allreduce across hosts"), "{out}");
+    }
+    assert!(outs[0].contains("shm to ranks [1, 2]"), "{}", outs[0]);
+    assert!(outs[3].contains("no other rank on this host"), "{}", outs[3]);
 }
 
 #[test]

@@ -34,7 +34,7 @@ pub(crate) fn allreduce_algo(cfg: &Config, world: usize, count: usize, dtype: DT
     }
 }
 
-fn allreduce_schedule(
+pub(super) fn allreduce_schedule(
     cfg: &Config,
     rank: usize,
     world: usize,

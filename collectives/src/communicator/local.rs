@@ -1,8 +1,9 @@
 //! A checked [`Call`] run over shared memory (`shm/ops.rs`) when every rank of the
-//! communicator is on this host and the collective has a shared-memory algorithm; the others
-//! go through schedules and links (`execute.rs`).
+//! communicator is on this host and the collective has a shared-memory algorithm, or an
+//! allreduce across hosts that each share memory within; the others go through schedules and
+//! links (`execute.rs`).
 
-use super::execute::{bytes_mut, copy_over, input};
+use super::execute::{allreduce_schedule, bytes_mut, copy_over, input};
 use super::{Inner, State};
 use crate::call::{Call, CallDesc, Collective, OpKind};
 use crate::dtype::DType;
@@ -23,7 +24,8 @@ impl Inner {
     ) -> Option<Result<(), CommError>> {
         let g = st.engine.shm.as_ref()?;
         if g.size() != self.world {
-            return None;
+            // SAFETY: as for this function.
+            return unsafe { self.execute_across(st, call) };
         }
         let (send, recv) = (call.send.as_ref(), call.recv.as_ref());
         let dtype = recv.or(send).map_or(DType::U8, |b| b.dtype());
@@ -95,9 +97,64 @@ impl Inner {
             }
             _ => return None,
         };
-        Some(result.inspect_err(|e| {
+        Some(self.failed_if(st, result))
+    }
+
+    fn failed_if(&self, st: &mut State, r: Result<(), CommError>) -> Result<(), CommError> {
+        r.inspect_err(|e| {
             tracing::error!(rank = self.rank, "dtcomm: {e}");
             st.failed = Some(e.clone());
-        }))
+        })
+    }
+
+    /// An allreduce over ranks of several hosts that all share memory within: shared memory
+    /// within each host, the links between (`ops::allreduce_across`). `None` for anything
+    /// else (which then runs over the links alone).
+    ///
+    /// # Safety
+    /// As for [`execute`](Self::execute).
+    unsafe fn execute_across(&self, st: &mut State, call: &Call) -> Option<Result<(), CommError>> {
+        let Collective::AllReduce { op } = &call.collective else {
+            return None;
+        };
+        let (host, peers) = st.engine.shm.as_ref()?.across.clone()?;
+        let (send, recv) = (call.send.as_ref(), call.recv.as_ref());
+        let r = recv.expect("checked");
+        let dtype = r.dtype();
+        let desc = CallDesc {
+            op: OpKind::AllReduce,
+            dtype,
+            redop: Some(*op),
+            count: r.count() as u64,
+            root: None,
+            seq: st.seq,
+        };
+        st.seq += 1;
+        let timeout = call.deadline.unwrap_or(self.config.timeout.value);
+        let small = self.config.tree_threshold.value;
+        let cfg = &self.config;
+        let cross =
+            |len: usize| allreduce_schedule(cfg, host, peers.len(), len, dtype).remap(&peers);
+        let mut copy = Vec::new();
+        // SAFETY: the buffers passed `check` and are valid per the caller's contract; `input`
+        // copies a send that overlaps the output.
+        let i = match send {
+            Some(s) if s.ptr() != r.ptr() => Some(unsafe { input(send, recv, &mut copy) }),
+            _ => None,
+        };
+        // SAFETY: as above.
+        let w = unsafe { bytes_mut(recv) };
+        let result = st
+            .engine
+            .run_split(&desc, timeout, |e, g, d| {
+                ops::allreduce_across(e, g, &desc, d, dtype, op.combine(), w, i, small, &cross)
+            })
+            .map(|()| {
+                if *op == ReduceOp::Avg {
+                    // SAFETY: as above.
+                    divide_bytes(dtype, unsafe { bytes_mut(recv) }, self.world);
+                }
+            });
+        Some(self.failed_if(st, result))
     }
 }

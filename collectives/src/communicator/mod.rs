@@ -37,16 +37,6 @@ pub(crate) struct State {
     failed: Option<CommError>,
 }
 
-/// Which host each rank runs on, as the set-up found it.
-#[derive(Debug, Clone)]
-#[allow(dead_code)] // read by the cross-host allreduce, which lands next
-pub(crate) struct Topology {
-    /// Every rank's host index (hosts numbered by their lowest rank).
-    pub host_of: Vec<usize>,
-    /// Number of hosts.
-    pub hosts: usize,
-}
-
 /// What a communicator's calls share with the progress thread.
 pub(crate) struct Inner {
     pub rank: usize,
@@ -58,9 +48,6 @@ pub(crate) struct Inner {
     /// Calls submitted to the progress thread and not finished yet.
     pending: AtomicUsize,
     describe: String,
-    /// Which host each rank is on (`None` for in-memory groups without shared memory).
-    #[allow(dead_code)] // as `Topology`
-    topo: Option<Topology>,
     /// The fork generation this communicator was built in.
     fork_gen: u64,
 }
@@ -157,7 +144,7 @@ impl Communicator {
     ) -> Communicator {
         let describe = t.describe();
         let engine = Engine::new(rank, t, config.spin.value);
-        Communicator::from_engine(world, config, engine, describe, None)
+        Communicator::from_engine(world, config, engine, describe)
     }
 
     /// [`from_transport`](Self::from_transport), then the host's peers found and joined in
@@ -175,26 +162,10 @@ impl Communicator {
         tracing::info!(rank, "dtcomm links: {}", found.describe);
         engine.shm = found.group;
         let describe = format!("{describe}; {}", found.describe);
-        let topo = Topology {
-            host_of: found.host_of,
-            hosts: found.hosts,
-        };
-        Ok(Communicator::from_engine(
-            world,
-            config,
-            engine,
-            describe,
-            Some(topo),
-        ))
+        Ok(Communicator::from_engine(world, config, engine, describe))
     }
 
-    fn from_engine(
-        world: usize,
-        config: Config,
-        engine: Engine,
-        describe: String,
-        topo: Option<Topology>,
-    ) -> Communicator {
+    fn from_engine(world: usize, config: Config, engine: Engine, describe: String) -> Communicator {
         let rank = engine.rank;
         let state = State {
             engine,
@@ -212,7 +183,6 @@ impl Communicator {
                 drained: Condvar::new(),
                 pending: AtomicUsize::new(0),
                 describe,
-                topo,
                 fork_gen: crate::fork::generation(),
             }),
             progress: OnceLock::new(),

@@ -103,6 +103,19 @@ impl Schedule {
         self.steps.push(step);
     }
 
+    /// The same schedule for a subgroup: `ranks[i]` is the rank that sub-rank `i` is.
+    pub(crate) fn remap(mut self, ranks: &[usize]) -> Schedule {
+        for step in &mut self.steps {
+            for s in &mut step.sends {
+                s.peer = ranks[s.peer];
+            }
+            for r in &mut step.recvs {
+                r.peer = ranks[r.peer];
+            }
+        }
+        self
+    }
+
     /// Ranks this schedule ever receives from (for the "not heard from" lists).
     #[cfg(test)]
     pub(crate) fn peers(&self) -> Vec<usize> {

@@ -70,6 +70,9 @@ pub(crate) struct ShmGroup {
     pub me: usize,
     /// Global rank of each local rank, ascending.
     pub ranks: Vec<usize>,
+    /// When every host shares memory and holds as many ranks as this one: this rank's host
+    /// index and, per host, the rank with this rank's local index (the cross-host subgroup).
+    pub across: Option<(usize, Vec<usize>)>,
     watches: Vec<Option<Watch>>,
     posted: u32,
     epoch: u64,
@@ -101,6 +104,7 @@ impl ShmGroup {
             layout,
             me,
             ranks,
+            across: None,
             watches,
             posted: 0,
             epoch: 0,

@@ -8,6 +8,8 @@
 //! * **allreduce**, small (up to the latency threshold): every rank publishes its whole input
 //!   and reduces all of them itself, in rank order (bitwise the same result everywhere); one
 //!   post per call.
+//! * **allreduce across hosts**: the same within each host around a cross-host allreduce
+//!   of each rank's slice over the links (`allreduce_across`).
 //! * **broadcast**: the root publishes each chunk, the others copy it out.
 //! * **allgather** (equal counts): every rank publishes its piece, chunk by chunk.
 //! * **barrier**: one post.
@@ -17,10 +19,10 @@
 use super::group::ShmGroup;
 use crate::call::CallDesc;
 use crate::dtype::DType;
-use crate::engine::EngineError;
+use crate::engine::{Bufs, Engine, EngineError};
 use crate::op::ReduceOp;
 use crate::reduce::reduce_bytes;
-use crate::schedule::partition;
+use crate::schedule::{Schedule, partition};
 use crate::transport::Transport;
 use crate::watchdog::Deadline;
 
@@ -53,6 +55,111 @@ impl Ctx<'_> {
     }
 }
 
+/// One chunk of a large allreduce: `base` its first element, `slices` who owns what.
+struct Chunk {
+    base: usize,
+    slices: Vec<(usize, usize)>,
+    es: usize,
+}
+
+impl Chunk {
+    fn bytes(&self, s: usize) -> std::ops::Range<usize> {
+        let (off, len) = self.slices[s];
+        (self.base + off) * self.es..(self.base + off + len) * self.es
+    }
+}
+
+/// Step 1: the slices the others own, from my input into my buffer; then post and wait.
+fn scatter_in(
+    cx: &mut Ctx<'_>,
+    c: &Chunk,
+    work: &[u8],
+    input: Option<&[u8]>,
+    first: bool,
+) -> Result<(), EngineError> {
+    cx.g.begin(cx.call);
+    for s in 0..c.slices.len() {
+        if s != cx.g.me {
+            let r = c.bytes(s);
+            let from = input.map_or(&work[r.clone()], |i| &i[r]);
+            cx.mine(c.slices[s].0 * c.es, from.len())
+                .copy_from_slice(from);
+        }
+    }
+    cx.sync(first)
+}
+
+/// Step 2: my slice, my input combined with every peer's copy, into my output (and, when
+/// `publish`, into my buffer too), in blocks that stay in L1 between reduction and copy.
+fn reduce_mine(
+    cx: &mut Ctx<'_>,
+    c: &Chunk,
+    dtype: DType,
+    op: ReduceOp,
+    work: &mut [u8],
+    input: Option<&[u8]>,
+    publish: bool,
+) {
+    let me = cx.g.me;
+    let r = c.bytes(me);
+    let mut b = r.start;
+    while b < r.end {
+        let e = (b + BLOCK - BLOCK % c.es).min(r.end);
+        if let Some(i) = input {
+            work[b..e].copy_from_slice(&i[b..e]);
+        }
+        let at = c.slices[me].0 * c.es + (b - r.start);
+        for p in 0..c.slices.len() {
+            if p != me {
+                reduce_bytes(dtype, op, &mut work[b..e], cx.peer(p, at, e - b));
+            }
+        }
+        if publish {
+            cx.mine(at, e - b).copy_from_slice(&work[b..e]);
+        }
+        b = e;
+    }
+}
+
+/// Step 3: (unless step 2 published it) my slice into my buffer; post, wait, and copy
+/// everyone's slices out.
+fn gather_out(
+    cx: &mut Ctx<'_>,
+    c: &Chunk,
+    work: &mut [u8],
+    publish: bool,
+) -> Result<(), EngineError> {
+    let me = cx.g.me;
+    if publish {
+        let r = c.bytes(me);
+        cx.mine(c.slices[me].0 * c.es, r.len())
+            .copy_from_slice(&work[r]);
+    }
+    cx.sync(false)?;
+    for p in 0..c.slices.len() {
+        if p != me {
+            let r = c.bytes(p);
+            let n = r.len();
+            work[r].copy_from_slice(cx.peer(p, c.slices[p].0 * c.es, n));
+        }
+    }
+    cx.g.end();
+    Ok(())
+}
+
+/// The chunks of an allreduce of `n` elements of `es` bytes over `l` ranks.
+fn chunks(n: usize, es: usize, chunk: usize, l: usize) -> impl Iterator<Item = Chunk> {
+    let per = (chunk / es).max(1);
+    (0..n.div_ceil(per)).map(move |k| {
+        let base = k * per;
+        Chunk {
+            base,
+            slices: partition(per.min(n - base), l),
+            es,
+        }
+    })
+}
+
 /// Allreduce of `work` (its input when `input` is `None`, else `input`'s elements) by `op`.
 /// `small`: bytes up to which the one-post algorithm runs.
 pub(crate) fn allreduce(
@@ -66,59 +173,83 @@ pub(crate) fn allreduce(
     let es = dtype.size();
     let n = work.len() / es;
     let l = cx.g.size();
-    let per_chunk = cx.g.chunk() / es;
     if work.len() <= small.min(cx.g.chunk()) || n < l {
         if let Some(i) = input {
             work.copy_from_slice(i);
         }
         return allreduce_small(cx, dtype, op, work);
     }
-    let mut base = 0;
-    let mut first = true;
-    while base < n {
-        let blk = per_chunk.min(n - base);
-        let slices = partition(blk, l);
-        let me = cx.g.me;
-        cx.g.begin(cx.call);
-        // 1. The slices the others own, into my buffer.
-        for (s, &(off, len)) in slices.iter().enumerate() {
-            if s != me {
-                let src = (base + off) * es..(base + off + len) * es;
-                let from = input.map_or(&work[src.clone()], |i| &i[src]);
-                cx.mine(off * es, len * es).copy_from_slice(from);
-            }
+    for (k, c) in chunks(n, es, cx.g.chunk(), l).enumerate() {
+        scatter_in(cx, &c, work, input, k == 0)?;
+        reduce_mine(cx, &c, dtype, op, work, input, true);
+        gather_out(cx, &c, work, false)?;
+    }
+    Ok(())
+}
+
+/// Allreduce across hosts: reduce within the host over shared memory, allreduce each rank's
+/// slice with the ranks of the same local index on the other hosts (`cross`: the schedule for
+/// a slice of that many elements, run over the links), then gather within the host. Every
+/// local rank drives its own cross-host slice, so all of a host's links carry data at once.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn allreduce_across(
+    e: &mut Engine,
+    g: &mut ShmGroup,
+    call: &CallDesc,
+    deadline: &mut Deadline,
+    dtype: DType,
+    op: ReduceOp,
+    work: &mut [u8],
+    input: Option<&[u8]>,
+    small: usize,
+    cross: &dyn Fn(usize) -> Schedule,
+) -> Result<(), EngineError> {
+    let es = dtype.size();
+    let n = work.len() / es;
+    let l = g.size();
+    let run_cross = |e: &mut Engine, w: &mut [u8], deadline: &mut Deadline| {
+        let sched = cross(w.len() / es);
+        let mut bufs = Bufs {
+            work: w,
+            input: &[],
+        };
+        e.run_within(&sched, call, op, &mut bufs, deadline)
+    };
+    if work.len() <= small.min(g.chunk()) || n < l {
+        if let Some(i) = input {
+            work.copy_from_slice(i);
         }
-        cx.sync(first)?;
-        first = false;
-        // 2. My slice: my input combined with every peer's copy, into my output and buffer,
-        //    in blocks that stay in L1 between the reduction and the copy out.
-        let (off, len) = slices[me];
-        let (lo, hi) = ((base + off) * es, (base + off + len) * es);
-        let mut b = lo;
-        while b < hi {
-            let e = (b + BLOCK - BLOCK % es).min(hi);
-            if let Some(i) = input {
-                work[b..e].copy_from_slice(&i[b..e]);
-            }
-            let at = off * es + (b - lo);
-            for p in 0..l {
-                if p != me {
-                    reduce_bytes(dtype, op, &mut work[b..e], cx.peer(p, at, e - b));
-                }
-            }
-            cx.mine(at, e - b).copy_from_slice(&work[b..e]);
-            b = e;
+        let mut cx = Ctx {
+            g: &mut *g,
+            t: &mut *e.transport,
+            call,
+            deadline: &mut *deadline,
+        };
+        allreduce_small(&mut cx, dtype, op, work)?;
+        // Every rank of the host holds the host's sum: each combines it with its
+        // counterparts on the other hosts.
+        return run_cross(e, work, deadline);
+    }
+    for (k, c) in chunks(n, es, g.chunk(), l).enumerate() {
+        {
+            let mut cx = Ctx {
+                g: &mut *g,
+                t: &mut *e.transport,
+                call,
+                deadline: &mut *deadline,
+            };
+            scatter_in(&mut cx, &c, work, input, k == 0)?;
+            reduce_mine(&mut cx, &c, dtype, op, work, input, false);
         }
-        cx.sync(false)?;
-        // 3. Everyone's results.
-        for (p, &(off, len)) in slices.iter().enumerate() {
-            if p != me {
-                let r = (base + off) * es..(base + off + len) * es;
-                work[r].copy_from_slice(cx.peer(p, off * es, len * es));
-            }
-        }
-        cx.g.end();
-        base += blk;
+        let r = c.bytes(g.me);
+        run_cross(e, &mut work[r], deadline)?;
+        let mut cx = Ctx {
+            g: &mut *g,
+            t: &mut *e.transport,
+            call,
+            deadline: &mut *deadline,
+        };
+        gather_out(&mut cx, &c, work, true)?;
     }
     Ok(())
 }

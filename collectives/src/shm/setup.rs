@@ -32,10 +32,6 @@ const ACK_LEN: usize = 192;
 pub(crate) struct Found {
     /// This host's group, when its ranks share memory.
     pub group: Option<ShmGroup>,
-    /// Number of distinct hosts and whether they all hold the same number of ranks.
-    pub hosts: usize,
-    /// Every rank's host index (hosts numbered by their lowest rank).
-    pub host_of: Vec<usize>,
     /// One line for the start-up log: which link each peer got and why.
     pub describe: String,
 }
@@ -220,6 +216,29 @@ pub(crate) fn find(e: &mut Engine, world: usize, cfg: &Config) -> Result<Found, 
     if let Some(mut c) = made {
         c.seal();
     }
+    // Every host's verdict, which every rank can compute alike from the three exchanges.
+    let host_ok = |h: usize| {
+        let rs: Vec<usize> = (0..world).filter(|&r| host_of[r] == h).collect();
+        rs.len() > 1
+            && rs
+                .iter()
+                .all(|&r| ids[r * ID_LEN + 20] == 1 && acks[r * ACK_LEN] == 1)
+    };
+    let across = (leaders.len() > 1
+        && (0..leaders.len()).all(|h| {
+            host_ok(h) && host_of.iter().filter(|&&x| x == h).count() == host_ranks.len()
+        }))
+    .then(|| {
+        let peers = (0..leaders.len())
+            .map(|h| {
+                (0..world)
+                    .filter(|&r| host_of[r] == h)
+                    .nth(me)
+                    .expect("same size")
+            })
+            .collect();
+        (mine, peers)
+    });
     let failed: Option<String> = host_ranks
         .iter()
         .map(|&r| &acks[r * ACK_LEN..(r + 1) * ACK_LEN])
@@ -250,14 +269,19 @@ pub(crate) fn find(e: &mut Engine, world: usize, cfg: &Config) -> Result<Found, 
                 ": shm to ranks {peers:?} (same host; {} KiB per rank){others}",
                 layout.stride() / 1024
             );
-            Some(ShmGroup::new(
+            if across.is_some() {
+                describe += "; allreduce across hosts: shm within, tcp between";
+            }
+            let mut g = ShmGroup::new(
                 map.expect("attached"),
                 layout,
                 me,
                 host_ranks.clone(),
                 &pids,
                 cfg.spin.value,
-            ))
+            );
+            g.across = across;
+            Some(g)
         }
         (true, Some(why)) => {
             if cfg.transport.value == LinkKind::Shm {
@@ -297,12 +321,7 @@ pub(crate) fn find(e: &mut Engine, world: usize, cfg: &Config) -> Result<Found, 
             None
         }
     };
-    Ok(Found {
-        group,
-        hosts: leaders.len(),
-        host_of,
-        describe,
-    })
+    Ok(Found { group, describe })
 }
 
 fn next_serial() -> u64 {
