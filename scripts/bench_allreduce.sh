@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # dtcomm allreduce against the incumbents, in one invocation, interleaved in rounds:
-# dtcomm (all_reduce_perf), gloo (torch) and Open MPI over TCP, world 2 and world 4, float32
-# sum in place, the per-size schedule of benches/incumbents/common.py. Prints the medians over
-# rounds and the ratios. Every step is wrapped by benches/incumbents/probe.py (bounded wait for
+# dtcomm (all_reduce_perf) with its default links (shared memory between same-host ranks) and
+# over TCP only, Open MPI with its default (shared memory) and over TCP, gloo (torch); world 2
+# and world 4 on this host; 2 emulated hosts x 2 ranks (scripts/emu_cluster.sh: dtcomm across
+# hosts vs its flat TCP ring); one core's memcpy as the ceiling; float32 sum in place, the
+# per-size schedule of benches/incumbents/common.py. Prints medians over rounds with ranges. Every step is wrapped by benches/incumbents/probe.py (bounded wait for
 # an idle window, then it records the co-tenant load) and bounded by `timeout`.
 #
 # Usage: scripts/bench_allreduce.sh [outdir=target/bench-allreduce] [rounds=3]
@@ -11,7 +13,8 @@
 #        TORCH_PY / MPI_PY     another python for gloo / for mpi4py + numpy (default: the venv's)
 #        INCUMBENTS  the incumbent harness (default benches/incumbents)
 #        SIZES_W2 / SIZES_W4   sizes (default 8,1K,64K,1M,16M,64M / 8,1M,16M,64M)
-#        SKIP="gloo mpi"       leave incumbents out
+#        SKIP="gloo mpi cluster"  leave incumbents (or the emulated cluster) out
+#        CLUSTER_RATE=2gbit  link rate of the emulated hosts; CLUSTER_SIZES=1M,16M,64M
 #        MAX_LOAD=0.2          rounds whose co-tenant load (probe.py foreign_frac) is above this are
 #                              left out of the medians when at least one round of that config is under it
 # Needs: cargo and scripts/setup.sh's venv; Open MPI and mpi4py come from scripts/setup_bench.sh
@@ -51,10 +54,11 @@ P() { local name=$1; shift; "$VPY" "$INCUMBENTS/probe.py" "$OUT/probe_$name.json
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 BENCH="$TARGET/release/all_reduce_perf"
 
-dtcomm() {  # $1 world, $2 sizes, $3 tag
-  log "dtcomm w$1 $3"
-  P "dtcomm_w$1_$3" env DTCOMM_SOCKET_IFNAME=lo timeout 600 "$BENCH" --world "$1" --sizes "$2" --anchor-schedule \
-    -d float -o sum --json "$OUT/dtcomm_w$1_$3.json" >> "$OUT/run.log" 2>&1 || log "FAILED dtcomm w$1 $3"
+dtcomm() {  # $1 world, $2 sizes, $3 tag, $4 links (auto: shared memory between same-host ranks; tcp)
+  local name=dtcomm; [ "$4" = tcp ] && name=dtcomm-tcp
+  log "$name w$1 $3"
+  P "${name}_w$1_$3" env DTCOMM_SOCKET_IFNAME=lo DTCOMM_TRANSPORT="$4" timeout 600 "$BENCH" --world "$1" --sizes "$2" --anchor-schedule \
+    -d float -o sum --json "$OUT/${name}_w$1_$3.json" >> "$OUT/run.log" 2>&1 || log "FAILED $name w$1 $3"
 }
 gloo() {
   skipped gloo && return
@@ -63,18 +67,52 @@ gloo() {
   (cd "$INCUMBENTS" && P "gloo_w$1_$3" timeout 900 "$TPY" gloo_bench.py --world "$1" --timeout 850 \
     --sizes $(echo "$2" | tr , ' ') --out "$OUT/gloo_w$1_$3.json") >> "$OUT/run.log" 2>&1 || log "FAILED gloo w$1 $3"
 }
-mpi() {
+mpi() {  # $4: tcp (loopback TCP only) or shm (Open MPI's default: shared memory on one host)
   skipped mpi && return
-  log "mpi-tcp w$1 $3"
+  log "mpi-$4 w$1 $3"
+  local mca=()
+  [ "$4" = tcp ] && mca=(OMPI_MCA_pml=ob1 OMPI_MCA_btl=tcp,self OMPI_MCA_btl_tcp_if_include=lo)
   # shellcheck disable=SC2046
-  (cd "$INCUMBENTS" && P "mpi-tcp_w$1_$3" env OMPI_MCA_pml=ob1 OMPI_MCA_btl=tcp,self OMPI_MCA_btl_tcp_if_include=lo \
-    timeout 900 mpirun --allow-run-as-root --oversubscribe -np "$1" "$MPY" mpi_bench.py --label tcp \
-    --sizes $(echo "$2" | tr , ' ') --out "$OUT/mpi-tcp_w$1_$3.json") >> "$OUT/run.log" 2>&1 || log "FAILED mpi w$1 $3"
+  (cd "$INCUMBENTS" && P "mpi-$4_w$1_$3" env "${mca[@]}" \
+    timeout 900 mpirun --allow-run-as-root --oversubscribe -np "$1" "$MPY" mpi_bench.py --label "$4" \
+    --sizes $(echo "$2" | tr , ' ') --out "$OUT/mpi-$4_w$1_$3.json") >> "$OUT/run.log" 2>&1 || log "FAILED mpi-$4 w$1 $3"
+}
+cluster() {  # 2 emulated hosts x 2 ranks (scripts/emu_cluster.sh): $1 tag, $2 links
+  skipped cluster && return
+  local name=cluster-dtcomm; [ "$2" = tcp ] && name=cluster-dtcomm-tcp
+  log "$name 2x2 $1 ($CLUSTER_RATE)"
+  P "${name}_w4_$1" env DTCOMM_TRANSPORT="$2" DT_RDZV_BIN="$TARGET/debug/dt-rdzv" \
+    "$ROOT/scripts/emu_cluster.sh" launch 2 2 "$CLUSTER_RATE" -- "$BENCH" --sizes "$CLUSTER_SIZES" --anchor-schedule \
+    -d float -o sum --json "$OUT/${name}_w4_$1.json" >> "$OUT/run.log" 2>&1 || log "FAILED $name $1"
+}
+memcpy() {  # one core's memcpy bandwidth, the ceiling of any one-host copy, in the same run
+  log "memcpy $1"
+  "$VPY" - "$OUT/memcpy_$1.json" <<'MC' >> "$OUT/run.log" 2>&1 || log "FAILED memcpy $1"
+import json, sys, time
+import numpy as np
+res = {}
+for mib in (16, 64):
+    a = np.ones(mib << 18, np.float32); b = np.empty_like(a); np.copyto(b, a)
+    ts = []
+    for _ in range(15):
+        t = time.perf_counter(); np.copyto(b, a); ts.append(time.perf_counter() - t)
+    res[str(mib << 20)] = (mib << 20) / sorted(ts)[len(ts) // 2] / 1e9
+json.dump(res, open(sys.argv[1], "w")); print("memcpy GB/s", res)
+MC
 }
 
+if ! skipped cluster && ! { [ -x "$TARGET/debug/dt-rdzv" ] && ip netns list >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; }; then
+  log "no emulated cluster here (needs root, iproute2 and $TARGET/debug/dt-rdzv): leaving it out"; SKIP="$SKIP cluster"
+fi
+CLUSTER_RATE=${CLUSTER_RATE:-2gbit}
+CLUSTER_SIZES=${CLUSTER_SIZES:-1M,16M,64M}
 for r in $(seq 1 "$ROUNDS"); do
-  dtcomm 2 "$SIZES_W2" r$r; gloo 2 "$SIZES_W2" r$r; mpi 2 "$SIZES_W2" r$r
-  dtcomm 4 "$SIZES_W4" r$r; gloo 4 "$SIZES_W4" r$r; mpi 4 "$SIZES_W4" r$r
+  memcpy r$r
+  dtcomm 2 "$SIZES_W2" r$r auto; mpi 2 "$SIZES_W2" r$r shm; gloo 2 "$SIZES_W2" r$r
+  dtcomm 2 "$SIZES_W2" r$r tcp; mpi 2 "$SIZES_W2" r$r tcp
+  dtcomm 4 "$SIZES_W4" r$r auto; mpi 4 "$SIZES_W4" r$r shm; gloo 4 "$SIZES_W4" r$r
+  dtcomm 4 "$SIZES_W4" r$r tcp; mpi 4 "$SIZES_W4" r$r tcp
+  cluster r$r auto; cluster r$r tcp
 done
 
 MAX_LOAD=${MAX_LOAD:-0.2} "$VPY" - "$OUT" <<'PY'
@@ -94,7 +132,7 @@ for f in sorted(glob.glob(os.path.join(out, "*_w*_r*.json"))):
     impl, world = re.match(r"(.+)_w(\d+)_r\d+", name).groups()
     d = json.load(open(f))
     fr = foreign(name)
-    if impl == "dtcomm":
+    if "dtcomm" in impl:
         for r in d["results"]:
             c = r["in_place"]
             rows.setdefault((impl, int(world), r["size"]), []).append((c["bus_bw"], c["time"], c["p50_us"], fr))
@@ -108,32 +146,48 @@ def kept(k):
 def med(k, i):
     v = [x[i] for x in kept(k)]
     return statistics.median(v) if v else float("nan")
-def rng(k, i):
-    v = [x[i] for x in kept(k)]
-    return f"[{min(v):.3g}-{max(v):.3g}]" if v else ""
-def used(k):
-    v = rows.get(k, [])
-    quiet = [x for x in v if x[3] <= max_load]
-    return f"{len(quiet)}/{len(v)}" if quiet else f"0/{len(v)} (all loaded, all used)"
+def cell(k, small):
+    v = [x[2 if small else 0] for x in kept(k)]
+    if not v:
+        return "-"
+    m = statistics.median(v)
+    return f"{m:.3g} [{min(v):.3g}-{max(v):.3g}] ({len(v)})"
 def size(b):
     return f"{b >> 20} MiB" if b >= 1 << 20 else (f"{b >> 10} KiB" if b >= 1024 else f"{b} B")
-impls = ["dtcomm", "gloo", "mpi-tcp"]
-print(f"allreduce, float32 sum in place, medians over rounds ([min-max] of dtcomm); busbw in GB/s; latency = p50 per call (avg per op) in us")
-print(f"rounds used = rounds with co-tenant load <= {max_load} (all rounds when none is), as dtcomm/gloo/mpi-tcp")
-print("| world | size | dtcomm busbw | gloo busbw | mpi-tcp busbw | dtcomm p50 (avg) us | gloo p50 (avg) us | mpi-tcp p50 (avg) us | dtcomm/gloo | dtcomm/mpi-tcp | rounds used |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
-for world in sorted({k[1] for k in rows}):
-    for b in sorted({k[2] for k in rows if k[1] == world}):
-        d, g, m = (("dtcomm", world, b), ("gloo", world, b), ("mpi-tcp", world, b))
+impls = ["dtcomm", "mpi-shm", "gloo", "dtcomm-tcp", "mpi-tcp"]
+print("allreduce, float32 sum in place: busbw GB/s (sizes > 1 KiB) or p50 latency us (<= 1 KiB);")
+print("median [min-max] (rounds used) over interleaved rounds; rounds with co-tenant load above")
+print(f"{max_load} (probe.py foreign_frac) are left out when a quieter round of that config exists.")
+print("dtcomm = default links (shared memory between same-host ranks), mpi-shm = Open MPI's default.")
+print("| world | size | " + " | ".join(impls) + " | dtcomm/mpi-shm | dtcomm/gloo |")
+print("|---|---|" + "---|" * (len(impls) + 2))
+for world in sorted({k[1] for k in rows if not k[0].startswith("cluster")}):
+    for b in sorted({k[2] for k in rows if k[1] == world and not k[0].startswith("cluster")}):
         small = b <= 1024
+        ks = {i: (i, world, b) for i in impls}
         def ratio(x, y):
-            if small:  # latency: how many times faster (by p50)
-                return med(y, 2) / med(x, 2)
-            return med(x, 0) / med(y, 0)
-        print(f"| {world} | {size(b)} | {med(d,0):.3f} {rng(d,0)} | {med(g,0):.3f} | {med(m,0):.3f} | "
-              f"{med(d,2):.1f} ({med(d,1):.1f}) | {med(g,2):.1f} ({med(g,1):.1f}) | {med(m,2):.1f} ({med(m,1):.1f}) | "
-              f"{ratio(d,g):.2f}x | {ratio(d,m):.2f}x | {used(d)} / {used(g)} / {used(m)} |")
-print("ratios: busbw ratio for sizes > 1 KiB; for <= 1 KiB, p50 latency ratio (incumbent / dtcomm, >1 = dtcomm faster)")
+            if small:
+                return med(ks[y], 2) / med(ks[x], 2)
+            return med(ks[x], 0) / med(ks[y], 0)
+        print(f"| {world} | {size(b)} | " + " | ".join(cell(ks[i], small) for i in impls)
+              + f" | {ratio('dtcomm', 'mpi-shm'):.2f}x | {ratio('dtcomm', 'gloo'):.2f}x |")
+print("ratios: busbw ratio; for <= 1 KiB the p50 latency ratio (incumbent / dtcomm); > 1 = dtcomm faster")
+cl = sorted({k[2] for k in rows if k[0].startswith("cluster")})
+if cl:
+    print()
+    print(f"2 emulated hosts x 2 ranks (scripts/emu_cluster.sh, links {os.environ.get('CLUSTER_RATE', '2gbit')}): busbw GB/s")
+    print("| size | dtcomm across hosts (shm within, tcp between) | dtcomm flat tcp ring | ratio |")
+    print("|---|---|---|---|")
+    for b in cl:
+        a, t = ("cluster-dtcomm", 4, b), ("cluster-dtcomm-tcp", 4, b)
+        print(f"| {size(b)} | {cell(a, False)} | {cell(t, False)} | {med(a, 0) / med(t, 0):.2f}x |")
+mc = [json.load(open(f)) for f in sorted(glob.glob(os.path.join(out, "memcpy_r*.json")))]
+if mc:
+    print()
+    for k in sorted(mc[0], key=int):
+        v = [m[k] for m in mc]
+        print(f"one core's memcpy at {size(int(k))}: {statistics.median(v):.2f} GB/s [{min(v):.2f}-{max(v):.2f}] (ceiling of a one-host copy)")
+print()
 print("co-tenant load per run (probe.py foreign_frac):")
 for f in sorted(glob.glob(os.path.join(out, "probe_*.json"))):
     print(f"  {os.path.basename(f)[6:-5]}: {json.load(open(f))['foreign_frac']}")
