@@ -172,7 +172,11 @@ fn two_emulated_hosts_get_shm_inside_and_tcp_between() {
         assert!(!out.contains("allreduce across hosts"), "{out}");
     }
     assert!(outs[0].contains("shm to ranks [1, 2]"), "{}", outs[0]);
-    assert!(outs[3].contains("no other rank on this host"), "{}", outs[3]);
+    assert!(
+        outs[3].contains("no other rank on this host"),
+        "{}",
+        outs[3]
+    );
 }
 
 #[test]

@@ -10,8 +10,8 @@
 //! counters alone. Each epoch's first post also publishes the call's header
 //! (op, dtype, count, seq), so mismatched calls fail at once naming both ranks.
 //!
-//! Waiting spins for the configured spin time (yielding now and then, for hosts with more
-//! ranks than cores), then sleeps on the peer's counter (futex) in short naps, between which
+//! Waiting spins for the configured spin time (yielding now and then, at every turn on a host
+//! with more ranks than cores, where spinning would keep the awaited peer off the CPU), then sleeps on the peer's counter (futex) in short naps, between which
 //! it reads the control plane (aborts, lost peers), the peers' liveness (pidfd: a SIGKILLed
 //! rank sends no TCP reset when no socket joins it) and the deadline.
 
@@ -77,6 +77,8 @@ pub(crate) struct ShmGroup {
     posted: u32,
     epoch: u64,
     spin: Duration,
+    /// Spins between two yields of the CPU.
+    yield_every: u32,
 }
 
 fn reached(v: u32, target: u32) -> bool {
@@ -99,6 +101,19 @@ impl ShmGroup {
             .enumerate()
             .map(|(i, p)| p.filter(|_| i != me).map(Watch::new))
             .collect();
+        // More ranks on this host than cores for them: a spinning rank would keep a peer it
+        // waits for off the CPU, so it yields at every turn of its spin.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let yield_every = if ranks.len() > cores {
+            tracing::info!(
+                ranks = ranks.len(),
+                cores,
+                "dtcomm: more ranks than cores on this host; shared-memory waits yield as they spin"
+            );
+            1
+        } else {
+            128
+        };
         let g = ShmGroup {
             map,
             layout,
@@ -109,6 +124,7 @@ impl ShmGroup {
             posted: 0,
             epoch: 0,
             spin,
+            yield_every,
         };
         g.word(me, slot::PID)
             .store(std::process::id(), Ordering::Relaxed);
@@ -202,7 +218,7 @@ impl ShmGroup {
             spins += 1;
             if start.elapsed() < self.spin {
                 std::hint::spin_loop();
-                if spins % 128 == 0 {
+                if spins % self.yield_every == 0 {
                     std::thread::yield_now();
                 }
                 continue;
