@@ -90,6 +90,59 @@ impl Inner {
                 st.engine
                     .run_local(&desc, timeout, |cx| ops::allgather(cx, i, w))
             }
+            Collective::ReduceScatter { op } => {
+                desc.redop = Some(*op);
+                desc.count = send.expect("checked").count() as u64;
+                let i = unsafe { input(send, recv, &mut copy) };
+                let w = unsafe { bytes_mut(recv) };
+                st.seq += 1;
+                st.engine
+                    .run_local(&desc, timeout, |cx| {
+                        ops::reduce_scatter(cx, dtype, op.combine(), i, w)
+                    })
+                    .map(|()| {
+                        if *op == ReduceOp::Avg {
+                            divide_bytes(dtype, unsafe { bytes_mut(recv) }, self.world);
+                        }
+                    })
+            }
+            Collective::AllToAll {
+                send_counts: None,
+                recv_counts: None,
+            } => {
+                desc.count = send.expect("checked").count() as u64;
+                let i = unsafe { input(send, recv, &mut copy) };
+                let w = unsafe { bytes_mut(recv) };
+                st.seq += 1;
+                st.engine
+                    .run_local(&desc, timeout, |cx| ops::all_to_all(cx, dtype.size(), i, w))
+            }
+            Collective::Gather { root } => {
+                desc.count = send.expect("checked").count() as u64;
+                desc.root = Some(*root);
+                let (i, w) = if self.rank == *root {
+                    unsafe { (input(send, recv, &mut copy), bytes_mut(recv)) }
+                } else {
+                    (unsafe { bytes_mut(send) } as &[u8], &mut [][..])
+                };
+                st.seq += 1;
+                st.engine
+                    .run_local(&desc, timeout, |cx| ops::gather(cx, *root, i, w))
+            }
+            Collective::Scatter { root } => {
+                desc.count = recv.expect("checked").count() as u64;
+                desc.root = Some(*root);
+                let i: &[u8] = if self.rank == *root {
+                    unsafe { input(send, recv, &mut copy) }
+                } else {
+                    &[]
+                };
+                let w = unsafe { bytes_mut(recv) };
+                st.seq += 1;
+                st.engine.run_local(&desc, timeout, |cx| {
+                    ops::scatter(cx, dtype.size(), *root, i, w)
+                })
+            }
             Collective::Barrier => {
                 debug_assert_eq!(desc.op, OpKind::Barrier);
                 st.seq += 1;

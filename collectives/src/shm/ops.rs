@@ -12,7 +12,11 @@
 //!   of each rank's slice over the links (`allreduce_across`).
 //! * **broadcast**: the root publishes each chunk, the others copy it out.
 //! * **allgather** (equal counts): every rank publishes its piece, chunk by chunk.
+//! * **reduce-scatter**, **all-to-all** (equal blocks), **gather**, **scatter**: one slot
+//!   per rank in each buffer, one post per chunk.
 //! * **barrier**: one post.
+//!
+//! Point-to-point calls, the v-collectives and reduce go over the links.
 //!
 //! Every epoch publishes the call's header, so mismatched calls fail in the first one.
 
@@ -329,4 +333,144 @@ pub(crate) fn barrier(cx: &mut Ctx<'_>) -> Result<(), EngineError> {
     cx.sync(true)?;
     cx.g.end();
     Ok(())
+}
+
+/// Elements per slot when a buffer holds one slot per rank.
+fn per_slot(cx: &Ctx<'_>, es: usize) -> usize {
+    (cx.g.chunk() / (cx.g.size() * es)).max(1)
+}
+
+/// Reduce-scatter of `input` (`world` blocks of `out.len()` bytes) into `out`: every rank
+/// publishes the others' blocks, then reduces its own block from every peer's buffer.
+pub(crate) fn reduce_scatter(
+    cx: &mut Ctx<'_>,
+    dtype: DType,
+    op: ReduceOp,
+    input: &[u8],
+    out: &mut [u8],
+) -> Result<(), EngineError> {
+    let (es, l, me) = (dtype.size(), cx.g.size(), cx.g.me);
+    let n = out.len();
+    let m = per_slot(cx, es) * es;
+    let mut k = 0;
+    loop {
+        let len = m.min(n - k);
+        cx.g.begin(cx.call);
+        for s in (0..l).filter(|&s| s != me) {
+            cx.mine(s * m, len)
+                .copy_from_slice(&input[s * n + k..s * n + k + len]);
+        }
+        cx.sync(k == 0)?;
+        out[k..k + len].copy_from_slice(&input[me * n + k..me * n + k + len]);
+        for p in (0..l).filter(|&p| p != me) {
+            reduce_bytes(dtype, op, &mut out[k..k + len], cx.peer(p, me * m, len));
+        }
+        cx.g.end();
+        k += len;
+        if k >= n {
+            return Ok(());
+        }
+    }
+}
+
+/// All-to-all of equal blocks: block `s` of `input` goes to rank `s`, whose block `r` of `out`
+/// it becomes.
+pub(crate) fn all_to_all(
+    cx: &mut Ctx<'_>,
+    es: usize,
+    input: &[u8],
+    out: &mut [u8],
+) -> Result<(), EngineError> {
+    let (l, me) = (cx.g.size(), cx.g.me);
+    let n = out.len() / l;
+    let m = per_slot(cx, es) * es;
+    let mut k = 0;
+    loop {
+        let len = m.min(n - k);
+        cx.g.begin(cx.call);
+        for s in (0..l).filter(|&s| s != me) {
+            cx.mine(s * m, len)
+                .copy_from_slice(&input[s * n + k..s * n + k + len]);
+        }
+        cx.sync(k == 0)?;
+        out[me * n + k..me * n + k + len].copy_from_slice(&input[me * n + k..me * n + k + len]);
+        for p in (0..l).filter(|&p| p != me) {
+            out[p * n + k..p * n + k + len].copy_from_slice(cx.peer(p, me * m, len));
+        }
+        cx.g.end();
+        k += len;
+        if k >= n {
+            return Ok(());
+        }
+    }
+}
+
+/// Gather to `root`: every rank publishes its piece; the root copies them out (`out` is
+/// empty elsewhere).
+pub(crate) fn gather(
+    cx: &mut Ctx<'_>,
+    root: usize,
+    piece: &[u8],
+    out: &mut [u8],
+) -> Result<(), EngineError> {
+    let (n, l, me) = (piece.len(), cx.g.size(), cx.g.me);
+    let chunk = cx.g.chunk();
+    let mut k = 0;
+    loop {
+        let len = chunk.min(n - k);
+        cx.g.begin(cx.call);
+        if me != root {
+            cx.mine(0, len).copy_from_slice(&piece[k..k + len]);
+        }
+        cx.sync(k == 0)?;
+        if me == root {
+            for p in 0..l {
+                let dst = &mut out[p * n + k..p * n + k + len];
+                if p == me {
+                    dst.copy_from_slice(&piece[k..k + len]);
+                } else {
+                    dst.copy_from_slice(cx.peer(p, 0, len));
+                }
+            }
+        }
+        cx.g.end();
+        k += len;
+        if k >= n {
+            return Ok(());
+        }
+    }
+}
+
+/// Scatter from `root`: the root publishes every rank's block; each copies its own.
+pub(crate) fn scatter(
+    cx: &mut Ctx<'_>,
+    es: usize,
+    root: usize,
+    input: &[u8],
+    out: &mut [u8],
+) -> Result<(), EngineError> {
+    let (n, l, me) = (out.len(), cx.g.size(), cx.g.me);
+    let m = per_slot(cx, es) * es;
+    let mut k = 0;
+    loop {
+        let len = m.min(n - k);
+        cx.g.begin(cx.call);
+        if me == root {
+            for s in (0..l).filter(|&s| s != me) {
+                cx.mine(s * m, len)
+                    .copy_from_slice(&input[s * n + k..s * n + k + len]);
+            }
+        }
+        cx.sync(k == 0)?;
+        if me == root {
+            out[k..k + len].copy_from_slice(&input[me * n + k..me * n + k + len]);
+        } else {
+            out[k..k + len].copy_from_slice(cx.peer(root, me * m, len));
+        }
+        cx.g.end();
+        k += len;
+        if k >= n {
+            return Ok(());
+        }
+    }
 }
