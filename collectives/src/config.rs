@@ -123,6 +123,11 @@ pub struct Options {
     /// This rank's host identity (`DTCOMM_HOST_ID`); default: the kernel's boot id with the
     /// network and IPC namespaces. Ranks with equal identities share memory.
     pub host_id: Option<String>,
+    /// Large same-host allreduces read peers' buffers in one kernel copy (cross-memory attach)
+    /// when every rank of the host may (`DTCOMM_SHM_SINGLE_COPY=1`). Default `0`: copies
+    /// through the segment, which measured twice as fast on the (virtualised) machines we
+    /// benchmark on; see docs/shared-memory.md.
+    pub shm_single_copy: Option<bool>,
 }
 
 /// Where a resolved value came from.
@@ -182,6 +187,8 @@ pub struct Config {
     pub shm_dir: Setting<Option<String>>,
     /// See [`Options::host_id`].
     pub host_id: Setting<Option<String>>,
+    /// See [`Options::shm_single_copy`].
+    pub shm_single_copy: Setting<bool>,
 }
 
 fn pick<T>(
@@ -295,6 +302,16 @@ impl Config {
                 |s| Ok(Some(s.to_owned())),
                 None,
             )?,
+            shm_single_copy: pick(
+                opts.shm_single_copy,
+                "DTCOMM_SHM_SINGLE_COPY",
+                |s| match s {
+                    "1" | "true" | "yes" | "on" => Ok(true),
+                    "0" | "false" | "no" | "off" => Ok(false),
+                    _ => Err("must be 0 or 1".into()),
+                },
+                false,
+            )?,
         })
     }
 }
@@ -305,7 +322,8 @@ impl fmt::Display for Config {
             f,
             "timeout={:?} ({}) algo={} ({}) socket_ifname={} ({}) nsocks_perpeer={} ({}) \
              socket_bufsize={} ({}) spin={:?} ({}) tree_threshold={} ({}) store_prefix={} ({}) \
-             transport={} ({}) shm_chunk={} ({}) shm_dir={} ({}) host_id={} ({})",
+             transport={} ({}) shm_chunk={} ({}) shm_dir={} ({}) host_id={} ({}) \
+             shm_single_copy={} ({})",
             self.timeout.value,
             self.timeout.source,
             self.algo.value,
@@ -332,6 +350,8 @@ impl fmt::Display for Config {
             self.shm_dir.source,
             self.host_id.value.as_deref().unwrap_or("kernel"),
             self.host_id.source,
+            u8::from(self.shm_single_copy.value),
+            self.shm_single_copy.source,
         )
     }
 }

@@ -181,7 +181,15 @@ fn two_emulated_hosts_get_shm_inside_and_tcp_between() {
 
 #[test]
 fn killed_segment_maker_is_named_and_nothing_is_left() {
-    let d = seg_dir("kill");
+    // Copies through the segment, and single-copy reads of the peers' buffers (a dead peer's
+    // memory cannot be read: the survivors name it either way).
+    for single in ["0", "1"] {
+        killed_maker(single);
+    }
+}
+
+fn killed_maker(single: &str) {
+    let d = seg_dir(&format!("kill{single}"));
     let server = BackgroundServer::start(ServeConfig::loopback_ephemeral()).unwrap();
     let victim = 0; // the lowest rank of the host made the segment
     let mut kids = spawn_ranks(
@@ -193,6 +201,7 @@ fn killed_segment_maker_is_named_and_nothing_is_left() {
             ("DTCOMM_TEST_VICTIM", "0"),
             ("DTCOMM_TIMEOUT", "30"),
             ("DTCOMM_SHM_DIR", d.to_str().unwrap()),
+            ("DTCOMM_SHM_SINGLE_COPY", single),
         ],
     );
     let mut lines = BufReader::new(kids[victim].stdout.take().unwrap()).lines();
@@ -209,7 +218,10 @@ fn killed_segment_maker_is_named_and_nothing_is_left() {
     for (r, k) in kids.into_iter().enumerate().skip(1) {
         let (code, out, err) = wait_output(k, Duration::from_secs(60));
         assert_eq!(code, Some(0), "survivor {r}:\n{out}\n{err}");
-        assert!(out.contains("ERROR lost=Some(0)"), "survivor {r}: {out}");
+        assert!(
+            out.contains("ERROR lost=Some(0)"),
+            "single copy {single}: survivor {r}: {out}"
+        );
         assert!(out.contains("all_reduce(seq "), "{out}");
     }
     assert!(

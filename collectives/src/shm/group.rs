@@ -15,7 +15,7 @@
 //! it reads the control plane (aborts, lost peers), the peers' liveness (pidfd: a SIGKILLed
 //! rank sends no TCP reset when no socket joins it) and the deadline.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::futex;
@@ -74,6 +74,9 @@ pub(crate) struct ShmGroup {
     /// index and, per host, the rank with this rank's local index (the cross-host subgroup).
     pub across: Option<(usize, Vec<usize>)>,
     watches: Vec<Option<Watch>>,
+    /// Every local rank's pid, when the whole host may read each other's memory in one copy
+    /// (`cma.rs`; probed at set-up).
+    pub single_copy: Option<Vec<u32>>,
     posted: u32,
     epoch: u64,
     spin: Duration,
@@ -121,6 +124,7 @@ impl ShmGroup {
             ranks,
             across: None,
             watches,
+            single_copy: None,
             posted: 0,
             epoch: 0,
             spin,
@@ -129,6 +133,29 @@ impl ShmGroup {
         g.word(me, slot::PID)
             .store(std::process::id(), Ordering::Relaxed);
         g
+    }
+
+    fn u64_at(&self, i: usize, field: usize) -> &AtomicU64 {
+        let off = self.layout.slot(i) + field;
+        debug_assert!(off + 8 <= self.map.len() && off % 8 == 0);
+        // SAFETY: in bounds, 8-aligned, only ever accessed atomically.
+        unsafe { AtomicU64::from_ptr(self.map.ptr().add(off).cast()) }
+    }
+
+    /// Publishes this call's input and output addresses (before the call's first post).
+    pub(crate) fn publish_addrs(&self, input: u64, output: u64) {
+        self.u64_at(self.me, slot::ADDR_IN)
+            .store(input, Ordering::Relaxed);
+        self.u64_at(self.me, slot::ADDR_OUT)
+            .store(output, Ordering::Relaxed);
+    }
+
+    /// Local rank `i`'s published (input, output) addresses (after a post of it was seen).
+    pub(crate) fn addrs(&self, i: usize) -> (u64, u64) {
+        (
+            self.u64_at(i, slot::ADDR_IN).load(Ordering::Relaxed),
+            self.u64_at(i, slot::ADDR_OUT).load(Ordering::Relaxed),
+        )
     }
 
     /// Ranks on this host.

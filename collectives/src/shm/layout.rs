@@ -4,7 +4,8 @@
 //! 0            header page: magic, layout version, ranks, chunk bytes, stride
 //! PAGE + i*S   slot of local rank i (S = stride):
 //!   +0           posted: u32 futex word (steps this rank has published), own cache line
-//!   +64          waiters: u32 (peers asleep on `posted`), pid: u32, closed: u32
+//!   +64          waiters: u32 (peers asleep on `posted`), pid: u32, closed: u32,
+//!                the call's input and output addresses (u64 each)
 //!   +128         call headers: 2 × 32 bytes (op, dtype, count, seq), one per buffer parity
 //!   +PAGE        buffer 0 (chunk bytes), then buffer 1
 //! ```
@@ -17,7 +18,7 @@ pub(crate) const PAGE: usize = 4096;
 /// `dtcommSH`: the first eight bytes of every segment.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"dtcommSH");
 /// Bumped whenever the layout or the protocol changes; a peer with another version is refused.
-pub(crate) const VERSION: u32 = 1;
+pub(crate) const VERSION: u32 = 2;
 
 /// Header field offsets.
 pub(crate) mod hdr {
@@ -35,6 +36,11 @@ pub(crate) mod slot {
     pub const PID: usize = 68;
     /// u32: 1 once the rank closed its communicator (its goodbye).
     pub const CLOSED: usize = 72;
+    /// u64 each: this call's input and output addresses in the rank's own address space (for
+    /// peers' single-copy reads).
+    pub const ADDR_IN: usize = 80;
+    pub const ADDR_OUT: usize = 88;
+
     pub const DESC: usize = 128;
     pub const DATA: usize = super::PAGE;
 }

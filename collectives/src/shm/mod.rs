@@ -3,12 +3,13 @@
 //! * `host.rs`: which host a rank is on (boot id and namespaces, or `DTCOMM_HOST_ID`);
 //! * `segment.rs`: making, opening and mapping a segment (memfd or a file), and cleaning up;
 //! * `layout.rs`: where the header, the counters and the buffers live in it;
-//! * `futex.rs`: sleeping on a counter;
+//! * `futex.rs`: sleeping on a counter; `cma.rs`: single-copy reads from a peer's memory;
 //! * `group.rs`: the host's ranks and the epoch protocol every collective uses;
 //! * `ops.rs`: the collectives (allreduce reading every peer's segment, broadcast,
 //!   allgather, barrier);
 //! * `setup.rs`: finding host peers over the links already up and joining them.
 
+mod cma;
 mod futex;
 pub(crate) mod group;
 mod host;

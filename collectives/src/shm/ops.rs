@@ -183,11 +183,88 @@ pub(crate) fn allreduce(
         }
         return allreduce_small(cx, dtype, op, work);
     }
+    if work.len() >= SINGLE_COPY_MIN && cx.g.single_copy.is_some() {
+        return allreduce_single_copy(cx, dtype, op, work, input);
+    }
     for (k, c) in chunks(n, es, cx.g.chunk(), l).enumerate() {
         scatter_in(cx, &c, work, input, k == 0)?;
         reduce_mine(cx, &c, dtype, op, work, input, true);
         gather_out(cx, &c, work, false)?;
     }
+    Ok(())
+}
+
+/// Smallest allreduce (bytes) that reads peers' buffers directly when the host allows it.
+const SINGLE_COPY_MIN: usize = 256 << 10;
+/// Bytes of a peer's slice read and reduced at a time (stays in L2).
+const SINGLE_COPY_BLOCK: usize = 256 << 10;
+
+/// Allreduce reading the peers' own buffers (`cma.rs`), no stop in the segment: every rank
+/// publishes its buffers' addresses; reduces its slice from its input and every peer's input,
+/// read block by block into a small staging buffer; then reads every peer's result slice
+/// straight into its output. Three posts per call; each byte crosses once per read.
+fn allreduce_single_copy(
+    cx: &mut Ctx<'_>,
+    dtype: DType,
+    op: ReduceOp,
+    work: &mut [u8],
+    input: Option<&[u8]>,
+) -> Result<(), EngineError> {
+    let (es, l, me) = (dtype.size(), cx.g.size(), cx.g.me);
+    let pids = cx.g.single_copy.clone().expect("caller checked");
+    let slices = partition(work.len() / es, l);
+    let range = |s: usize| slices[s].0 * es..(slices[s].0 + slices[s].1) * es;
+    let in_addr = input.map_or(work.as_ptr(), <[u8]>::as_ptr) as u64;
+    cx.g.publish_addrs(in_addr, work.as_ptr() as u64);
+    cx.g.begin(cx.call);
+    cx.sync(true)?;
+    let rank = cx.g.ranks[me];
+    let read = |cx: &Ctx<'_>, p: usize, addr: u64, dst: &mut [u8]| {
+        super::cma::read(pids[p], addr, dst).map_err(|e| {
+            let peer = cx.g.ranks[p];
+            if e.raw_os_error() == Some(libc::ESRCH) {
+                EngineError::Link(crate::transport::LinkError::Closed {
+                    peer,
+                    graceful: false,
+                    detail: format!("its process (pid {}) on this host exited", pids[p]),
+                })
+            } else {
+                EngineError::Comm(crate::error::CommError::Protocol {
+                    rank,
+                    peer,
+                    call: *cx.call,
+                    detail: format!("single-copy read of its buffer: {e}"),
+                })
+            }
+        })
+    };
+    // 1. My slice from every rank's input.
+    let mine = range(me);
+    let mut stage = vec![0i64; SINGLE_COPY_BLOCK / 8];
+    let stage = crate::dtype::as_bytes_mut(&mut stage);
+    let mut b = mine.start;
+    while b < mine.end {
+        let e = (b + SINGLE_COPY_BLOCK).min(mine.end);
+        if let Some(i) = input {
+            work[b..e].copy_from_slice(&i[b..e]);
+        }
+        for p in (0..l).filter(|&p| p != me) {
+            let (pin, _) = cx.g.addrs(p);
+            read(cx, p, pin + b as u64, &mut stage[..e - b])?;
+            reduce_bytes(dtype, op, &mut work[b..e], &stage[..e - b]);
+        }
+        b = e;
+    }
+    cx.sync(false)?;
+    // 2. Everyone's results, straight into my output.
+    for p in (0..l).filter(|&p| p != me) {
+        let r = range(p);
+        let (_, pout) = cx.g.addrs(p);
+        read(cx, p, pout + r.start as u64, &mut work[r])?;
+    }
+    // 3. Nobody leaves (and lets its buffers go) while a peer may still read them.
+    cx.sync(false)?;
+    cx.g.end();
     Ok(())
 }
 

@@ -1,9 +1,11 @@
 //! Finding a rank's host peers and joining them in a segment, over the links already up (so it
-//! works the same after a store or a native rendezvous): three small allgathers.
+//! works the same after a store or a native rendezvous): four small allgathers.
 //!
 //! 1. identities: host digest, pid, pid namespace, whether this rank wants shared memory;
 //! 2. the lowest rank of each host makes the host's segment and tells its path (or why not);
-//! 3. the others attach and check it; everyone tells whether that worked.
+//! 3. the others attach and check it; everyone tells whether that worked;
+//! 4. each rank tries a single-copy read of every host peer's mapping (`cma.rs`) and tells
+//!    whether all of them worked.
 //!
 //! After 3 the maker closes its descriptor (and unlinks a named file): once every peer has
 //! attached nothing names the memory, so no exit, crash or SIGKILL can leave it behind. Each
@@ -182,7 +184,11 @@ pub(crate) fn find(e: &mut Engine, world: usize, cfg: &Config) -> Result<Found, 
     let mut ack = [0u8; ACK_LEN];
     if use_shm {
         match (lseg[0], map.is_some()) {
-            (1, true) => ack[0] = 1,
+            (1, true) => {
+                ack[0] = 1;
+                ack[16..24]
+                    .copy_from_slice(&(map.as_ref().expect("made").ptr() as u64).to_le_bytes());
+            }
             (1, false) => {
                 let path = get_str(&lseg[8..]);
                 match attach(&path, layout.len())
@@ -193,12 +199,13 @@ pub(crate) fn find(e: &mut Engine, world: usize, cfg: &Config) -> Result<Found, 
                     }) {
                     Ok(m) => {
                         ack[0] = 1;
+                        ack[16..24].copy_from_slice(&(m.ptr() as u64).to_le_bytes());
                         map = Some(m);
                     }
                     Err(err) => {
                         ack[0] = 2;
                         put_str(
-                            &mut ack[8..],
+                            &mut ack[24..],
                             &format!(
                                 "rank {rank} could not attach rank {leader}'s segment {path}: {err}"
                             ),
@@ -208,7 +215,7 @@ pub(crate) fn find(e: &mut Engine, world: usize, cfg: &Config) -> Result<Found, 
             }
             _ => {
                 ack[0] = 2;
-                put_str(&mut ack[8..], &get_str(&lseg[8..]));
+                put_str(&mut ack[24..], &get_str(&lseg[8..]));
             }
         }
     }
@@ -216,7 +223,32 @@ pub(crate) fn find(e: &mut Engine, world: usize, cfg: &Config) -> Result<Found, 
     if let Some(mut c) = made {
         c.seal();
     }
-    // Every host's verdict, which every rank can compute alike from the three exchanges.
+    // 4. Single-copy reads: each rank reads every host peer's segment magic from the peer's
+    //    own mapping (cross-memory attach); the host uses them only if every rank could.
+    let pid_of = |r: usize| {
+        let rec = &ids[r * ID_LEN..(r + 1) * ID_LEN];
+        (u64_at(rec, 24) == pid_ns())
+            .then(|| u32::from_le_bytes(rec[16..20].try_into().expect("4")))
+    };
+    let mut can = [0u8; 8];
+    if use_shm && cfg.shm_single_copy.value {
+        let all_ok = host_ranks.iter().all(|&r| acks[r * ACK_LEN] == 1);
+        let ok = all_ok
+            && host_ranks.iter().filter(|&&r| r != rank).all(|&r| {
+                let addr = u64_at(&acks[r * ACK_LEN..(r + 1) * ACK_LEN], 16);
+                let mut magic = [0u8; 8];
+                pid_of(r).is_some_and(|pid| {
+                    super::cma::read(pid, addr, &mut magic).is_ok()
+                        && u64::from_le_bytes(magic) == MAGIC
+                })
+            });
+        can[0] = u8::from(ok);
+    }
+    let cans = allgather(e, world, 3, &can, timeout)?;
+    let single_copy =
+        use_shm && cfg.shm_single_copy.value && host_ranks.iter().all(|&r| cans[r * 8] == 1);
+
+    // Every host's verdict, which every rank can compute alike from the exchanges.
     let host_ok = |h: usize| {
         let rs: Vec<usize> = (0..world).filter(|&r| host_of[r] == h).collect();
         rs.len() > 1
@@ -243,7 +275,7 @@ pub(crate) fn find(e: &mut Engine, world: usize, cfg: &Config) -> Result<Found, 
         .iter()
         .map(|&r| &acks[r * ACK_LEN..(r + 1) * ACK_LEN])
         .find(|a| a[0] != 1)
-        .map(|a| get_str(&a[8..]));
+        .map(|a| get_str(&a[24..]));
     let peers: Vec<usize> = host_ranks.iter().copied().filter(|&r| r != rank).collect();
     let remote = world - host_ranks.len();
     let others = if remote > 0 {
@@ -257,14 +289,7 @@ pub(crate) fn find(e: &mut Engine, world: usize, cfg: &Config) -> Result<Found, 
     let mut describe = format!("rank {rank} on {}", id.describe);
     let group = match (use_shm, failed) {
         (true, None) => {
-            let pids: Vec<Option<u32>> = host_ranks
-                .iter()
-                .map(|&r| {
-                    let rec = &ids[r * ID_LEN..(r + 1) * ID_LEN];
-                    (u64_at(rec, 24) == pid_ns())
-                        .then(|| u32::from_le_bytes(rec[16..20].try_into().expect("4")))
-                })
-                .collect();
+            let pids: Vec<Option<u32>> = host_ranks.iter().map(|&r| pid_of(r)).collect();
             describe += &format!(
                 ": shm to ranks {peers:?} (same host; {} KiB per rank){others}",
                 layout.stride() / 1024
@@ -281,6 +306,10 @@ pub(crate) fn find(e: &mut Engine, world: usize, cfg: &Config) -> Result<Found, 
                 cfg.spin.value,
             );
             g.across = across;
+            if single_copy {
+                g.single_copy = pids.iter().copied().collect();
+                describe += "; large allreduces read peers' buffers in one copy";
+            }
             Some(g)
         }
         (true, Some(why)) => {
