@@ -197,3 +197,15 @@ fn single_copy_reads_and_segment_copies_agree() {
         assert_eq!(outs[0], outs[1]);
     }
 }
+
+#[test]
+fn large_allreduce_at_three_ranks_lands_its_results_with_streaming_stores() {
+    // 16 MiB and more at 3 ranks or more: the results are written with non-temporal stores.
+    let comms = shm(3, 1 << 20);
+    on_ranks(&comms, |c| {
+        let n = (16 << 20) / 4 + 3;
+        let mut v: Vec<f32> = input(ReduceOp::Sum, c.rank(), n);
+        c.all_reduce(&mut v, ReduceOp::Sum).unwrap();
+        check("all_reduce", ReduceOp::Sum, 3, &v, 0);
+    });
+}

@@ -4,6 +4,7 @@
 //! * `segment.rs`: making, opening and mapping a segment (memfd or a file), and cleaning up;
 //! * `layout.rs`: where the header, the counters and the buffers live in it;
 //! * `futex.rs`: sleeping on a counter; `cma.rs`: single-copy reads from a peer's memory;
+//!   `stream.rs`: copies with non-temporal stores;
 //! * `group.rs`: the host's ranks and the epoch protocol every collective uses;
 //! * `ops.rs`: the collectives (allreduce reading every peer's segment, broadcast,
 //!   allgather, barrier);
@@ -17,5 +18,6 @@ mod layout;
 pub(crate) mod ops;
 mod segment;
 pub(crate) mod setup;
+mod stream;
 
 pub(crate) use group::ShmGroup;
