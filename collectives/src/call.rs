@@ -263,7 +263,44 @@ pub enum Collective {
         /// The sending rank.
         peer: usize,
     },
+    /// `recv` takes the next `Send` to this rank from whichever peer's arrives first (MPI's
+    /// `ANY_SOURCE`); `source` tells which peer it was once the call completed.
+    RecvAny {
+        /// Where the sender's rank is written.
+        source: Source,
+    },
 }
+
+/// The sender of a [`Collective::RecvAny`], known once the call completed. Clones share it.
+#[derive(Debug, Clone, Default)]
+pub struct Source(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl Source {
+    /// A source not known yet.
+    pub fn new() -> Source {
+        Source(std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(
+            usize::MAX,
+        )))
+    }
+    /// The sender's rank, once the receive has matched a send.
+    pub fn get(&self) -> Option<usize> {
+        match self.0.load(std::sync::atomic::Ordering::Acquire) {
+            usize::MAX => None,
+            r => Some(r),
+        }
+    }
+    pub(crate) fn set(&self, rank: usize) {
+        self.0.store(rank, std::sync::atomic::Ordering::Release);
+    }
+}
+
+impl PartialEq for Source {
+    fn eq(&self, other: &Source) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Source {}
 
 impl Collective {
     /// The frame-header kind of this collective.
@@ -278,7 +315,9 @@ impl Collective {
             Collective::Scatter { .. } => OpKind::Scatter,
             Collective::AllToAll { .. } => OpKind::AllToAll,
             Collective::Barrier => OpKind::Barrier,
-            Collective::Send { .. } | Collective::Recv { .. } => OpKind::SendRecv,
+            Collective::Send { .. } | Collective::Recv { .. } | Collective::RecvAny { .. } => {
+                OpKind::SendRecv
+            }
         }
     }
 
@@ -286,7 +325,7 @@ impl Collective {
     pub fn name(&self) -> &'static str {
         match self {
             Collective::Send { .. } => "send",
-            Collective::Recv { .. } => "recv",
+            Collective::Recv { .. } | Collective::RecvAny { .. } => "recv",
             c => c.kind().name(),
         }
     }

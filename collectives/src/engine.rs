@@ -144,6 +144,55 @@ impl Engine {
             .map_err(|e| self.fail(e, call, &deadline))
     }
 
+    /// Waits until some peer `p`'s next point-to-point frame to this rank (sequence number
+    /// `recv_seq[p]`) has its header waiting, and returns `p` (the lowest such rank when
+    /// several are): the sender of a receive from any source. Frames of other calls are left
+    /// where they are. `call` names the receive in errors.
+    pub(crate) fn probe_any(
+        &mut self,
+        recv_seq: &[u64],
+        call: &CallDesc,
+        timeout: Duration,
+    ) -> Result<usize, CommError> {
+        let mut deadline = Deadline::new(self.rank, timeout);
+        let peers: Vec<StreamId> = (0..recv_seq.len())
+            .filter(|&p| p != self.rank)
+            .map(|p| (p, 0))
+            .collect();
+        let spin_until = std::time::Instant::now() + self.spin;
+        let r = (|| loop {
+            for &(p, s) in &peers {
+                let mut h = [0u8; HEADER_LEN];
+                if self.transport.peek(p, s, &mut h)? == HEADER_LEN
+                    && let Ok((theirs, _)) = frame::decode(&h)
+                    && theirs.op == crate::call::OpKind::SendRecv
+                    && theirs.seq == recv_seq[p]
+                {
+                    return Ok(p);
+                }
+            }
+            self.transport.check()?;
+            if std::time::Instant::now() < spin_until {
+                std::hint::spin_loop();
+                continue;
+            }
+            let everyone: Vec<usize> = peers.iter().map(|&(p, _)| p).collect();
+            match deadline.check(call, &everyone) {
+                Phase::Expired(elapsed) => {
+                    return Err(EngineError::Comm(CommError::Timeout {
+                        rank: self.rank,
+                        call: *call,
+                        elapsed,
+                        waiting_for: everyone,
+                        suspects: Vec::new(),
+                    }));
+                }
+                Phase::Wait(t) | Phase::Half(t) => self.transport.park(&[], &peers, t)?,
+            }
+        })();
+        r.map_err(|e| self.fail(e, call, &deadline))
+    }
+
     /// Runs `sched` as part of a larger call (the cross-host step of a hierarchical
     /// allreduce): under the caller's deadline, leaving the failure to the caller.
     pub(crate) fn run_within(

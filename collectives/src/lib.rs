@@ -50,7 +50,7 @@ mod transport;
 mod watchdog;
 
 pub use bootstrap::welcome::{DataListener, RoundPeers, round_secret};
-pub use call::{Call, CallDesc, Collective, Memory, OpKind, RawBuf};
+pub use call::{Call, CallDesc, Collective, Memory, OpKind, RawBuf, Source};
 pub use communicator::Communicator;
 pub use config::{Algo, Config, LinkKind, Options};
 pub use dtype::{DType, Element};

@@ -401,3 +401,10 @@ def send(x: Any, peer: int, *, async_op: bool = False) -> Any:
 def recv(x: Any, peer: int, *, async_op: bool = False) -> Any:
     """Receives ``peer``'s matching :func:`send` into ``x``. Returns ``x``."""
     return _done(_c("recv").recv(plain(x), peer, async_op=async_op), x)
+
+
+def recv_any(x: Any) -> int:
+    """Receives into ``x`` the next :func:`send` to this rank from any peer (the first to
+    arrive); returns the sender's rank."""
+    src: int = _c("recv").recv_any(plain(x))
+    return src

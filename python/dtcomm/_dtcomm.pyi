@@ -44,6 +44,8 @@ class Work:
     def exception(self) -> BaseException | None: ...
     @property
     def op(self) -> str: ...
+    @property
+    def source(self) -> int | None: ...
 
 @final
 class Communicator:
@@ -163,6 +165,9 @@ class Communicator:
     def recv(
         self, buf: Any, peer: int, *, async_op: bool = False, callback: Callback | None = None
     ) -> Work | None: ...
+    def recv_any(
+        self, buf: Any, *, async_op: bool = False, callback: Callback | None = None
+    ) -> int | Work: ...
 
 @final
 class RdzvServer:

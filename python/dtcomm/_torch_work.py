@@ -132,7 +132,42 @@ def _is_completed(work: dist.Work) -> bool:
 _UNKNOWN_OP = int(OpType.UNKNOWN)
 
 
+_SOURCE = "_dtcomm_source"
+
+
+def set_source(t: torch.Tensor, src: int | None) -> None:
+    """Records on the tensor a receive from any source filled which rank sent it."""
+    setattr(t, _SOURCE, src)
+
+
+_work_source_rank = dist.Work._source_rank
+
+
+def _source_rank(work: dist.Work) -> int:
+    """``Work._source_rank`` that also answers for a Python backend's receive from any source:
+    torch's holder does not forward ``sourceRank()``, but its future is the backend's, whose
+    value is the received tensor, on which the backend recorded the sender (`set_source`)."""
+    try:
+        return int(_work_source_rank(work))
+    except RuntimeError:
+        if int(work._get_op_type()) != _UNKNOWN_OP:
+            raise
+        try:
+            fut = work.get_future()
+        except RuntimeError:
+            raise RuntimeError("sourceRank(): not a receive from any source") from None
+        value = fut.value() if fut.done() else None
+        src = getattr(value[0], _SOURCE, None) if isinstance(value, list) and value else None
+        if src is None:
+            raise
+        return int(src)
+
+
 def patch_work_is_completed() -> None:
-    """Installs :func:`_is_completed` as ``torch.distributed.Work.is_completed`` (idempotent)."""
+    """Installs :func:`_is_completed` as ``torch.distributed.Work.is_completed`` and
+    :func:`_source_rank` as ``Work._source_rank`` / ``source_rank`` (idempotent)."""
     if dist.Work.is_completed is not _is_completed:
         dist.Work.is_completed = _is_completed  # type: ignore[method-assign]
+    if dist.Work._source_rank is not _source_rank:
+        dist.Work._source_rank = _source_rank  # type: ignore[method-assign]
+        dist.Work.source_rank = _source_rank  # type: ignore[method-assign]

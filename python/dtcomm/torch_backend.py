@@ -21,7 +21,7 @@ from torch._C._distributed_c10d import Backend as _C10dBackend
 from . import _dtcomm
 from ._torch_batch import P2pBatch
 from ._torch_monitored import monitored_barrier
-from ._torch_work import DtcommWork, patch_work_is_completed, torch_words
+from ._torch_work import DtcommWork, patch_work_is_completed, set_source, torch_words
 
 NAME = "dtcomm"
 _TORCH_DEFAULT_TIMEOUT = timedelta(minutes=30)
@@ -426,7 +426,23 @@ class DtcommBackend(_C10dBackend):
         return self._one("recv", tensors, lambda cb: self._comm.recv(t, src, callback=cb))
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> DtcommWork:
-        raise ValueError(f"rank {self._rank}: dtcomm has no receive from any source; name the peer")
+        """Receives the next send to this rank from whichever peer's arrives first; the
+        Work's ``_source_rank()`` names it (``dist.recv(t)`` without ``src`` returns it)."""
+        _check(self._rank, "recv", tensors)
+        t = tensors[0].detach()
+        natives: list[Any] = []
+
+        def start(cb: Any) -> Any:
+            w = self._comm.recv_any(t, callback=cb)
+            natives.append(w)
+            return w
+
+        def finish() -> None:
+            # torch hands our Work back wrapped (only wait/get_future reach it), so the sender
+            # travels with the received tensor, where `Work._source_rank` looks (_torch_work.py).
+            set_source(tensors[0], natives[0].source)
+
+        return self._one("recv", tensors, start, finish=finish)
 
 
 def sparse_sum(comm: _dtcomm.Communicator, size: int, t: torch.Tensor) -> torch.Tensor:

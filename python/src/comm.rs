@@ -567,6 +567,34 @@ impl PyCommunicator {
         self.go(py, call, vec![b], async_op, callback)
     }
 
+    /// Receives into `buf` the next `send` to this rank from any peer (the first to arrive);
+    /// returns the sender's rank, or (with `async_op`/`callback`) a `Work` whose `source` is
+    /// the sender once it completed.
+    #[pyo3(signature = (buf, *, async_op=false, callback=None))]
+    fn recv_any(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        async_op: bool,
+        callback: Option<Py<PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        let b = self.buf(buf, "recv", "buffer", Access::Write)?;
+        let source = dtcomm::Source::new();
+        let call = Call::new(Collective::RecvAny {
+            source: source.clone(),
+        })
+        .recv(b.raw());
+        Ok(match self.go(py, call, vec![b], async_op, callback)? {
+            Some(w) => Py::new(py, w.with_source(source))?.into_any(),
+            None => source
+                .get()
+                .expect("a completed receive knows its source")
+                .into_pyobject(py)?
+                .into_any()
+                .unbind(),
+        })
+    }
+
     fn __repr__(&self) -> String {
         match &self.comm {
             Some(c) => format!(

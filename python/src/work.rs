@@ -15,11 +15,22 @@ use crate::errors::to_py;
 pub struct Work {
     work: dtcomm::Work,
     buffers: usize,
+    source: Option<dtcomm::Source>,
 }
 
 impl Work {
     pub(crate) fn new(work: dtcomm::Work, buffers: usize) -> Work {
-        Work { work, buffers }
+        Work {
+            work,
+            buffers,
+            source: None,
+        }
+    }
+
+    /// A receive from any source's `Work`, which reports its sender.
+    pub(crate) fn with_source(mut self, source: dtcomm::Source) -> Work {
+        self.source = Some(source);
+        self
     }
 }
 
@@ -57,6 +68,13 @@ impl Work {
             Some(Err(e)) => Some(to_py(e).into_value(py).into_any()),
             _ => None,
         }
+    }
+
+    /// For a receive from any source (`recv_any`): the sender's rank once the call completed
+    /// (None before, and for every other call).
+    #[getter]
+    fn source(&self) -> Option<usize> {
+        self.source.as_ref().and_then(dtcomm::Source::get)
     }
 
     /// The collective's name.

@@ -79,6 +79,20 @@ for dt in DTYPES:
         eq(got, data(prv, n, dt, 15), err_msg="send/recv")
 dtcomm.barrier()
 
+# receive from any source: rank 0 takes every other rank's message, in whatever order, and
+# learns each sender
+if r == 0:
+    senders = []
+    for _ in range(w - 1):
+        buf = np.empty(4, "int64")
+        src = dtcomm.recv_any(buf)
+        assert (buf == src).all(), (src, buf)
+        senders.append(src)
+    assert sorted(senders) == list(range(1, w)), senders
+else:
+    dtcomm.send(np.full(4, r, "int64"), 0)
+dtcomm.barrier()
+
 # async: every collective returns a handle, in order with sync calls
 xs = [data(r, 1000, "float32", 20 + i) for i in range(4)]
 works = [dtcomm.all_reduce(x, async_op=True) for x in xs]

@@ -57,11 +57,13 @@ Fixed in the backend (`python/dtcomm/torch_backend.py` and its helpers): `Work.i
 (`getBackendName is not implemented` was torch reaching the C++ base of a collected Python
 backend), `monitored_barrier` (through the group's store, gloo's messages),
 `batch_isend_irecv` (issued in an order every pair agrees on), timeouts in torch's words,
-sparse COO `all_reduce`, `allgather_coalesced`.
+sparse COO `all_reduce`, `allgather_coalesced`, receive from any source (`recv_anysource`:
+the engine takes the first peer whose next point-to-point frame is waiting; torch's holder
+does not forward `sourceRank()`, so the sender travels with the received tensor, where a
+patched `Work._source_rank` finds it).
 
-Still failing, on purpose or for lack of engine support:
+Still failing, on purpose:
 
-* `test_send_recv_any_source*`: receive from any source needs engine support.
 * `test_ddp_logging_data_cpu` (plugin): DDP's logger reads the backend name from the C++
   `ProcessGroup`, which names every plugin backend `custom`; torch offers no hook.
 """

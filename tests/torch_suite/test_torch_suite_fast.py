@@ -30,8 +30,6 @@ WORLD = 2
 RUN_TIMEOUT_S = 600
 TEST_TIMEOUT_S = 60
 
-ANY_SOURCE = "receive from any source needs engine support (not in dtcomm yet)"
-
 AS_GLOO = [
     # collectives
     "test_all_reduce_sum",
@@ -52,7 +50,7 @@ AS_GLOO = [
     "test_irecv",
     "test_batch_isend_irecv_gloo",
     "test_batch_isend_irecv_gloo_tags",
-    pytest.param("test_send_recv_any_source", marks=pytest.mark.xfail(strict=True, reason=ANY_SOURCE)),
+    "test_send_recv_any_source",
     # object collectives
     "test_all_gather_object_default_pg",
     "test_all_gather_object_subgroup",

@@ -271,6 +271,12 @@ impl Inner {
                 self.check_peer(op, *peer)?;
                 self.need(op, "recv", recv)?;
             }
+            Collective::RecvAny { .. } => {
+                if self.world < 2 {
+                    return Err(self.invalid(op, "a receive from any source needs another rank"));
+                }
+                self.need(op, "recv", recv)?;
+            }
         }
         Ok(())
     }

@@ -495,6 +495,36 @@ impl Inner {
                     },
                 )?;
             }
+            Collective::RecvAny { source } => {
+                let n = recv.expect("checked").count();
+                let probe = CallDesc {
+                    op: OpKind::SendRecv,
+                    dtype,
+                    redop: None,
+                    count: n as u64,
+                    root: None,
+                    seq: 0,
+                };
+                let peer = st
+                    .engine
+                    .probe_any(&st.recv_seq, &probe, timeout)
+                    .inspect_err(|e| st.failed = Some(e.clone()))?;
+                let w = unsafe { bytes_mut(recv) };
+                run(
+                    st,
+                    Plan {
+                        op: OpKind::SendRecv,
+                        redop: None,
+                        count: n,
+                        root: None,
+                        seq: SeqKind::RecvFrom(peer),
+                        sched: direct::recv(peer, n),
+                        work: w,
+                        input: &[],
+                    },
+                )?;
+                source.set(peer);
+            }
             Collective::Recv { peer } => {
                 let n = recv.expect("checked").count();
                 let w = unsafe { bytes_mut(recv) };

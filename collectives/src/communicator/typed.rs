@@ -198,4 +198,17 @@ impl Communicator {
     pub fn recv<T: Element>(&self, buf: &mut [T], peer: usize) -> Result<(), CommError> {
         self.run_safe(Call::new(Collective::Recv { peer }).recv(RawBuf::of_mut(buf)))
     }
+
+    /// Receives into `buf` the next [`send`](Self::send) to this rank from any peer (the one
+    /// whose message arrives first); returns that peer's rank.
+    pub fn recv_any<T: Element>(&self, buf: &mut [T]) -> Result<usize, CommError> {
+        let source = crate::call::Source::new();
+        self.run_safe(
+            Call::new(Collective::RecvAny {
+                source: source.clone(),
+            })
+            .recv(RawBuf::of_mut(buf)),
+        )?;
+        Ok(source.get().expect("a completed receive knows its source"))
+    }
 }

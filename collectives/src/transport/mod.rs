@@ -51,6 +51,9 @@ pub(crate) trait Transport: Send {
         a: &mut [u8],
         b: &mut [u8],
     ) -> Result<usize, LinkError>;
+    /// Copies up to `buf.len()` bytes waiting on a stream into `buf` without consuming them;
+    /// `Ok(0)` when nothing is there now.
+    fn peek(&mut self, peer: usize, stream: usize, buf: &mut [u8]) -> Result<usize, LinkError>;
     /// Reads the control plane: an abort from a peer or a peer lost without goodbye.
     fn check(&mut self) -> Result<(), LinkError>;
     /// Blocks up to `timeout` until a stream in `sends` may accept bytes, one in `recvs` has

@@ -297,6 +297,28 @@ impl Transport for TcpTransport {
         }
     }
 
+    fn peek(&mut self, peer: usize, stream: usize, buf: &mut [u8]) -> Result<usize, LinkError> {
+        let fd = self.peer(peer).data[stream].as_raw_fd();
+        // SAFETY: `buf` is a live, exclusively borrowed buffer of `buf.len()` bytes.
+        let n = unsafe {
+            libc::recv(
+                fd,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if would_block(&e) {
+            return Ok(0);
+        }
+        self.read_ctrl(peer)?;
+        Err(self.closed(peer, &e))
+    }
+
     fn check(&mut self) -> Result<(), LinkError> {
         for peer in 0..self.peers.len() {
             if peer != self.rank {
