@@ -172,22 +172,29 @@ def main() -> None:
                       f" (load {loads[-1]:.2f})", flush=True)
                 if t is not None:
                     res.setdefault(f"{backend}|{w}|{m}|{v}", []).append(t)
-    json.dump({"results": res, "loadavg": loads}, open(Path(a.out) / "ddp_step.json", "w"), indent=1)
+        # After every round, so that a run cut short still leaves its completed rounds.
+        json.dump({"results": res, "loadavg": loads, "rounds_done": rnd + 1},
+                  open(Path(a.out) / "ddp_step.json", "w"), indent=1)
+        table(res, loads, configs, rnd + 1)
 
+
+def table(res: dict[str, list[float]], loads: list[float], configs: list[tuple[int, str, str]], rounds: int) -> None:
     def cell(k: str) -> str:
         v = res.get(k, [])
         if not v:
             return "-"
         return f"{statistics.median(v) * 1e3:.0f} [{min(v) * 1e3:.0f}-{max(v) * 1e3:.0f}] ({len(v)})"
 
-    print("\nDDP step time in ms, median [min-max] (rounds) over interleaved rounds; one thread a rank")
+    print(f"\nDDP step time in ms after {rounds} round(s), median [min-max] (rounds) over interleaved rounds;"
+          " one thread a rank")
     print(f"load average during the run: {min(loads):.2f}-{max(loads):.2f}")
     print("| world | model | variant | dtcomm | gloo | gloo/dtcomm |")
     print("|---|---|---|---|---|---|")
     for w, m, v in configs:
         d, g = res.get(f"dtcomm|{w}|{m}|{v}"), res.get(f"gloo|{w}|{m}|{v}")
         ratio = f"{statistics.median(g) / statistics.median(d):.2f}x" if d and g else "-"
-        print(f"| {w} | {m} | {v} | {cell(f'dtcomm|{w}|{m}|{v}')} | {cell(f'gloo|{w}|{m}|{v}')} | {ratio} |")
+        print(f"| {w} | {m} | {v} | {cell(f'dtcomm|{w}|{m}|{v}')} | {cell(f'gloo|{w}|{m}|{v}')} | {ratio} |",
+              flush=True)
 
 
 if __name__ == "__main__":
