@@ -6,10 +6,11 @@
 //! * `futex.rs`: sleeping on a counter; `cma.rs`: single-copy reads from a peer's memory;
 //!   `stream.rs`: copies with non-temporal stores;
 //! * `group.rs`: the host's ranks and the epoch protocol every collective uses;
-//! * `ops.rs`: the collectives (allreduce reading every peer's segment, broadcast,
-//!   allgather, barrier);
+//! * `allreduce.rs`: allreduce reading every peer's segment, and across hosts;
+//! * `ops.rs`: broadcast, allgather, reduce-scatter, all-to-all, gather, scatter, barrier;
 //! * `setup.rs`: finding host peers over the links already up and joining them.
 
+mod allreduce;
 mod cma;
 mod futex;
 pub(crate) mod group;
