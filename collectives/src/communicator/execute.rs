@@ -95,7 +95,7 @@ pub(super) unsafe fn bytes_mut<'a>(b: Option<&RawBuf>) -> &'a mut [u8] {
 ///
 /// # Safety
 /// As for [`bytes_mut`].
-unsafe fn staged(b: Option<&RawBuf>) -> Vec<u64> {
+pub(super) unsafe fn staged(b: Option<&RawBuf>) -> Vec<u64> {
     // SAFETY: per the contract.
     let src = unsafe { bytes_mut(b) };
     let mut v = vec![0u64; src.len().div_ceil(8)];
@@ -103,7 +103,7 @@ unsafe fn staged(b: Option<&RawBuf>) -> Vec<u64> {
     v
 }
 
-fn as_bytes(v: &mut [u64]) -> &mut [u8] {
+pub(super) fn as_bytes(v: &mut [u64]) -> &mut [u8] {
     // SAFETY: u64 has no padding; the byte view covers the same memory.
     unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
 }

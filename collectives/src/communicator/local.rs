@@ -3,7 +3,7 @@
 //! allreduce across hosts that each share memory within; the others go through schedules and
 //! links (`execute.rs`).
 
-use super::execute::{allreduce_schedule, bytes_mut, copy_over, input};
+use super::execute::{allreduce_schedule, as_bytes, bytes_mut, copy_over, input, staged};
 use super::{Inner, State};
 use crate::call::{Call, CallDesc, Collective, OpKind};
 use crate::dtype::DType;
@@ -59,6 +59,35 @@ impl Inner {
                     })
                     .map(|()| {
                         if *op == ReduceOp::Avg {
+                            divide_bytes(dtype, unsafe { bytes_mut(recv) }, self.world);
+                        }
+                    })
+            }
+            Collective::Reduce { op, root } => {
+                // An allreduce whose result only the root keeps: the non-roots reduce a copy
+                // of their input, so their buffers stay as they were.
+                let inp = send.or(recv).expect("checked");
+                let n = inp.count();
+                desc.redop = Some(*op);
+                desc.count = n as u64;
+                desc.root = Some(*root);
+                let mut scratch;
+                let w: &mut [u8] = if self.rank == *root {
+                    let r = recv.expect("checked");
+                    unsafe { copy_over(inp, r) };
+                    unsafe { bytes_mut(recv) }
+                } else {
+                    scratch = unsafe { staged(Some(inp)) };
+                    &mut as_bytes(&mut scratch)[..n * dtype.size()]
+                };
+                st.seq += 1;
+                let is_root = self.rank == *root;
+                st.engine
+                    .run_local(&desc, timeout, |cx| {
+                        ops::allreduce(cx, dtype, op.combine(), w, None, small)
+                    })
+                    .map(|()| {
+                        if is_root && *op == ReduceOp::Avg {
                             divide_bytes(dtype, unsafe { bytes_mut(recv) }, self.world);
                         }
                     })

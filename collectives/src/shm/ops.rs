@@ -7,7 +7,8 @@
 //!   per rank in each buffer, one post per chunk.
 //! * **barrier**: one post.
 //!
-//! Point-to-point calls, the v-collectives and reduce go over the links.
+//! Reduce runs as an allreduce whose result only the root keeps. Point-to-point calls and the
+//! v-collectives go over the links.
 //!
 //! Every epoch publishes the call's header, so mismatched calls fail in the first one.
 
