@@ -188,7 +188,9 @@ impl ShmGroup {
 
     /// Starts an epoch of `call`: publishes its header in this epoch's slot.
     pub(crate) fn begin(&mut self, call: &CallDesc) {
-        let h = frame::encode(call, 0);
+        // The header's length field carries the epoch's low bits: peers check that every rank
+        // is in the same epoch (the buffers' parity depends on it).
+        let h = frame::encode(call, self.epoch as u32 as usize);
         let off = self.layout.desc(self.me, (self.epoch & 1) as usize);
         // SAFETY: our own header slot; peers read it only after our next post.
         unsafe { std::ptr::copy_nonoverlapping(h.as_ptr(), self.map.ptr().add(off), HEADER_LEN) };
@@ -266,7 +268,7 @@ impl ShmGroup {
     fn check_desc(&self, i: usize, call: &CallDesc) -> Result<(), EngineError> {
         let peer = self.ranks[i];
         let rank = self.ranks[self.me];
-        let (theirs, _) = frame::decode(&self.peer_desc(i)).map_err(|detail| {
+        let (theirs, epoch) = frame::decode(&self.peer_desc(i)).map_err(|detail| {
             EngineError::Comm(CommError::Protocol {
                 rank,
                 peer,
@@ -280,6 +282,18 @@ impl ShmGroup {
                 peer,
                 ours: *call,
                 theirs,
+            }));
+        }
+        if epoch != self.epoch as u32 as usize {
+            return Err(EngineError::Comm(CommError::Protocol {
+                rank,
+                peer,
+                call: *call,
+                detail: format!(
+                    "shared-memory epoch {epoch} where this rank is in epoch {} (ranks disagree \
+                     on how many steps an earlier call took)",
+                    self.epoch as u32
+                ),
             }));
         }
         Ok(())
