@@ -495,40 +495,27 @@ impl Inner {
                     },
                 )?;
             }
-            Collective::RecvAny { source } => {
+            Collective::Recv { .. } | Collective::RecvAny { .. } => {
                 let n = recv.expect("checked").count();
-                let probe = CallDesc {
-                    op: OpKind::SendRecv,
-                    dtype,
-                    redop: None,
-                    count: n as u64,
-                    root: None,
-                    seq: 0,
+                let peer = match &call.collective {
+                    Collective::Recv { peer } => *peer,
+                    _ => {
+                        // From any source: the first peer whose next send to this rank is here.
+                        let probe = CallDesc {
+                            op: OpKind::SendRecv,
+                            dtype,
+                            redop: None,
+                            count: n as u64,
+                            root: None,
+                            seq: 0,
+                        };
+                        st.engine
+                            .probe_any(&st.recv_seq, &probe, timeout)
+                            .inspect_err(|e| st.failed = Some(e.clone()))?
+                    }
                 };
-                let peer = st
-                    .engine
-                    .probe_any(&st.recv_seq, &probe, timeout)
-                    .inspect_err(|e| st.failed = Some(e.clone()))?;
                 let w = unsafe { bytes_mut(recv) };
-                run(
-                    st,
-                    Plan {
-                        op: OpKind::SendRecv,
-                        redop: None,
-                        count: n,
-                        root: None,
-                        seq: SeqKind::RecvFrom(peer),
-                        sched: direct::recv(peer, n),
-                        work: w,
-                        input: &[],
-                    },
-                )?;
-                source.set(peer);
-            }
-            Collective::Recv { peer } => {
-                let n = recv.expect("checked").count();
-                let w = unsafe { bytes_mut(recv) };
-                let seq = SeqKind::RecvFrom(*peer);
+                let seq = SeqKind::RecvFrom(peer);
                 run(
                     st,
                     Plan {
@@ -537,11 +524,14 @@ impl Inner {
                         count: n,
                         root: None,
                         seq,
-                        sched: direct::recv(*peer, n),
+                        sched: direct::recv(peer, n),
                         work: w,
                         input: &[],
                     },
                 )?;
+                if let Collective::RecvAny { source } = &call.collective {
+                    source.set(peer);
+                }
             }
         }
         Ok(())

@@ -113,17 +113,18 @@ fn per_slot(cx: &Ctx<'_>, es: usize) -> usize {
     (cx.g.chunk() / (cx.g.size() * es)).max(1)
 }
 
-/// Reduce-scatter of `input` (`world` blocks of `out.len()` bytes) into `out`: every rank
-/// publishes the others' blocks, then reduces its own block from every peer's buffer.
-pub(crate) fn reduce_scatter(
+/// The exchange under reduce-scatter and all-to-all: block `s` of `input` (`world` blocks of
+/// `n` bytes) goes to rank `s`, chunk by chunk through one slot per rank in each buffer; once a
+/// chunk is there, `take(cx, k, len, slot)` consumes bytes `k..k + len` of every block meant
+/// for this rank (peer `p`'s at `cx.peer(p, me * slot, len)`).
+fn exchange(
     cx: &mut Ctx<'_>,
-    dtype: DType,
-    op: ReduceOp,
+    es: usize,
     input: &[u8],
-    out: &mut [u8],
+    n: usize,
+    mut take: impl FnMut(&Ctx<'_>, usize, usize, usize),
 ) -> Result<(), EngineError> {
-    let (es, l, me) = (dtype.size(), cx.g.size(), cx.g.me);
-    let n = out.len();
+    let (l, me) = (cx.g.size(), cx.g.me);
     let m = per_slot(cx, es) * es;
     let mut k = 0;
     loop {
@@ -134,16 +135,31 @@ pub(crate) fn reduce_scatter(
                 .copy_from_slice(&input[s * n + k..s * n + k + len]);
         }
         cx.sync(k == 0)?;
-        out[k..k + len].copy_from_slice(&input[me * n + k..me * n + k + len]);
-        for p in (0..l).filter(|&p| p != me) {
-            reduce_bytes(dtype, op, &mut out[k..k + len], cx.peer(p, me * m, len));
-        }
+        take(cx, k, len, m);
         cx.g.end();
         k += len;
         if k >= n {
             return Ok(());
         }
     }
+}
+
+/// Reduce-scatter of `input` (`world` blocks of `out.len()` bytes) into `out`: every rank
+/// publishes the others' blocks, then reduces its own block from every peer's buffer.
+pub(crate) fn reduce_scatter(
+    cx: &mut Ctx<'_>,
+    dtype: DType,
+    op: ReduceOp,
+    input: &[u8],
+    out: &mut [u8],
+) -> Result<(), EngineError> {
+    let (l, me, n) = (cx.g.size(), cx.g.me, out.len());
+    exchange(cx, dtype.size(), input, n, |cx, k, len, m| {
+        out[k..k + len].copy_from_slice(&input[me * n + k..me * n + k + len]);
+        for p in (0..l).filter(|&p| p != me) {
+            reduce_bytes(dtype, op, &mut out[k..k + len], cx.peer(p, me * m, len));
+        }
+    })
 }
 
 /// All-to-all of equal blocks: block `s` of `input` goes to rank `s`, whose block `r` of `out`
@@ -156,26 +172,12 @@ pub(crate) fn all_to_all(
 ) -> Result<(), EngineError> {
     let (l, me) = (cx.g.size(), cx.g.me);
     let n = out.len() / l;
-    let m = per_slot(cx, es) * es;
-    let mut k = 0;
-    loop {
-        let len = m.min(n - k);
-        cx.g.begin(cx.call);
-        for s in (0..l).filter(|&s| s != me) {
-            cx.mine(s * m, len)
-                .copy_from_slice(&input[s * n + k..s * n + k + len]);
-        }
-        cx.sync(k == 0)?;
+    exchange(cx, es, input, n, |cx, k, len, m| {
         out[me * n + k..me * n + k + len].copy_from_slice(&input[me * n + k..me * n + k + len]);
         for p in (0..l).filter(|&p| p != me) {
             out[p * n + k..p * n + k + len].copy_from_slice(cx.peer(p, me * m, len));
         }
-        cx.g.end();
-        k += len;
-        if k >= n {
-            return Ok(());
-        }
-    }
+    })
 }
 
 /// Gather to `root`: every rank publishes its piece; the root copies them out (`out` is
