@@ -64,8 +64,9 @@ patched `Work._source_rank` finds it).
 
 Still failing, on purpose:
 
-* `test_ddp_logging_data_cpu` (plugin): DDP's logger reads the backend name from the C++
-  `ProcessGroup`, which names every plugin backend `custom`; torch offers no hook.
+* `test_ddp_logging_data_cpu` (both modes): DDP's logger reads the backend name from the C++
+  `ProcessGroup`, which names every plugin backend `custom` (in gloo's place dtcomm registers
+  as CUSTOM too, see above); torch offers no hook. It asserts a name, nothing else.
 """
 
 
