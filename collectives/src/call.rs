@@ -272,8 +272,15 @@ pub enum Collective {
 }
 
 /// The sender of a [`Collective::RecvAny`], known once the call completed. Clones share it.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Source(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl Default for Source {
+    /// Not known yet (as [`Source::new`]).
+    fn default() -> Source {
+        Source::new()
+    }
+}
 
 impl Source {
     /// A source not known yet.
@@ -283,6 +290,10 @@ impl Source {
         )))
     }
     /// The sender's rank, once the receive has matched a send.
+    ///
+    /// ```
+    /// assert_eq!(dtcomm::Source::default().get(), None);
+    /// ```
     pub fn get(&self) -> Option<usize> {
         match self.0.load(std::sync::atomic::Ordering::Acquire) {
             usize::MAX => None,

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::procs::*;
 use common::{check, input};
 use dt_rdzv::server::{BackgroundServer, ServeConfig};
-use dtcomm::{CommError, Communicator, Options, ReduceOp};
+use dtcomm::{Communicator, Options, ReduceOp};
 
 /// The child side; started by the tests below with `--ignored --exact child`.
 #[test]
@@ -59,33 +59,7 @@ fn child() {
             c.barrier().unwrap();
             println!("OK rank {rank}");
         }
-        "kill" => {
-            let victim: usize = std::env::var("DTCOMM_TEST_VICTIM")
-                .unwrap()
-                .parse()
-                .unwrap();
-            let mut v = vec![1f32; 1 << 16];
-            let start = Instant::now();
-            let mut i = 0u64;
-            while start.elapsed() < Duration::from_secs(60) {
-                if let Err(e) = c.all_reduce(&mut v, ReduceOp::Sum) {
-                    let lost = match &e {
-                        CommError::PeerLost { peer, .. } => Some(*peer),
-                        CommError::Aborted { lost, .. } => *lost,
-                        _ => None,
-                    };
-                    println!("ERROR lost={lost:?} after {i} calls: {e}");
-                    std::process::exit(0);
-                }
-                i += 1;
-                if rank == victim && i == 3 {
-                    println!("READY");
-                }
-                v.fill(1.0);
-            }
-            println!("NO ERROR");
-            std::process::exit(3);
-        }
+        "kill" => allreduce_until_lost(&c, rank, 1 << 16),
         other => panic!("unknown role {other}"),
     }
 }

@@ -14,7 +14,7 @@ use common::procs::*;
 use common::*;
 use dt_rdzv::server::{BackgroundServer, ServeConfig};
 use dt_rdzv::store::MemoryStore;
-use dtcomm::{Algo, CommError, Communicator, LinkKind, Options, ReduceOp};
+use dtcomm::{Algo, Communicator, LinkKind, Options, ReduceOp};
 
 fn tcp_group(world: usize, o: Options) -> Vec<Communicator> {
     let store = Arc::new(MemoryStore::new());
@@ -127,36 +127,7 @@ fn child_rank() {
             full_suite(&c);
             println!("SUITE OK rank {rank}");
         }
-        "kill" => {
-            let victim: usize = std::env::var("DTCOMM_TEST_VICTIM")
-                .unwrap()
-                .parse()
-                .unwrap();
-            let mut v = vec![1f32; 1 << 18];
-            let start = Instant::now();
-            let mut i = 0u64;
-            while start.elapsed() < Duration::from_secs(60) {
-                if let Err(e) = c.all_reduce(&mut v, ReduceOp::Sum) {
-                    let lost = match &e {
-                        CommError::PeerLost { peer, .. } => Some(*peer),
-                        CommError::Aborted { lost, .. } => *lost,
-                        _ => None,
-                    };
-                    println!("ERROR lost={lost:?} after {i} calls: {e}");
-                    // Every later call fails at once with the same error.
-                    let again = c.barrier().unwrap_err();
-                    println!("AGAIN {}", matches!(again, CommError::Failed(_)));
-                    std::process::exit(0);
-                }
-                i += 1;
-                if rank == victim && i == 3 {
-                    println!("READY");
-                }
-                v.fill(1.0);
-            }
-            println!("NO ERROR");
-            std::process::exit(3);
-        }
+        "kill" => allreduce_until_lost(&c, rank, 1 << 18),
         other => panic!("unknown role {other}"),
     }
 }

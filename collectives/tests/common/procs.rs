@@ -87,3 +87,39 @@ pub fn wait_output(mut child: Child, limit: Duration) -> (Option<i32>, String, S
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// The child side of the kill tests: allreduces `count` floats until a peer is lost, prints
+/// `ERROR lost=<rank> after <n> calls: <error>` and whether a later call fails at once
+/// (`AGAIN true`), and exits 0; the victim (`DTCOMM_TEST_VICTIM`) prints `READY` after three
+/// calls. Exits 3 if nothing failed within 60 s.
+pub fn allreduce_until_lost(c: &dtcomm::Communicator, rank: usize, count: usize) -> ! {
+    use dtcomm::{CommError, ReduceOp};
+    let victim: usize = std::env::var("DTCOMM_TEST_VICTIM")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut v = vec![1f32; count];
+    let start = std::time::Instant::now();
+    let mut i = 0u64;
+    while start.elapsed() < Duration::from_secs(60) {
+        if let Err(e) = c.all_reduce(&mut v, ReduceOp::Sum) {
+            let lost = match &e {
+                CommError::PeerLost { peer, .. } => Some(*peer),
+                CommError::Aborted { lost, .. } => *lost,
+                _ => None,
+            };
+            println!("ERROR lost={lost:?} after {i} calls: {e}");
+            // Every later call fails at once with the same error.
+            let again = c.barrier().unwrap_err();
+            println!("AGAIN {}", matches!(again, CommError::Failed(_)));
+            std::process::exit(0);
+        }
+        i += 1;
+        if rank == victim && i == 3 {
+            println!("READY");
+        }
+        v.fill(1.0);
+    }
+    println!("NO ERROR");
+    std::process::exit(3);
+}
