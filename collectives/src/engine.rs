@@ -5,10 +5,12 @@
 //! deadline in view.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::call::CallDesc;
 use crate::error::CommError;
+use crate::fence::{Fenced, RoundFence};
 use crate::op::ReduceOp;
 use crate::reduce::reduce_bytes;
 use crate::schedule::{Buf, Region, Schedule};
@@ -60,6 +62,8 @@ pub(crate) struct Engine {
     pub spin: Duration,
     /// This rank's host group, when its ranks share memory (`shm/`).
     pub shm: Option<ShmGroup>,
+    /// The round's fence (the transport sits behind it; see `fence`).
+    pub fence: Arc<RoundFence>,
     scratch: Vec<u64>,
     stages: Vec<Vec<u64>>,
 }
@@ -119,11 +123,13 @@ impl Ctx<'_, '_> {
 
 impl Engine {
     pub(crate) fn new(rank: usize, transport: Box<dyn Transport>, spin: Duration) -> Engine {
+        let fence = RoundFence::new();
         Engine {
             rank,
-            transport,
+            transport: Box::new(Fenced::new(transport, fence.clone())),
             spin,
             shm: None,
+            fence,
             scratch: Vec::new(),
             stages: Vec::new(),
         }
@@ -321,6 +327,21 @@ impl Engine {
                     reason,
                 };
             }
+            EngineError::Link(LinkError::RoundEnded(end)) => {
+                let err = CommError::RoundEnded {
+                    rank,
+                    call: *call,
+                    elapsed,
+                    round: end.round,
+                    lost: end.lost,
+                    cause: end.cause,
+                    removed: end.removed,
+                };
+                // Peers hear it from the server too; this covers one whose server connection
+                // is down at the moment.
+                self.transport.abort(end.lost, &err.to_string());
+                return err;
+            }
             EngineError::Link(LinkError::Closed {
                 peer,
                 graceful,
@@ -333,6 +354,9 @@ impl Engine {
                 detail: if graceful {
                     format!("{detail} (it said goodbye before this call was done)")
                 } else {
+                    // First-hand evidence for the membership service (aborts relayed by peers
+                    // are theirs to report; a goodbye is no loss).
+                    self.fence.report_lost(peer, &detail);
                     detail
                 },
             },

@@ -62,6 +62,36 @@ pub enum CommError {
         /// The origin's error message.
         reason: String,
     },
+    /// The membership service (the rendezvous server) ended this communicator's round: a
+    /// member was lost or left, the job was stopped, or this member was removed. Build the
+    /// next round's communicator (or, if `removed`, this member is out of the job).
+    #[error(
+        "rank {rank}: {call} failed after {elapsed:?}: {}: {cause}",
+        if *removed {
+            format!("this member was removed from round {round}")
+        } else {
+            format!(
+                "round {round} ended{}",
+                lost.map(|l| format!(" (lost rank {l})")).unwrap_or_default()
+            )
+        }
+    )]
+    RoundEnded {
+        /// This rank.
+        rank: usize,
+        /// The call in progress (or the one that was about to start).
+        call: CallDesc,
+        /// Time since the call started.
+        elapsed: Duration,
+        /// The communicator's round.
+        round: u64,
+        /// The rank whose loss or departure ended it, when that was the cause.
+        lost: Option<usize>,
+        /// The server's words.
+        cause: String,
+        /// This member itself is out of the job.
+        removed: bool,
+    },
     /// Two ranks called different collectives (or the same with different arguments).
     #[error("{MISMATCH_PREFIX}rank {rank} called {ours} but rank {peer} called {theirs}")]
     Mismatch {
@@ -166,6 +196,9 @@ pub enum ErrorCode {
     Shutdown = 9,
     /// A bug in dtcomm (a panic caught at an API boundary). Reserved for front ends.
     Internal = 10,
+    /// The membership service ended the communicator's round: [`CommError::RoundEnded`]. (11
+    /// is the C ABI's "still in progress", never an error.)
+    RoundEnded = 12,
 }
 
 impl ErrorCode {
@@ -183,6 +216,7 @@ impl ErrorCode {
             ErrorCode::Failed => "failed",
             ErrorCode::Shutdown => "shutdown",
             ErrorCode::Internal => "internal",
+            ErrorCode::RoundEnded => "round_ended",
         }
     }
 }
@@ -193,6 +227,7 @@ impl CommError {
         match self {
             CommError::Timeout { .. } | CommError::WaitTimeout { .. } => ErrorCode::Timeout,
             CommError::PeerLost { .. } => ErrorCode::PeerLost,
+            CommError::RoundEnded { .. } => ErrorCode::RoundEnded,
             CommError::Aborted { reason, .. } if reason.starts_with(MISMATCH_PREFIX) => {
                 ErrorCode::Mismatch
             }

@@ -232,3 +232,103 @@ fn setup_deadline_names_missing_ranks() {
     let text = e.to_string();
     assert!(text.contains("[\"1\", \"2\"]"), "{text}");
 }
+
+/// Ranks 0 and 1 wait in an allreduce that rank 2 never enters (a frozen host: no reset, no
+/// goodbye); the membership service's word through their round fences fails it within the
+/// fence's poll, long before the 60 s deadline, naming the lost rank and the round; the next
+/// call fails at once. A fence that ended before a call fails that call before it sends.
+fn fence_ends_a_stuck_call(comms: Vec<Communicator>) {
+    let fences: Vec<_> = comms.iter().map(|c| c.fence()).collect();
+    for f in &fences {
+        f.arm();
+    }
+    let ended = std::thread::scope(|s| {
+        let hs: Vec<_> = comms[..2]
+            .iter()
+            .map(|c| {
+                s.spawn(move || {
+                    let mut v = vec![1f32; 1000];
+                    let t = Instant::now();
+                    let e = c.all_reduce(&mut v, ReduceOp::Sum).unwrap_err();
+                    (e, t.elapsed(), c.barrier().unwrap_err())
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        for f in &fences[..2] {
+            f.end(dtcomm::RoundEnd {
+                round: 7,
+                lost: Some(2),
+                cause: "member \"m2\" (rank 2) lost: no message for 2.0 s".into(),
+                removed: false,
+            });
+        }
+        let at = Instant::now();
+        let out: Vec<_> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+        (out, at.elapsed())
+    });
+    let (out, after_end) = ended;
+    assert!(after_end < Duration::from_secs(10), "{after_end:?}");
+    for (r, (e, took, again)) in out.into_iter().enumerate() {
+        match &e {
+            CommError::RoundEnded {
+                rank,
+                round: 7,
+                lost: Some(2),
+                call,
+                removed: false,
+                ..
+            } => {
+                assert_eq!((*rank, call.op, call.seq), (r, OpKind::AllReduce, 0));
+            }
+            // A rank may hear the other's abort first: it still names the lost rank.
+            CommError::Aborted { lost: Some(2), .. } => {}
+            other => panic!("rank {r}: unexpected {other}"),
+        }
+        let text = e.to_string();
+        assert!(
+            text.contains("rank 2") || text.contains("lost rank 2"),
+            "{text}"
+        );
+        assert!(took >= Duration::from_millis(250), "{took:?}");
+        assert!(matches!(again, CommError::Failed(_)), "{again}");
+        assert_eq!(
+            e.code(),
+            if matches!(e, CommError::RoundEnded { .. }) {
+                dtcomm::ErrorCode::RoundEnded
+            } else {
+                dtcomm::ErrorCode::Aborted
+            }
+        );
+    }
+    // Rank 2, told before it calls: fails at once, sending nothing.
+    fences[2].end(dtcomm::RoundEnd {
+        round: 7,
+        lost: None,
+        cause: "job \"j\" ended: stopped".into(),
+        removed: true,
+    });
+    let t = Instant::now();
+    let e = comms[2].barrier().unwrap_err();
+    assert!(t.elapsed() < Duration::from_secs(1));
+    assert!(
+        matches!(&e, CommError::RoundEnded { removed: true, .. })
+            && e.to_string().contains("removed from round 7"),
+        "{e}"
+    );
+}
+
+#[test]
+fn the_round_fence_ends_a_stuck_call_mem() {
+    fence_ends_a_stuck_call(Communicator::in_memory(3, opts(60_000)).unwrap());
+}
+
+#[test]
+fn the_round_fence_ends_a_stuck_call_shm() {
+    fence_ends_a_stuck_call(shm_group(3, opts(60_000)));
+}
+
+#[test]
+fn the_round_fence_ends_a_stuck_call_tcp() {
+    fence_ends_a_stuck_call(tcp_group(3, opts(60_000)));
+}

@@ -177,6 +177,7 @@ fn killed_rank_is_named_by_every_survivor() {
         panic!("victim never got going: {rest:?}\n{others:#?}");
     }
     let killed_at = Instant::now();
+    let mut reported = false;
     kids[victim].kill().unwrap();
     kids[victim].wait().unwrap();
     for (r, k) in kids.into_iter().enumerate() {
@@ -194,7 +195,16 @@ fn killed_rank_is_named_by_every_survivor() {
             "survivor {r} must name the op and seq: {out}"
         );
         assert!(out.contains("AGAIN true"), "{out}");
+        reported |= out.contains("REPORTED peer=1");
+        assert!(
+            !out.contains("REPORTED peer=") || out.contains("REPORTED peer=1"),
+            "survivor {r} reported the wrong rank: {out}"
+        );
     }
+    assert!(
+        reported,
+        "a neighbour of the killed rank reports it to its fence"
+    );
     assert!(
         killed_at.elapsed() < Duration::from_secs(60),
         "survivors must fail well before the deadline"

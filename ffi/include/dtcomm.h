@@ -110,6 +110,12 @@ typedef uint64_t dtcomm_request_t;
 #define DTCOMM_IN_PROGRESS 11
 
 /**
+ * The membership service ended the communicator's round (a member was lost or left, the job
+ * was stopped); build the next round's communicator.
+ */
+#define DTCOMM_ROUND_ENDED 12
+
+/**
  * 32-bit IEEE float.
  */
 #define DTCOMM_FLOAT32 1

@@ -41,6 +41,9 @@ pub const DTCOMM_SHUTDOWN: dtcomm_result_t = 9;
 pub const DTCOMM_INTERNAL: dtcomm_result_t = 10;
 /// A non-blocking call has not finished yet (`dtcomm_wait` with a timeout).
 pub const DTCOMM_IN_PROGRESS: dtcomm_result_t = 11;
+/// The membership service ended the communicator's round (a member was lost or left, the job
+/// was stopped); build the next round's communicator.
+pub const DTCOMM_ROUND_ENDED: dtcomm_result_t = 12;
 
 /// 32-bit IEEE float.
 pub const DTCOMM_FLOAT32: dtcomm_dtype_t = 1;
@@ -89,6 +92,7 @@ mod tests {
             (DTCOMM_FAILED, ErrorCode::Failed),
             (DTCOMM_SHUTDOWN, ErrorCode::Shutdown),
             (DTCOMM_INTERNAL, ErrorCode::Internal),
+            (DTCOMM_ROUND_ENDED, ErrorCode::RoundEnded),
         ];
         for (c, e) in codes {
             assert_eq!(c, e as i32, "{e:?}");

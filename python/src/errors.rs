@@ -28,6 +28,12 @@ pyo3::create_exception!(
 );
 pyo3::create_exception!(
     _dtcomm,
+    RoundEndedError,
+    PeerLostError,
+    "The rendezvous server ended this communicator's round (a member was lost or left, the job was stopped); `lost_rank`, `round`, `cause` and `removed` (this member is out of the job) say how."
+);
+pyo3::create_exception!(
+    _dtcomm,
     MismatchError,
     DtcommError,
     "Ranks called different collectives, or the same one with a different dtype, count or root."
@@ -93,6 +99,7 @@ pub(crate) fn to_py(e: CommError) -> PyErr {
     let err = match cause.code() {
         ErrorCode::Timeout => CommTimeoutError::new_err(msg),
         ErrorCode::PeerLost | ErrorCode::Aborted => PeerLostError::new_err(msg),
+        ErrorCode::RoundEnded => RoundEndedError::new_err(msg),
         ErrorCode::Mismatch | ErrorCode::Protocol => MismatchError::new_err(msg),
         ErrorCode::Setup => SetupError::new_err(msg),
         ErrorCode::Shutdown => ShutdownError::new_err(msg),
@@ -116,6 +123,21 @@ pub(crate) fn to_py(e: CommError) -> PyErr {
                 CommError::Aborted {
                     rank, lost, call, ..
                 } => (*rank, *lost, Some(*call), vec![]),
+                CommError::RoundEnded {
+                    rank,
+                    lost,
+                    call,
+                    round,
+                    cause,
+                    removed,
+                    ..
+                } => {
+                    let _ = v.setattr("lost_rank", *lost);
+                    let _ = v.setattr("round", *round);
+                    let _ = v.setattr("cause", cause.as_str());
+                    let _ = v.setattr("removed", *removed);
+                    (*rank, *lost, Some(*call), vec![])
+                }
                 CommError::Mismatch {
                     rank, peer, ours, ..
                 } => (*rank, Some(*peer), Some(*ours), vec![]),
@@ -146,6 +168,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DtcommError", py.get_type::<DtcommError>())?;
     m.add("CommTimeoutError", py.get_type::<CommTimeoutError>())?;
     m.add("PeerLostError", py.get_type::<PeerLostError>())?;
+    m.add("RoundEndedError", py.get_type::<RoundEndedError>())?;
     m.add("MismatchError", py.get_type::<MismatchError>())?;
     m.add("SetupError", py.get_type::<SetupError>())?;
     m.add("ShutdownError", py.get_type::<ShutdownError>())?;

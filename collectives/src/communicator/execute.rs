@@ -198,6 +198,31 @@ impl Inner {
     /// `call` passed [`check`](Self::check); its buffers are valid as `Communicator::run`
     /// requires.
     pub(super) unsafe fn execute(&self, st: &mut State, call: &Call) -> Result<(), CommError> {
+        if st.failed.is_none()
+            && let Some(end) = st.engine.fence.ended()
+        {
+            // The round ended between calls: this one fails before sending anything.
+            let (send, recv) = (call.send.as_ref(), call.recv.as_ref());
+            let e = CommError::RoundEnded {
+                rank: self.rank,
+                call: CallDesc {
+                    op: call.collective.kind(),
+                    dtype: recv.or(send).map_or(DType::U8, |b| b.dtype()),
+                    redop: None,
+                    count: recv.or(send).map_or(0, |b| b.count() as u64),
+                    root: None,
+                    seq: st.seq,
+                },
+                elapsed: std::time::Duration::ZERO,
+                round: end.round,
+                lost: end.lost,
+                cause: end.cause,
+                removed: end.removed,
+            };
+            tracing::error!(rank = self.rank, "dtcomm: {e}");
+            st.failed = Some(e.clone());
+            return Err(e);
+        }
         if let Some(e) = &st.failed {
             return Err(match e {
                 CommError::Shutdown { detail, .. } => CommError::Shutdown {

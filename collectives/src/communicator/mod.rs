@@ -23,6 +23,7 @@ use crate::call::Call;
 use crate::config::{Config, Options};
 use crate::engine::Engine;
 use crate::error::CommError;
+use crate::fence::RoundFence;
 use crate::progress::{Completion, Job, OnDone, Progress, Work};
 use crate::transport::{Transport, mem};
 
@@ -50,6 +51,8 @@ pub(crate) struct Inner {
     describe: String,
     /// The fork generation this communicator was built in.
     fork_gen: u64,
+    /// The engine's round fence (here too: read without the state lock a running call holds).
+    fence: Arc<RoundFence>,
 }
 
 /// A group of `world` ranks that run collectives together. Every rank calls the same
@@ -167,6 +170,7 @@ impl Communicator {
 
     fn from_engine(world: usize, config: Config, engine: Engine, describe: String) -> Communicator {
         let rank = engine.rank;
+        let fence = engine.fence.clone();
         let state = State {
             engine,
             seq: 0,
@@ -184,6 +188,7 @@ impl Communicator {
                 pending: AtomicUsize::new(0),
                 describe,
                 fork_gen: crate::fork::generation(),
+                fence,
             }),
             progress: OnceLock::new(),
         }
@@ -208,6 +213,12 @@ impl Communicator {
     /// data socket(s)/peer)`).
     pub fn transport_description(&self) -> &str {
         &self.inner.describe
+    }
+
+    /// This communicator's round fence: end it when the membership service ends the round,
+    /// set its reporter to hear of peers this rank's links lost (see [`RoundFence`]).
+    pub fn fence(&self) -> Arc<RoundFence> {
+        self.inner.fence.clone()
     }
 
     /// The error that failed this communicator, if one did.

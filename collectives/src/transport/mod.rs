@@ -27,6 +27,8 @@ pub(crate) enum LinkError {
         lost: Option<usize>,
         reason: String,
     },
+    /// The membership service ended this communicator's round (see `fence`).
+    RoundEnded(crate::fence::RoundEnd),
 }
 
 /// A stream: (peer, stream index).

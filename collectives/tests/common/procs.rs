@@ -91,13 +91,18 @@ pub fn wait_output(mut child: Child, limit: Duration) -> (Option<i32>, String, S
 /// The child side of the kill tests: allreduces `count` floats until a peer is lost, prints
 /// `ERROR lost=<rank> after <n> calls: <error>` and whether a later call fails at once
 /// (`AGAIN true`), and exits 0; the victim (`DTCOMM_TEST_VICTIM`) prints `READY` after three
-/// calls. Exits 3 if nothing failed within 60 s.
+/// calls. Exits 3 if nothing failed within 60 s. A peer its own links lost is printed as
+/// `REPORTED peer=<rank>` (the round fence's reporter).
 pub fn allreduce_until_lost(c: &dtcomm::Communicator, rank: usize, count: usize) -> ! {
     use dtcomm::{CommError, ReduceOp};
     let victim: usize = std::env::var("DTCOMM_TEST_VICTIM")
         .unwrap()
         .parse()
         .unwrap();
+    // What the links saw goes to the membership service in a real job: print it here.
+    c.fence().set_reporter(Box::new(|peer, detail| {
+        println!("REPORTED peer={peer}: {detail}");
+    }));
     let mut v = vec![1f32; count];
     let start = std::time::Instant::now();
     let mut i = 0u64;

@@ -36,6 +36,11 @@ impl BlockingNativeClient {
         self.inner.as_mut().expect("client present until dropped")
     }
 
+    /// A handle for the rest of the process. See [`NativeClient::handle`].
+    pub fn handle(&mut self) -> super::MemberHandle {
+        self.client().handle()
+    }
+
     /// Joins a job. See [`NativeClient::join`].
     pub fn join(&mut self, who: Membership) -> Result<Joined, NativeError> {
         let c = self.inner.as_mut().expect("client");

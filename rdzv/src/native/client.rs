@@ -18,6 +18,7 @@ use tokio::task::JoinHandle;
 use super::error::NativeError;
 use super::session::{Session, Shared, open};
 use super::tls::{Trust, client_config};
+use super::watch::MemberHandle;
 
 /// Default native port of `dt-rdzv serve`.
 pub const DEFAULT_NATIVE_PORT: u16 = 29401;
@@ -135,6 +136,7 @@ impl Connector {
         let shared = Arc::new(Shared {
             conn: std::sync::Mutex::new(conn),
             silent: AtomicBool::new(false),
+            watchers: Default::default(),
         });
         let session = Session {
             endpoint: self.endpoint.clone(),
@@ -149,6 +151,7 @@ impl Connector {
             rejoining: false,
             reconnect_until: None,
             pause: Duration::from_millis(50),
+            replies: Vec::new(),
         };
         let task = tokio::spawn(session.run(send, recv));
         Ok(NativeClient {
@@ -300,6 +303,15 @@ impl NativeClient {
             key: key.into(),
             value,
         })
+    }
+
+    /// A handle for the rest of the process: round-end callbacks and data-plane reports (see
+    /// [`MemberHandle`]).
+    pub fn handle(&self) -> MemberHandle {
+        MemberHandle {
+            out: self.out.clone(),
+            watchers: self.shared.watchers.clone(),
+        }
     }
 
     /// Asks for a new round now (lets waiting late joiners in).

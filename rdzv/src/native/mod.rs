@@ -5,6 +5,8 @@
 //!   whose connection is lost by a server restart reconnects and resumes its round;
 //! * [`BlockingNativeClient`]: the same with a private one-worker runtime, for callers without
 //!   tokio (the collective engine, Python);
+//! * [`MemberHandle`]: for a communicator of the member's process: hear at once when the
+//!   server ends its round ([`RoundEnd`]), report a peer its links lost;
 //! * [`Trust`]: pin the server's certificate fingerprint, or verify it against a CA file;
 //! * [`NativeError`]: what went wrong, with the server's reasons.
 //!
@@ -17,6 +19,7 @@ mod session;
 mod tls;
 mod transport;
 pub(crate) mod udp;
+mod watch;
 
 pub use blocking::BlockingNativeClient;
 pub use client::{ClientConfig, Connector, DEFAULT_NATIVE_PORT, Joined, Membership, NativeClient};
@@ -25,3 +28,4 @@ pub use error::NativeError;
 pub(crate) use tls::provider;
 pub use tls::{ALPN, Trust, client_config, fingerprint, parse_fingerprint, read_certs};
 pub(crate) use transport::control_transport;
+pub use watch::{MemberHandle, RoundEnd};

@@ -21,6 +21,7 @@ use tokio::time::{Instant, Interval};
 
 use super::client::{ClientConfig, DEFAULT_NATIVE_PORT};
 use super::error::NativeError;
+use super::watch::{RoundEnd, Watchers};
 
 /// Largest server message a client accepts.
 const MAX_SERVER_FRAME: u32 = 64 << 20;
@@ -32,6 +33,8 @@ pub(crate) struct Shared {
     pub(crate) conn: Mutex<quinn::Connection>,
     /// No heartbeats (tests of the server's liveness detection).
     pub(crate) silent: AtomicBool,
+    /// Who hears of the end of a round (see `watch`).
+    pub(crate) watchers: Arc<Watchers>,
 }
 
 impl Shared {
@@ -113,6 +116,8 @@ pub(crate) struct Session {
     pub(crate) reconnect_until: Option<Instant>,
     /// Pause before the next reconnection after a refused rejoin (doubles up to 1 s).
     pub(crate) pause: Duration,
+    /// Answers to send (to the server's probes), written after the messages that asked.
+    pub(crate) replies: Vec<ClientMsg>,
 }
 
 /// Longest a reconnection attempt waits for a handshake: a server that is still down is
@@ -158,6 +163,16 @@ impl Session {
                         retry && self.join.is_some() && !self.leaving && self.events_wanted()
                     });
                     let Some(window) = window else {
+                        if !retry && !self.leaving {
+                            // The server closed this member's connection on purpose: it was
+                            // declared lost (or its job was forgotten).
+                            self.shared.watchers.end_all(RoundEnd {
+                                round: self.resume.map_or(u64::MAX, |r| r.round),
+                                lost: None,
+                                why: format!("dt-rdzv closed this member's connection: {why}"),
+                                removed: true,
+                            });
+                        }
                         let _ = self.events.send(Err(NativeError::Lost(why)));
                         return;
                     };
@@ -200,7 +215,11 @@ impl Session {
                 chunk = recv.read_chunk(usize::MAX, true) => match chunk {
                     Ok(Some(chunk)) => {
                         reader.push(&chunk.bytes);
-                        if let Some(end) = self.deliver(&mut reader) {
+                        let end = self.deliver(&mut reader);
+                        for msg in std::mem::take(&mut self.replies) {
+                            let _ = send.write_all(&encode_client(&msg)).await;
+                        }
+                        if let Some(end) = end {
                             return end;
                         }
                     }
@@ -248,6 +267,17 @@ impl Session {
                 }
             };
             match &msg {
+                ServerMsg::Probe { nonce } => {
+                    // A peer reported this member gone: say otherwise at once. Not the
+                    // application's business.
+                    self.replies.push(ClientMsg::Alive { nonce: *nonce });
+                    continue;
+                }
+                ServerMsg::RoundEnded { round, cause, .. } => {
+                    self.shared
+                        .watchers
+                        .end_through(RoundEnd::from_cause(*round, cause));
+                }
                 ServerMsg::Joined {
                     heartbeat_interval_ms,
                     ..
@@ -261,6 +291,14 @@ impl Session {
                     self.pause = FIRST_PAUSE;
                 }
                 ServerMsg::Welcome(w) => {
+                    if w.round > 1 {
+                        self.shared.watchers.end_through(RoundEnd {
+                            round: w.round - 1,
+                            lost: None,
+                            why: format!("superseded by round {} ({})", w.round, w.cause),
+                            removed: false,
+                        });
+                    }
                     self.every = Some(Duration::from_millis(w.heartbeat_interval_ms.max(10)));
                     self.resume = Some(Resume {
                         round: w.round,
@@ -276,7 +314,16 @@ impl Session {
                     ..
                 } if self.rejoining => continue,
                 // Any other answer to a rejoin is final.
-                ServerMsg::Refused { .. } | ServerMsg::JobEnded { .. } => self.rejoining = false,
+                ServerMsg::Refused { .. } => self.rejoining = false,
+                ServerMsg::JobEnded { job, end } => {
+                    self.rejoining = false;
+                    self.shared.watchers.end_all(RoundEnd {
+                        round: self.resume.map_or(u64::MAX, |r| r.round),
+                        lost: None,
+                        why: format!("job {job:?} ended: {end}"),
+                        removed: true,
+                    });
+                }
                 _ => {}
             }
             if self.events.send(Ok(msg)).is_err() {

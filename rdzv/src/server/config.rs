@@ -136,6 +136,11 @@ pub struct ServeConfig {
     #[arg(long, env = "DTRDZV_HEARTBEAT_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
     pub heartbeat_timeout: Duration,
 
+    /// A member reported gone by a peer's data plane is lost unless it answers the server's
+    /// probe within this long (a healthy member's client answers in microseconds).
+    #[arg(long, env = "DTRDZV_PROBE_TIMEOUT", default_value = "300ms", value_parser = parse_duration)]
+    pub probe_timeout: Duration,
+
     /// Heartbeat interval asked of members not yet in a round (gathering for the first one).
     #[arg(long, env = "DTRDZV_WAITING_HEARTBEAT_INTERVAL", default_value = "2s", value_parser = parse_duration)]
     pub waiting_heartbeat_interval: Duration,
@@ -203,6 +208,7 @@ impl Default for ServeConfig {
             tls_names: vec!["localhost".into()],
             heartbeat_interval: Duration::from_millis(500),
             heartbeat_timeout: Duration::from_secs(2),
+            probe_timeout: Duration::from_millis(300),
             waiting_heartbeat_interval: Duration::from_secs(2),
             waiting_heartbeat_timeout: Duration::from_secs(10),
             resume_window: Duration::from_secs(10),
@@ -289,6 +295,7 @@ impl ServeConfig {
             token,
             heartbeat_interval: self.heartbeat_interval,
             heartbeat_timeout: self.heartbeat_timeout,
+            probe_timeout: self.probe_timeout,
             waiting_heartbeat_interval: self.waiting_heartbeat_interval,
             waiting_heartbeat_timeout: self.waiting_heartbeat_timeout,
             resume_window: self.resume_window,

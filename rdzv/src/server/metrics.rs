@@ -70,6 +70,23 @@ pub(crate) fn render(store: Option<&Core>, rdzv: &RdzvCore) -> String {
     );
     metric(
         &mut o,
+        "dtrdzv_reports_total",
+        "counter",
+        "Data-plane reports of a lost peer received from members.",
+        &one(s.reports),
+    );
+    metric(
+        &mut o,
+        "dtrdzv_probes_total",
+        "counter",
+        "Liveness probes started by reports, by outcome (confirmed: declared lost).",
+        &[
+            ("{outcome=\"confirmed\"}".to_string(), s.probes_confirmed),
+            ("{outcome=\"dismissed\"}".to_string(), s.probes_dismissed),
+        ],
+    );
+    metric(
+        &mut o,
         "dtrdzv_member_leaves_total",
         "counter",
         "Members that left on purpose.",

@@ -147,6 +147,26 @@ fn log(e: Event) {
         Event::MemberLeft { job, member } => tracing::info!(%job, %member, "member left"),
         Event::JobEnded { job, end } => tracing::info!(%job, %end, "job ended"),
         Event::JobForgotten { job } => tracing::debug!(%job, "job forgotten"),
+        Event::Reported {
+            job,
+            round,
+            by,
+            rank,
+            member,
+            evidence,
+            verdict,
+        } => {
+            let verdict = verdict.label();
+            match verdict {
+                "probing" | "dismissed" => {
+                    tracing::info!(%job, round, %by, rank, ?member, %evidence, verdict, "data-plane report")
+                }
+                "confirmed" => {
+                    tracing::warn!(%job, round, %by, rank, ?member, %evidence, verdict, "data-plane report confirmed: member lost")
+                }
+                _ => tracing::debug!(%job, round, %by, rank, ?member, verdict, "data-plane report"),
+            }
+        }
         Event::Refused { conn, refusal } => {
             tracing::warn!(conn, code = ?refusal.code(), %refusal, "request refused")
         }

@@ -182,6 +182,23 @@ pub enum ClientMsg {
         /// Who or what asks, for the members and the log.
         reason: String,
     },
+    /// Evidence from the data plane: this member's link to `rank` of `round` broke (a reset,
+    /// an end of stream without goodbye, a dead same-host process). Not a verdict: the server
+    /// probes the named member ([`ServerMsg::Probe`]) and ends the round only if it does not
+    /// answer.
+    Report {
+        /// The round the reporter and the suspect are in.
+        round: u64,
+        /// The suspect's rank there.
+        rank: u32,
+        /// What the reporter saw (truncated by the server).
+        evidence: String,
+    },
+    /// The answer to a [`ServerMsg::Probe`]: this member is alive.
+    Alive {
+        /// The probe's nonce.
+        nonce: u64,
+    },
 }
 
 /// One member's addresses as a peer sees them.
@@ -464,5 +481,11 @@ pub enum ServerMsg {
     Stopped {
         /// The job.
         job: String,
+    },
+    /// A peer reported this member gone: answer with [`ClientMsg::Alive`] at once (the
+    /// client's session does, without the application) or be declared lost.
+    Probe {
+        /// To echo.
+        nonce: u64,
     },
 }

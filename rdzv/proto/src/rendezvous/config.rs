@@ -13,6 +13,9 @@ pub struct MachineConfig {
     pub heartbeat_interval: Duration,
     /// A member silent for this long is lost.
     pub heartbeat_timeout: Duration,
+    /// A member reported gone by a peer (see `probes`) is lost unless it answers the server's
+    /// probe within this long.
+    pub probe_timeout: Duration,
     /// Members not yet welcomed into a round (waiting for one to form, or spares) are told to
     /// send a heartbeat this often. Slower than `heartbeat_interval`: while thousands of members
     /// gather, their heartbeats (and the ACKs they draw) were a fifth of the server's packets,
@@ -41,7 +44,8 @@ pub struct MachineConfig {
 }
 
 impl Default for MachineConfig {
-    /// Heartbeats every 0.5 s, lost after 2 s of silence (every 2 s and 10 s before a member's
+    /// Heartbeats every 0.5 s, lost after 2 s of silence (or 0.3 s after a peer's report without an
+    /// answer to the probe) (every 2 s and 10 s before a member's
     /// first round), ended jobs kept 60 s, empty jobs forgotten after 300 s, 4096 jobs, 1 MiB
     /// config values, 256 entries, 16 addresses of at most 256 bytes per member.
     fn default() -> Self {
@@ -49,6 +53,7 @@ impl Default for MachineConfig {
             token: None,
             heartbeat_interval: Duration::from_millis(500),
             heartbeat_timeout: Duration::from_secs(2),
+            probe_timeout: Duration::from_millis(300),
             waiting_heartbeat_interval: Duration::from_secs(2),
             waiting_heartbeat_timeout: Duration::from_secs(10),
             resume_window: Duration::from_secs(10),

@@ -4,6 +4,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::error::Refusal;
+use super::probes::ReportVerdict;
 use crate::native::{JobEnd, RoundCause, ServerMsg};
 
 /// A driver's name for one client connection.
@@ -101,6 +102,23 @@ pub enum Event {
         /// The job.
         job: String,
     },
+    /// A member reported a peer gone (see `probes`), or a probe it started ended.
+    Reported {
+        /// The job.
+        job: String,
+        /// The round.
+        round: u64,
+        /// The reporting member.
+        by: String,
+        /// The suspect's rank.
+        rank: u32,
+        /// The suspect's member id, when it is (still) known.
+        member: Option<String>,
+        /// What the reporter saw.
+        evidence: String,
+        /// What became of it.
+        verdict: ReportVerdict,
+    },
     /// A request was refused.
     Refused {
         /// The connection.
@@ -131,6 +149,12 @@ pub struct RendezvousStats {
     pub jobs_ended: Vec<(&'static str, u64)>,
     /// Messages received from members.
     pub messages: u64,
+    /// Data-plane reports received (each counted once, whatever became of it).
+    pub reports: u64,
+    /// Probes whose suspect did not answer (declared lost).
+    pub probes_confirmed: u64,
+    /// Probes whose suspect answered (kept).
+    pub probes_dismissed: u64,
 }
 
 /// The machine's outbox, handed to jobs.
@@ -173,6 +197,11 @@ impl Effects {
                 }
             }
             Event::Refused { .. } => s.refusals += 1,
+            Event::Reported { verdict, .. } => match verdict {
+                ReportVerdict::Confirmed => s.probes_confirmed += 1,
+                ReportVerdict::Dismissed => s.probes_dismissed += 1,
+                _ => s.reports += 1,
+            },
             Event::RoundEnded { .. } | Event::JobForgotten { .. } => {}
         }
         self.actions.push_back(Action::Event(e));

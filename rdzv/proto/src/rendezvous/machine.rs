@@ -12,6 +12,7 @@ use super::config::MachineConfig;
 use super::effects::{Action, ConnId, Effects, Event, RendezvousStats};
 use super::error::Refusal;
 use super::job::{self, Job, Removal};
+use super::probes::{self, MAX_EVIDENCE_BYTES, Probe, Probes, ReportVerdict, Start};
 use super::resume;
 use crate::native::{ClientMsg, CodecError, JobStatus, ServerMsg};
 
@@ -63,6 +64,8 @@ pub struct RendezvousMachine {
     conns: HashMap<ConnId, Conn>,
     /// (check at, connection): a member's heartbeat is checked at these times.
     liveness: BTreeSet<(Instant, ConnId)>,
+    /// Liveness probes started by data-plane reports.
+    probes: Probes,
     fx: Effects,
 }
 
@@ -111,10 +114,10 @@ impl RendezvousMachine {
             .filter_map(|j| j.next_deadline(&self.config))
             .min();
         let live = self.liveness.first().map(|(t, _)| *t);
-        match (jobs, live) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [jobs, live, self.probes.next_due()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Feeds one input.
@@ -213,6 +216,30 @@ impl RendezvousMachine {
                 lost.entry(job).or_default().push((id, Removal::Lost(why)));
             }
         }
+        for (conn, p) in self.probes.expired(now) {
+            if self.member_of(conn).is_none_or(|m| m.id != p.member) {
+                continue;
+            }
+            let why = format!(
+                "did not answer a liveness probe within {} ms after {:?} reported it in round {}: {}",
+                job::ms(self.config.probe_timeout),
+                p.by,
+                p.round,
+                p.evidence
+            );
+            self.fx.event(Event::Reported {
+                job: p.job.clone(),
+                round: p.round,
+                by: p.by,
+                rank: p.rank,
+                member: Some(p.member.clone()),
+                evidence: p.evidence,
+                verdict: ReportVerdict::Confirmed,
+            });
+            lost.entry(p.job)
+                .or_default()
+                .push((p.member, Removal::Lost(why)));
+        }
         for (job, gone) in lost {
             if let Some(j) = self.jobs.get_mut(&job) {
                 j.remove(now, gone, &self.config, &mut self.fx);
@@ -245,6 +272,7 @@ impl RendezvousMachine {
     /// jobs that ended.
     fn settle(&mut self) {
         for conn in std::mem::take(&mut self.fx.detached) {
+            self.probes.forget(conn);
             if let Some(c) = self.conns.get_mut(&conn) {
                 c.member = None;
             }
@@ -318,6 +346,7 @@ impl RendezvousMachine {
             _ if close => self.fx.close(conn, why),
             _ => {}
         }
+        self.probes.forget(conn);
         self.conns.remove(&conn);
     }
 
@@ -403,6 +432,34 @@ impl RendezvousMachine {
                     Err(e) => self.refuse(conn, e),
                 }
             }
+            (
+                ClientMsg::Report {
+                    round,
+                    rank,
+                    evidence,
+                },
+                Some((job, id)),
+            ) => self.report(now, conn, &job, &id, round, rank, evidence),
+            (ClientMsg::Alive { nonce }, Some(_)) => {
+                let quiet = now + self.config.heartbeat_timeout;
+                if let Some(p) = self.probes.answered(conn, nonce, quiet) {
+                    self.fx.event(Event::Reported {
+                        job: p.job,
+                        round: p.round,
+                        by: p.by,
+                        rank: p.rank,
+                        member: Some(p.member),
+                        evidence: p.evidence,
+                        verdict: ReportVerdict::Dismissed,
+                    });
+                }
+            }
+            (ClientMsg::Report { .. }, None) => {
+                self.refuse_and_close(conn, Refusal::NotJoined { what: "Report" })
+            }
+            (ClientMsg::Alive { .. }, None) => {
+                self.refuse_and_close(conn, Refusal::NotJoined { what: "Alive" })
+            }
             (ClientMsg::Heartbeat { .. }, None) => {
                 self.refuse_and_close(conn, Refusal::NotJoined { what: "Heartbeat" })
             }
@@ -422,6 +479,93 @@ impl RendezvousMachine {
                 self.refuse_and_close(conn, Refusal::NotJoined { what: "Lookup" })
             }
         }
+    }
+
+    /// A member's data-plane report about rank `rank` of `round` (see `probes`).
+    #[allow(clippy::too_many_arguments)]
+    fn report(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        job: &str,
+        by: &str,
+        round: u64,
+        rank: u32,
+        evidence: String,
+    ) {
+        let evidence = probes::truncate(evidence, MAX_EVIDENCE_BYTES);
+        let Some(j) = self.jobs.get(job) else { return };
+        let bad = |why: String| Refusal::BadRequest {
+            job: job.into(),
+            member: by.into(),
+            why,
+        };
+        let running = matches!(j.phase, job::Phase::Running { .. });
+        let event = |member: Option<String>, evidence: String, verdict| Event::Reported {
+            job: job.into(),
+            round,
+            by: by.into(),
+            rank,
+            member,
+            evidence,
+            verdict,
+        };
+        if !running || round != j.round {
+            // Late reports of a loss the server already acted on are normal.
+            self.fx.event(event(None, evidence, ReportVerdict::Stale));
+            return;
+        }
+        let reporter_rank = j
+            .members
+            .get(by)
+            .and_then(|m| m.rank.filter(|_| m.place == job::Place::Active));
+        if reporter_rank.is_none() {
+            let r = bad(format!(
+                "reports rank {rank} of round {round} but is not in that round"
+            ));
+            self.refuse(conn, r);
+            return;
+        }
+        let Some(suspect) = j.ranks.get(rank as usize).cloned() else {
+            let r = bad(format!(
+                "reports rank {rank}, but round {round} has {} ranks",
+                j.ranks.len()
+            ));
+            self.refuse(conn, r);
+            return;
+        };
+        if suspect == by {
+            let r = bad(format!(
+                "reports itself (rank {rank} of round {round}) gone"
+            ));
+            self.refuse(conn, r);
+            return;
+        }
+        let Some(target) = j.members.get(&suspect).map(|m| m.conn) else {
+            self.fx
+                .event(event(Some(suspect), evidence, ReportVerdict::Stale));
+            return;
+        };
+        let timeout = self.config.probe_timeout;
+        let started = self.probes.start(now, target, |nonce| Probe {
+            nonce,
+            job: job.into(),
+            member: suspect.clone(),
+            rank,
+            round,
+            by: by.into(),
+            evidence: evidence.clone(),
+            due: now + timeout,
+            reports: 1,
+        });
+        let verdict = match started {
+            Start::Send(nonce) => {
+                self.fx.send(target, ServerMsg::Probe { nonce });
+                ReportVerdict::Probing
+            }
+            Start::Not(v) => v,
+        };
+        self.fx.event(event(Some(suspect), evidence, verdict));
     }
 
     fn join(&mut self, now: Instant, conn: ConnId, join: crate::native::Join) {

@@ -24,6 +24,8 @@
 //! * A member silent for the heartbeat timeout, or whose connection closes, is lost: the round
 //!   ends for everyone at once with the reason, and the next one forms from the survivors at
 //!   once if they are at least `min_members`.
+//! * A member may report a peer of its round gone (its link broke): the server probes that
+//!   peer and declares it lost if it does not answer within `probe_timeout` (see `probes`).
 //! * After a server restart, members join again with the place they held (`Join::resume`):
 //!   a job the server does not know is rebuilt from them, the same round with the same ranks,
 //!   within `resume_window` (see `resume`).
@@ -41,6 +43,7 @@ mod error;
 mod job;
 mod machine;
 mod peers;
+mod probes;
 mod ranks;
 mod requests;
 mod resume;
@@ -51,3 +54,4 @@ pub use config::MachineConfig;
 pub use effects::{Action, ConnId, Event, RendezvousStats};
 pub use error::Refusal;
 pub use machine::{Input, RendezvousMachine};
+pub use probes::{MAX_EVIDENCE_BYTES, ReportVerdict};

@@ -1,0 +1,197 @@
+//! The round fence: how a communicator hears the membership service's word, and tells it what
+//! its links saw.
+//!
+//! A communicator belongs to one round of a job. When the rendezvous server ends that round
+//! because a member was lost or left (or stops the job, or removes this member), whoever holds
+//! the member's connection calls [`RoundFence::end`]: the collective in flight fails within
+//! [`FENCE_POLL`] with [`CommError::RoundEnded`](crate::CommError::RoundEnded), naming the
+//! lost rank, the round and the cause, and so does every later call, without waiting for
+//! their deadlines. The other way, when this rank's link to a peer breaks without a goodbye,
+//! the fence's reporter (if one was set) hears of it, to pass it on to the server as evidence.
+//!
+//! A fence nobody arms costs one relaxed atomic load per control-plane check.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::transport::{LinkError, StreamId, Transport};
+
+/// Longest a parked call sleeps between looks at an armed fence.
+pub const FENCE_POLL: Duration = Duration::from_millis(20);
+
+/// Why a communicator's round ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoundEnd {
+    /// The round.
+    pub round: u64,
+    /// The rank whose loss (or departure) ended it, if that was the cause.
+    pub lost: Option<usize>,
+    /// The membership service's words.
+    pub cause: String,
+    /// This member itself was removed from the job (declared lost, or the job stopped).
+    pub removed: bool,
+}
+
+/// Called with (peer rank, what the link said) when a link to a peer breaks without goodbye.
+pub type Reporter = Box<dyn Fn(usize, &str) + Send + Sync>;
+
+/// See the module docs. Shared by a communicator, its engine and whoever watches its round.
+#[derive(Default)]
+pub struct RoundFence {
+    tripped: AtomicBool,
+    armed: AtomicBool,
+    end: Mutex<Option<RoundEnd>>,
+    reporter: Mutex<Option<Reporter>>,
+}
+
+impl std::fmt::Debug for RoundFence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RoundFence")
+            .field("armed", &self.armed.load(Ordering::Relaxed))
+            .field("end", &self.ended())
+            .finish()
+    }
+}
+
+impl RoundFence {
+    /// A fence that has not ended.
+    pub fn new() -> Arc<RoundFence> {
+        Arc::new(RoundFence::default())
+    }
+
+    /// Says someone watches this round: parked calls look at the fence every [`FENCE_POLL`].
+    pub fn arm(&self) {
+        self.armed.store(true, Ordering::Release);
+    }
+
+    /// Whether [`arm`](Self::arm) was called.
+    pub fn armed(&self) -> bool {
+        self.armed.load(Ordering::Acquire)
+    }
+
+    /// Ends the round (the first end wins; later ones are ignored).
+    pub fn end(&self, end: RoundEnd) {
+        let mut g = self.end.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_none() {
+            *g = Some(end);
+            self.tripped.store(true, Ordering::Release);
+        }
+    }
+
+    /// How the round ended, if it has.
+    pub fn ended(&self) -> Option<RoundEnd> {
+        if !self.tripped.load(Ordering::Acquire) {
+            return None;
+        }
+        self.end.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Sets who hears of peers lost by this rank's links (and arms the fence).
+    pub fn set_reporter(&self, f: Reporter) {
+        *self.reporter.lock().unwrap_or_else(|p| p.into_inner()) = Some(f);
+        self.arm();
+    }
+
+    /// A link to `peer` broke without goodbye: tell the reporter, if any.
+    pub(crate) fn report_lost(&self, peer: usize, detail: &str) {
+        if let Some(f) = self
+            .reporter
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            f(peer, detail);
+        }
+    }
+
+    fn check(&self) -> Result<(), LinkError> {
+        match self.ended() {
+            Some(end) => Err(LinkError::RoundEnded(end)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A transport behind a fence: its control plane also says when the round ended, and its
+/// parks wake every [`FENCE_POLL`] while the fence is armed.
+pub(crate) struct Fenced {
+    inner: Box<dyn Transport>,
+    fence: Arc<RoundFence>,
+}
+
+impl Fenced {
+    pub(crate) fn new(inner: Box<dyn Transport>, fence: Arc<RoundFence>) -> Fenced {
+        Fenced { inner, fence }
+    }
+}
+
+impl Transport for Fenced {
+    fn streams(&self, peer: usize) -> usize {
+        self.inner.streams(peer)
+    }
+
+    fn try_send(
+        &mut self,
+        peer: usize,
+        stream: usize,
+        a: &[u8],
+        b: &[u8],
+    ) -> Result<usize, LinkError> {
+        self.inner.try_send(peer, stream, a, b)
+    }
+
+    fn try_recv(
+        &mut self,
+        peer: usize,
+        stream: usize,
+        a: &mut [u8],
+        b: &mut [u8],
+    ) -> Result<usize, LinkError> {
+        self.inner.try_recv(peer, stream, a, b)
+    }
+
+    fn peek(&mut self, peer: usize, stream: usize, buf: &mut [u8]) -> Result<usize, LinkError> {
+        self.inner.peek(peer, stream, buf)
+    }
+
+    fn check(&mut self) -> Result<(), LinkError> {
+        self.fence.check()?;
+        self.inner.check()
+    }
+
+    fn park(
+        &mut self,
+        sends: &[StreamId],
+        recvs: &[StreamId],
+        timeout: Duration,
+    ) -> Result<(), LinkError> {
+        let timeout = if self.fence.armed() {
+            timeout.min(FENCE_POLL)
+        } else {
+            timeout
+        };
+        self.inner.park(sends, recvs, timeout)?;
+        self.fence.check()
+    }
+
+    fn report_stall(&mut self, op: u8, seq: u64, waiting_for: &[usize]) {
+        self.inner.report_stall(op, seq, waiting_for);
+    }
+
+    fn stalls(&mut self, op: u8, seq: u64) -> Vec<(usize, Vec<usize>)> {
+        self.inner.stalls(op, seq)
+    }
+
+    fn abort(&mut self, lost: Option<usize>, reason: &str) {
+        self.inner.abort(lost, reason);
+    }
+
+    fn shutdown(&mut self) {
+        self.inner.shutdown();
+    }
+
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
