@@ -180,6 +180,10 @@ enum Msg {
     Lookup(Vec<Num>),
     Status { token: Token, job: Option<u8> },
     Stop { token: Token, job: u8 },
+    /// A data-plane report about a rank of a round (often a bad one).
+    Report { round: Num, rank: Num },
+    /// An answer to a probe (nonces are rarely right: the machine must not care).
+    Alive(Num),
 }
 
 #[derive(Arbitrary, Debug, Clone)]
@@ -626,6 +630,12 @@ impl Driver {
                 job: job(j).into(),
                 reason: "fuzz".into(),
             },
+            Msg::Report { round, rank } => ClientMsg::Report {
+                round: round.u64(),
+                rank: rank.u32(),
+                evidence: "fuzz".into(),
+            },
+            Msg::Alive(n) => ClientMsg::Alive { nonce: n.u64() },
         }
     }
 }

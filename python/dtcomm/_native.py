@@ -393,7 +393,7 @@ class Member:
             raise RoundChanged(f"{self.who}: {self.ended}")
         return _dtcomm.Communicator.from_welcome(
             self.listener, w.job, w.round, w.rank, w.world, self.peer_addrs(),
-            self.settings.token.value,
+            self.settings.token.value, client=self.client,
         )
 
     @property
@@ -423,6 +423,11 @@ class Member:
                 self._entries[(ev.key, int(rnd))] = value
         elif ev.kind == "job_ended":
             self._ended(ev)
+        elif ev.kind == "removed":
+            raise _dtcomm.RdzvLostError(
+                f"{self.who}: this member was removed from round {ev.round} of job {ev.job!r} "
+                f"by dt-rdzv (the others went on without it): {ev.why}"
+            )
         elif ev.kind == "refused":
             sys.stderr.write(f"dtcomm: {self.who}: dt-rdzv refused a request ({ev.how}): {ev.why}\n")
 

@@ -227,8 +227,12 @@ def _retryable(e: BaseException) -> bool:
     # called different collectives, counts or dtypes: a program error a new round repeats);
     # another collective failure (a peer lost, a deadline, a shut-down communicator) means the
     # round is over.
-    return isinstance(e, _dtcomm.DtcommError) and not isinstance(
-        e, (_dtcomm.RdzvError, _dtcomm.MismatchError)
+    # A round ended by the server for this member's own removal (it was declared lost while
+    # frozen, or the job was stopped) is final too: the others went on without it.
+    return (
+        isinstance(e, _dtcomm.DtcommError)
+        and not isinstance(e, (_dtcomm.RdzvError, _dtcomm.MismatchError))
+        and not getattr(e, "removed", False)
     )
 
 

@@ -246,8 +246,12 @@ impl PyCommunicator {
     /// `DataListener` bound before joining; it serves every round): `addrs[p]` is where rank `p` listens (from the
     /// round's `Welcome`; every lower rank is needed, others may be None), and every link
     /// proves the round's secret, derived from `token` (the server's or the job's). No store.
+    /// With `client` (the member's `NativeClient`), the server's word ends the round here too:
+    /// when it declares a member lost (or one leaves, or the job stops, or this member is
+    /// removed), the call in flight and every later one raise `RoundEndedError` at once; and a
+    /// peer this rank's links lose is reported to the server.
     #[staticmethod]
-    #[pyo3(signature = (listener, job, round, rank, world, addrs, token))]
+    #[pyo3(signature = (listener, job, round, rank, world, addrs, token, client=None))]
     #[allow(clippy::too_many_arguments)]
     fn from_welcome(
         py: Python<'_>,
@@ -258,6 +262,7 @@ impl PyCommunicator {
         world: usize,
         addrs: Vec<Option<String>>,
         token: &str,
+        client: Option<&Bound<'_, crate::native::NativeClient>>,
     ) -> PyResult<Self> {
         if world == 0 || rank >= world {
             return Err(PyValueError::new_err(format!(
@@ -287,9 +292,13 @@ impl PyCommunicator {
             world,
             addrs,
         };
+        let handle = client.map(|c| c.borrow().member_handle(py)).transpose()?;
         let comm = py
             .detach(move || Communicator::from_welcome(l, &peers, &secret))
             .map_err(to_py)?;
+        if let Some(h) = handle {
+            crate::native::watch_round(&h, &comm, round);
+        }
         Ok(PyCommunicator {
             comm: Some(Arc::new(comm)),
             rank,

@@ -9,7 +9,9 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use dt_rdzv::native::{BlockingNativeClient, ClientConfig, Membership, NativeError, Trust};
+use dt_rdzv::native::{
+    BlockingNativeClient, ClientConfig, MemberHandle, Membership, NativeError, Trust,
+};
 use dt_rdzv_proto::native::{
     JobEnd, JobSpec, JobStatus, LateJoin, Peer, RefusalCode, Role, ServerMsg, Welcome,
 };
@@ -223,7 +225,7 @@ impl PyWelcome {
     }
 }
 
-/// A message the server pushed: `kind` is `welcome`, `round_ended`, `pending`, `config`,
+/// A message the server pushed: `kind` is `welcome`, `round_ended`, `removed`, `pending`, `config`,
 /// `job_ended`, `refused` or `other`; the other fields are set as the kind has them.
 #[pyclass(module = "dtcomm._dtcomm", name = "RdzvEvent", frozen, get_all)]
 pub struct RdzvEvent {
@@ -305,6 +307,12 @@ fn event(m: ServerMsg) -> RdzvEvent {
             e.why = Some(end.to_string());
             e.how = Some(end.label().to_string());
         }
+        ServerMsg::Removed { job, round, why } => {
+            e.kind = "removed";
+            e.job = Some(job);
+            e.round = Some(round);
+            e.why = Some(why);
+        }
         ServerMsg::Refused { code, message } => {
             e.kind = "refused";
             e.why = Some(message);
@@ -369,6 +377,11 @@ impl NativeClient {
                 self.endpoint
             ))),
         }
+    }
+
+    /// The member's handle for its communicators (see [`watch_round`]).
+    pub(crate) fn member_handle(&self, py: Python<'_>) -> PyResult<MemberHandle> {
+        self.call(py, |c| Ok(c.handle()))
     }
 
     fn take(&self, py: Python<'_>) -> Option<BlockingNativeClient> {
@@ -541,6 +554,16 @@ impl NativeClient {
         self.call(py, |c| c.next_round())
     }
 
+    /// Tells the server this member's link to rank `rank` of round `round` broke (evidence:
+    /// the server probes that member, and declares it lost only if it does not answer). The
+    /// communicators built with this client report on their own; this is for tools and tests.
+    fn report(&self, py: Python<'_>, round: u64, rank: u32, evidence: String) -> PyResult<()> {
+        let h = self.member_handle(py)?;
+        let ctx = self.ctx.lock().expect("ctx lock").clone();
+        h.report(round, rank, evidence)
+            .map_err(|e| to_py(py, &ctx, e))
+    }
+
     /// Addresses of some ranks of the current round.
     fn lookup(&self, py: Python<'_>, ranks: Vec<u32>) -> PyResult<Vec<PyPeer>> {
         let p = self.call(py, move |c| c.lookup(ranks))?;
@@ -681,4 +704,27 @@ impl PyDataListener {
     fn __repr__(&self) -> String {
         format!("DataListener({})", self.addr)
     }
+}
+
+/// Ties `comm` (rank of round `round`) to the member's connection: the server's word that the
+/// round ended for a loss or a departure, or that this member is out of the job, ends the
+/// communicator's round fence (calls in flight fail at once); a peer its links lose is reported
+/// to the server. A round that ends only to let members in (new members, a request) leaves the
+/// communicator working: elastic training moves on at its next commit, keeping its state.
+pub(crate) fn watch_round(h: &MemberHandle, comm: &dtcomm::Communicator, round: u64) {
+    let fence = comm.fence();
+    let reporter = h.clone();
+    fence.set_reporter(Box::new(move |peer, detail| {
+        let _ = reporter.report(round, peer as u32, detail.to_string());
+    }));
+    h.on_round_end(round, move |end| {
+        if end.lost.is_some() || end.removed {
+            fence.end(dtcomm::RoundEnd {
+                round,
+                lost: end.lost.map(|r| r as usize),
+                cause: end.why.clone(),
+                removed: end.removed,
+            });
+        }
+    });
 }

@@ -88,12 +88,14 @@ class NativeServer:
 
 
 def start(tmp_path: Path, *extra: str, token: str | None = None, store_port: int = 0,
-          native_port: int = 0, log_name: str = "dt-rdzv-native.log") -> NativeServer:
+          native_port: int = 0, log_name: str = "dt-rdzv-native.log",
+          heartbeat_timeout: str = "4s") -> NativeServer:
     log_path = tmp_path / log_name
     token = token or secrets.token_hex(16)
     proc = subprocess.Popen(
         [dt_rdzv_bin(), "serve", "--host", "127.0.0.1", "--port", str(store_port),
-         "--native-port", str(native_port), "--http-port", "0", "--heartbeat-timeout", "4s",
+         "--native-port", str(native_port), "--http-port", "0",
+         "--heartbeat-timeout", heartbeat_timeout,
          *extra],
         stdout=subprocess.PIPE, stderr=open(log_path, "w"), text=True,
         env={**os.environ, "DTRDZV_TOKEN": token,

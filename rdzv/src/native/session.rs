@@ -273,6 +273,15 @@ impl Session {
                     self.replies.push(ClientMsg::Alive { nonce: *nonce });
                     continue;
                 }
+                ServerMsg::Removed { job, round, why } => {
+                    self.leaving = true;
+                    self.shared.watchers.end_all(RoundEnd {
+                        round: *round,
+                        lost: None,
+                        why: format!("dt-rdzv removed this member from job {job:?}: {why}"),
+                        removed: true,
+                    });
+                }
                 ServerMsg::RoundEnded { round, cause, .. } => {
                     self.shared
                         .watchers

@@ -488,4 +488,14 @@ pub enum ServerMsg {
         /// To echo.
         nonce: u64,
     },
+    /// This member was declared lost (silent past the heartbeat timeout, or it did not answer
+    /// a probe): the others went on without it; the connection closes after this.
+    Removed {
+        /// The job.
+        job: String,
+        /// The round it was in (or waited for).
+        round: u64,
+        /// What the server saw.
+        why: String,
+    },
 }

@@ -77,6 +77,16 @@ impl Job {
                         rank: m.rank.filter(|_| m.place == Place::Active),
                         why: why.clone(),
                     });
+                    // Said before the close: a member that was only frozen hears, when it
+                    // wakes, that the others went on without it.
+                    fx.send(
+                        m.conn,
+                        ServerMsg::Removed {
+                            job: self.name.clone(),
+                            round: self.round,
+                            why: why.clone(),
+                        },
+                    );
                     format!("member {id:?} of job {:?} lost: {why}", self.name)
                 }
                 Removal::Left => {
