@@ -274,7 +274,11 @@ fn http_get(addr: &str, path: &str, token: Option<&str>) -> (u16, String) {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(WAIT)).unwrap();
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n{auth}\r\n").unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{auth}\r\n"
+    )
+    .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     let status = out[9..12].parse().unwrap();
@@ -323,7 +327,71 @@ fn http_serves_health_metrics_and_jobs_behind_the_token() {
         assert_eq!(http_get(&h, "/v1/jobs", Some(&jt)).0, 401);
         assert_eq!(http_get(&h, "/v1/jobs/other", Some(&jt)).0, 401);
         assert_eq!(http_get(&h, "/nothing", None).0, 404);
+        // The recent events: behind the token too; a job token sees its own job's only.
+        let (code, body) = http_get(&h, "/v1/events", None);
+        assert_eq!(code, 401);
+        assert!(!body.contains("visible"));
+        let (code, body) = http_get(&h, "/v1/events?since=0", Some(TOKEN));
+        assert_eq!(code, 200);
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let kinds: Vec<&str> = v["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds, ["job_created", "joined", "round"], "{body}");
+        let next = v["next"].as_u64().unwrap();
+        let (_, body) = http_get(&h, &format!("/v1/events?since={next}"), Some(TOKEN));
+        assert!(body.contains("\"events\": []"), "{body}");
+        assert_eq!(http_get(&h, "/v1/events?job=visible", Some(&jt)).0, 200);
+        assert_eq!(http_get(&h, "/v1/events", Some(&jt)).0, 401);
+        // The page: self-contained (no external asset), no data in it.
+        let (code, page) = http_get(&h, "/", None);
+        assert_eq!(code, 200);
+        assert!(page.contains("<title>dt-rdzv status</title>"));
+        assert!(
+            !page.contains("http://") && !page.contains("https://") && !page.contains("visible")
+        );
     });
+}
+
+#[test]
+fn http_bounds_heads_and_methods_and_keeps_serving() {
+    let s = server();
+    let h = s.http_endpoint().unwrap();
+    // A huge header: 431, nothing else happens.
+    let mut c = std::net::TcpStream::connect(&h).unwrap();
+    c.set_read_timeout(Some(WAIT)).unwrap();
+    let big = "x".repeat(64 * 1024);
+    let _ = write!(
+        c,
+        "GET /v1/jobs HTTP/1.1\r\nHost: x\r\nX-Big: {big}\r\n\r\n"
+    );
+    let mut out = String::new();
+    let _ = c.read_to_string(&mut out);
+    assert!(out.starts_with("HTTP/1.1 431"), "{out:.200}");
+    // A head that never ends is cut off at the deadline, not held.
+    let mut slow = std::net::TcpStream::connect(&h).unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    write!(slow, "GET /healthz HTTP/1.1\r\nHost: x\r\n").unwrap();
+    let t = std::time::Instant::now();
+    let mut out = Vec::new();
+    let _ = slow.read_to_end(&mut out);
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+    // Not GET: 405.
+    let mut c = std::net::TcpStream::connect(&h).unwrap();
+    c.set_read_timeout(Some(WAIT)).unwrap();
+    write!(
+        c,
+        "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    c.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 405"), "{out}");
+    assert_eq!(http_get(&h, "/healthz", None), (200, "ok\n".into()));
 }
 
 #[test]

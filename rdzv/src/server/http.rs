@@ -1,27 +1,62 @@
-//! The HTTP port (29402): `/healthz`, `/metrics` (Prometheus text format) and `/v1/jobs`
-//! (JSON; needs `Authorization: Bearer <token>`). A minimal HTTP/1.1 responder: one request
-//! per connection, GET only, heads up to 8 KiB, deadlines on every read and write.
+//! The HTTP port (29402), on axum and hyper: `/` (the status page: one self-contained HTML
+//! file, no external asset), `/healthz`, `/metrics` (Prometheus text format), `/v1/jobs` and
+//! `/v1/jobs/{job}` (JSON), `/v1/events?since=N[&job=J]` (the recent events, JSON). The JSON
+//! needs `Authorization: Bearer <token>`: the server token for everything, a job token for its
+//! own job only. The page itself carries no data; it asks for the token and sends it with each
+//! request.
+//!
+//! Bounds: at most [`MAX_CONNECTIONS`] connections at once (more are closed at once), heads up
+//! to [`MAX_HEAD`] bytes (hyper answers 431 past it), a head must arrive within [`DEADLINE`],
+//! and a connection lives at most [`CONNECTION_LIFETIME`] (the page polls; nothing streams).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 use dt_rdzv_proto::rendezvous::Scope;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
 
 use super::core::Core;
-use super::json::job_json;
 use super::rendezvous::RdzvCore;
 
-const MAX_HEAD: usize = 8 * 1024;
-const DEADLINE: Duration = Duration::from_secs(5);
+/// Largest request head hyper buffers.
+pub(crate) const MAX_HEAD: usize = 16 * 1024;
+/// A request head must arrive within this long.
+pub(crate) const DEADLINE: Duration = Duration::from_secs(5);
+/// Longest a connection stays open (keep-alive included).
+pub(crate) const CONNECTION_LIFETIME: Duration = Duration::from_secs(30);
+/// Most HTTP connections at once.
+pub(crate) const MAX_CONNECTIONS: usize = 256;
 
-/// What `/metrics` and `/v1/jobs` read.
+const PAGE: &str = include_str!("status_page.html");
+
+/// What the handlers read.
 pub(crate) struct HttpState {
     pub(crate) store: Option<Arc<Core>>,
     pub(crate) rdzv: Arc<RdzvCore>,
+}
+
+type Shared = Arc<HttpState>;
+
+fn router(state: Shared) -> Router {
+    Router::new()
+        .route("/", get(page))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/metrics", get(metrics))
+        .route("/v1/jobs", get(all_jobs))
+        .route("/v1/jobs/{job}", get(one_job))
+        .route("/v1/events", get(events))
+        .fallback(not_found)
+        .with_state(state)
 }
 
 pub(crate) async fn accept_loop(
@@ -29,16 +64,21 @@ pub(crate) async fn accept_loop(
     state: Arc<HttpState>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let app = router(state);
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
         tokio::select! {
             _ = stop.changed() => return,
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    let state = state.clone();
+                    let Ok(slot) = slots.clone().try_acquire_owned() else {
+                        tracing::warn!(%peer, "HTTP: {MAX_CONNECTIONS} connections open; closing a new one");
+                        continue;
+                    };
+                    let app = app.clone();
                     tokio::spawn(async move {
-                        if let Err(e) = tokio::time::timeout(DEADLINE * 2, serve(stream, peer, &state)).await {
-                            tracing::debug!(%peer, error = %e, "HTTP request timed out");
-                        }
+                        serve(stream, peer, app).await;
+                        drop(slot);
                     });
                 }
                 Err(e) => {
@@ -50,116 +90,120 @@ pub(crate) async fn accept_loop(
     }
 }
 
-async fn serve(mut stream: TcpStream, peer: SocketAddr, state: &HttpState) {
-    let mut head = Vec::with_capacity(1024);
-    let mut buf = [0u8; 1024];
-    let end = loop {
-        if let Some(i) = head.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i;
-        }
-        if head.len() > MAX_HEAD {
-            let _ = respond(&mut stream, 431, "text/plain", b"request head too large\n").await;
-            return;
-        }
-        match tokio::time::timeout(DEADLINE, stream.read(&mut buf)).await {
-            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return,
-            Ok(Ok(n)) => head.extend_from_slice(&buf[..n]),
-        }
-    };
-    let text = String::from_utf8_lossy(&head[..end]);
-    let mut lines = text.split("\r\n");
-    let mut first = lines.next().unwrap_or("").split_whitespace();
-    let (method, target) = (first.next().unwrap_or(""), first.next().unwrap_or(""));
-    let auth = lines
-        .filter_map(|l| l.split_once(':'))
-        .find(|(k, _)| k.trim().eq_ignore_ascii_case("authorization"))
-        .map(|(_, v)| v.trim().to_string());
-    let (status, ctype, body) = route(method, target, auth.as_deref(), state);
-    tracing::debug!(%peer, method, target, status, "HTTP request");
-    let _ = respond(&mut stream, status, ctype, &body).await;
-}
-
-fn route(
-    method: &str,
-    target: &str,
-    auth: Option<&str>,
-    state: &HttpState,
-) -> (u16, &'static str, Vec<u8>) {
-    let path = target.split('?').next().unwrap_or("");
-    if method != "GET" {
-        return (405, "text/plain", b"GET only\n".to_vec());
-    }
-    match path {
-        "/healthz" => (200, "text/plain", b"ok\n".to_vec()),
-        "/metrics" => (
-            200,
-            "text/plain; version=0.0.4",
-            super::metrics::render(state.store.as_deref(), &state.rdzv).into_bytes(),
-        ),
-        "/v1/jobs" => jobs(None, auth, state),
-        p if p.starts_with("/v1/jobs/") && p.len() > "/v1/jobs/".len() => {
-            jobs(Some(&p["/v1/jobs/".len()..]), auth, state)
-        }
-        _ => (
-            404,
-            "text/plain",
-            b"not found: try /healthz, /metrics, /v1/jobs\n".to_vec(),
-        ),
+async fn serve(stream: tokio::net::TcpStream, peer: SocketAddr, app: Router) {
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(DEADLINE)
+        .max_buf_size(MAX_HEAD)
+        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app));
+    match tokio::time::timeout(CONNECTION_LIFETIME, conn).await {
+        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "HTTP connection ended with an error"),
+        Err(_) => tracing::debug!(%peer, "HTTP connection closed at its lifetime"),
+        Ok(Ok(())) => {}
     }
 }
 
-fn jobs(job: Option<&str>, auth: Option<&str>, state: &HttpState) -> (u16, &'static str, Vec<u8>) {
-    let token = auth.and_then(|a| a.strip_prefix("Bearer ")).unwrap_or("");
+fn token(headers: &HeaderMap) -> &str {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|a| a.strip_prefix("Bearer "))
+        .unwrap_or("")
+}
+
+fn json_response(status: StatusCode, body: &serde_json::Value) -> Response {
+    let body = serde_json::to_vec_pretty(body).unwrap_or_default();
+    (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
+}
+
+fn refused(what: &str) -> Response {
+    tracing::warn!(what, "HTTP request without a valid token refused");
+    json_response(
+        StatusCode::UNAUTHORIZED,
+        &json!({"error": "missing or wrong token: send Authorization: Bearer <token>"}),
+    )
+}
+
+async fn page() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            // Everything is inline; the page talks to this server only.
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
+                 connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; \
+                 frame-ancestors 'none'",
+            ),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        PAGE,
+    )
+        .into_response()
+}
+
+async fn metrics(State(s): State<Shared>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        super::metrics::render(s.store.as_deref(), &s.rdzv),
+    )
+        .into_response()
+}
+
+fn jobs(s: &HttpState, job: Option<&str>, headers: &HeaderMap) -> Response {
     let scope = job.map_or(Scope::Server, Scope::Job);
-    if !state.rdzv.authorized(scope, token) {
-        tracing::warn!(?job, "HTTP /v1/jobs without a valid token refused");
-        return (
-            401,
-            "application/json",
-            br#"{"error":"missing or wrong token: send Authorization: Bearer <token>"}"#.to_vec(),
-        );
+    if !s.rdzv.authorized(scope, token(headers)) {
+        return refused("/v1/jobs");
     }
-    match state.rdzv.status(job) {
-        Ok(list) => {
-            let v: Vec<serde_json::Value> = list.iter().map(job_json).collect();
-            let body = match job {
-                Some(_) => serde_json::to_vec_pretty(&v[0]),
-                None => serde_json::to_vec_pretty(&serde_json::json!({ "jobs": v })),
-            };
-            (200, "application/json", body.unwrap_or_default())
-        }
-        Err(e) => (
-            404,
-            "application/json",
-            serde_json::json!({ "error": e.to_string() })
-                .to_string()
-                .into_bytes(),
-        ),
+    match s.rdzv.status_json(job) {
+        Ok(list) => match job {
+            Some(_) => json_response(StatusCode::OK, &list[0]),
+            None => json_response(StatusCode::OK, &json!({ "jobs": list })),
+        },
+        Err(e) => json_response(StatusCode::NOT_FOUND, &json!({ "error": e.to_string() })),
     }
 }
 
-async fn respond(
-    stream: &mut TcpStream,
-    status: u16,
-    ctype: &str,
-    body: &[u8],
-) -> std::io::Result<()> {
-    let reason = match status {
-        200 => "OK",
-        401 => "Unauthorized",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        _ => "Request Header Fields Too Large",
-    };
-    let head = format!(
-        "HTTP/1.1 {status} {reason}\r\ncontent-type: {ctype}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-        body.len()
-    );
-    tokio::time::timeout(DEADLINE, async {
-        stream.write_all(head.as_bytes()).await?;
-        stream.write_all(body).await?;
-        stream.shutdown().await
-    })
-    .await
-    .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "write deadline"))?
+async fn all_jobs(State(s): State<Shared>, headers: HeaderMap) -> Response {
+    jobs(&s, None, &headers)
+}
+
+async fn one_job(State(s): State<Shared>, Path(job): Path<String>, headers: HeaderMap) -> Response {
+    jobs(&s, Some(&job), &headers)
+}
+
+#[derive(serde::Deserialize)]
+struct EventsQuery {
+    #[serde(default)]
+    since: u64,
+    job: Option<String>,
+}
+
+async fn events(
+    State(s): State<Shared>,
+    Query(q): Query<EventsQuery>,
+    headers: HeaderMap,
+) -> Response {
+    let scope = q.job.as_deref().map_or(Scope::Server, Scope::Job);
+    if !s.rdzv.authorized(scope, token(&headers)) {
+        return refused("/v1/events");
+    }
+    let (list, next) = s.rdzv.events(q.since, q.job.as_deref());
+    json_response(StatusCode::OK, &json!({ "events": list, "next": next }))
+}
+
+async fn not_found() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        "not found: try /, /healthz, /metrics, /v1/jobs, /v1/events\n",
+    )
+        .into_response()
 }

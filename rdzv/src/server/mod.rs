@@ -13,7 +13,8 @@
 //! * `rendezvous`: the rendezvous machine and the native connections' outboxes, and its timers;
 //! * `native`: the QUIC port (29401), one task per member connection;
 //! * [`Identity`]: the TLS certificate, from files or generated (fingerprint printed);
-//! * `http`, `metrics`, [`job_json`]: the HTTP port (29402): `/healthz`, `/metrics`, `/v1/jobs`;
+//! * `http` (axum on hyper), `journal`, `metrics`, [`job_json`]: the HTTP port (29402): the status
+//!   page `/`, `/healthz`, `/metrics`, `/v1/jobs`, `/v1/events`;
 //! * [`Server`]: binds, runs until a shutdown signal, and [`BackgroundServer`] runs one on its
 //!   own thread (tests, benchmarks, embedding).
 
@@ -23,6 +24,7 @@ mod core;
 mod fdlimit;
 mod http;
 mod identity;
+mod journal;
 mod json;
 mod listener;
 mod metrics;

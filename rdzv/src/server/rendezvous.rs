@@ -6,11 +6,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use dt_rdzv_proto::native::{JobStatus, ServerMsg};
+use dt_rdzv_proto::native::ServerMsg;
 use dt_rdzv_proto::rendezvous::{
     Action, ConnId, Event, Input, MachineConfig, Refusal, RendezvousMachine, RendezvousStats, Scope,
 };
 use tokio::sync::{Notify, mpsc, watch};
+
+use super::journal::Journal;
 
 /// What a native connection task receives.
 #[derive(Debug)]
@@ -31,6 +33,8 @@ pub(crate) struct RdzvCore {
 struct Inner {
     machine: RendezvousMachine,
     outboxes: HashMap<ConnId, mpsc::UnboundedSender<NativeOut>>,
+    /// Recent events, for the status page.
+    journal: Journal,
 }
 
 impl RdzvCore {
@@ -39,6 +43,7 @@ impl RdzvCore {
             inner: Mutex::new(Inner {
                 machine: RendezvousMachine::new(config),
                 outboxes: HashMap::new(),
+                journal: Journal::default(),
             }),
             wake: Notify::new(),
         }
@@ -80,10 +85,6 @@ impl RdzvCore {
         self.wake.notify_one();
     }
 
-    pub(crate) fn status(&self, job: Option<&str>) -> Result<Vec<JobStatus>, Refusal> {
-        self.lock().machine.status(Instant::now(), job)
-    }
-
     pub(crate) fn authorized(&self, scope: Scope<'_>, token: &str) -> bool {
         self.lock().machine.authorized(scope, token)
     }
@@ -92,6 +93,33 @@ impl RdzvCore {
         let g = self.lock();
         let (jobs, members) = g.machine.sizes();
         (g.machine.stats().clone(), jobs, members, g.outboxes.len())
+    }
+
+    /// Journal entries after `since` (of `job`, or every job) as JSON, and the next `since`.
+    pub(crate) fn events(&self, since: u64, job: Option<&str>) -> (Vec<serde_json::Value>, u64) {
+        let g = self.lock();
+        let (list, next) = g.journal.since(since, job);
+        (list.into_iter().map(|e| e.json()).collect(), next)
+    }
+
+    /// The status of `job` (or every job) as JSON, each missing member with the time it was
+    /// lost or left (Unix ms), when the journal still knows.
+    pub(crate) fn status_json(&self, job: Option<&str>) -> Result<Vec<serde_json::Value>, Refusal> {
+        let g = self.lock();
+        let list = g.machine.status(Instant::now(), job)?;
+        Ok(list
+            .iter()
+            .map(|j| {
+                let mut v = super::json::job_json(j);
+                let since: serde_json::Map<String, serde_json::Value> = j
+                    .missing
+                    .iter()
+                    .map(|m| (m.clone(), g.journal.gone_since(&j.job, m).into()))
+                    .collect();
+                v["missing_since_ms"] = since.into();
+                v
+            })
+            .collect())
     }
 
     pub(crate) fn open_connections(&self) -> usize {
@@ -113,7 +141,10 @@ impl Inner {
                         let _ = tx.send(NativeOut::Close(reason));
                     }
                 }
-                Action::Event(e) => log(e),
+                Action::Event(e) => {
+                    self.journal.record(&e);
+                    log(e)
+                }
             }
         }
     }
