@@ -20,6 +20,22 @@ if ! command -v uv >/dev/null; then
   export PATH="$HOME/.local/bin:$PATH"
 fi
 
+# Debian's chromium, for the status page's browser test (driven by Playwright from PyPI; no
+# browser is downloaded). Installed with apt-get when missing and we may (root or passwordless
+# sudo); otherwise that one test skips, saying so.
+if ! command -v chromium >/dev/null && command -v apt-get >/dev/null; then
+  sudo=(); [ "$(id -u)" = 0 ] || sudo=(sudo -n)
+  if [ "$(id -u)" = 0 ] || sudo -n true 2>/dev/null; then
+    log "apt-get install chromium (status page test)"
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq chromium >/dev/null \
+      || { "${sudo[@]}" apt-get -o DPkg::Lock::Timeout=300 update -qq >/dev/null \
+           && "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq chromium >/dev/null; } \
+      || log "could not install chromium: the status page's browser test will skip"
+  else
+    log "chromium missing and no root: the status page's browser test will skip (apt-get install chromium)"
+  fi
+fi
+
 want=$(cat requirements-dev.txt | sha256sum | cut -c1-16)
 have=$(cat "$VENV/.dtcomm-stamp" 2>/dev/null || true)
 if [ "$want" != "$have" ] || [ ! -x "$VENV/bin/python" ]; then

@@ -51,6 +51,7 @@ class NativeServer:
     fingerprint: str
     token: str
     log_path: Path
+    http: str | None = None
 
     def client_env(self, job: str, **extra: str) -> dict[str, str]:
         """What a member needs: endpoint, trust, token, the TCPStore port, the job."""
@@ -101,10 +102,10 @@ def start(tmp_path: Path, *extra: str, token: str | None = None, store_port: int
         env={**os.environ, "DTRDZV_TOKEN": token,
              "DTRDZV_LOG": os.environ.get("DTRDZV_LOG", "info")},
     )
-    store = native = fingerprint = None
+    store = native = fingerprint = http = None
     deadline = time.monotonic() + 30
     assert proc.stdout is not None
-    while (store is None or native is None) and time.monotonic() < deadline:
+    while (store is None or native is None or http is None) and time.monotonic() < deadline:
         line = proc.stdout.readline()
         if not line:
             break
@@ -113,10 +114,13 @@ def start(tmp_path: Path, *extra: str, token: str | None = None, store_port: int
         elif line.startswith("dt-rdzv listening native="):
             parts = dict(p.split("=", 1) for p in line.split()[2:])
             native, fingerprint = parts["native"], parts["fingerprint"]
+        elif line.startswith("dt-rdzv listening http="):
+            http = line.strip().split("=", 1)[1]
     if store is None or native is None or fingerprint is None:
         proc.kill()
         raise RuntimeError(f"dt-rdzv did not start:\n{log_path.read_text()}")
-    return NativeServer(proc, store, native, fingerprint, token, log_path)
+    return NativeServer(proc, store, native, fingerprint, token, log_path,
+                        None if http in (None, "off") else http)
 
 
 @pytest.fixture

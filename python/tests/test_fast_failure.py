@@ -68,13 +68,15 @@ dtcomm.shutdown()
 
 
 def _start(procs: Procs, tmp_path: Path, server: native_server_mod.NativeServer, n: int,
-           members: str, steps: int, **extra: str) -> list[str]:
+           members: str, steps: int, job: str | None = None, first: int = 0,
+           **extra: str) -> list[str]:
+    """Starts members ``m<first>`` .. of ``job`` (a new one by default) running WORKER."""
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     env = base_env(server.client_env(
-        f"job-{uuid.uuid4().hex[:8]}", DTCOMM_RDZV_MEMBERS=members, DTCOMM_RDZV_LAST_CALL="10",
-        DTCOMM_TIMEOUT="60", STEPS=str(steps), **extra))
-    names = [f"m{i}" for i in range(n)]
+        job or f"job-{uuid.uuid4().hex[:8]}", DTCOMM_RDZV_MEMBERS=members,
+        DTCOMM_RDZV_LAST_CALL="10", DTCOMM_TIMEOUT="60", STEPS=str(steps), **extra))
+    names = [f"m{i}" for i in range(first, first + n)]
     for name in names:
         procs.start(name, [sys.executable, str(script)], env)
     return names

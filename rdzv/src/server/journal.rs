@@ -199,8 +199,9 @@ impl Journal {
         self.entries.front().map_or(self.next + 1, |e| e.seq)
     }
 
-    /// When `member` of `job` was last lost or left (Unix ms), if the journal still knows.
-    pub(crate) fn gone_since(&self, job: &str, member: &str) -> Option<u64> {
+    /// When `member` of `job` was last lost or left (Unix ms), and how, if the journal still
+    /// knows.
+    pub(crate) fn gone(&self, job: &str, member: &str) -> Option<(u64, &str)> {
         self.entries
             .iter()
             .rev()
@@ -209,7 +210,7 @@ impl Journal {
                     && e.member.as_deref() == Some(member)
                     && matches!(e.kind, "lost" | "left")
             })
-            .map(|e| e.at_ms)
+            .map(|e| (e.at_ms, e.text.as_str()))
     }
 }
 
@@ -240,7 +241,7 @@ mod tests {
             rank: Some(1),
             why: "silent".into(),
         });
-        assert!(j.gone_since("j0", "m").is_some());
-        assert!(j.gone_since("j1", "m").is_none());
+        assert_eq!(j.gone("j0", "m").map(|g| g.1), Some("m lost: silent"));
+        assert!(j.gone("j1", "m").is_none());
     }
 }

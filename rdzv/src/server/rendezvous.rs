@@ -103,7 +103,7 @@ impl RdzvCore {
     }
 
     /// The status of `job` (or every job) as JSON, each missing member with the time it was
-    /// lost or left (Unix ms), when the journal still knows.
+    /// lost or left (Unix ms) and how, when the journal still knows.
     pub(crate) fn status_json(&self, job: Option<&str>) -> Result<Vec<serde_json::Value>, Refusal> {
         let g = self.lock();
         let list = g.machine.status(Instant::now(), job)?;
@@ -111,12 +111,21 @@ impl RdzvCore {
             .iter()
             .map(|j| {
                 let mut v = super::json::job_json(j);
-                let since: serde_json::Map<String, serde_json::Value> = j
+                let gone: Vec<_> = j
                     .missing
                     .iter()
-                    .map(|m| (m.clone(), g.journal.gone_since(&j.job, m).into()))
+                    .map(|m| (m, g.journal.gone(&j.job, m)))
+                    .collect();
+                let since: serde_json::Map<String, serde_json::Value> = gone
+                    .iter()
+                    .map(|(m, g)| ((*m).clone(), g.map(|g| g.0).into()))
+                    .collect();
+                let why: serde_json::Map<String, serde_json::Value> = gone
+                    .iter()
+                    .map(|(m, g)| ((*m).clone(), g.map(|g| g.1).into()))
                     .collect();
                 v["missing_since_ms"] = since.into();
+                v["missing_why"] = why.into();
                 v
             })
             .collect())
