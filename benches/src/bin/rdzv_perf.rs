@@ -13,14 +13,19 @@
 //! rdzv_perf --members 64,256,1024,4096 --json     # one JSON object per N
 //! rdzv_perf --native --members 64,256,1024,4096 --json
 //! rdzv_perf --native --kill-one --members 8 --json
+//! rdzv_perf --native --freeze-one --members 8 --rounds 5
 //! ```
+//!
+//! These members hold no data plane: a loss is found by the heartbeat timeout. With the data
+//! plane (training processes whose links report a reset), `benches/python/fault_recovery.py`
+//! measures the same faults to the first completed allreduce after them.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
 use dt_bench::rdzv::{
-    BENCH_TOKEN, ServerProcess, client_config, run_cas_herd, run_herd, run_kill_one,
+    BENCH_TOKEN, Fault, ServerProcess, client_config, run_cas_herd, run_herd, run_kill_one,
     run_native_herd, start_dt_rdzv, start_torch_store,
 };
 use dt_bench::stats::median;
@@ -60,6 +65,9 @@ struct Args {
     /// With --native: SIGKILL one member and time the survivors' new round.
     #[arg(long, requires = "native")]
     kill_one: bool,
+    /// With --native: SIGSTOP one member (a frozen host) and time the survivors' new round.
+    #[arg(long, requires = "native", conflicts_with = "kill_one")]
+    freeze_one: bool,
     /// With --native: most QUIC handshakes the herd has under way at once.
     #[arg(long, default_value_t = 64)]
     in_flight: usize,
@@ -225,11 +233,16 @@ fn native_main(
         .enable_all()
         .build()?;
     let timeout = Duration::from_secs(args.timeout_secs);
-    if args.kill_one {
+    if args.kill_one || args.freeze_one {
+        let (fault, name, sig) = if args.freeze_one {
+            (Fault::Freeze, "freeze-one", "SIGSTOP")
+        } else {
+            (Fault::Kill, "kill-one", "SIGKILL")
+        };
         for &n in &args.members {
             let mut s = Vec::new();
             for round in 0..args.rounds {
-                let job = format!("kill-one-n{n}-r{round}");
+                let job = format!("{name}-n{n}-r{round}");
                 let d = rt.block_on(run_kill_one(
                     &cfg,
                     bin,
@@ -238,6 +251,7 @@ fn native_main(
                     n.max(2),
                     &job,
                     timeout,
+                    fault,
                 ))?;
                 s.push(d.as_secs_f64());
             }
@@ -246,17 +260,17 @@ fn native_main(
                 println!(
                     "{}",
                     serde_json::json!({
-                        "members": n, "recovery_seconds": m, "recovery_seconds_all": s,
+                        "fault": sig, "members": n, "recovery_seconds": m, "recovery_seconds_all": s,
                         "rounds": args.rounds, "heartbeat_timeout_seconds": 2.0,
                         "torchelastic_recovery_seconds_reference": 46.2,
                     })
                 );
             } else {
                 println!(
-                    "# kill-one: {n} members, SIGKILL one member process, default settings (heartbeat timeout 2 s)"
+                    "# {name}: {n} members, {sig} one member process, default settings (heartbeat timeout 2 s; rendezvous clients only, no data plane to report the loss)"
                 );
                 println!(
-                    "  recovery (SIGKILL -> every survivor holds its new rank): median {m:.3} s of {s:?}"
+                    "  recovery ({sig} -> every survivor holds its new rank): median {m:.3} s of {s:?}"
                 );
             }
         }

@@ -9,7 +9,7 @@ mod servers;
 
 pub use cas::{CasResult, run_cas_herd};
 pub use herd::{HerdResult, run_herd};
-pub use native::{NativeResult, client_config, run_kill_one, run_native_herd, spawn_member};
+pub use native::{Fault, NativeResult, client_config, run_kill_one, run_native_herd, spawn_member};
 pub use servers::{
     BENCH_TOKEN, ServerProcess, cpu_seconds, rss_bytes, start_dt_rdzv, start_torch_store,
 };

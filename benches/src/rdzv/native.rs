@@ -215,8 +215,20 @@ pub fn spawn_member(
         .spawn()
 }
 
+/// How the benchmark's victim member fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// SIGKILL: the process dies (its QUIC connection goes silent; no data plane here to
+    /// report it, so the server's heartbeat timeout finds it).
+    Kill,
+    /// SIGSTOP: a frozen host (nothing is closed; only the heartbeat timeout can tell).
+    Freeze,
+}
+
 /// N members (N-1 here, one a child process) form a round with default server settings; the
-/// child is SIGKILLed; returns the time from the kill to every survivor holding its new rank.
+/// child is SIGKILLed (or SIGSTOPped, then killed once measured); returns the time from the
+/// fault to every survivor holding its new rank.
+#[allow(clippy::too_many_arguments)]
 pub async fn run_kill_one(
     cfg: &ClientConfig,
     bin: &std::path::Path,
@@ -225,6 +237,7 @@ pub async fn run_kill_one(
     n: usize,
     job: &str,
     timeout: Duration,
+    fault: Fault,
 ) -> std::io::Result<Duration> {
     let err = |e: dt_rdzv::native::NativeError| std::io::Error::other(e.to_string());
     let spec = JobSpec::elastic(1, n as u32);
@@ -243,17 +256,27 @@ pub async fn run_kill_one(
             "the round holds every member before the kill"
         );
     }
+    let sig = match fault {
+        Fault::Kill => libc::SIGKILL,
+        Fault::Freeze => libc::SIGSTOP,
+    };
     // SAFETY: kill(2) on our own child's pid.
     unsafe {
-        libc::kill(child.id() as i32, libc::SIGKILL);
+        libc::kill(child.id() as i32, sig);
     }
     let killed = Instant::now();
-    let _ = child.wait();
+    if fault == Fault::Kill {
+        let _ = child.wait();
+    }
     for c in survivors.iter_mut() {
         let w = c.wait_welcome(timeout).await.map_err(err)?;
         assert_eq!(w.world as usize, n - 1);
     }
     let recovery = killed.elapsed();
+    if fault == Fault::Freeze {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
     let mut rest = survivors.into_iter();
     if let Some(first) = rest.next() {
         first.finish().await.map_err(err)?;
