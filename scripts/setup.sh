@@ -20,19 +20,23 @@ if ! command -v uv >/dev/null; then
   export PATH="$HOME/.local/bin:$PATH"
 fi
 
-# Debian's chromium, for the status page's browser test (driven by Playwright from PyPI; no
-# browser is downloaded). Installed with apt-get when missing and we may (root or passwordless
-# sudo); otherwise that one test skips, saying so.
-if ! command -v chromium >/dev/null && command -v apt-get >/dev/null; then
+# Debian packages the tests use, installed with apt-get when missing and we may (root or
+# passwordless sudo); otherwise the tests that need them skip, saying so:
+#   chromium     the status page's browser test (driven by Playwright from PyPI; no download)
+#   etcd-server  real etcd 3.4, the reference the etcd v2 door is compared with
+apt_want=()
+command -v chromium >/dev/null || apt_want+=(chromium)
+command -v etcd >/dev/null || apt_want+=(etcd-server)
+if [ ${#apt_want[@]} -gt 0 ] && command -v apt-get >/dev/null; then
   sudo=(); [ "$(id -u)" = 0 ] || sudo=(sudo -n)
   if [ "$(id -u)" = 0 ] || sudo -n true 2>/dev/null; then
-    log "apt-get install chromium (status page test)"
-    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq chromium >/dev/null \
-      || { "${sudo[@]}" apt-get -o DPkg::Lock::Timeout=300 update -qq >/dev/null \
-           && "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq chromium >/dev/null; } \
-      || log "could not install chromium: the status page's browser test will skip"
+    log "apt-get install ${apt_want[*]}"
+    apt() { "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 "$@"; }
+    apt install -y -qq --no-install-recommends "${apt_want[@]}" >/dev/null \
+      || { apt update -qq >/dev/null && apt install -y -qq --no-install-recommends "${apt_want[@]}" >/dev/null; } \
+      || log "could not install ${apt_want[*]}: the tests that need them will skip"
   else
-    log "chromium missing and no root: the status page's browser test will skip (apt-get install chromium)"
+    log "missing ${apt_want[*]} and no root: the tests that need them will skip (apt-get install ${apt_want[*]})"
   fi
 fi
 

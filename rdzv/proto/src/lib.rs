@@ -5,6 +5,8 @@
 //! * [`tcpstore`]: the c10d TCPStore wire protocol as torch 2.15 speaks it (codec, limits)
 //!   and the store engine that serves it (KV map, waiters, queues, compare-set, counters,
 //!   namespace lifecycle).
+//! * [`etcd_v2`]: etcd's v2 keys API (key tree, TTLs, watches, run namespaces) for torch's
+//!   etcd rendezvous backends.
 //! * [`native`]: the native rendezvous protocol: its messages and their codec (rkyv archives
 //!   behind magic, version and length).
 //! * [`rendezvous`]: the rendezvous state machine (jobs, rounds, ranks, liveness, lifecycle)
@@ -14,6 +16,7 @@
 //! [`tcpstore::Engine`] and [`rendezvous::RendezvousMachine`] and carry out the actions they
 //! return.
 
+pub mod etcd_v2;
 pub mod native;
 pub mod rendezvous;
 pub mod tcpstore;

@@ -290,6 +290,14 @@ fn serve(config: ServeConfig) -> ExitCode {
             show(native)
         );
         println!("dt-rdzv listening http={}", show(http));
+        if let Some(a) = server.etcd_v2_addr() {
+            println!("dt-rdzv listening etcd_v2={a}");
+            if server.token().0.is_some() {
+                tracing::warn!(
+                    "the etcd v2 port asks for the token (HTTP basic password or bearer); torch's etcd backends send none: use --no-auth on a trusted network for them"
+                );
+            }
+        }
         match server.token() {
             (Some(t), true) => {
                 tracing::warn!(

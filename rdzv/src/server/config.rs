@@ -93,6 +93,11 @@ pub struct ServeConfig {
     #[arg(long, env = "DTRDZV_NO_HTTP")]
     pub no_http: bool,
 
+    /// Serve etcd's v2 keys API on this port (torch's `etcd` and `etcd-v2` rendezvous
+    /// backends, `python-etcd`); off unless given (etcd's own port is 2379; 0 picks one).
+    #[arg(long, env = "DTRDZV_ETCD_V2_PORT")]
+    pub etcd_v2_port: Option<u16>,
+
     /// The join token (prefer DTRDZV_TOKEN or --token-file: a command line is visible to
     /// every user of the host).
     #[arg(long, env = "DTRDZV_TOKEN", hide_env_values = true)]
@@ -200,6 +205,7 @@ impl Default for ServeConfig {
             no_native: false,
             http_port: 29402,
             no_http: false,
+            etcd_v2_port: None,
             token: None,
             token_file: None,
             no_auth: false,

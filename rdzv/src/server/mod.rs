@@ -15,12 +15,15 @@
 //! * [`Identity`]: the TLS certificate, from files or generated (fingerprint printed);
 //! * `http` (axum on hyper), `journal`, `metrics`, [`job_json`]: the HTTP port (29402): the status
 //!   page `/`, `/healthz`, `/metrics`, `/v1/jobs`, `/v1/events`;
+//! * `etcd_v2`: etcd's v2 keys API on `--etcd-v2-port` (off by default), for torch's etcd
+//!   rendezvous backends;
 //! * [`Server`]: binds, runs until a shutdown signal, and [`BackgroundServer`] runs one on its
 //!   own thread (tests, benchmarks, embedding).
 
 mod config;
 mod conn;
 mod core;
+mod etcd_v2;
 mod fdlimit;
 mod http;
 mod identity;
@@ -56,6 +59,7 @@ pub struct Server {
     native: Option<quinn::Endpoint>,
     rdzv: Arc<RdzvCore>,
     http: Option<TcpListener>,
+    etcd_v2: Option<TcpListener>,
     fingerprint: Option<String>,
     token: Option<String>,
     token_generated: bool,
@@ -123,6 +127,10 @@ impl Server {
             l.set_nonblocking(true)?;
             Some(TcpListener::from_std(l)?)
         };
+        let etcd_v2 = match config.etcd_v2_port {
+            Some(port) => Some(etcd_v2::bind(config.host, port)?),
+            None => None,
+        };
         Ok(Self {
             config,
             listener,
@@ -130,6 +138,7 @@ impl Server {
             native,
             rdzv,
             http,
+            etcd_v2,
             fingerprint,
             token,
             token_generated,
@@ -156,6 +165,11 @@ impl Server {
     /// The HTTP port's address, if on.
     pub fn http_addr(&self) -> Option<SocketAddr> {
         self.http.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
+    /// The etcd v2 port's address, if on.
+    pub fn etcd_v2_addr(&self) -> Option<SocketAddr> {
+        self.etcd_v2.as_ref().and_then(|l| l.local_addr().ok())
     }
 
     /// The native port's certificate fingerprint (`sha256:...`), for clients to pin.
@@ -188,6 +202,17 @@ impl Server {
                 rdzv: self.rdzv.clone(),
             });
             tokio::spawn(http::accept_loop(l, state, stop_rx.clone()));
+        }
+        if let Some(l) = self.etcd_v2 {
+            let door = etcd_v2::V2Door::new(etcd_v2::V2Config {
+                token: self.token.clone(),
+                idle_ttl: config.namespace_ttl.0,
+                limits: dt_rdzv_proto::etcd_v2::Limits {
+                    max_bytes: config.max_store_bytes,
+                    ..Default::default()
+                },
+            });
+            tokio::spawn(etcd_v2::run(l, door, stop_rx.clone()));
         }
         let mut next_id: u64 = 0;
         let open = Arc::new(AtomicUsize::new(0));

@@ -1,0 +1,205 @@
+//! The etcd v2 store without a server: history, expiry, watches, run namespaces. (Its answers
+//! are compared with real etcd 3.4's in `tests/interop/test_etcd_v2.py`.)
+
+use dt_rdzv_proto::etcd_v2::namespace::{RunNamespace, RunTracker, run_namespace, run_start};
+use dt_rdzv_proto::etcd_v2::request::{self, DeleteOpts, Method, Params, PutOpts, V2Request};
+use dt_rdzv_proto::etcd_v2::{Action, ErrorCode, HISTORY, Limits, V2Store, WatchStart};
+
+fn put(value: &str) -> PutOpts {
+    PutOpts {
+        value: Some(value.into()),
+        ..Default::default()
+    }
+}
+
+fn ttl(value: &str, secs: u64) -> PutOpts {
+    PutOpts {
+        ttl: Some(secs),
+        ..put(value)
+    }
+}
+
+#[test]
+fn a_wait_index_older_than_the_history_is_refused_as_etcd_does() {
+    let mut s = V2Store::new(Limits::default());
+    for i in 0..HISTORY + 10 {
+        s.put("/spin", &put(&i.to_string()), 0).unwrap();
+    }
+    let e = s.watch("/spin", false, Some(3), 0).unwrap_err();
+    assert_eq!(e.code, ErrorCode::EventIndexCleared);
+    assert_eq!(e.cause, "the requested history has been cleared [11/3]");
+    assert_eq!(e.index, (HISTORY + 10) as u64);
+    match s.watch("/spin", false, Some(11), 0).unwrap() {
+        WatchStart::Ready(e) => assert_eq!(e.node.value.as_deref(), Some("10")),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn ttls_expire_with_an_event_for_watches_of_the_key_and_of_its_parents() {
+    let mut s = V2Store::new(Limits::default());
+    s.put("/run/lease", &ttl("x", 2), 1_000).unwrap();
+    let WatchStart::Pending(key) = s.watch("/run/lease", false, None, 1_000).unwrap() else {
+        panic!()
+    };
+    let WatchStart::Pending(dir) = s.watch("/run", true, None, 1_000).unwrap() else {
+        panic!()
+    };
+    assert_eq!(s.next_expiry(), Some(3_000));
+    s.expire(2_999);
+    assert!(s.take_deliveries().is_empty());
+    assert_eq!(s.get("/run/lease", false, 2_999).unwrap().node.ttl, Some(1));
+    s.expire(3_000);
+    let got = s.take_deliveries();
+    assert_eq!(got.len(), 2);
+    assert!(got.iter().any(|d| d.watch == key) && got.iter().any(|d| d.watch == dir));
+    assert!(got.iter().all(|d| d.event.action == Action::Expire));
+    assert_eq!(
+        s.get("/run/lease", false, 3_000).unwrap_err().code,
+        ErrorCode::KeyNotFound
+    );
+    assert_eq!(s.next_expiry(), None);
+}
+
+#[test]
+fn a_refresh_resets_the_ttl_and_tells_no_watch() {
+    let mut s = V2Store::new(Limits::default());
+    s.put("/k", &ttl("v", 10), 0).unwrap();
+    let WatchStart::Pending(_) = s.watch("/k", false, None, 0).unwrap() else {
+        panic!()
+    };
+    let refresh = PutOpts {
+        ttl: Some(10),
+        refresh: true,
+        prev_exist: Some(true),
+        ..Default::default()
+    };
+    let e = s.put("/k", &refresh, 9_000).unwrap();
+    assert_eq!(
+        (e.action, e.node.value.as_deref()),
+        (Action::Update, Some("v"))
+    );
+    assert!(s.take_deliveries().is_empty(), "refresh is silent");
+    s.expire(12_000);
+    assert!(s.exists("/k"), "the refreshed TTL runs from 9 s");
+    s.expire(19_000);
+    assert!(!s.exists("/k"));
+}
+
+#[test]
+fn deleting_a_directory_finishes_watches_inside_it_and_hidden_keys_stay_hidden() {
+    let mut s = V2Store::new(Limits::default());
+    s.put("/d/a", &put("1"), 0).unwrap();
+    s.put("/d/_h", &put("h"), 0).unwrap();
+    let WatchStart::Pending(inner) = s.watch("/d/a", false, None, 0).unwrap() else {
+        panic!()
+    };
+    let WatchStart::Pending(parent) = s.watch("/d", true, None, 0).unwrap() else {
+        panic!()
+    };
+    s.put("/d/_h", &put("h2"), 0).unwrap();
+    assert!(
+        s.take_deliveries().is_empty(),
+        "hidden keys are not shown to recursive watches"
+    );
+    let listed = s.get("/d", false, 0).unwrap().node.nodes.unwrap();
+    assert_eq!(listed.len(), 1, "hidden keys are not listed");
+    let del = DeleteOpts {
+        recursive: true,
+        ..Default::default()
+    };
+    s.delete("/d", &del, 0).unwrap();
+    let got: Vec<_> = s.take_deliveries().into_iter().map(|d| d.watch).collect();
+    assert!(got.contains(&inner) && got.contains(&parent), "{got:?}");
+    assert_eq!(s.bytes(), 0);
+}
+
+#[test]
+fn limits_refuse_and_store_nothing() {
+    let mut s = V2Store::new(Limits {
+        max_bytes: 100,
+        ..Limits::default()
+    });
+    let e = s.put("/big", &put(&"x".repeat(200)), 0).unwrap_err();
+    assert_eq!(e.code, ErrorCode::RaftInternal);
+    assert!(!s.exists("/big"));
+    let e = s.put("/big", &put(&"x".repeat(3 << 20)), 0).unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidField);
+    assert_eq!(s.index(), 0, "nothing applied");
+}
+
+#[test]
+fn parameters_are_checked_like_etcd() {
+    let p = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).into(), (*v).into()))
+            .collect()
+    };
+    let e = request::parse(Method::Put, &Params(&p(&[("ttl", "x")]))).unwrap_err();
+    assert_eq!(e.code, ErrorCode::TtlNaN);
+    let e = request::parse(Method::Get, &Params(&p(&[("waitIndex", "-1")]))).unwrap_err();
+    assert_eq!(e.code, ErrorCode::IndexNaN);
+    let e = request::parse(Method::Put, &Params(&p(&[("prevValue", "")]))).unwrap_err();
+    assert_eq!(e.code, ErrorCode::PrevValueRequired);
+    // Body fields come first and win; unknown ones are ignored.
+    let r = request::parse(
+        Method::Put,
+        &Params(&p(&[("value", "body"), ("x", "1"), ("value", "q")])),
+    );
+    assert_eq!(r.unwrap(), V2Request::Put(put("body")));
+}
+
+#[test]
+fn run_namespaces_follow_torchs_two_layouts() {
+    use base64::Engine as _;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    assert_eq!(
+        run_namespace("/torch/elastic/rendezvous/job.1"),
+        Some(RunNamespace::Dynamic("job.1".into()))
+    );
+    let store_key = format!(
+        "/torch/elastic/store/{}",
+        b64("torch.rendezvous.job.1.0/MASTER_ADDR")
+    );
+    assert_eq!(
+        run_namespace(&store_key),
+        Some(RunNamespace::Dynamic("job.1".into()))
+    );
+    assert_eq!(
+        run_namespace("/torchelastic/p2p/run_abc/rdzv/active_version"),
+        Some(RunNamespace::Legacy("/torchelastic/p2p/run_abc".into()))
+    );
+    assert_eq!(run_namespace("/config/x"), None);
+    let read = V2Request::Get(Default::default());
+    assert!(run_start("/torch/elastic/rendezvous/job.1", &read).is_some());
+    let mkdir = V2Request::Put(PutOpts {
+        dir: true,
+        prev_exist: Some(false),
+        ..Default::default()
+    });
+    assert!(run_start("/torchelastic/p2p/run_abc", &mkdir).is_some());
+    assert!(run_start("/torchelastic/p2p/run_abc/rdzv", &mkdir).is_none());
+
+    // The dead run's keys are the state key and its own store keys, not another run's.
+    let mut s = V2Store::new(Limits::default());
+    s.put("/torch/elastic/rendezvous/job.1", &put("state"), 0)
+        .unwrap();
+    s.put(&store_key, &put("v"), 0).unwrap();
+    let other = format!("/torch/elastic/store/{}", b64("torch.rendezvous.job.2.0/k"));
+    s.put(&other, &put("v"), 0).unwrap();
+    let ns = RunNamespace::Dynamic("job.1".into());
+    let purged: usize = ns.roots(&s).iter().map(|k| s.purge(k)).sum();
+    assert_eq!(purged, 2);
+    assert!(s.exists(&other));
+
+    let mut t = RunTracker::default();
+    assert!(t.abandoned(&ns, 1));
+    t.touch(1, ns.clone());
+    assert!(!t.abandoned(&ns, 2), "connection 1 is open");
+    assert!(!t.abandoned(&ns, 1), "connection 1 itself touched it");
+    t.disconnect(1, 5_000);
+    assert!(t.abandoned(&ns, 2));
+    assert_eq!(t.idle(6_000, 10_000), vec![]);
+    assert_eq!(t.idle(15_000, 10_000), vec![ns]);
+}

@@ -1,0 +1,437 @@
+//! The etcd v2 door (`--etcd-v2-port`, off by default): etcd's v2 keys API, which etcd 3.6
+//! removed, for torch's `etcd` and `etcd-v2` rendezvous backends and `EtcdStore` (through
+//! `python-etcd`). The sans-IO [`V2Store`] does the work; this module is axum on hyper around
+//! it: parameters in, etcd's JSON and headers out, watches as chunked responses whose headers
+//! go out at once (as etcd sends them) and whose body is the event, TTLs expired by a timer,
+//! and a dead run's keys purged when a rerun starts (see [`dt_rdzv_proto::etcd_v2::namespace`]).
+
+mod json;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Extension, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
+use dt_rdzv_proto::etcd_v2::namespace::{RunTracker, run_namespace, run_start};
+use dt_rdzv_proto::etcd_v2::request::{self, Params, V2Request};
+use dt_rdzv_proto::etcd_v2::{ErrorCode, Event, Limits, V2Error, V2Store, WatchId, WatchStart};
+use dt_rdzv_proto::rendezvous::{Scope, authorized};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, oneshot, watch};
+
+/// Connections open at once (each may hold one watch).
+const MAX_CONNECTIONS: usize = 4096;
+/// Largest request head.
+const MAX_HEAD: usize = 16 << 10;
+/// Largest request body (a 1.5 MiB value, URL-encoded).
+const MAX_BODY: usize = 6 << 20;
+/// A request head must arrive within this.
+const HEAD_DEADLINE: Duration = Duration::from_secs(10);
+/// How often TTLs and idle runs are checked (etcd expires keys every 500 ms).
+const TICK: Duration = Duration::from_millis(100);
+/// The etcd version the door answers as (the API it serves is etcd 3.4's v2).
+const ETCD_VERSION: &str = "3.4.23";
+
+/// The door's settings.
+#[derive(Debug, Clone)]
+pub(crate) struct V2Config {
+    /// Required credential (HTTP basic password or bearer token); `None`: no auth.
+    pub(crate) token: Option<String>,
+    /// Purge a run no open connection touched for this long (`None`: never).
+    pub(crate) idle_ttl: Option<Duration>,
+    /// Store bounds.
+    pub(crate) limits: Limits,
+}
+
+struct Inner {
+    store: V2Store,
+    runs: RunTracker,
+    watchers: HashMap<WatchId, oneshot::Sender<Event>>,
+}
+
+/// The door's state, shared by its connections.
+pub(crate) struct V2Door {
+    inner: Mutex<Inner>,
+    config: V2Config,
+    cluster_id: String,
+    next_conn: AtomicU64,
+}
+
+/// Which connection a request came on (for run namespaces).
+#[derive(Debug, Clone, Copy)]
+struct Conn(u64);
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl V2Door {
+    pub(crate) fn new(config: V2Config) -> Arc<Self> {
+        let cluster_id = format!("{:016x}", now_ms().wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        Arc::new(Self {
+            inner: Mutex::new(Inner {
+                store: V2Store::new(config.limits),
+                runs: RunTracker::default(),
+                watchers: HashMap::new(),
+            }),
+            config,
+            cluster_id,
+            next_conn: AtomicU64::new(0),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the request carries the server token (as a bearer token, or as the password of
+    /// HTTP basic auth, which is what `python-etcd` can send).
+    fn authorized(&self, headers: &HeaderMap) -> bool {
+        let Some(token) = &self.config.token else {
+            return true;
+        };
+        let given = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|auth| {
+                if let Some(b) = auth.strip_prefix("Bearer ") {
+                    return Some(b.trim().to_owned());
+                }
+                use base64::Engine as _;
+                let raw = base64::engine::general_purpose::STANDARD
+                    .decode(auth.strip_prefix("Basic ")?.trim())
+                    .ok()?;
+                let text = String::from_utf8(raw).ok()?;
+                Some(text.split_once(':')?.1.to_owned())
+            });
+        given.is_some_and(|g| authorized(Some(token), Scope::Server, &g))
+    }
+
+    /// Sends what pending watches got (after every store call).
+    fn deliver(inner: &mut Inner) {
+        for d in inner.store.take_deliveries() {
+            if let Some(tx) = inner.watchers.remove(&d.watch) {
+                let _ = tx.send(d.event);
+            }
+        }
+    }
+
+    /// Expires TTLs and purges idle runs.
+    fn tick(&self) {
+        let now = now_ms();
+        let mut inner = self.lock();
+        inner.store.expire(now);
+        Self::deliver(&mut inner);
+        if let Some(ttl) = self.config.idle_ttl {
+            for ns in inner.runs.idle(now, ttl.as_millis() as u64) {
+                let files: usize = ns
+                    .roots(&inner.store)
+                    .iter()
+                    .map(|k| inner.store.purge(k))
+                    .sum();
+                inner.runs.forget(&ns);
+                if files > 0 {
+                    tracing::info!(run = %ns.label(), keys = files, reason = "idle",
+                        "etcd v2: purged a run no client touched for the namespace TTL");
+                }
+            }
+        }
+    }
+
+    fn disconnect(&self, conn: u64) {
+        self.lock().runs.disconnect(conn, now_ms());
+    }
+
+    /// Runs one parsed request.
+    fn apply(&self, conn: u64, key: &str, req: &V2Request) -> Result<Answer, V2Error> {
+        let now = now_ms();
+        let mut inner = self.lock();
+        if let Some(ns) = run_start(key, req) {
+            if inner.runs.abandoned(&ns, conn) {
+                let files: usize = ns
+                    .roots(&inner.store)
+                    .iter()
+                    .map(|k| inner.store.purge(k))
+                    .sum();
+                if files > 0 {
+                    tracing::info!(run = %ns.label(), keys = files, reason = "rerun",
+                        "etcd v2: a new run started where no client of the earlier one is left; purged its keys");
+                }
+            }
+        }
+        if let Some(ns) = run_namespace(key) {
+            inner.runs.touch(conn, ns);
+        }
+        let store = &mut inner.store;
+        let answer = match req {
+            V2Request::Get(g) if g.wait => {
+                match store.watch(key, g.recursive, g.wait_index, now)? {
+                    WatchStart::Ready(e) => Answer::Watched(*e),
+                    WatchStart::Pending(id) => {
+                        let (tx, rx) = oneshot::channel();
+                        let index = store.index();
+                        inner.watchers.insert(id, tx);
+                        Answer::Watch(id, index, rx)
+                    }
+                }
+            }
+            V2Request::Get(g) => Answer::Now(store.get(key, g.recursive, now)?),
+            V2Request::Put(p) => Answer::Now(store.put(key, p, now)?),
+            V2Request::Post(p) => Answer::Now(store.post(key, p, now)?),
+            V2Request::Delete(d) => Answer::Now(store.delete(key, d, now)?),
+        };
+        Self::deliver(&mut inner);
+        Ok(answer)
+    }
+
+    fn cancel(&self, id: WatchId) {
+        let mut inner = self.lock();
+        inner.store.cancel(id);
+        inner.watchers.remove(&id);
+    }
+
+    fn headers(&self, index: u64) -> [(header::HeaderName, HeaderValue); 5] {
+        let i = HeaderValue::from(index);
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            ),
+            (
+                header::HeaderName::from_static("x-etcd-cluster-id"),
+                HeaderValue::from_str(&self.cluster_id).expect("hex"),
+            ),
+            (header::HeaderName::from_static("x-etcd-index"), i.clone()),
+            (header::HeaderName::from_static("x-raft-index"), i),
+            (
+                header::HeaderName::from_static("x-raft-term"),
+                HeaderValue::from_static("1"),
+            ),
+        ]
+    }
+
+    fn error(&self, e: &V2Error) -> Response {
+        tracing::debug!(code = e.code.number(), cause = %e.cause, "etcd v2 request refused");
+        let status = StatusCode::from_u16(e.code.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
+        let [ct, cid, idx, ..] = self.headers(e.index);
+        (status, [ct, cid, idx], json::error(e)).into_response()
+    }
+}
+
+enum Answer {
+    /// A read's or a write's answer (201 for a new key).
+    Now(Event),
+    /// A watch answered from the history (always 200).
+    Watched(Event),
+    Watch(WatchId, u64, oneshot::Receiver<Event>),
+}
+
+/// Cancels a pending watch when its response is dropped (the client went away).
+struct WatchGuard {
+    door: Arc<V2Door>,
+    id: WatchId,
+}
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        self.door.cancel(self.id);
+    }
+}
+
+fn params(method: &Method, uri: &Uri, body: &[u8]) -> Vec<(String, String)> {
+    let mut all: Vec<(String, String)> = Vec::new();
+    if *method == Method::PUT || *method == Method::POST {
+        all.extend(form_urlencoded::parse(body).into_owned());
+    }
+    if let Some(q) = uri.query() {
+        all.extend(form_urlencoded::parse(q.as_bytes()).into_owned());
+    }
+    all
+}
+
+async fn keys(
+    State(door): State<Arc<V2Door>>,
+    Extension(Conn(conn)): Extension<Conn>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if !door.authorized(&headers) {
+        super::ratelog::limited!(warn, "etcd v2 request without a valid token refused");
+        let e = V2Error::request(ErrorCode::Unauthorized, "Insufficient credentials");
+        return door.error(&e);
+    }
+    let m = match method {
+        Method::GET => request::Method::Get,
+        Method::PUT => request::Method::Put,
+        Method::POST => request::Method::Post,
+        Method::DELETE => request::Method::Delete,
+        _ => return (StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed").into_response(),
+    };
+    let raw = uri.path().strip_prefix("/v2/keys").unwrap_or("/");
+    let key = percent_encoding::percent_decode_str(raw)
+        .decode_utf8_lossy()
+        .into_owned();
+    let pairs = params(&method, &uri, &body);
+    let answer = request::parse(m, &Params(&pairs)).and_then(|req| door.apply(conn, &key, &req));
+    match answer {
+        Err(e) => door.error(&e),
+        Ok(Answer::Now(e)) => {
+            let status = if e.created_key() {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            };
+            (status, door.headers(e.index), json::event(&e)).into_response()
+        }
+        Ok(Answer::Watched(e)) => {
+            (StatusCode::OK, door.headers(e.index), json::event(&e)).into_response()
+        }
+        Ok(Answer::Watch(id, index, rx)) => {
+            let guard = WatchGuard {
+                door: door.clone(),
+                id,
+            };
+            let body = futures_util::stream::once(async move {
+                let _guard = guard;
+                match rx.await {
+                    Ok(e) => Ok::<_, std::io::Error>(Bytes::from(json::event(&e))),
+                    Err(_) => Err(std::io::Error::other("the server is shutting down")),
+                }
+            });
+            (StatusCode::OK, door.headers(index), Body::from_stream(body)).into_response()
+        }
+    }
+}
+
+async fn version() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        format!(
+            "{{\"etcdserver\":\"{ETCD_VERSION}\",\"etcdcluster\":\"3.4.0\",\"dtrdzv\":\"{}\"}}",
+            env!("CARGO_PKG_VERSION")
+        ),
+    )
+        .into_response()
+}
+
+/// The client URL this server is reached at, from the request's `Host`.
+fn client_url(headers: &HeaderMap) -> String {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("127.0.0.1:2379");
+    format!("http://{host}")
+}
+
+async fn machines(headers: HeaderMap) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        client_url(&headers),
+    )
+        .into_response()
+}
+
+async fn members(State(door): State<Arc<V2Door>>, headers: HeaderMap) -> Response {
+    let url = client_url(&headers);
+    let body = serde_json::json!({"members": [{
+        "id": door.cluster_id, "name": "dt-rdzv", "peerURLs": [], "clientURLs": [url],
+    }]});
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn router(door: Arc<V2Door>) -> Router {
+    Router::new()
+        .route("/version", get(version))
+        .route("/health", get(|| async { "{\"health\":\"true\"}" }))
+        .route("/v2/machines", get(machines))
+        .route("/v2/members", get(members))
+        .route("/v2/keys", any(keys))
+        .route("/v2/keys/", any(keys))
+        .route("/v2/keys/{*key}", any(keys))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
+        .with_state(door)
+}
+
+/// Binds the door's port on `host` (`::` falls back to `0.0.0.0` without IPv6).
+pub(crate) fn bind(host: std::net::IpAddr, port: u16) -> std::io::Result<TcpListener> {
+    let l = match std::net::TcpListener::bind(SocketAddr::new(host, port)) {
+        Err(e) if host == std::net::IpAddr::from([0u16; 8]) => {
+            tracing::warn!(error = %e, "no IPv6 for the etcd v2 port; using 0.0.0.0");
+            std::net::TcpListener::bind(SocketAddr::new(
+                std::net::Ipv4Addr::UNSPECIFIED.into(),
+                port,
+            ))?
+        }
+        other => other?,
+    };
+    l.set_nonblocking(true)?;
+    TcpListener::from_std(l)
+}
+
+/// Serves the door until `stop` turns true.
+pub(crate) async fn run(listener: TcpListener, door: Arc<V2Door>, mut stop: watch::Receiver<bool>) {
+    let app = router(door.clone());
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let ticker = door.clone();
+    let mut tick_stop = stop.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(TICK);
+        loop {
+            tokio::select! {
+                _ = tick_stop.changed() => return,
+                _ = every.tick() => ticker.tick(),
+            }
+        }
+    });
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let Ok(slot) = slots.clone().try_acquire_owned() else {
+                        tracing::warn!(%peer, "etcd v2: {MAX_CONNECTIONS} connections open; closing a new one");
+                        continue;
+                    };
+                    let _ = stream.set_nodelay(true);
+                    let conn = door.next_conn.fetch_add(1, Ordering::Relaxed) + 1;
+                    let app = app.clone().layer(Extension(Conn(conn)));
+                    let door = door.clone();
+                    tokio::spawn(async move {
+                        let served = hyper::server::conn::http1::Builder::new()
+                            .timer(TokioTimer::new())
+                            .header_read_timeout(HEAD_DEADLINE)
+                            .max_buf_size(MAX_HEAD)
+                            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app))
+                            .await;
+                        if let Err(e) = served {
+                            tracing::debug!(%peer, error = %e, "etcd v2 connection ended with an error");
+                        }
+                        door.disconnect(conn);
+                        drop(slot);
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "etcd v2 accept failed");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            },
+        }
+    }
+}
