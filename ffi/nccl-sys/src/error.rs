@@ -75,6 +75,14 @@ pub enum LoadError {
         /// What went wrong with it.
         failure: Failure,
     },
+    /// A `libnccl.so.2` is already mapped in this process (torch's, say) but is not usable.
+    /// The search stops there: a second NCCL next to it would have its calls bound to the
+    /// first one's symbols.
+    #[error("the libnccl.so.2 already loaded in this process is not usable: {failure}")]
+    AlreadyLoaded {
+        /// What is wrong with it.
+        failure: Failure,
+    },
     /// No place of the search gave a usable NCCL.
     #[error(
         "NCCL (libnccl.so.2) not found; tried, in order:{}",
@@ -87,12 +95,18 @@ pub enum LoadError {
 }
 
 impl LoadError {
-    /// Every place tried, in order (one for [`LoadError::Library`]).
+    /// Every place tried, in order (the one for [`LoadError::Library`] and
+    /// [`LoadError::AlreadyLoaded`]).
     pub fn attempts(&self) -> Vec<Attempt> {
         match self {
             LoadError::Library { path, failure } => vec![Attempt {
                 source: Source::Library,
                 place: path.clone(),
+                failure: failure.clone(),
+            }],
+            LoadError::AlreadyLoaded { failure } => vec![Attempt {
+                source: Source::AlreadyLoaded,
+                place: crate::load::SONAME.into(),
                 failure: failure.clone(),
             }],
             LoadError::NotFound { attempts } => attempts.clone(),

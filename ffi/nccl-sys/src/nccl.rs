@@ -37,7 +37,8 @@ impl Nccl {
     ///
     /// A library that opens but is not a usable NCCL (a missing required symbol, too old)
     /// is recorded and the search goes on, except for `DTCOMM_NCCL_LIBRARY`, whose failure
-    /// is the error.
+    /// is the error, and an unusable `libnccl.so.2` already in the process, which ends the
+    /// search ([`LoadError::AlreadyLoaded`]).
     pub fn load_with(config: &SearchConfig) -> Result<Self, LoadError> {
         let mut attempts = Vec::new();
         for step in load::plan(config) {
@@ -53,6 +54,11 @@ impl Nccl {
                             path: target,
                             failure,
                         });
+                    }
+                    Err(failure)
+                        if source == Source::AlreadyLoaded && failure != Failure::NotLoaded =>
+                    {
+                        return Err(LoadError::AlreadyLoaded { failure });
                     }
                     Err(failure) => attempts.push(Attempt {
                         source,
