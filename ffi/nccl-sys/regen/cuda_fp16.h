@@ -1,0 +1,1 @@
+/* Empty stand-in for cuda_fp16.h (nccl.h includes it but declares nothing with it). */
