@@ -1,7 +1,7 @@
 //! One job: its members, its rounds and its end. Driven by the machine, which routes each
 //! connection's requests here and collects the [`Effects`].
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use super::config::MachineConfig;
@@ -66,7 +66,7 @@ pub(crate) struct Job {
     pub(crate) name: String,
     pub(crate) spec: JobSpec,
     pub(crate) created: Instant,
-    pub(crate) members: HashMap<String, Member>,
+    pub(crate) members: BTreeMap<String, Member>,
     /// Member ids by rank: the current round, or the last one while forming.
     pub(crate) ranks: Vec<String>,
     pub(crate) round: u64,
@@ -144,7 +144,7 @@ impl Job {
             name,
             spec,
             created: now,
-            members: HashMap::new(),
+            members: BTreeMap::new(),
             ranks: Vec::new(),
             round: 0,
             phase: Phase::Forming {

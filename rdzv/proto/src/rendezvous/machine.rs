@@ -3,7 +3,7 @@
 //! [`Action`]s, and calls [`RendezvousMachine::handle_timeout`] at
 //! [`RendezvousMachine::poll_timeout`].
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use super::admission;
@@ -60,8 +60,8 @@ struct Conn {
 #[derive(Debug, Default)]
 pub struct RendezvousMachine {
     config: MachineConfig,
-    jobs: HashMap<String, Job>,
-    conns: HashMap<ConnId, Conn>,
+    jobs: BTreeMap<String, Job>,
+    conns: BTreeMap<ConnId, Conn>,
     /// (check at, connection): a member's heartbeat is checked at these times.
     liveness: BTreeSet<(Instant, ConnId)>,
     /// Liveness probes started by data-plane reports.
@@ -184,7 +184,7 @@ impl RendezvousMachine {
     /// Runs every deadline that is due: members silent past the heartbeat timeout are lost,
     /// last calls close, join timeouts fail their jobs, ended and idle jobs are forgotten.
     pub fn handle_timeout(&mut self, now: Instant) {
-        let mut lost: HashMap<String, Vec<(String, Removal)>> = HashMap::new();
+        let mut lost: BTreeMap<String, Vec<(String, Removal)>> = BTreeMap::new();
         while let Some(&(t, conn)) = self.liveness.first() {
             if t > now {
                 break;

@@ -1,6 +1,6 @@
 //! Which peers a rank needs, and where each rank sits on its node.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Ranks `rank` talks to in the usual schedules of a `world`-member round: rank 0, its ring
 /// neighbours, its binary-tree parent and children, and (from `same_node`) its host's members.
@@ -37,7 +37,7 @@ pub(crate) struct Layout {
 
 /// Nodes ordered by their lowest rank; local ranks by rank within the node.
 pub(crate) fn layout<'a>(nodes_by_rank: impl IntoIterator<Item = &'a str>) -> Layout {
-    let mut index: HashMap<&str, u32> = HashMap::new();
+    let mut index: BTreeMap<&str, u32> = BTreeMap::new();
     let mut nodes: Vec<Vec<u32>> = Vec::new();
     let mut node_of = Vec::new();
     for (rank, node) in nodes_by_rank.into_iter().enumerate() {

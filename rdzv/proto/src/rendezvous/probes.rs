@@ -16,7 +16,7 @@
 //! [`ClientMsg::Alive`]: crate::native::ClientMsg::Alive
 //! [`ServerMsg::Probe`]: crate::native::ServerMsg::Probe
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use super::effects::ConnId;
@@ -75,10 +75,10 @@ pub(crate) struct Probe {
 /// Every pending probe, by the suspect's connection.
 #[derive(Debug, Default)]
 pub(crate) struct Probes {
-    pending: HashMap<ConnId, Probe>,
+    pending: BTreeMap<ConnId, Probe>,
     due: BTreeSet<(Instant, ConnId)>,
     /// Suspects that answered: no new probe before this time.
-    quiet_until: HashMap<ConnId, Instant>,
+    quiet_until: BTreeMap<ConnId, Instant>,
     next_nonce: u64,
 }
 

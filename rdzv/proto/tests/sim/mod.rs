@@ -16,6 +16,8 @@ pub struct Sim {
     pub inbox: HashMap<ConnId, Vec<ServerMsg>>,
     pub closed: HashMap<ConnId, String>,
     pub events: Vec<Event>,
+    /// Every action, in the order the machine gave them.
+    pub log: Vec<String>,
 }
 
 impl Sim {
@@ -33,11 +35,13 @@ impl Sim {
             inbox: HashMap::new(),
             closed: HashMap::new(),
             events: Vec::new(),
+            log: Vec::new(),
         }
     }
 
     fn drain(&mut self) {
         while let Some(a) = self.m.poll_action() {
+            self.log.push(format!("{a:?}"));
             match a {
                 Action::Send { conn, msg } => self.inbox.entry(conn).or_default().push(msg),
                 Action::Close { conn, reason } => {

@@ -34,8 +34,10 @@ const MAX_CONNECTIONS: usize = 4096;
 const MAX_HEAD: usize = 16 << 10;
 /// Largest request body (a 1.5 MiB value, URL-encoded).
 const MAX_BODY: usize = 6 << 20;
-/// A request head must arrive within this.
-const HEAD_DEADLINE: Duration = Duration::from_secs(10);
+/// A request head must arrive within this; hyper counts a keep-alive connection's idle time
+/// against it too, so it is long: `python-etcd` keeps its pooled connection for the whole
+/// run, and an open connection is what marks a run alive (agents touch theirs every 1-5 s).
+const HEAD_DEADLINE: Duration = Duration::from_secs(300);
 /// How often TTLs and idle runs are checked (etcd expires keys every 500 ms).
 const TICK: Duration = Duration::from_millis(100);
 /// The etcd version the door answers as (the API it serves is etcd 3.4's v2).
