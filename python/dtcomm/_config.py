@@ -219,12 +219,13 @@ def resolve(
         env = {k: v for k, v in env.items() if k != "DTCOMM_RDZV_ENDPOINT"}
     if nat.value:
         assert raw is not None
-        host, port = _native.split_host_port(raw, _native.NATIVE_PORT)
+        # One server or a comma-separated list of them (fail-over order).
+        hosts = [_native.split_host_port(e, _native.NATIVE_PORT) for e in raw.split(",") if e.strip()]
         src = "explicit" if rdzv_endpoint is not None else "DTCOMM_RDZV_ENDPOINT"
         why = f"native rendezvous ({nat.source})"
         r, w = Value(None, why), Value(0, why)
         lr, ls = Value(0, why), Value(1, why)
-        ep: Value[str | None] = Value(_native.join_host_port(host, port), src)
+        ep: Value[str | None] = Value(",".join(_native.join_host_port(h, p) for h, p in hosts), src)
     elif rdzv_endpoint is not None:
         ep = Value(rdzv_endpoint, "explicit")
     else:

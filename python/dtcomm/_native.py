@@ -24,7 +24,8 @@ job is on the server's TCPStore port.
 Environment (every value has a source in the start-up line):
 
 ==============================  ===========================================================
-``DTCOMM_RDZV_ENDPOINT``        ``host[:port]`` of the native port (29401 if left out)
+``DTCOMM_RDZV_ENDPOINT``        ``host[:port]`` of the native port (29401 if left out); several,
+                                comma-separated, to fail over between servers
 ``DTCOMM_RDZV_BACKEND``         ``native`` or ``store``; default: native when a trust variable
                                 is set or the port is 29401, else the TCPStore protocol
 ``DTCOMM_RDZV_TOKEN``           the server's token or the job's (:func:`dtcomm.job_token`), or
@@ -118,7 +119,7 @@ def is_native(env: Mapping[str, str], endpoint: str | None = None) -> Value[bool
     for var in ("DTCOMM_RDZV_FINGERPRINT", "DTCOMM_RDZV_CACERT"):
         if _set(env, var) is not None:
             return Value(True, var)
-    if split_host_port(ep, STORE_PORT)[1] == NATIVE_PORT:
+    if split_host_port(ep.split(",")[0], STORE_PORT)[1] == NATIVE_PORT:
         return Value(True, f"port {NATIVE_PORT}")
     return Value(False, "default (TCPStore protocol)")
 
@@ -232,8 +233,14 @@ def settings(
     ep_text = endpoint if endpoint is not None else _set(env, "DTCOMM_RDZV_ENDPOINT")
     if ep_text is None:
         raise ConfigError("the native rendezvous needs DTCOMM_RDZV_ENDPOINT=host:29401")
-    host, port = split_host_port(ep_text, NATIVE_PORT)
-    ep = Value(join_host_port(host, port), "explicit" if endpoint is not None else "DTCOMM_RDZV_ENDPOINT")
+    # Several servers may be given, comma-separated: the first that answers is used and a
+    # member whose server goes silent rejoins through the next. The store defaults to the first.
+    entries = [split_host_port(e, NATIVE_PORT) for e in ep_text.split(",") if e.strip()]
+    if not entries:
+        raise ConfigError(f"rendezvous endpoint {ep_text!r}: no host")
+    host, port = entries[0]
+    ep = Value(",".join(join_host_port(h, p) for h, p in entries),
+               "explicit" if endpoint is not None else "DTCOMM_RDZV_ENDPOINT")
 
     if token is not None:
         tok = Value(token, "explicit")

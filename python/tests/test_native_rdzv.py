@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -178,6 +179,39 @@ def test_training_goes_on_while_the_server_restarts(tmp_path: Path, procs: Procs
                        lambda: "resumed after a server restart" in server.log(), 10)
     finally:
         server.stop()
+
+
+def test_training_goes_on_when_its_server_is_killed_and_another_takes_over(
+        tmp_path: Path, procs: Procs) -> None:
+    """Two servers (same certificate and token) in the members' endpoint list: SIGKILL the
+    one they use mid-training; they notice it went silent, rejoin through the other, which
+    rebuilds their round from their resumes, and no round changes."""
+    tls = ["--tls-cert", str(tmp_path / "cert.pem"), "--tls-key", str(tmp_path / "key.pem")]
+    a = native_server_mod.start(tmp_path, *tls)
+    b = native_server_mod.start(tmp_path, *tls, token=a.token, log_name="dt-rdzv-native-b.log")
+    try:
+        assert a.fingerprint == b.fingerprint
+        script = tmp_path / "failover.py"
+        script.write_text(RESTART_SCRIPT)
+        env = base_env(a.client_env("failover-job", DTCOMM_RDZV_MEMBERS="2", STEPS="200"))
+        env["DTCOMM_RDZV_ENDPOINT"] = f"{a.native},{b.native}"
+        for n in ("a", "b"):
+            procs.start(n, [sys.executable, str(script)], {**env, "DTCOMM_RDZV_MEMBER": n})
+        procs.wait_for("training under way",
+                       lambda: all("STEP 10" in procs.out(n) for n in "ab"), 90)
+        killed = time.monotonic()
+        a.proc.kill()
+        procs.wait_for("the second server to rebuild the round",
+                       lambda: "resumed after a server restart" in b.log(), 30)
+        print(f"failover: round rebuilt on the second server {time.monotonic() - killed:.2f} s "
+              "after SIGKILL of the first")
+        for n in ("a", "b"):
+            assert procs.wait_exit(n, 120) == 0, procs.dump()
+            out = procs.out(n)
+            assert "DONE" in out and "round 1 first 1" in out, out
+    finally:
+        a.stop()
+        b.stop()
 
 
 STOP_SCRIPT = """

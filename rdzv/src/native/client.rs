@@ -26,7 +26,9 @@ pub const DEFAULT_NATIVE_PORT: u16 = 29401;
 /// Where the server is and how to trust it.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
-    /// `host:port` of the native port (port 29401 if left out).
+    /// `host:port` of the native port (port 29401 if left out), or several separated by commas
+    /// (servers sharing one job state, e.g. on one etcd, or a standby): the first that answers
+    /// is used, and a member whose server goes silent rejoins through the next.
     pub endpoint: String,
     /// The job's join token.
     pub token: String,
@@ -113,13 +115,14 @@ impl Connector {
         let mut endpoint = bind("[::]:0").or_else(|_| bind("0.0.0.0:0"))?;
         let mut cfg = client_config(trust)?;
         let mut transport = quinn::TransportConfig::default();
-        // A server that vanished (SIGKILL, a host lost) is noticed within 10 s; members then
-        // reconnect and resume their rounds (see `session`). Heartbeats and their ACKs, or
-        // keep-alives for operator connections, keep a healthy connection busy.
+        // A server that vanished (SIGKILL, a host lost) is noticed within 3 s; members then
+        // reconnect (through the next server of the endpoint list, if any) and resume their
+        // rounds (see `session`). Heartbeats and their ACKs, and a keep-alive each second when
+        // nothing else is sent, keep a healthy connection busy.
         transport.max_idle_timeout(Some(
-            quinn::IdleTimeout::try_from(Duration::from_secs(10)).expect("10 s fits"),
+            quinn::IdleTimeout::try_from(Duration::from_secs(3)).expect("3 s fits"),
         ));
-        transport.keep_alive_interval(Some(Duration::from_secs(3)));
+        transport.keep_alive_interval(Some(Duration::from_secs(1)));
         // A welcome listing every peer of a large job is a few hundred KiB: a larger window
         // than the server's lets it arrive in one flight.
         super::control_transport(&mut transport, 1 << 20);
@@ -130,7 +133,7 @@ impl Connector {
 
     /// Opens a connection and its stream.
     pub async fn connect(&self, cfg: &ClientConfig) -> Result<NativeClient, NativeError> {
-        let (conn, send, recv) = open(&self.endpoint, cfg, cfg.timeout).await?;
+        let (conn, send, recv, server) = open(&self.endpoint, cfg, cfg.timeout, 0).await?;
         let (out_tx, out_rx) = mpsc::unbounded_channel();
         let (ev_tx, ev_rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
@@ -152,6 +155,7 @@ impl Connector {
             reconnect_until: None,
             pause: Duration::from_millis(50),
             replies: Vec::new(),
+            server,
         };
         let task = tokio::spawn(session.run(send, recv));
         Ok(NativeClient {

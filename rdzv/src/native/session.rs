@@ -43,8 +43,9 @@ impl Shared {
     }
 }
 
-/// Resolves `host[:port]` (the native port, 29401, by default).
-pub(crate) async fn resolve(endpoint: &str) -> Result<SocketAddr, NativeError> {
+/// Every address of one `host[:port]` (the native port, 29401, by default), in the resolver's
+/// order.
+async fn resolve_one(endpoint: &str) -> Result<Vec<SocketAddr>, NativeError> {
     let with_port = if endpoint.rsplit_once(':').is_some_and(|(h, p)| {
         !p.is_empty()
             && p.chars().all(|c| c.is_ascii_digit())
@@ -58,32 +59,106 @@ pub(crate) async fn resolve(endpoint: &str) -> Result<SocketAddr, NativeError> {
         endpoint: endpoint.into(),
         why,
     };
-    tokio::net::lookup_host(&with_port)
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host(&with_port)
         .await
         .map_err(|e| err(e.to_string()))?
-        .next()
-        .ok_or_else(|| err("name resolves to no address".into()))
+        .collect();
+    if addrs.is_empty() {
+        return Err(err("name resolves to no address".into()));
+    }
+    Ok(addrs)
 }
 
-/// Opens a connection and its stream within `deadline`.
+/// The servers of an endpoint list: `host[:port]` entries separated by commas, each name
+/// standing for every address it resolves to, in order and without repeats. Entries that do
+/// not resolve are skipped while another does.
+pub(crate) async fn resolve_all(endpoints: &str) -> Result<Vec<SocketAddr>, NativeError> {
+    let mut out: Vec<SocketAddr> = Vec::new();
+    let mut last = None;
+    for entry in endpoints
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+    {
+        match resolve_one(entry).await {
+            Ok(addrs) => {
+                for a in addrs {
+                    if !out.contains(&a) {
+                        out.push(a);
+                    }
+                }
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    match (out.is_empty(), last) {
+        (false, _) => Ok(out),
+        (true, Some(e)) => Err(e),
+        (true, None) => Err(NativeError::Config(format!(
+            "no rendezvous endpoint in {endpoints:?}"
+        ))),
+    }
+}
+
+/// Opens a connection and its stream within `deadline`, trying the servers of the endpoint
+/// list in order from `start` (wrapping around); with several, each but the last gets at most
+/// [`PER_SERVER`] of the deadline, so that a vanished one costs little. Returns the index of
+/// the server that answered.
 pub(crate) async fn open(
     endpoint: &quinn::Endpoint,
     cfg: &ClientConfig,
     deadline: Duration,
-) -> Result<(quinn::Connection, quinn::SendStream, quinn::RecvStream), NativeError> {
-    let addr = resolve(&cfg.endpoint).await?;
-    let err = |why: String| NativeError::Connect {
+    start: usize,
+) -> Result<
+    (
+        quinn::Connection,
+        quinn::SendStream,
+        quinn::RecvStream,
+        usize,
+    ),
+    NativeError,
+> {
+    let addrs = resolve_all(&cfg.endpoint).await?;
+    let n = addrs.len();
+    let until = Instant::now() + deadline;
+    let mut errors = Vec::new();
+    for k in 0..n {
+        let i = (start + k) % n;
+        let left = until.saturating_duration_since(Instant::now());
+        // The last server to try gets whatever is left; the others at most PER_SERVER.
+        let share = if k + 1 == n {
+            left
+        } else {
+            left.min(PER_SERVER)
+        };
+        match open_one(endpoint, cfg, addrs[i], share).await {
+            Ok((c, s, r)) => return Ok((c, s, r, i)),
+            Err(why) => errors.push(format!("{}: {why}", addrs[i])),
+        }
+    }
+    Err(NativeError::Connect {
         endpoint: cfg.endpoint.clone(),
-        why,
-    };
+        why: errors.join("; "),
+    })
+}
+
+/// What one server of a list gets of a connection attempt's deadline, at most.
+const PER_SERVER: Duration = Duration::from_millis(1000);
+
+async fn open_one(
+    endpoint: &quinn::Endpoint,
+    cfg: &ClientConfig,
+    addr: SocketAddr,
+    deadline: Duration,
+) -> Result<(quinn::Connection, quinn::SendStream, quinn::RecvStream), String> {
     let connecting = endpoint
         .connect(addr, &cfg.server_name)
-        .map_err(|e| err(e.to_string()))?;
+        .map_err(|e| e.to_string())?;
     let conn = tokio::time::timeout(deadline, connecting)
         .await
-        .map_err(|_| err(format!("no handshake within {deadline:?}")))?
-        .map_err(|e| err(e.to_string()))?;
-    let (send, recv) = conn.open_bi().await.map_err(|e| err(e.to_string()))?;
+        .map_err(|_| format!("no handshake within {deadline:?}"))?
+        .map_err(|e| e.to_string())?;
+    let (send, recv) = conn.open_bi().await.map_err(|e| e.to_string())?;
     Ok((conn, send, recv))
 }
 
@@ -118,6 +193,9 @@ pub(crate) struct Session {
     pub(crate) pause: Duration,
     /// Answers to send (to the server's probes), written after the messages that asked.
     pub(crate) replies: Vec<ClientMsg>,
+    /// Which server of the endpoint list to try first when reconnecting (the one in use, or
+    /// the next after one that went silent).
+    pub(crate) server: usize,
 }
 
 /// Longest a reconnection attempt waits for a handshake: a server that is still down is
@@ -228,6 +306,11 @@ impl Session {
                     }
                     Err(quinn::ReadError::ConnectionLost(e)) => {
                         let retry = unintended(&e) || self.rejoining;
+                        // A server that went silent (killed, its host lost) is not tried first
+                        // again when the endpoint list has another.
+                        if matches!(e, quinn::ConnectionError::TimedOut) {
+                            self.server += 1;
+                        }
                         return End::Lost { why: e.to_string(), retry };
                     }
                     Err(e) => return End::Lost { why: e.to_string(), retry: false },
@@ -360,9 +443,14 @@ impl Session {
             tracing::warn!(endpoint = %self.cfg.endpoint, %why, attempt,
                 "connection to dt-rdzv lost; reconnecting to resume this member's round");
             let left = until.saturating_duration_since(Instant::now());
-            let opened = open(&self.endpoint, &self.cfg, left.min(ATTEMPT));
+            let opened = open(&self.endpoint, &self.cfg, left.min(ATTEMPT), self.server);
             let mut last = match opened.await {
-                Ok((conn, mut send, recv)) => {
+                Ok((conn, mut send, recv, server)) => {
+                    if server != self.server {
+                        tracing::warn!(endpoint = %self.cfg.endpoint, server,
+                            "rejoining through another server of the endpoint list");
+                    }
+                    self.server = server;
                     *self.shared.conn.lock().unwrap_or_else(|p| p.into_inner()) = conn;
                     let mut join = self.join.clone().expect("only members reconnect");
                     join.resume = self.resume;
