@@ -16,12 +16,13 @@ fn target_dir() -> PathBuf {
 
 fn compile(example: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let lib = target_dir();
-    assert!(
-        lib.join("libdtcomm_ffi.so").exists(),
-        "no libdtcomm_ffi.so in {}",
-        lib.display()
-    );
+    // `cargo test` leaves the cdylib in `deps/` (it is copied up to `target/<profile>/` only by
+    // a `cargo build` of the library): take the one this build made.
+    let top = target_dir();
+    let lib = [top.join("deps"), top.clone()]
+        .into_iter()
+        .find(|d| d.join("libdtcomm_ffi.so").exists())
+        .unwrap_or_else(|| panic!("no libdtcomm_ffi.so in {} or its deps/", top.display()));
     let out = std::env::temp_dir().join(format!("dtcomm-c-{example}-{}", std::process::id()));
     let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
         .args([
