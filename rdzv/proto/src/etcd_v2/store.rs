@@ -148,27 +148,30 @@ impl V2Store {
         Some(node)
     }
 
-    /// The children map of `key`'s parent, creating missing directories at `index`.
+    /// The children map of `key`'s parent, creating missing directories at `index`, and the
+    /// bytes those new directories' names add.
     fn parent_mut(
         &mut self,
         key: &str,
         index: u64,
-    ) -> Result<&mut BTreeMap<String, Node>, V2Error> {
+    ) -> Result<(&mut BTreeMap<String, Node>, u64), V2Error> {
         let comps = components(key);
         let mut node = &mut self.root;
         let mut path = String::from("/");
+        let mut created = 0u64;
         let current = self.index;
         for c in &comps[..comps.len().saturating_sub(1)] {
             let Kind::Dir(children) = &mut node.kind else {
                 return Err(V2Error::new(ErrorCode::NotDir, path, current));
             };
             path = join(&path, c);
-            node = children
-                .entry((*c).to_owned())
-                .or_insert_with(|| Node::dir(index, None));
+            node = children.entry((*c).to_owned()).or_insert_with(|| {
+                created += c.len() as u64;
+                Node::dir(index, None)
+            });
         }
         match &mut node.kind {
-            Kind::Dir(children) => Ok(children),
+            Kind::Dir(children) => Ok((children, created)),
             Kind::File(_) => Err(V2Error::new(ErrorCode::NotDir, path, current)),
         }
     }
@@ -338,8 +341,9 @@ impl V2Store {
             .unwrap_or_default();
         self.check_quota(node.bytes(&name))?;
         let index = node.modified;
-        let parent = self.parent_mut(key, index)?;
+        let (parent, created) = self.parent_mut(key, index)?;
         let old = parent.insert(name.clone(), node);
+        self.bytes += created;
         if let Some(old) = &old {
             self.unexpire_subtree(key, old);
             self.bytes -= old.bytes(&name).min(self.bytes);
@@ -516,7 +520,7 @@ impl V2Store {
         let comps = components(key);
         let name = comps.last().map(|c| (*c).to_owned()).unwrap_or_default();
         let index = self.index + 1;
-        let parent = self.parent_mut(key, index).expect("present");
+        let (parent, _) = self.parent_mut(key, index).expect("present");
         let old = parent.remove(&name).expect("present");
         self.unexpire_subtree(key, &old);
         self.bytes -= old.bytes(&name).min(self.bytes);
@@ -560,7 +564,7 @@ impl V2Store {
             .last()
             .map(|c| (*c).to_owned())
             .unwrap_or_default();
-        let parent = self.parent_mut(&key, self.index).expect("present");
+        let (parent, _) = self.parent_mut(&key, self.index).expect("present");
         let old = parent.remove(&name).expect("present");
         self.unexpire_subtree(&key, &old);
         self.bytes -= old.bytes(&name).min(self.bytes);
