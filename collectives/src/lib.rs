@@ -42,6 +42,7 @@ pub mod fence;
 mod fork;
 mod half_conv;
 pub mod launch;
+pub mod negotiate;
 pub mod op;
 mod progress;
 mod reduce;

@@ -1,0 +1,127 @@
+//! [`Coordinator`]: the table of pending names of one process set.
+
+use std::collections::BTreeMap;
+
+use super::check::check;
+use super::fuse::fuse;
+use super::request::{Request, Response};
+
+/// A rank submitted a name it already has pending (Horovod raises `ValueError` at submission).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "rank {rank}: an operation named {name:?} is already pending (names must be unique until the operation completes)"
+)]
+pub struct Duplicate {
+    /// The rank.
+    pub rank: u32,
+    /// The name.
+    pub name: String,
+}
+
+#[derive(Debug)]
+struct Entry {
+    /// Rank `r`'s request, once submitted.
+    requests: Vec<Option<Request>>,
+    /// Arrival order of the name's first request (the order ready names run in).
+    seq: u64,
+}
+
+/// Pending names of a process set of `size` ranks, and what becomes ready each cycle.
+#[derive(Debug)]
+pub struct Coordinator {
+    size: u32,
+    threshold: u64,
+    pending: BTreeMap<String, Entry>,
+    next_seq: u64,
+}
+
+impl Coordinator {
+    /// A coordinator for `size` ranks fusing allreduces up to `threshold` bytes (0: none).
+    pub fn new(size: u32, threshold: u64) -> Self {
+        assert!(size > 0, "a process set has at least one rank");
+        Self {
+            size,
+            threshold,
+            pending: BTreeMap::new(),
+            next_seq: 0,
+        }
+    }
+
+    /// Names pending (submitted by some ranks, not yet answered).
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// The ranks that have not submitted `name` yet (for stall reports).
+    pub fn missing(&self, name: &str) -> Vec<u32> {
+        self.pending.get(name).map_or_else(Vec::new, |e| {
+            (0..self.size)
+                .filter(|r| e.requests[*r as usize].is_none())
+                .collect()
+        })
+    }
+
+    /// Rank `rank` submits `request`. A name it already has pending is refused.
+    pub fn submit(&mut self, rank: u32, request: Request) -> Result<(), Duplicate> {
+        assert!(
+            rank < self.size,
+            "rank {rank} outside a set of {}",
+            self.size
+        );
+        let seq = &mut self.next_seq;
+        let size = self.size as usize;
+        let entry = self.pending.entry(request.name.clone()).or_insert_with(|| {
+            *seq += 1;
+            Entry {
+                requests: vec![None; size],
+                seq: *seq,
+            }
+        });
+        let slot = &mut entry.requests[rank as usize];
+        if slot.is_some() {
+            return Err(Duplicate {
+                rank,
+                name: request.name,
+            });
+        }
+        *slot = Some(request);
+        Ok(())
+    }
+
+    /// One cycle: every name that all ranks have submitted is answered, in the order the
+    /// names first arrived: errors for names whose requests disagree, and the others fused.
+    pub fn cycle(&mut self) -> Vec<Response> {
+        let mut ready: Vec<(u64, String)> = self
+            .pending
+            .iter()
+            .filter(|(_, e)| e.requests.iter().all(Option::is_some))
+            .map(|(name, e)| (e.seq, name.clone()))
+            .collect();
+        ready.sort();
+        let entries: Vec<Entry> = ready
+            .iter()
+            .map(|(_, name)| self.pending.remove(name).expect("ready"))
+            .collect();
+        let mut out = Vec::new();
+        let mut good: Vec<&Request> = Vec::new();
+        for e in &entries {
+            let reqs: Vec<&Request> = e
+                .requests
+                .iter()
+                .map(|r| r.as_ref().expect("all"))
+                .collect();
+            match check(&reqs) {
+                Ok(()) => good.push(reqs[0]),
+                Err(message) => {
+                    // Errors go out first, then the runs: a run never waits on an error.
+                    out.push(Response::Error {
+                        name: reqs[0].name.clone(),
+                        message,
+                    });
+                }
+            }
+        }
+        out.extend(fuse(&good, self.threshold));
+        out
+    }
+}

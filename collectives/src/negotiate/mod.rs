@@ -1,0 +1,29 @@
+//! Name-based negotiation and tensor fusion, sans-IO: the coordinator of Horovod's model, for
+//! the Horovod-compatible front end (not wired to one yet) and any other that wants it.
+//!
+//! Every rank of a process set submits named [`Request`]s as its program reaches them. Each
+//! cycle the ranks' new requests reach the coordinator (rank 0 of the set), which starts an
+//! operation only once **every** rank has submitted that name, so operations may complete in
+//! another order than they were submitted, and a barrier may complete while unrelated
+//! operations are still pending. A name whose requests disagree (kind, dtype, shape, root, op,
+//! scale factors, device) becomes an error [`Response`] that every rank sees, and later names
+//! still work. Ready allreduces of the same kind are fused into one [`Response`] up to the
+//! fusion threshold.
+//!
+//! * [`Request`], [`Kind`]: what a rank submits;
+//! * [`Coordinator`]: the table of pending names, readiness, validation ([`check`]) and fusion
+//!   ([`fuse`]), one cycle at a time ([`Coordinator::cycle`]);
+//! * [`Response`]: what every rank runs next, in the coordinator's order.
+//!
+//! No sockets and no clocks: the driver gathers requests, calls [`Coordinator::cycle`] at its
+//! cycle time, and broadcasts the responses.
+
+mod check;
+mod coordinator;
+mod fuse;
+mod request;
+
+pub use check::check;
+pub use coordinator::{Coordinator, Duplicate};
+pub use fuse::{DEFAULT_FUSION_THRESHOLD, fuse};
+pub use request::{Kind, Request, Response};
