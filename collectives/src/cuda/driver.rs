@@ -52,21 +52,28 @@ pub(super) fn probe() -> (LibStatus, Option<u32>) {
     // candidates, so culib() finds a library instead of panicking.
     let library = unsafe { sys::culib() };
     let mut address: *mut c_void = std::ptr::null_mut();
+    let mut missing = None;
     for name in FUNCTIONS {
         // SAFETY: only the symbol's address is read.
         match unsafe { library.get::<*mut c_void>(name.as_bytes()) } {
             Ok(symbol) if address.is_null() => address = *symbol,
             Ok(_) => {}
-            Err(error) => {
-                status.error = Some(format!(
-                    "the CUDA driver library lacks {name} (too old, or not the driver): {error}"
-                ));
-                return (status, None);
-            }
+            Err(_) => missing = missing.or(Some(name)),
         }
     }
+    status.path = if address.is_null() {
+        None
+    } else {
+        loaded_path(address)
+    };
+    if let Some(name) = missing {
+        status.error = Some(format!(
+            "the CUDA driver library {} lacks {name} (too old, or not the driver)",
+            status.path.as_deref().unwrap_or(SONAME)
+        ));
+        return (status, None);
+    }
     status.found = true;
-    status.path = loaded_path(address);
 
     let mut code: c_int = 0;
     // SAFETY: present (checked above); writes one int.
