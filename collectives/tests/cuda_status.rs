@@ -8,6 +8,7 @@
 //! a printed reason.
 
 use std::path::{Path, PathBuf};
+#[cfg(feature = "cuda")]
 use std::process::Command;
 
 use dtcomm::cuda::{NOT_BUILT, StatusOptions, cuda_status, cuda_status_with};
