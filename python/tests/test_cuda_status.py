@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -38,7 +39,9 @@ def _nccl_wheel_version() -> str | None:
         return None
 
 
-def _status_in_subprocess(env_changes: dict[str, str | None], prelude: str = "") -> dict:
+def _status_in_subprocess(
+    env_changes: dict[str, str | None], prelude: str = "", with_lines: bool = False
+) -> Any:
     env = dict(os.environ)
     for key, value in env_changes.items():
         if value is None:
@@ -50,7 +53,9 @@ def _status_in_subprocess(env_changes: dict[str, str | None], prelude: str = "")
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    lines = out.stdout.strip().splitlines()
+    status = json.loads(lines[-1])
+    return (status, lines[:-1]) if with_lines else status
 
 
 def test_the_shape_of_the_answer() -> None:
@@ -113,12 +118,16 @@ def test_an_unactivated_venv_finds_its_nccl_through_sys_prefix() -> None:
 
 @pytest.mark.skipif(_nccl_wheel_version() is None, reason="no nvidia-nccl-cu13 wheel installed")
 def test_inside_torch_it_reports_torchs_nccl() -> None:
+    # Whether importing torch maps libnccl.so.2 (without a GPU it may not), printed as a line
+    # of its own before the status.
     prelude = (
         "import torch\n"
         "maps = open('/proc/self/maps').read()\n"
-        "import sys; sys.stderr.write('nccl mapped' if 'libnccl.so.2' in maps else 'not mapped')"
+        "print('TORCH_NCCL', 'mapped' if '/libnccl.so.2' in maps else 'absent')"
     )
     env = {"DTCOMM_NCCL_LIBRARY": None, "DTCOMM_NCCL_SEARCH_PATH": None}
-    status = _status_in_subprocess(env, prelude)
+    status, lines = _status_in_subprocess(env, prelude, with_lines=True)
     assert status["nccl"]["found"] is True, status["nccl"]["error"]
     assert status["nccl"]["version"] == _nccl_wheel_version()
+    if "TORCH_NCCL mapped" in lines:
+        assert status["nccl"]["source"] == "already loaded"
