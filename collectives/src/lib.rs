@@ -23,6 +23,8 @@
 //! * `bootstrap/`: the TCP mesh and its authenticated handshake (`handshake.rs`); peers'
 //!   addresses through a store (`store.rs`) or a native round's `Welcome` (`welcome.rs`);
 //! * [`launch`]: rank, world and rendezvous from launchers' variables (as `dtcomm.init()`);
+//! * [`cuda`]: whether CUDA and NCCL (loaded at run time, feature `cuda`) are usable here
+//!   ([`cuda::cuda_status`]), and with the feature thin stream, event and copy wrappers;
 //! * [`dtype`], [`op`], `reduce.rs` and `half_conv.rs` (vectorised kernels), [`error`]
 //!   (with stable [`ErrorCode`]s), `fork.rs` (calls from a forked child are refused).
 //!
@@ -35,6 +37,7 @@ mod bootstrap;
 pub mod call;
 mod communicator;
 pub mod config;
+pub mod cuda;
 pub mod dtype;
 mod engine;
 pub mod error;

@@ -252,6 +252,27 @@ dtcomm_result_t dtcomm_comm_size(dtcomm_comm_t comm, int *size);
 dtcomm_result_t dtcomm_comm_local_rank(dtcomm_comm_t comm, int *local_rank);
 
 /**
+ * Writes whether this process can use a GPU, as a NUL-terminated JSON object, into `buf`.
+ *
+ * The object is `dtcomm::cuda::CudaStatus::to_json`'s: `usable` (bool), `reason` (string
+ * or null), `device_count` (number or null), `built_with_cuda` (bool), `cuda_api`, and
+ * `driver` and `nccl`, each with `found`, `path`, `version`, `source`, `error`, `features`
+ * and `tried` (see docs/cuda.md). A library built without the cargo feature `cuda` answers
+ * that it was, in `reason`. Never fails for what it finds: problems are in the JSON.
+ *
+ * `*needed` (when `needed` is not NULL) is set to the size the answer needs, NUL included.
+ * If `len` is smaller, nothing but an empty string is written (when `len > 0`) and the
+ * result is `DTCOMM_INVALID_ARGUMENT`; `buf` may be NULL when `len` is 0, to ask the size.
+ * Each call probes again, so the size can change between two calls: retry on
+ * `DTCOMM_INVALID_ARGUMENT` with the new `*needed`, or pass a generous buffer (4096).
+ *
+ * # Safety
+ * `buf` must be valid for `len` bytes of writes (or `len` 0); `needed` NULL or valid for a
+ * write.
+ */
+dtcomm_result_t dtcomm_cuda_status(char *buf, size_t len, size_t *needed);
+
+/**
  * Reduces `count` elements of every rank's `send` (NULL: `recv` in place) into every rank's
  * `recv`.
  *

@@ -13,12 +13,14 @@
 //! * `handles.rs`: the registry of live communicators and requests;
 //! * `comm.rs`: version queries, `dtcomm_comm_init` (from the launcher environment, with the
 //!   precedence of Python's `dtcomm.init()`) and `dtcomm_comm_init_rank`, destroy, topology;
+//! * `cuda.rs`: `dtcomm_cuda_status`, whether CUDA and NCCL are usable here, as JSON;
 //! * `ops.rs`: every collective, blocking and non-blocking (`dtcomm_i*`);
 //! * `request.rs`: `dtcomm_test`, `dtcomm_wait`, `dtcomm_request_free`.
 
 #![allow(non_camel_case_types)]
 
 mod comm;
+mod cuda;
 mod handles;
 mod ops;
 mod request;
@@ -26,6 +28,7 @@ mod status;
 mod types;
 
 pub use comm::*;
+pub use cuda::*;
 pub use ops::*;
 pub use request::*;
 pub use status::{dtcomm_last_error, dtcomm_result_name};

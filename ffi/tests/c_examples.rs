@@ -1,7 +1,7 @@
 //! The C examples are tests: each is compiled with the system `cc` against the built library
 //! and `include/dtcomm.h`, then run at world 2 and 4 through a real `dt-rdzv serve` (started
 //! here, stopped by PID), every rank a separate process finding the others through the
-//! launcher environment as in `dtcomm.init()`.
+//! launcher environment as in `dtcomm.init()`. `cuda_status.c` needs no ranks and runs once.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -182,4 +182,24 @@ fn the_c_error_example_gets_a_code_and_a_message_for_every_bad_call() {
             }
         }
     }
+}
+
+#[test]
+fn the_c_cuda_status_example_gets_json_whatever_the_machine_has() {
+    let exe = compile("cuda_status");
+    let out = Command::new(&exe).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("CUDA STATUS OK"), "{stdout}");
+    let json = stdout.lines().next().unwrap();
+    assert!(json.starts_with("{\"usable\":"), "{json}");
+    // No GPU here: not usable, with the reason (the driver's, or the missing feature).
+    if !json.starts_with("{\"usable\":true") {
+        assert!(json.contains("\"reason\":\""), "{json}");
+    }
+    let _ = std::fs::remove_file(exe);
 }

@@ -10,6 +10,9 @@ With ``DTCOMM_RDZV_ENDPOINT`` on ``dt-rdzv serve``'s native port, ``init()`` joi
 the native protocol (``dtcomm._native``), ``dtcomm.elastic.run`` survives members coming and
 going, and ``torchrun --rdzv-backend=dtcomm`` uses the same protocol
 (``dtcomm.torchrun_handler``).
+
+``dtcomm.cuda_status()`` says whether this process could use a GPU (the CUDA driver, NCCL,
+the device count), and if not why.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from ._api import (
     size,
 )
 from ._config import ConfigError
+from ._cuda import cuda_status
 from ._dtcomm import (
     CommTimeoutError,
     Communicator,
@@ -99,6 +103,7 @@ __all__ = [
     "barrier",
     "broadcast",
     "communicator",
+    "cuda_status",
     "elastic",
     "gather",
     "init",

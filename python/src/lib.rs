@@ -11,11 +11,13 @@
 //! * `pystore.rs`: a Rust `Store` over torch's c10d store objects;
 //! * `native.rs`: the native rendezvous client (`NativeClient`, `Welcome`, `RdzvEvent`);
 //! * `rdzv.rs`: the in-process `dt-rdzv` server and a store client (for `dtrun`);
+//! * `cuda.rs`: `cuda_status()`, whether CUDA and NCCL are usable here (feature `cuda`);
 //! * `launch.rs`: the engine's launcher-environment resolver (what the C ABI uses), for tests;
 //! * `errors.rs`: the exception types and the mapping from the engine's errors.
 
 mod buffer;
 mod comm;
+mod cuda;
 mod dlpack;
 mod errors;
 mod launch;
@@ -50,6 +52,7 @@ fn _dtcomm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<native::RdzvEvent>()?;
     m.add_class::<native::PyDataListener>()?;
     m.add_function(wrap_pyfunction!(init_logging, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda::cuda_status, m)?)?;
     m.add_function(wrap_pyfunction!(native::job_token, m)?)?;
     m.add_function(wrap_pyfunction!(launch::resolve_launch, m)?)?;
     errors::register(m)?;
