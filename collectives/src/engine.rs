@@ -568,7 +568,7 @@ impl Engine {
             let since = *idle_since.get_or_insert(now);
             idle_rounds = idle_rounds.wrapping_add(1);
             if now - since < self.spin {
-                if idle_rounds % 256 == 0 {
+                if idle_rounds.is_multiple_of(256) {
                     self.transport.check()?;
                 }
                 std::thread::yield_now();

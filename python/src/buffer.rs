@@ -205,7 +205,7 @@ impl Buf {
     }
 
     fn check_aligned(&self, ctx: &Ctx<'_>) -> PyResult<()> {
-        if self.count > 0 && (self.ptr as usize) % self.dtype.size() != 0 {
+        if self.count > 0 && !(self.ptr as usize).is_multiple_of(self.dtype.size()) {
             return Err(ctx.value_err(format!(
                 "is not aligned to its {}-byte elements (address {:p}); copy it first",
                 self.dtype.size(),

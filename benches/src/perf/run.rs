@@ -53,7 +53,7 @@ impl BenchElem for bf16 {
 fn val(op: ReduceOp, r: usize, i: usize) -> f64 {
     match op {
         ReduceOp::Prod => {
-            if (r + i) % 4 == 0 {
+            if (r + i).is_multiple_of(4) {
                 2.0
             } else {
                 1.0

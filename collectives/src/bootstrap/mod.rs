@@ -380,7 +380,7 @@ fn accept_all(
             match a {
                 Accepted::Stranger(from, why) => {
                     dropped += 1;
-                    if dropped <= DROPS_LOGGED || dropped % 100 == 0 {
+                    if dropped <= DROPS_LOGGED || dropped.is_multiple_of(100) {
                         tracing::warn!(rank = su.rank, %from, dropped, "dtcomm: dropped a connection to the data port from {from}: {why} ({dropped} dropped so far)");
                     }
                 }
@@ -439,7 +439,7 @@ fn accept_all(
             Ok((s, from)) => {
                 if in_flight >= expected + SPARE_HANDSHAKES {
                     dropped += 1;
-                    if dropped <= DROPS_LOGGED || dropped % 100 == 0 {
+                    if dropped <= DROPS_LOGGED || dropped.is_multiple_of(100) {
                         tracing::warn!(rank = su.rank, %from, "dtcomm: dropped a connection from {from}: {in_flight} handshakes in flight");
                     }
                     continue;

@@ -31,7 +31,7 @@ impl Inner {
                 format!("{what} is a null pointer with {} elements", b.count()),
             ));
         }
-        if len > 0 && (b.ptr() as usize) % b.dtype().size() != 0 {
+        if len > 0 && !(b.ptr() as usize).is_multiple_of(b.dtype().size()) {
             return Err(self.invalid(
                 op,
                 format!(

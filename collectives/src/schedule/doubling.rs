@@ -34,7 +34,7 @@ pub(crate) fn allreduce(rank: usize, world: usize, count: usize) -> Schedule {
     let rem = world - p;
     // Fold: among the first 2*rem ranks, each even rank hands its data to the odd one above.
     let newrank = if rank < 2 * rem {
-        if rank % 2 == 0 {
+        if rank.is_multiple_of(2) {
             s.push(Step {
                 sends: vec![SendOp {
                     peer: rank + 1,
@@ -84,7 +84,7 @@ pub(crate) fn allreduce(rank: usize, world: usize, count: usize) -> Schedule {
     }
     // Unfold: the odd ranks hand the result back.
     if rank < 2 * rem {
-        if rank % 2 == 0 {
+        if rank.is_multiple_of(2) {
             s.push(Step {
                 recvs: vec![RecvOp {
                     peer: rank + 1,

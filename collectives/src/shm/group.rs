@@ -137,7 +137,7 @@ impl ShmGroup {
 
     fn u64_at(&self, i: usize, field: usize) -> &AtomicU64 {
         let off = self.layout.slot(i) + field;
-        debug_assert!(off + 8 <= self.map.len() && off % 8 == 0);
+        debug_assert!(off + 8 <= self.map.len() && off.is_multiple_of(8));
         // SAFETY: in bounds, 8-aligned, only ever accessed atomically.
         unsafe { AtomicU64::from_ptr(self.map.ptr().add(off).cast()) }
     }
@@ -247,7 +247,7 @@ impl ShmGroup {
             spins += 1;
             if start.elapsed() < self.spin {
                 std::hint::spin_loop();
-                if spins % self.yield_every == 0 {
+                if spins.is_multiple_of(self.yield_every) {
                     std::thread::yield_now();
                 }
                 continue;

@@ -389,10 +389,10 @@ impl Transport for TcpTransport {
     fn stalls(&mut self, op: u8, seq: u64) -> Vec<(usize, Vec<usize>)> {
         let mut out = Vec::new();
         for (r, p) in self.peers.iter().enumerate() {
-            if let Some(p) = p {
-                if let Some((_, _, w)) = p.stalls.iter().rev().find(|s| s.0 == op && s.1 == seq) {
-                    out.push((r, w.clone()));
-                }
+            if let Some(p) = p
+                && let Some((_, _, w)) = p.stalls.iter().rev().find(|s| s.0 == op && s.1 == seq)
+            {
+                out.push((r, w.clone()));
             }
         }
         out

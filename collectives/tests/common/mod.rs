@@ -57,7 +57,7 @@ impl TestElem for bf16 {
 pub fn val(op: ReduceOp, rank: usize, i: usize) -> i64 {
     match op {
         ReduceOp::Prod => {
-            if (rank + i) % 4 == 0 {
+            if (rank + i).is_multiple_of(4) {
                 2
             } else {
                 1

@@ -464,15 +464,15 @@ impl V2Store {
         prev_index: Option<u64>,
     ) -> Result<(), V2Error> {
         let mut causes = Vec::new();
-        if let Some(pv) = prev_value {
-            if node.value() != Some(pv) {
-                causes.push(format!("[{pv} != {}]", node.value().unwrap_or("")));
-            }
+        if let Some(pv) = prev_value
+            && node.value() != Some(pv)
+        {
+            causes.push(format!("[{pv} != {}]", node.value().unwrap_or("")));
         }
-        if let Some(pi) = prev_index.filter(|i| *i > 0) {
-            if node.modified != pi {
-                causes.push(format!("[{pi} != {}]", node.modified));
-            }
+        if let Some(pi) = prev_index.filter(|i| *i > 0)
+            && node.modified != pi
+        {
+            causes.push(format!("[{pi} != {}]", node.modified));
         }
         if causes.is_empty() {
             Ok(())

@@ -36,10 +36,8 @@ pub(crate) fn matches(key: &str, recursive: bool, event: &Event) -> bool {
         return true;
     }
     // A recursive watch sees its subtree, hidden (`_`) names below it excepted.
-    if recursive {
-        if let Some(rest) = below(key, ek) {
-            return !rest.split('/').any(|c| c.starts_with('_'));
-        }
+    if recursive && let Some(rest) = below(key, ek) {
+        return !rest.split('/').any(|c| c.starts_with('_'));
     }
     // Removing a directory is an event for every watch inside it.
     event.action.removes() && event.node.dir && below(ek, key).is_some()

@@ -159,17 +159,17 @@ impl V2Door {
     fn apply(&self, conn: u64, key: &str, req: &V2Request) -> Result<Answer, V2Error> {
         let now = now_ms();
         let mut inner = self.lock();
-        if let Some(ns) = run_start(key, req) {
-            if inner.runs.abandoned(&ns, conn) {
-                let files: usize = ns
-                    .roots(&inner.store)
-                    .iter()
-                    .map(|k| inner.store.purge(k))
-                    .sum();
-                if files > 0 {
-                    tracing::info!(run = %ns.label(), keys = files, reason = "rerun",
+        if let Some(ns) = run_start(key, req)
+            && inner.runs.abandoned(&ns, conn)
+        {
+            let files: usize = ns
+                .roots(&inner.store)
+                .iter()
+                .map(|k| inner.store.purge(k))
+                .sum();
+            if files > 0 {
+                tracing::info!(run = %ns.label(), keys = files, reason = "rerun",
                         "etcd v2: a new run started where no client of the earlier one is left; purged its keys");
-                }
             }
         }
         if let Some(ns) = run_namespace(key) {
