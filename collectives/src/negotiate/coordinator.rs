@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use super::check::check;
 use super::fuse::fuse;
-use super::request::{Request, Response};
+use super::request::{Kind, Request, Response};
 
 /// A rank submitted a name it already has pending (Horovod raises `ValueError` at submission).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -104,6 +104,7 @@ impl Coordinator {
             .collect();
         let mut out = Vec::new();
         let mut good: Vec<&Request> = Vec::new();
+        let mut gathers: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
         for e in &entries {
             let reqs: Vec<&Request> = e
                 .requests
@@ -111,7 +112,12 @@ impl Coordinator {
                 .map(|r| r.as_ref().expect("all"))
                 .collect();
             match check(&reqs) {
-                Ok(()) => good.push(reqs[0]),
+                Ok(()) => {
+                    if reqs[0].kind == Kind::Allgather {
+                        gathers.insert(&reqs[0].name, reqs.iter().map(|r| r.elements()).collect());
+                    }
+                    good.push(reqs[0])
+                }
                 Err(message) => {
                     // Errors go out first, then the runs: a run never waits on an error.
                     out.push(Response::Error {
@@ -121,7 +127,19 @@ impl Coordinator {
                 }
             }
         }
-        out.extend(fuse(&good, self.threshold));
+        let mut runs = fuse(&good, self.threshold);
+        for r in &mut runs {
+            if let Response::Run {
+                kind: Kind::Allgather,
+                names,
+                elements,
+                ..
+            } = r
+            {
+                *elements = gathers.remove(names[0].as_str()).unwrap_or_default();
+            }
+        }
+        out.extend(runs);
         out
     }
 }

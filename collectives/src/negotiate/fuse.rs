@@ -44,6 +44,7 @@ pub fn fuse(ready: &[&Request], threshold: u64) -> Vec<Response> {
             kind: head.kind,
             names,
             bytes,
+            elements: Vec::new(),
         });
     }
     out

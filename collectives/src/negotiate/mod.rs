@@ -15,15 +15,21 @@
 //!   ([`fuse`]), one cycle at a time ([`Coordinator::cycle`]);
 //! * [`Response`]: what every rank runs next, in the coordinator's order.
 //!
-//! No sockets and no clocks: the driver gathers requests, calls [`Coordinator::cycle`] at its
-//! cycle time, and broadcasts the responses.
+//! The coordinator has no sockets and no clocks; [`Negotiator`] drives it over a
+//! [`crate::Communicator`]: each cycle every rank all-gathers its new requests and runs the
+//! same coordinator on them, so every rank computes the same responses without a broadcast.
 
 mod check;
 mod coordinator;
+mod driver;
 mod fuse;
 mod request;
+mod scale;
+mod wire;
 
 pub use check::check;
 pub use coordinator::{Coordinator, Duplicate};
+pub use driver::{Handle, NegotiateError, Negotiator};
 pub use fuse::{DEFAULT_FUSION_THRESHOLD, fuse};
 pub use request::{Kind, Request, Response};
+pub use scale::scale;

@@ -95,6 +95,9 @@ pub enum Response {
         names: Vec<String>,
         /// Total bytes (per rank for allreduce; what the fusion threshold counts).
         bytes: u64,
+        /// For an allgather: every rank's element count (its first dimension may differ);
+        /// empty otherwise.
+        elements: Vec<u64>,
     },
     /// The ranks disagreed about this name: every rank fails it with this message.
     Error {

@@ -1,0 +1,358 @@
+//! [`Negotiator`]: runs the negotiation over a [`Communicator`] on a background thread.
+//!
+//! Every cycle, each rank all-gathers what it submitted since the last one (and whether it is
+//! shutting down); every rank feeds the same gathered requests, in rank order, to its own
+//! [`Coordinator`], so all of them compute the same responses in the same order with no
+//! broadcast, and run them: fused allreduces through one buffer, broadcasts, allgathers with a
+//! first dimension of each rank's own, barriers. Submissions never run inside `submit`: an
+//! operation completes on a later cycle, once every rank has submitted its name.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::coordinator::Coordinator;
+use super::request::{Kind, Request, Response};
+use super::scale::scale;
+use super::wire;
+use crate::call::{Call, Collective, RawBuf};
+use crate::{CommError, Communicator};
+
+/// How an operation ended badly.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NegotiateError {
+    /// The ranks disagreed about the operation (every rank gets this).
+    #[error("{0}")]
+    Mismatch(String),
+    /// The communicator failed; this and every later operation fail.
+    #[error("{0}")]
+    Comm(String),
+    /// The negotiator shut down before the operation ran.
+    #[error("the negotiator shut down before {0} ran")]
+    Shutdown(String),
+    /// The driver cannot run this kind yet.
+    #[error("{0}")]
+    Unsupported(String),
+    /// The buffer does not hold what the request describes.
+    #[error("{0}")]
+    BadBuffer(String),
+    /// An operation of this name is already pending on this rank (Horovod's `ValueError`).
+    #[error(
+        "an operation named {0:?} is already pending (names must be unique until the operation completes)"
+    )]
+    Duplicate(String),
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    done: Mutex<Option<Result<Vec<u8>, NegotiateError>>>,
+    cv: Condvar,
+}
+
+impl Slot {
+    fn finish(&self, r: Result<Vec<u8>, NegotiateError>) {
+        *self.done.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+        self.cv.notify_all();
+    }
+}
+
+/// An operation in flight: poll it, or wait for its result buffer.
+#[derive(Debug, Clone)]
+pub struct Handle(Arc<Slot>);
+
+impl Handle {
+    /// Whether it has completed (successfully or not).
+    pub fn poll(&self) -> bool {
+        self.0
+            .done
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+
+    /// Waits for it; the result buffer (for an allgather, every rank's part in rank order).
+    pub fn wait(&self) -> Result<Vec<u8>, NegotiateError> {
+        let mut g = self.0.done.lock().unwrap_or_else(|p| p.into_inner());
+        while g.is_none() {
+            g = self.0.cv.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+        g.clone().expect("done")
+    }
+}
+
+struct Local {
+    request: Request,
+    data: Vec<u8>,
+    slot: Arc<Slot>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Submitted since the last cycle.
+    new: Vec<Request>,
+    /// Submitted and not answered, by name.
+    pending: HashMap<String, Local>,
+    stopping: bool,
+    failed: Option<String>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Name-based negotiation over a communicator (see the module docs).
+pub struct Negotiator {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Negotiator {
+    /// Starts the cycle thread over `comm` (which it then owns): a cycle every `cycle`,
+    /// allreduces fused up to `threshold` bytes (0: none).
+    pub fn start(comm: Communicator, cycle: Duration, threshold: u64) -> Self {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+        });
+        let s = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("dtcomm-negotiate-{}", comm.rank()))
+            .spawn(move || run(comm, s, cycle, threshold))
+            .expect("spawn the negotiation thread");
+        Self {
+            shared,
+            thread: Some(thread),
+        }
+    }
+
+    /// Submits a named operation with this rank's buffer. A name already pending is refused
+    /// at once; so is a buffer whose length does not match the request.
+    pub fn submit(&self, request: Request, data: Vec<u8>) -> Result<Handle, NegotiateError> {
+        let want = request.bytes() as usize;
+        if request.kind != Kind::Barrier && data.len() != want {
+            return Err(NegotiateError::BadBuffer(format!(
+                "{}: the buffer holds {} bytes; the request describes {want}",
+                request.name,
+                data.len()
+            )));
+        }
+        let mut st = self.shared.lock();
+        if let Some(why) = &st.failed {
+            return Err(NegotiateError::Comm(why.clone()));
+        }
+        if st.stopping {
+            return Err(NegotiateError::Shutdown(request.name));
+        }
+        if st.pending.contains_key(&request.name) {
+            return Err(NegotiateError::Duplicate(request.name));
+        }
+        let slot = Arc::new(Slot::default());
+        st.new.push(request.clone());
+        st.pending.insert(
+            request.name.clone(),
+            Local {
+                request,
+                data,
+                slot: slot.clone(),
+            },
+        );
+        Ok(Handle(slot))
+    }
+
+    /// Shuts down: every rank must call it; returns once all have (operations still pending
+    /// then fail with [`NegotiateError::Shutdown`]).
+    pub fn shutdown(mut self) {
+        self.shared.lock().stopping = true;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Negotiator {
+    fn drop(&mut self) {
+        self.shared.lock().stopping = true;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn run(comm: Communicator, shared: Arc<Shared>, cycle: Duration, threshold: u64) {
+    let world = comm.world();
+    let mut coord = Coordinator::new(world as u32, threshold);
+    let fail_all = |why: String| {
+        let mut st = shared.lock();
+        st.failed = Some(why.clone());
+        for (_, l) in st.pending.drain() {
+            l.slot.finish(Err(NegotiateError::Comm(why.clone())));
+        }
+    };
+    loop {
+        std::thread::sleep(cycle);
+        let (payload, _stopping) = {
+            let mut st = shared.lock();
+            let new = std::mem::take(&mut st.new);
+            (wire::encode(st.stopping, &new), st.stopping)
+        };
+        let gathered = match gather(&comm, &payload) {
+            Ok(g) => g,
+            Err(e) => return fail_all(e.to_string()),
+        };
+        let mut all_stopping = true;
+        for (rank, bytes) in gathered.iter().enumerate() {
+            match wire::decode(bytes) {
+                Ok((stopping, reqs)) => {
+                    all_stopping &= stopping;
+                    for r in reqs {
+                        // Duplicates were refused at submission, so this cannot fail.
+                        let _ = coord.submit(rank as u32, r);
+                    }
+                }
+                Err(e) => return fail_all(format!("rank {rank}'s negotiation message: {e}")),
+            }
+        }
+        for resp in coord.cycle() {
+            if let Err(e) = execute(&comm, &shared, resp) {
+                return fail_all(e.to_string());
+            }
+        }
+        if all_stopping {
+            let mut st = shared.lock();
+            for (name, l) in st.pending.drain() {
+                l.slot.finish(Err(NegotiateError::Shutdown(name)));
+            }
+            return;
+        }
+    }
+}
+
+/// Every rank's bytes, in rank order.
+fn gather(comm: &Communicator, payload: &[u8]) -> Result<Vec<Vec<u8>>, CommError> {
+    let mut sizes = vec![0i64; comm.world()];
+    comm.all_gather(&[payload.len() as i64], &mut sizes)?;
+    let counts: Vec<usize> = sizes.iter().map(|s| *s as usize).collect();
+    let mut all = vec![0u8; counts.iter().sum()];
+    comm.all_gather_v(payload, &mut all, &counts)?;
+    let mut out = Vec::with_capacity(counts.len());
+    let mut at = 0;
+    for c in counts {
+        out.push(all[at..at + c].to_vec());
+        at += c;
+    }
+    Ok(out)
+}
+
+fn take(shared: &Shared, names: &[String]) -> Vec<Local> {
+    let mut st = shared.lock();
+    names
+        .iter()
+        .map(|n| {
+            st.pending
+                .remove(n)
+                .expect("a name every rank submitted is pending here")
+        })
+        .collect()
+}
+
+fn execute(comm: &Communicator, shared: &Shared, resp: Response) -> Result<(), CommError> {
+    match resp {
+        Response::Error { name, message } => {
+            for l in take(shared, &[name]) {
+                l.slot
+                    .finish(Err(NegotiateError::Mismatch(message.clone())));
+            }
+        }
+        Response::Run {
+            kind,
+            names,
+            elements,
+            ..
+        } => {
+            let mut locals = take(shared, &names);
+            let head = locals[0].request.clone();
+            match kind {
+                Kind::Allreduce => {
+                    let mut fused: Vec<u8> = Vec::new();
+                    for l in &locals {
+                        fused.extend_from_slice(&l.data);
+                    }
+                    scale(&mut fused, head.dtype, head.prescale);
+                    let count = fused.len() / head.dtype.size();
+                    let op = head.op.expect("an allreduce has an op");
+                    let call = Call::new(Collective::AllReduce { op }).recv(RawBuf::host(
+                        fused.as_mut_ptr(),
+                        count,
+                        head.dtype,
+                    ));
+                    // SAFETY: `fused` is a live, exclusively borrowed host buffer of `count`
+                    // elements of `dtype` for the whole blocking call.
+                    unsafe { comm.run(&call)? };
+                    scale(&mut fused, head.dtype, head.postscale);
+                    let mut at = 0;
+                    for l in &mut locals {
+                        let n = l.data.len();
+                        l.data.copy_from_slice(&fused[at..at + n]);
+                        at += n;
+                    }
+                    for l in locals {
+                        l.slot.finish(Ok(l.data));
+                    }
+                }
+                Kind::Broadcast => {
+                    let mut l = locals.remove(0);
+                    let root = head.root.expect("a broadcast has a root") as usize;
+                    let count = l.data.len() / head.dtype.size();
+                    let call = Call::new(Collective::Broadcast { root }).recv(RawBuf::host(
+                        l.data.as_mut_ptr(),
+                        count,
+                        head.dtype,
+                    ));
+                    // SAFETY: as above, `l.data` for the whole call.
+                    unsafe { comm.run(&call)? };
+                    l.slot.finish(Ok(l.data));
+                }
+                Kind::Allgather => {
+                    let l = locals.remove(0);
+                    let counts: Vec<usize> = elements.iter().map(|e| *e as usize).collect();
+                    let total: usize = counts.iter().sum();
+                    let mut out = vec![0u8; total * head.dtype.size()];
+                    let call = Call::new(Collective::AllGather {
+                        counts: Some(counts.clone()),
+                    })
+                    .send(RawBuf::host(
+                        l.data.as_ptr().cast_mut(),
+                        l.data.len() / head.dtype.size(),
+                        head.dtype,
+                    ))
+                    .recv(RawBuf::host(out.as_mut_ptr(), total, head.dtype));
+                    // SAFETY: both buffers live and unaliased for the call; send is read only.
+                    unsafe { comm.run(&call)? };
+                    l.slot.finish(Ok(out));
+                }
+                Kind::Barrier => {
+                    comm.barrier()?;
+                    for l in locals {
+                        l.slot.finish(Ok(Vec::new()));
+                    }
+                }
+                other => {
+                    for l in locals {
+                        l.slot.finish(Err(NegotiateError::Unsupported(format!(
+                            "{}: the negotiator does not run {} yet",
+                            l.request.name,
+                            other.name()
+                        ))));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}

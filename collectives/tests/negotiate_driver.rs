@@ -1,0 +1,147 @@
+//! The negotiator over real communicators (in-memory transport, a thread per rank): operations
+//! complete once every rank submitted them, whatever the order; fused allreduces give each
+//! tensor its own result; scale factors; allgather with a first dimension per rank;
+//! broadcast; a mismatch fails on every rank and later operations work; duplicates refused.
+
+use std::time::Duration;
+
+use dtcomm::negotiate::{Kind, NegotiateError, Negotiator, Request};
+use dtcomm::{Communicator, DType, Options, ReduceOp};
+
+fn f32s(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_ne_bytes()).collect()
+}
+
+fn back(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+/// Runs `body(rank, negotiator)` on every rank of an in-memory group of `world`.
+fn group(world: usize, threshold: u64, body: impl Fn(usize, &Negotiator) + Sync) {
+    let comms = Communicator::in_memory(world, Options::default()).unwrap();
+    std::thread::scope(|s| {
+        for (rank, comm) in comms.into_iter().enumerate() {
+            let body = &body;
+            s.spawn(move || {
+                let n = Negotiator::start(comm, Duration::from_millis(1), threshold);
+                body(rank, &n);
+                n.shutdown();
+            });
+        }
+    });
+}
+
+#[test]
+fn names_complete_whatever_order_ranks_submit_them_and_fused_results_are_per_tensor() {
+    group(3, 1 << 20, |rank, n| {
+        // Each rank submits the same 6 names in its own order.
+        let mut order: Vec<usize> = (0..6).collect();
+        order.rotate_left(rank * 2);
+        let handles: Vec<_> = order
+            .iter()
+            .map(|&i| {
+                let r =
+                    Request::allreduce(format!("allreduce.g{i}"), DType::F32, &[3], ReduceOp::Sum);
+                let v = [(rank * 10 + i) as f32; 3];
+                (i, n.submit(r, f32s(&v)).unwrap())
+            })
+            .collect();
+        for (i, h) in handles {
+            // 0+10+20 + 3i
+            assert_eq!(
+                back(&h.wait().unwrap()),
+                vec![(30 + 3 * i) as f32; 3],
+                "g{i}"
+            );
+        }
+    });
+}
+
+#[test]
+fn an_operation_waits_for_every_rank_and_never_completes_inside_submit() {
+    group(2, 0, |rank, n| {
+        let r = Request::allreduce("allreduce.late", DType::F32, &[1], ReduceOp::Sum);
+        if rank == 1 {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let h = n.submit(r, f32s(&[1.0])).unwrap();
+        if rank == 0 {
+            assert!(!h.poll(), "rank 1 has not submitted yet");
+        }
+        assert_eq!(back(&h.wait().unwrap()), vec![2.0]);
+    });
+}
+
+#[test]
+fn scale_factors_allgather_and_broadcast() {
+    group(2, 0, |rank, n| {
+        let avg = Request {
+            prescale: 2.0,
+            postscale: 0.25,
+            ..Request::allreduce("allreduce.avg", DType::F32, &[2], ReduceOp::Sum)
+        };
+        let h1 = n.submit(avg, f32s(&[1.0 + rank as f32; 2])).unwrap();
+        // rank r contributes r+1 rows of 2
+        let rows = rank as u64 + 1;
+        let ag = Request {
+            kind: Kind::Allgather,
+            op: None,
+            ..Request::allreduce("allgather.x", DType::F32, &[rows, 2], ReduceOp::Sum)
+        };
+        let h2 = n
+            .submit(ag, f32s(&vec![rank as f32; rows as usize * 2]))
+            .unwrap();
+        let bc = Request {
+            kind: Kind::Broadcast,
+            op: None,
+            root: Some(1),
+            ..Request::allreduce("broadcast.y", DType::F32, &[2], ReduceOp::Sum)
+        };
+        let h3 = n.submit(bc, f32s(&[rank as f32 + 5.0; 2])).unwrap();
+        // (1*2 + 2*2) * 0.25
+        assert_eq!(back(&h1.wait().unwrap()), vec![1.5; 2]);
+        assert_eq!(
+            back(&h2.wait().unwrap()),
+            vec![0.0, 0.0, 1.0, 1.0, 1.0, 1.0]
+        );
+        assert_eq!(back(&h3.wait().unwrap()), vec![6.0; 2]);
+    });
+}
+
+#[test]
+fn a_mismatch_fails_on_every_rank_and_later_operations_work() {
+    group(3, 1 << 20, |rank, n| {
+        let shape = if rank == 2 { [5] } else { [4] };
+        let bad = Request::allreduce("allreduce.bad", DType::F32, &shape, ReduceOp::Sum);
+        let h = n.submit(bad, f32s(&vec![1.0; shape[0] as usize])).unwrap();
+        match h.wait() {
+            Err(NegotiateError::Mismatch(m)) => {
+                assert!(m.contains("shapes") && m.contains("rank 2"), "{m}")
+            }
+            other => panic!("{other:?}"),
+        }
+        let ok = Request::allreduce("allreduce.ok", DType::F32, &[1], ReduceOp::Max);
+        let h = n.submit(ok, f32s(&[rank as f32])).unwrap();
+        assert_eq!(back(&h.wait().unwrap()), vec![2.0]);
+        // A duplicate pending name, and a buffer of the wrong size, are refused at once.
+        let b = Request {
+            kind: Kind::Barrier,
+            op: None,
+            shape: vec![],
+            ..Request::allreduce("barrier.1", DType::F32, &[], ReduceOp::Sum)
+        };
+        let hb = n.submit(b.clone(), Vec::new()).unwrap();
+        if rank == 0 {
+            let e = n.submit(b, Vec::new()).unwrap_err();
+            assert!(e.to_string().contains("already pending"), "{e}");
+            let wrong = Request::allreduce("allreduce.w", DType::F32, &[3], ReduceOp::Sum);
+            assert!(matches!(
+                n.submit(wrong, vec![0; 4]),
+                Err(NegotiateError::BadBuffer(_))
+            ));
+        }
+        hb.wait().unwrap();
+    });
+}
