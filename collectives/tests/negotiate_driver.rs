@@ -25,7 +25,11 @@ fn group(world: usize, threshold: u64, body: impl Fn(usize, &Negotiator) + Sync)
         for (rank, comm) in comms.into_iter().enumerate() {
             let body = &body;
             s.spawn(move || {
-                let n = Negotiator::start(comm, Duration::from_millis(1), threshold);
+                let n = Negotiator::start(
+                    std::sync::Arc::new(comm),
+                    Duration::from_millis(1),
+                    threshold,
+                );
                 body(rank, &n);
                 n.shutdown();
             });

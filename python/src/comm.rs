@@ -91,6 +91,11 @@ impl PyCommunicator {
         })
     }
 
+    /// The engine's communicator (for the negotiator), or the shutdown error.
+    pub(crate) fn shared(&self, op: &str) -> PyResult<Arc<Communicator>> {
+        self.comm(op).cloned()
+    }
+
     fn comm(&self, op: &str) -> PyResult<&Arc<Communicator>> {
         self.comm.as_ref().ok_or_else(|| {
             ShutdownError::new_err(format!(

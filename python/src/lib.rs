@@ -22,6 +22,7 @@ mod dlpack;
 mod errors;
 mod launch;
 mod native;
+mod negotiate;
 mod pystore;
 mod rdzv;
 mod work;
@@ -44,6 +45,7 @@ fn init_logging() {
 fn _dtcomm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<comm::PyCommunicator>()?;
     m.add_class::<work::Work>()?;
+    m.add_class::<negotiate::PyNegotiator>()?;
     m.add_class::<rdzv::RdzvServer>()?;
     m.add_class::<rdzv::StoreClient>()?;
     m.add_class::<native::NativeClient>()?;

@@ -114,9 +114,10 @@ pub struct Negotiator {
 }
 
 impl Negotiator {
-    /// Starts the cycle thread over `comm` (which it then owns): a cycle every `cycle`,
-    /// allreduces fused up to `threshold` bytes (0: none).
-    pub fn start(comm: Communicator, cycle: Duration, threshold: u64) -> Self {
+    /// Starts the cycle thread over `comm`: a cycle every `cycle`, allreduces fused up to
+    /// `threshold` bytes (0: none). While it runs, the negotiator is the communicator's only
+    /// caller: other calls on it would interleave with the cycles' collectives.
+    pub fn start(comm: Arc<Communicator>, cycle: Duration, threshold: u64) -> Self {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
         });
@@ -184,7 +185,7 @@ impl Drop for Negotiator {
     }
 }
 
-fn run(comm: Communicator, shared: Arc<Shared>, cycle: Duration, threshold: u64) {
+fn run(comm: Arc<Communicator>, shared: Arc<Shared>, cycle: Duration, threshold: u64) {
     let world = comm.world();
     let mut coord = Coordinator::new(world as u32, threshold);
     let fail_all = |why: String| {

@@ -21,7 +21,12 @@ def parser() -> argparse.ArgumentParser:
             "One node: an embedded dt-rdzv. Several: join a running `dt-rdzv serve`."
         ),
     )
-    p.add_argument("--nproc-per-node", "--nproc_per_node", type=int,
+    p.add_argument("--horovod", action="store_true",
+                   help="run an unmodified Horovod script: `import horovod.torch` gets dtcomm's "
+                        "Horovod API (an alias on PYTHONPATH), and HOROVOD_RANK, _SIZE, "
+                        "_LOCAL_RANK, _LOCAL_SIZE, _CROSS_RANK, _CROSS_SIZE are set as horovodrun "
+                        "sets them")
+    p.add_argument("--nproc-per-node", "--nproc_per_node", "-np", type=int,
                    default=int(os.environ.get("DTRUN_NPROC_PER_NODE", "1")),
                    help="workers on this node (default 1; env DTRUN_NPROC_PER_NODE)")
     p.add_argument("--nnodes", default=os.environ.get("DTRUN_NNODES"),
@@ -142,6 +147,12 @@ def _native_main(a: argparse.Namespace, cmd: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
+    if a.horovod:
+        # Workers inherit this process's environment (workers.worker_env).
+        alias = os.path.join(os.path.dirname(os.path.dirname(__file__)), "horovod", "alias")
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            p for p in (alias, os.environ.get("PYTHONPATH", "")) if p)
+        os.environ["DTRUN_HOROVOD"] = "1"
     if a.rdzv_backend == "native" or (
         a.rdzv_backend == "auto" and a.rdzv_endpoint is not None
         and _native.is_native(os.environ, a.rdzv_endpoint).value

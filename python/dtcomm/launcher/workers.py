@@ -95,6 +95,18 @@ def worker_env(spec: Spec, rdzv: Rendezvous, local_rank: int) -> dict[str, str]:
         DTCOMM_STORE_PREFIX=f"{rdzv.namespace}/dtcomm",
         PYTHONUNBUFFERED=env.get("PYTHONUNBUFFERED", "1"),
     )
+    if env.get("DTRUN_HOROVOD") == "1":
+        # What horovodrun sets (its Gloo controller's rank variables).
+        env.update(
+            HOROVOD_RANK=str(rank),
+            HOROVOD_SIZE=str(world),
+            HOROVOD_LOCAL_RANK=str(local_rank),
+            HOROVOD_LOCAL_SIZE=str(spec.nproc),
+            HOROVOD_CROSS_RANK=str(rdzv.node_rank),
+            HOROVOD_CROSS_SIZE=str(spec.nnodes),
+            HOROVOD_CONTROLLER="gloo",
+            HOROVOD_CPU_OPERATIONS="gloo",
+        )
     if spec.nproc > 1 and "OMP_NUM_THREADS" not in os.environ:
         env["OMP_NUM_THREADS"] = "1"
     return env

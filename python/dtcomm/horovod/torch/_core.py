@@ -1,0 +1,399 @@
+"""``import dtcomm.horovod.torch as hvd``: Horovod's torch API on dtcomm's engine.
+
+Covered: ``init``/``shutdown``/``is_initialized``, topology (``rank``, ``size``, ``local_*``,
+``cross_*``, ``is_homogeneous``), build probes, the reduce ops, ``allreduce`` (``_async``,
+``_``, ``_async_``) with ``prescale_factor``/``postscale_factor``, ``allgather`` (first
+dimension per rank), ``broadcast`` (in place and not), ``poll``/``synchronize`` on integer
+handles, ``barrier``, ``broadcast_parameters``, ``broadcast_object``, ``allgather_object``,
+``HorovodInternalError``. The rest of Horovod's API is not built yet (``docs/horovod.md``).
+
+While initialised, the Horovod layer owns dtcomm's group: do not call ``dtcomm.*``
+collectives beside it.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import torch
+
+import dtcomm
+from dtcomm import _dtcomm
+
+__all__ = [
+    "Average", "Sum", "Adasum", "Min", "Max", "Product", "HorovodInternalError",
+    "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
+    "cross_rank", "cross_size", "is_homogeneous", "mpi_built", "mpi_enabled", "gloo_built",
+    "gloo_enabled", "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built",
+    "mpi_threads_supported", "allreduce", "allreduce_async", "allreduce_", "allreduce_async_",
+    "allgather", "allgather_async", "broadcast", "broadcast_async", "broadcast_",
+    "broadcast_async_", "poll", "synchronize", "barrier", "broadcast_parameters",
+    "broadcast_object", "allgather_object",
+]
+
+# Horovod's ReduceOp values.
+Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
+_OPS = {Sum: "sum", Average: "sum", Min: "min", Max: "max", Product: "prod"}
+
+
+class HorovodInternalError(RuntimeError):
+    """An operation failed on every rank (ranks disagreed about it, or the group failed)."""
+
+
+_DTYPES = {
+    torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
+    torch.bfloat16: "bfloat16", torch.int8: "int8", torch.uint8: "uint8",
+    torch.int32: "int32", torch.int64: "int64",
+}
+
+_lock = threading.Lock()
+_neg: _dtcomm.Negotiator | None = None
+_counter = 0
+# handle -> (dtype, shape of the result, in-place target or None, op kind)
+_handles: dict[int, tuple[torch.dtype, tuple[int, ...] | None, torch.Tensor | None, str]] = {}
+
+
+def init(comm: Any = None, process_sets: Any = None) -> None:
+    """Joins the group (``dtcomm.init()``: launcher variables, ``dtrun``, Horovod's and MPI's
+    rank variables) and starts the negotiation. ``HOROVOD_CYCLE_TIME`` (ms, default 1) and
+    ``HOROVOD_FUSION_THRESHOLD`` (bytes, default 128 MiB) are honoured."""
+    global _neg, _counter
+    with _lock:
+        if _neg is not None:
+            return
+        if not dtcomm.is_initialized():
+            dtcomm.init(verbose=False)
+        cycle = float(os.environ.get("HOROVOD_CYCLE_TIME", "1"))
+        threshold = int(os.environ.get("HOROVOD_FUSION_THRESHOLD", str(128 << 20)))
+        _neg = _dtcomm.Negotiator(dtcomm.communicator(), cycle, threshold)
+        _counter = 0
+        _handles.clear()
+
+
+def shutdown() -> None:
+    """Stops the negotiation and leaves the group; ``init()`` may be called again."""
+    global _neg
+    with _lock:
+        if _neg is None:
+            return
+        _neg.shutdown()
+        _neg = None
+        _handles.clear()
+    dtcomm.shutdown()
+
+
+def is_initialized() -> bool:
+    """Whether ``init()`` ran (and ``shutdown()`` not since)."""
+    return _neg is not None
+
+
+def _n() -> _dtcomm.Negotiator:
+    if _neg is None:
+        raise ValueError("Horovod has not been initialized; use hvd.init().")
+    return _neg
+
+
+def rank() -> int:
+    """This process's rank."""
+    _n()
+    return dtcomm.rank()
+
+
+def size() -> int:
+    """Ranks in the job."""
+    _n()
+    return dtcomm.size()
+
+
+def local_rank() -> int:
+    """Rank among the processes of this host."""
+    _n()
+    return dtcomm.local_rank()
+
+
+def local_size() -> int:
+    """Processes on this host."""
+    _n()
+    return dtcomm.local_size()
+
+
+def cross_rank() -> int:
+    """Index of this host."""
+    return rank() // max(local_size(), 1)
+
+
+def cross_size() -> int:
+    """Hosts in the job."""
+    return max(size() // max(local_size(), 1), 1)
+
+
+def is_homogeneous() -> bool:
+    """Whether every host runs the same number of processes."""
+    return size() % max(local_size(), 1) == 0
+
+
+def mpi_built() -> bool:
+    """False: dtcomm does not use MPI."""
+    return False
+
+
+def mpi_enabled() -> bool:
+    """False: dtcomm does not use MPI."""
+    return False
+
+
+def mpi_threads_supported() -> bool:
+    """False: dtcomm does not use MPI."""
+    return False
+
+
+def gloo_built() -> bool:
+    """True: CPU collectives (dtcomm's TCP and shared-memory engine take gloo's place)."""
+    return True
+
+
+def gloo_enabled() -> bool:
+    """True: CPU collectives run on dtcomm's engine."""
+    return True
+
+
+def nccl_built() -> int:
+    """0: CUDA tensors are not carried by this front end yet."""
+    return 0
+
+
+def ddl_built() -> bool:
+    """False."""
+    return False
+
+
+def ccl_built() -> bool:
+    """False."""
+    return False
+
+
+def cuda_built() -> bool:
+    """False: CUDA tensors are not carried by this front end yet."""
+    return False
+
+
+def rocm_built() -> bool:
+    """False."""
+    return False
+
+
+def _name(kind: str, name: str | None) -> str:
+    global _counter
+    if name:
+        return f"{kind}.{name}"
+    _counter += 1
+    return f"{kind}.noname.{_counter}"
+
+
+def _dtype(t: torch.Tensor) -> str:
+    if t.device.type != "cpu":
+        raise ValueError(f"tensors on {t.device} are not supported yet (CPU only)")
+    try:
+        return _DTYPES[t.dtype]
+    except KeyError:
+        raise ValueError(f"unsupported tensor dtype {t.dtype}") from None
+
+
+def _bytes(t: torch.Tensor) -> bytes:
+    if not t.is_contiguous():
+        raise ValueError("tensor must be contiguous")
+    t = t.detach()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().tobytes()
+    return t.numpy().tobytes()
+
+
+def _submit(kind: str, t: torch.Tensor, name: str | None, target: torch.Tensor | None,
+            out_shape: tuple[int, ...] | None, **kw: Any) -> int:
+    with _lock:
+        n = _n()
+        full = _name(kind, name)
+        h = n.submit(full, kind, _dtype(t), list(t.shape), _bytes(t), **kw)
+        _handles[h] = (t.dtype, out_shape, target, kind)
+    return h
+
+
+def _op(op: int | None, average: bool | None) -> int:
+    if op is None:
+        return Sum if average is False else Average
+    if average is not None:
+        raise ValueError("The op parameter supersedes average; use only one of them.")
+    if op == Adasum:
+        raise NotImplementedError("Adasum is not supported by dtcomm's Horovod API")
+    if op not in _OPS:
+        raise ValueError(f"unknown reduce op {op}")
+    return op
+
+
+def allreduce_async(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
+                    op: int | None = None, prescale_factor: float = 1.0,
+                    postscale_factor: float = 1.0, process_set: Any = None) -> int:
+    """Starts an allreduce of ``tensor`` into a new tensor; returns a handle."""
+    return _allreduce(tensor, None, average, name, op, prescale_factor, postscale_factor)
+
+
+def allreduce_async_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
+                     op: int | None = None, prescale_factor: float = 1.0,
+                     postscale_factor: float = 1.0, process_set: Any = None) -> int:
+    """Starts an in-place allreduce of ``tensor``; returns a handle."""
+    return _allreduce(tensor, tensor, average, name, op, prescale_factor, postscale_factor)
+
+
+def _allreduce(tensor: torch.Tensor, target: torch.Tensor | None, average: bool | None,
+               name: str | None, op: int | None, pre: float, post: float) -> int:
+    o = _op(op, average)
+    if o == Average:
+        post = post / size()
+    return _submit("allreduce", tensor, name, target, tuple(tensor.shape), op=_OPS[o],
+                   prescale=float(pre), postscale=float(post))
+
+
+def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
+              compression: Any = None, op: int | None = None, prescale_factor: float = 1.0,
+              postscale_factor: float = 1.0, process_set: Any = None) -> torch.Tensor:
+    """Allreduces ``tensor`` (Average by default) into a new tensor."""
+    return synchronize(allreduce_async(tensor, average, name, op, prescale_factor,
+                                       postscale_factor))
+
+
+def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
+               op: int | None = None, prescale_factor: float = 1.0,
+               postscale_factor: float = 1.0, process_set: Any = None) -> torch.Tensor:
+    """Allreduces ``tensor`` in place."""
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
+                                        postscale_factor))
+
+
+def allgather_async(tensor: torch.Tensor, name: str | None = None,
+                    process_set: Any = None) -> int:
+    """Starts an allgather (concatenation along dimension 0, which may differ per rank)."""
+    t = tensor if tensor.dim() > 0 else tensor.reshape(1)
+    return _submit("allgather", t, name, None, (-1, *t.shape[1:]))
+
+
+def allgather(tensor: torch.Tensor, name: str | None = None,
+              process_set: Any = None) -> torch.Tensor:
+    """Concatenates every rank's ``tensor`` along dimension 0."""
+    return synchronize(allgather_async(tensor, name))
+
+
+def broadcast_async(tensor: torch.Tensor, root_rank: int, name: str | None = None,
+                    process_set: Any = None) -> int:
+    """Starts a broadcast of ``root_rank``'s ``tensor`` into a new tensor."""
+    return _submit("broadcast", tensor, name, None, tuple(tensor.shape), root=int(root_rank))
+
+
+def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None = None,
+                     process_set: Any = None) -> int:
+    """Starts an in-place broadcast of ``root_rank``'s ``tensor``."""
+    return _submit("broadcast", tensor, name, tensor, tuple(tensor.shape), root=int(root_rank))
+
+
+def broadcast(tensor: torch.Tensor, root_rank: int, name: str | None = None,
+              process_set: Any = None) -> torch.Tensor:
+    """Returns ``root_rank``'s ``tensor`` on every rank."""
+    return synchronize(broadcast_async(tensor, root_rank, name))
+
+
+def broadcast_(tensor: torch.Tensor, root_rank: int, name: str | None = None,
+               process_set: Any = None) -> torch.Tensor:
+    """Copies ``root_rank``'s ``tensor`` into every rank's ``tensor``."""
+    return synchronize(broadcast_async_(tensor, root_rank, name))
+
+
+def poll(handle: int) -> bool:
+    """Whether the operation of ``handle`` has completed."""
+    return _n().poll(handle)
+
+
+def synchronize(handle: int) -> torch.Tensor:
+    """Waits for ``handle``'s operation and returns its output tensor; raises
+    ``HorovodInternalError`` if the operation failed (e.g. the ranks disagreed about it)."""
+    n = _n()
+    with _lock:
+        dtype, shape, target, kind = _handles.pop(handle)
+    try:
+        data = n.wait(handle)
+    except RuntimeError as e:
+        raise HorovodInternalError(str(e)) from e
+    if kind == "barrier":
+        return torch.empty(0)
+    np_dtype = torch.empty(0, dtype=dtype).numpy().dtype if dtype != torch.bfloat16 else np.int16
+    arr = np.frombuffer(data, dtype=np_dtype).copy()
+    out = torch.from_numpy(arr)
+    if dtype == torch.bfloat16:
+        out = out.view(torch.bfloat16)
+    out = out.reshape(shape) if shape is not None else out
+    if target is not None:
+        target.copy_(out.reshape(target.shape))
+        return target
+    return out
+
+
+def barrier(process_set: Any = None) -> None:
+    """Waits until every rank reaches it (other operations may still be pending)."""
+    with _lock:
+        n = _n()
+        h = n.submit(_name("barrier", None), "barrier", "uint8", [0], b"")
+        _handles[h] = (torch.uint8, None, None, "barrier")
+    synchronize(h)
+
+
+def broadcast_parameters(params: Any, root_rank: int, prefix: str | None = None) -> None:
+    """Broadcasts a ``state_dict()`` or ``named_parameters()`` from ``root_rank`` in place."""
+    items: Iterable[tuple[str, Any]]
+    if isinstance(params, dict):
+        items = sorted(params.items())
+    elif isinstance(params, list) or hasattr(params, "__iter__"):
+        items = list(params)
+    else:
+        raise ValueError(f"invalid params of type: {type(params)}")
+    handles = []
+    for name, p in items:
+        if isinstance(p, torch.Tensor):
+            t = p.data if isinstance(p, torch.nn.Parameter) else p
+            handles.append(broadcast_async_(t, root_rank, name=f"{prefix or ''}{name}"))
+    for h in handles:
+        synchronize(h)
+
+
+def broadcast_object(obj: Any, root_rank: int = 0, name: str | None = None,
+                     process_set: Any = None) -> Any:
+    """Pickles ``obj`` on ``root_rank`` and returns it on every rank."""
+    name = name or type(obj).__name__
+    if rank() == root_rank:
+        buf = io.BytesIO()
+        pickle.dump(obj, buf)
+        payload = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
+        sz = torch.tensor([payload.numel()], dtype=torch.int64)
+    else:
+        sz = torch.tensor([0], dtype=torch.int64)
+    sz = broadcast_(sz, root_rank, name=f"{name}.sz")
+    if rank() != root_rank:
+        payload = torch.zeros(int(sz.item()), dtype=torch.uint8)
+    payload = broadcast_(payload, root_rank, name=f"{name}.t")
+    return pickle.loads(payload.numpy().tobytes())
+
+
+def allgather_object(obj: Any, name: str | None = None, process_set: Any = None) -> list[Any]:
+    """Pickles ``obj`` on every rank and returns the list of all of them, in rank order."""
+    name = name or type(obj).__name__
+    data = pickle.dumps(obj)
+    sizes = allgather(torch.tensor([len(data)], dtype=torch.int64), name=f"{name}.sz").tolist()
+    blob = allgather(torch.frombuffer(bytearray(data), dtype=torch.uint8), name=f"{name}.t")
+    out, at = [], 0
+    for s in sizes:
+        out.append(pickle.loads(blob[at:at + s].numpy().tobytes()))
+        at += s
+    return out
