@@ -55,7 +55,7 @@ fn names_complete_whatever_order_ranks_submit_them_and_fused_results_are_per_ten
         for (i, h) in handles {
             // 0+10+20 + 3i
             assert_eq!(
-                back(&h.wait().unwrap()),
+                back(&h.wait().unwrap().data),
                 vec![(30 + 3 * i) as f32; 3],
                 "g{i}"
             );
@@ -74,7 +74,7 @@ fn an_operation_waits_for_every_rank_and_never_completes_inside_submit() {
         if rank == 0 {
             assert!(!h.poll(), "rank 1 has not submitted yet");
         }
-        assert_eq!(back(&h.wait().unwrap()), vec![2.0]);
+        assert_eq!(back(&h.wait().unwrap().data), vec![2.0]);
     });
 }
 
@@ -105,12 +105,12 @@ fn scale_factors_allgather_and_broadcast() {
         };
         let h3 = n.submit(bc, f32s(&[rank as f32 + 5.0; 2])).unwrap();
         // (1*2 + 2*2) * 0.25
-        assert_eq!(back(&h1.wait().unwrap()), vec![1.5; 2]);
+        assert_eq!(back(&h1.wait().unwrap().data), vec![1.5; 2]);
         assert_eq!(
-            back(&h2.wait().unwrap()),
+            back(&h2.wait().unwrap().data),
             vec![0.0, 0.0, 1.0, 1.0, 1.0, 1.0]
         );
-        assert_eq!(back(&h3.wait().unwrap()), vec![6.0; 2]);
+        assert_eq!(back(&h3.wait().unwrap().data), vec![6.0; 2]);
     });
 }
 
@@ -128,7 +128,7 @@ fn a_mismatch_fails_on_every_rank_and_later_operations_work() {
         }
         let ok = Request::allreduce("allreduce.ok", DType::F32, &[1], ReduceOp::Max);
         let h = n.submit(ok, f32s(&[rank as f32])).unwrap();
-        assert_eq!(back(&h.wait().unwrap()), vec![2.0]);
+        assert_eq!(back(&h.wait().unwrap().data), vec![2.0]);
         // A duplicate pending name, and a buffer of the wrong size, are refused at once.
         let b = Request {
             kind: Kind::Barrier,
@@ -147,5 +147,53 @@ fn a_mismatch_fails_on_every_rank_and_later_operations_work() {
             ));
         }
         hb.wait().unwrap();
+    });
+}
+
+#[test]
+fn alltoall_with_splits_and_reducescatter_with_uneven_rows() {
+    group(3, 0, |rank, n| {
+        // Rank r sends (p + 1) rows of 2 to rank p, each row valued 10r + p.
+        let splits: Vec<u64> = (0..3).map(|p| p + 1).collect();
+        let rows: Vec<f32> = (0..3u64)
+            .flat_map(|p| std::iter::repeat_n((10 * rank as u64 + p) as f32, 2 * (p as usize + 1)))
+            .collect();
+        let a2a = Request {
+            kind: Kind::Alltoall,
+            op: None,
+            splits,
+            ..Request::allreduce("alltoall.x", DType::F32, &[6, 2], ReduceOp::Sum)
+        };
+        let out = n.submit(a2a, f32s(&rows)).unwrap().wait().unwrap();
+        // From each source p: rank + 1 rows valued 10p + rank.
+        let want: Vec<f32> = (0..3u64)
+            .flat_map(|p| std::iter::repeat_n((10 * p + rank as u64) as f32, 2 * (rank + 1)))
+            .collect();
+        assert_eq!(back(&out.data), want);
+        assert_eq!(out.counts, vec![2 * (rank as u64 + 1); 3]);
+        // 4 rows over 3 ranks: rank 0 gets 2, the others 1; sum then scaled by 0.5.
+        let rs = Request {
+            kind: Kind::Reducescatter,
+            postscale: 0.5,
+            ..Request::allreduce("reducescatter.y", DType::F32, &[4, 1], ReduceOp::Sum)
+        };
+        let out = n.submit(rs, f32s(&[1.0, 2.0, 3.0, 4.0])).unwrap().wait().unwrap();
+        let want: &[f32] = match rank {
+            0 => &[1.5, 3.0],
+            1 => &[4.5],
+            _ => &[6.0],
+        };
+        assert_eq!(back(&out.data), want);
+        // A split that does not fit fails on every rank.
+        let bad = Request {
+            kind: Kind::Alltoall,
+            op: None,
+            splits: if rank == 1 { vec![5, 5, 5] } else { vec![] },
+            ..Request::allreduce("alltoall.bad", DType::F32, &[3, 1], ReduceOp::Sum)
+        };
+        match n.submit(bad, f32s(&[0.0; 3])).unwrap().wait() {
+            Err(NegotiateError::Mismatch(m)) => assert!(m.contains("rank 1"), "{m}"),
+            other => panic!("{other:?}"),
+        }
     });
 }

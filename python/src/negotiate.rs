@@ -65,7 +65,7 @@ impl PyNegotiator {
 
     /// Submits a named operation with this rank's bytes; returns its handle. A duplicate
     /// pending name or a buffer of the wrong size raises ValueError.
-    #[pyo3(signature = (name, kind, dtype, shape, data, *, root=None, op=None, prescale=1.0, postscale=1.0))]
+    #[pyo3(signature = (name, kind, dtype, shape, data, *, root=None, op=None, prescale=1.0, postscale=1.0, splits=Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn submit(
         &self,
@@ -78,6 +78,7 @@ impl PyNegotiator {
         op: Option<&str>,
         prescale: f64,
         postscale: f64,
+        splits: Vec<u64>,
     ) -> PyResult<u64> {
         let dtype = DType::parse(dtype)
             .ok_or_else(|| PyValueError::new_err(format!("unsupported dtype {dtype:?}")))?;
@@ -97,6 +98,7 @@ impl PyNegotiator {
             prescale,
             postscale,
             device: -1,
+            splits,
         };
         let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let n = guard
@@ -120,9 +122,11 @@ impl PyNegotiator {
         Ok(h.poll())
     }
 
-    /// Waits for the operation (without the GIL) and returns its result bytes; raises
-    /// RuntimeError if it failed (a mismatch between ranks, a failed communicator).
-    fn wait<'py>(&self, py: Python<'py>, handle: u64) -> PyResult<Bound<'py, PyBytes>> {
+    /// Waits for the operation (without the GIL) and returns its result bytes and per-rank
+    /// element counts (allgather: from each rank; alltoall: received from each rank; else
+    /// empty); raises RuntimeError if it failed (a mismatch between ranks, a failed
+    /// communicator).
+    fn wait<'py>(&self, py: Python<'py>, handle: u64) -> PyResult<(Bound<'py, PyBytes>, Vec<u64>)> {
         let h = self
             .handles
             .lock()
@@ -130,7 +134,7 @@ impl PyNegotiator {
             .remove(&handle)
             .ok_or_else(|| PyValueError::new_err(format!("unknown handle {handle}")))?;
         let out = py.detach(|| h.wait()).map_err(err)?;
-        Ok(PyBytes::new(py, &out))
+        Ok((PyBytes::new(py, &out.data), out.counts))
     }
 
     /// Stops the cycle thread once every rank has called it.

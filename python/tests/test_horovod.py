@@ -76,6 +76,34 @@ except hvd.HorovodInternalError as e:
     assert "shape" in str(e), e
 assert hvd.allreduce(torch.ones(1), name="after", op=hvd.Sum).item() == n
 
+# alltoall: equal split, and with splits (rank r sends p + 1 rows to rank p).
+eq = hvd.alltoall(torch.arange(2 * n, dtype=torch.float32) + 100 * r)
+assert eq.tolist() == [float(100 * p + 2 * r + k) for p in range(n) for k in range(2)], eq
+rows = torch.cat([torch.full((p + 1, 2), float(10 * r + p)) for p in range(n)])
+out, got = hvd.alltoall(rows, splits=torch.tensor([p + 1 for p in range(n)], dtype=torch.int32))
+assert got.tolist() == [r + 1] * n, got
+assert out.shape == (n * (r + 1), 2)
+assert out[:, 0].tolist() == [float(10 * p + r) for p in range(n) for _ in range(r + 1)]
+try:
+    hvd.alltoall(rows, splits=torch.tensor([1] * n, dtype=torch.int64))
+    raise SystemExit("int64 splits accepted")
+except ValueError:
+    pass
+
+# reducescatter: remainder rows to the lowest ranks; Average by default.
+rs = hvd.reducescatter(torch.arange(n + 1, dtype=torch.float32).reshape(n + 1, 1) * (r + 1))
+q, rem = divmod(n + 1, n)
+first = r * q + min(r, rem)
+mine = q + (1 if r < rem else 0)
+avg = (n + 1) / 2
+assert rs.flatten().tolist() == [float(k) * avg for k in range(first, first + mine)], rs
+
+# Grouped variants.
+gs = hvd.grouped_allreduce([torch.ones(2) * r, torch.ones(3)], op=hvd.Sum, name="grp")
+assert gs[0].tolist() == [float(sum(range(n)))] * 2 and gs[1].tolist() == [float(n)] * 3
+ga = hvd.grouped_allgather([torch.full((1,), float(r)), torch.full((2,), float(r))])
+assert ga[0].tolist() == [float(k) for k in range(n)] and len(ga[1]) == 2 * n
+
 # Objects and parameters.
 assert hvd.broadcast_object({"from": r}, root_rank=0) == {"from": 0}
 assert hvd.allgather_object(r * 10) == [k * 10 for k in range(n)]

@@ -10,6 +10,25 @@ pub fn check(requests: &[&Request]) -> Result<(), String> {
         return Ok(());
     };
     let name = &first.name;
+    if first.kind == Kind::Alltoall {
+        for (rank, r) in requests.iter().enumerate() {
+            let rows = r.shape.first().copied().unwrap_or(0);
+            let world = requests.len() as u64;
+            let bad = if r.splits.is_empty() {
+                (world > 0 && rows % world != 0)
+                    .then(|| format!("{rows} rows do not split equally over {world} ranks"))
+            } else if r.splits.len() as u64 != world {
+                Some(format!("{} splits for {world} ranks", r.splits.len()))
+            } else if r.splits.iter().sum::<u64>() > rows {
+                Some(format!("splits sum to {} but the tensor has {rows} rows", r.splits.iter().sum::<u64>()))
+            } else {
+                None
+            };
+            if let Some(why) = bad {
+                return Err(format!("{name}: rank {rank}: {why}"));
+            }
+        }
+    }
     for (rank, r) in requests.iter().enumerate().skip(1) {
         let differ = |what: &str, a: String, b: String| {
             Err(format!(

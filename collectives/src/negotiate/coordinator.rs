@@ -116,6 +116,9 @@ impl Coordinator {
                     if reqs[0].kind == Kind::Allgather {
                         gathers.insert(&reqs[0].name, reqs.iter().map(|r| r.elements()).collect());
                     }
+                    if reqs[0].kind == Kind::Alltoall {
+                        gathers.insert(&reqs[0].name, alltoall_matrix(&reqs));
+                    }
                     good.push(reqs[0])
                 }
                 Err(message) => {
@@ -130,7 +133,7 @@ impl Coordinator {
         let mut runs = fuse(&good, self.threshold);
         for r in &mut runs {
             if let Response::Run {
-                kind: Kind::Allgather,
+                kind: Kind::Allgather | Kind::Alltoall,
                 names,
                 elements,
                 ..
@@ -142,4 +145,21 @@ impl Coordinator {
         out.extend(runs);
         out
     }
+}
+
+/// Element counts rank `r` sends rank `p`, at `[r * world + p]` (an empty split is an equal
+/// one).
+fn alltoall_matrix(reqs: &[&Request]) -> Vec<u64> {
+    let world = reqs.len() as u64;
+    let mut m = Vec::with_capacity(reqs.len() * reqs.len());
+    for r in reqs {
+        let row = r.row_elements();
+        if r.splits.is_empty() {
+            let each = r.shape.first().copied().unwrap_or(0) / world.max(1);
+            m.extend(std::iter::repeat_n(each * row, reqs.len()));
+        } else {
+            m.extend(r.splits.iter().map(|s| s * row));
+        }
+    }
+    m
 }

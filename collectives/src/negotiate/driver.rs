@@ -31,9 +31,6 @@ pub enum NegotiateError {
     /// The negotiator shut down before the operation ran.
     #[error("the negotiator shut down before {0} ran")]
     Shutdown(String),
-    /// The driver cannot run this kind yet.
-    #[error("{0}")]
-    Unsupported(String),
     /// The buffer does not hold what the request describes.
     #[error("{0}")]
     BadBuffer(String),
@@ -44,14 +41,33 @@ pub enum NegotiateError {
     Duplicate(String),
 }
 
+/// A completed operation's result.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Output {
+    /// The result buffer (for an allgather or alltoall, every source's part in rank order).
+    pub data: Vec<u8>,
+    /// Allgather: elements from each rank; alltoall: elements received from each rank; empty
+    /// otherwise.
+    pub counts: Vec<u64>,
+}
+
+impl Output {
+    fn of(data: Vec<u8>) -> Self {
+        Self {
+            data,
+            counts: Vec::new(),
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Slot {
-    done: Mutex<Option<Result<Vec<u8>, NegotiateError>>>,
+    done: Mutex<Option<Result<Output, NegotiateError>>>,
     cv: Condvar,
 }
 
 impl Slot {
-    fn finish(&self, r: Result<Vec<u8>, NegotiateError>) {
+    fn finish(&self, r: Result<Output, NegotiateError>) {
         *self.done.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
         self.cv.notify_all();
     }
@@ -71,8 +87,8 @@ impl Handle {
             .is_some()
     }
 
-    /// Waits for it; the result buffer (for an allgather, every rank's part in rank order).
-    pub fn wait(&self) -> Result<Vec<u8>, NegotiateError> {
+    /// Waits for it; its result.
+    pub fn wait(&self) -> Result<Output, NegotiateError> {
         let mut g = self.0.done.lock().unwrap_or_else(|p| p.into_inner());
         while g.is_none() {
             g = self.0.cv.wait(g).unwrap_or_else(|p| p.into_inner());
@@ -303,7 +319,7 @@ fn execute(comm: &Communicator, shared: &Shared, resp: Response) -> Result<(), C
                         at += n;
                     }
                     for l in locals {
-                        l.slot.finish(Ok(l.data));
+                        l.slot.finish(Ok(Output::of(l.data)));
                     }
                 }
                 Kind::Broadcast => {
@@ -317,7 +333,7 @@ fn execute(comm: &Communicator, shared: &Shared, resp: Response) -> Result<(), C
                     ));
                     // SAFETY: as above, `l.data` for the whole call.
                     unsafe { comm.run(&call)? };
-                    l.slot.finish(Ok(l.data));
+                    l.slot.finish(Ok(Output::of(l.data)));
                 }
                 Kind::Allgather => {
                     let l = locals.remove(0);
@@ -335,21 +351,60 @@ fn execute(comm: &Communicator, shared: &Shared, resp: Response) -> Result<(), C
                     .recv(RawBuf::host(out.as_mut_ptr(), total, head.dtype));
                     // SAFETY: both buffers live and unaliased for the call; send is read only.
                     unsafe { comm.run(&call)? };
-                    l.slot.finish(Ok(out));
+                    l.slot.finish(Ok(Output {
+                        data: out,
+                        counts: elements,
+                    }));
+                }
+                Kind::Alltoall => {
+                    let l = locals.remove(0);
+                    let (me, world) = (comm.rank(), comm.world());
+                    let send: Vec<usize> =
+                        (0..world).map(|p| elements[me * world + p] as usize).collect();
+                    let recv: Vec<usize> =
+                        (0..world).map(|p| elements[p * world + me] as usize).collect();
+                    let (ns, nr) = (send.iter().sum::<usize>(), recv.iter().sum::<usize>());
+                    let mut out = vec![0u8; nr * head.dtype.size()];
+                    let call = Call::new(Collective::AllToAll {
+                        send_counts: Some(send),
+                        recv_counts: Some(recv.clone()),
+                    })
+                    .send(RawBuf::host(l.data.as_ptr().cast_mut(), ns, head.dtype))
+                    .recv(RawBuf::host(out.as_mut_ptr(), nr, head.dtype));
+                    // SAFETY: `l.data` holds at least `ns` elements (splits never exceed the
+                    // rows, checked by the coordinator) and `out` exactly `nr`.
+                    unsafe { comm.run(&call)? };
+                    l.slot.finish(Ok(Output {
+                        data: out,
+                        counts: recv.iter().map(|c| *c as u64).collect(),
+                    }));
+                }
+                Kind::Reducescatter => {
+                    // Uneven first dimensions (the remainder rows go to the lowest ranks)
+                    // are what Horovod promises: reduce the whole tensor, keep this rank's rows.
+                    let mut l = locals.remove(0);
+                    scale(&mut l.data, head.dtype, head.prescale);
+                    let count = l.data.len() / head.dtype.size();
+                    let op = head.op.expect("a reducescatter has an op");
+                    let call = Call::new(Collective::AllReduce { op })
+                        .recv(RawBuf::host(l.data.as_mut_ptr(), count, head.dtype));
+                    // SAFETY: as for the allreduce.
+                    unsafe { comm.run(&call)? };
+                    let (me, world) = (comm.rank() as u64, comm.world() as u64);
+                    let rows = head.shape.first().copied().unwrap_or(0);
+                    let (q, rem) = (rows / world, rows % world);
+                    let first = me * q + me.min(rem);
+                    let mine = q + u64::from(me < rem);
+                    let row = (head.row_elements() as usize) * head.dtype.size();
+                    let mut part =
+                        l.data[first as usize * row..(first + mine) as usize * row].to_vec();
+                    scale(&mut part, head.dtype, head.postscale);
+                    l.slot.finish(Ok(Output::of(part)));
                 }
                 Kind::Barrier => {
                     comm.barrier()?;
                     for l in locals {
-                        l.slot.finish(Ok(Vec::new()));
-                    }
-                }
-                other => {
-                    for l in locals {
-                        l.slot.finish(Err(NegotiateError::Unsupported(format!(
-                            "{}: the negotiator does not run {} yet",
-                            l.request.name,
-                            other.name()
-                        ))));
+                        l.slot.finish(Ok(Output::default()));
                     }
                 }
             }

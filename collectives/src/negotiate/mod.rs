@@ -29,7 +29,7 @@ mod wire;
 
 pub use check::check;
 pub use coordinator::{Coordinator, Duplicate};
-pub use driver::{Handle, NegotiateError, Negotiator};
+pub use driver::{Handle, NegotiateError, Negotiator, Output};
 pub use fuse::{DEFAULT_FUSION_THRESHOLD, fuse};
 pub use request::{Kind, Request, Response};
 pub use scale::scale;

@@ -54,6 +54,8 @@ pub struct Request {
     pub postscale: f64,
     /// Where the tensor lives (-1: host memory, else a device index).
     pub device: i32,
+    /// Alltoall: rows of the first dimension to send to each rank (empty: an equal split).
+    pub splits: Vec<u64>,
 }
 
 impl Request {
@@ -69,7 +71,13 @@ impl Request {
             prescale: 1.0,
             postscale: 1.0,
             device: -1,
+            splits: Vec::new(),
         }
+    }
+
+    /// Elements in one row of the first dimension.
+    pub fn row_elements(&self) -> u64 {
+        self.shape.iter().skip(1).product()
     }
 
     /// Elements in the tensor.
@@ -95,8 +103,9 @@ pub enum Response {
         names: Vec<String>,
         /// Total bytes (per rank for allreduce; what the fusion threshold counts).
         bytes: u64,
-        /// For an allgather: every rank's element count (its first dimension may differ);
-        /// empty otherwise.
+        /// For an allgather: every rank's element count (its first dimension may differ); for
+        /// an alltoall: the `world × world` matrix of element counts, row `r` what rank `r`
+        /// sends to each rank; empty otherwise.
         elements: Vec<u64>,
     },
     /// The ranks disagreed about this name: every rank fails it with this message.

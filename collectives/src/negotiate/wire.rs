@@ -35,6 +35,10 @@ pub(crate) fn encode(stopping: bool, requests: &[Request]) -> Vec<u8> {
         out.extend_from_slice(&r.prescale.to_bits().to_le_bytes());
         out.extend_from_slice(&r.postscale.to_bits().to_le_bytes());
         out.extend_from_slice(&r.device.to_le_bytes());
+        out.extend_from_slice(&(r.splits.len() as u32).to_le_bytes());
+        for v in &r.splits {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
     }
     out
 }
@@ -87,6 +91,8 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<(bool, Vec<Request>), String> {
         let prescale = f64::from_bits(r.u64()?);
         let postscale = f64::from_bits(r.u64()?);
         let device = r.u32()? as i32;
+        let nsplits = r.u32()?;
+        let splits = (0..nsplits).map(|_| r.u64()).collect::<Result<Vec<_>, _>>()?;
         out.push(Request {
             name,
             kind,
@@ -97,6 +103,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<(bool, Vec<Request>), String> {
             prescale,
             postscale,
             device,
+            splits,
         });
     }
     Ok((stopping, out))

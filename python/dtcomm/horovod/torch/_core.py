@@ -13,9 +13,7 @@ collectives beside it.
 
 from __future__ import annotations
 
-import io
 import os
-import pickle
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -24,7 +22,7 @@ import numpy as np
 import torch
 
 import dtcomm
-from dtcomm import _dtcomm
+from dtcomm import _dtcomm, _state_codec
 
 __all__ = [
     "Average", "Sum", "Adasum", "Min", "Max", "Product", "HorovodInternalError",
@@ -34,7 +32,10 @@ __all__ = [
     "mpi_threads_supported", "allreduce", "allreduce_async", "allreduce_", "allreduce_async_",
     "allgather", "allgather_async", "broadcast", "broadcast_async", "broadcast_",
     "broadcast_async_", "poll", "synchronize", "barrier", "broadcast_parameters",
-    "broadcast_object", "allgather_object",
+    "broadcast_object", "allgather_object", "alltoall", "alltoall_async", "reducescatter",
+    "reducescatter_async", "grouped_allreduce", "grouped_allreduce_async", "grouped_allreduce_",
+    "grouped_allreduce_async_", "grouped_allgather", "grouped_allgather_async",
+    "grouped_reducescatter", "grouped_reducescatter_async",
 ]
 
 # Horovod's ReduceOp values.
@@ -324,7 +325,7 @@ def synchronize(handle: int) -> torch.Tensor:
     with _lock:
         dtype, shape, target, kind = _handles.pop(handle)
     try:
-        data = n.wait(handle)
+        data, counts = n.wait(handle)
     except RuntimeError as e:
         raise HorovodInternalError(str(e)) from e
     if kind == "barrier":
@@ -338,6 +339,11 @@ def synchronize(handle: int) -> torch.Tensor:
     if target is not None:
         target.copy_(out.reshape(target.shape))
         return target
+    if kind == "alltoall_splits":
+        row = 1
+        for d in (shape or (-1,))[1:]:
+            row *= d
+        return out, torch.tensor([c // max(row, 1) for c in counts], dtype=torch.int32)
     return out
 
 
@@ -368,14 +374,54 @@ def broadcast_parameters(params: Any, root_rank: int, prefix: str | None = None)
         synchronize(h)
 
 
+_TENSOR = "__dtcomm_torch_tensor__"
+
+
+def _to_wire(v: Any) -> Any:
+    """Torch tensors as tagged numpy arrays (the state codec carries numpy, not torch)."""
+    if isinstance(v, torch.Tensor):
+        t = v.detach().cpu().contiguous()
+        if t.dtype == torch.bfloat16:
+            return (_TENSOR, "bfloat16", t.view(torch.int16).numpy())
+        return (_TENSOR, str(t.dtype), t.numpy())
+    if isinstance(v, dict):
+        return {k: _to_wire(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        out = [_to_wire(x) for x in v]
+        return out if isinstance(v, list) else tuple(out)
+    return v
+
+
+def _from_wire(v: Any) -> Any:
+    if isinstance(v, tuple) and len(v) == 3 and v[0] == _TENSOR:
+        t = torch.from_numpy(np.array(v[2]))
+        return t.view(torch.bfloat16) if v[1] == "bfloat16" else t
+    if isinstance(v, dict):
+        return {k: _from_wire(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        out = [_from_wire(x) for x in v]
+        return out if isinstance(v, list) else tuple(out)
+    return v
+
+
+def _encode(obj: Any) -> bytes:
+    # Never pickle: what other ranks send is only parsed (dtcomm._state_codec: JSON with numpy
+    # arrays, bytes and tuples), so a payload cannot run code.
+    return _state_codec.encode(_to_wire(obj))
+
+
+def _decode(data: bytes) -> Any:
+    return _from_wire(_state_codec.decode(data))
+
+
 def broadcast_object(obj: Any, root_rank: int = 0, name: str | None = None,
                      process_set: Any = None) -> Any:
-    """Pickles ``obj`` on ``root_rank`` and returns it on every rank."""
+    """Returns ``root_rank``'s ``obj`` on every rank. Objects travel in dtcomm's code-free
+    format (None, numbers, strings, bytes, lists, tuples, dicts, numpy arrays, torch
+    tensors), never as pickles."""
     name = name or type(obj).__name__
     if rank() == root_rank:
-        buf = io.BytesIO()
-        pickle.dump(obj, buf)
-        payload = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
+        payload = torch.frombuffer(bytearray(_encode(obj)), dtype=torch.uint8)
         sz = torch.tensor([payload.numel()], dtype=torch.int64)
     else:
         sz = torch.tensor([0], dtype=torch.int64)
@@ -383,17 +429,164 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: str | None = None,
     if rank() != root_rank:
         payload = torch.zeros(int(sz.item()), dtype=torch.uint8)
     payload = broadcast_(payload, root_rank, name=f"{name}.t")
-    return pickle.loads(payload.numpy().tobytes())
+    return _decode(payload.numpy().tobytes())
 
 
 def allgather_object(obj: Any, name: str | None = None, process_set: Any = None) -> list[Any]:
-    """Pickles ``obj`` on every rank and returns the list of all of them, in rank order."""
+    """Every rank's ``obj``, in rank order (same format as :func:`broadcast_object`)."""
     name = name or type(obj).__name__
-    data = pickle.dumps(obj)
+    data = _encode(obj)
     sizes = allgather(torch.tensor([len(data)], dtype=torch.int64), name=f"{name}.sz").tolist()
     blob = allgather(torch.frombuffer(bytearray(data), dtype=torch.uint8), name=f"{name}.t")
     out, at = [], 0
-    for s in sizes:
-        out.append(pickle.loads(blob[at:at + s].numpy().tobytes()))
-        at += s
+    for sz in sizes:
+        out.append(_decode(blob[at:at + sz].numpy().tobytes()))
+        at += sz
     return out
+
+def _splits(splits: Any, tensor: torch.Tensor) -> list[int]:
+    if splits is None:
+        if tensor.shape[0] % size() != 0:
+            raise ValueError(f"alltoall: {tensor.shape[0]} rows do not split equally over "
+                             f"{size()} ranks; pass splits")
+        return []
+    if isinstance(splits, torch.Tensor):
+        if splits.dtype != torch.int32:
+            raise ValueError("alltoall: splits must be an int32 tensor")
+        values = [int(v) for v in splits.tolist()]
+    else:
+        values = [int(v) for v in splits]
+    if len(values) != size():
+        raise ValueError(f"alltoall: {len(values)} splits for {size()} ranks")
+    if any(v < 0 for v in values) or sum(values) > tensor.shape[0]:
+        raise ValueError(f"alltoall: splits {values} do not fit {tensor.shape[0]} rows")
+    return values
+
+
+def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: str | None = None,
+                   process_set: Any = None) -> int:
+    """Starts an alltoall: ``splits[p]`` rows of dimension 0 go to rank ``p`` (equal parts
+    without ``splits``)."""
+    if tensor.dim() == 0:
+        raise ValueError("alltoall needs a tensor with at least one dimension")
+    sp = _splits(splits, tensor)
+    kind = "alltoall_splits" if splits is not None else "alltoall"
+    with _lock:
+        n = _n()
+        h = n.submit(_name("alltoall", name), "alltoall", _dtype(tensor), list(tensor.shape),
+                     _bytes(tensor), splits=sp)
+        _handles[h] = (tensor.dtype, (-1, *tensor.shape[1:]), None, kind)
+    return h
+
+
+def alltoall(tensor: torch.Tensor, splits: Any = None, name: str | None = None,
+             process_set: Any = None) -> Any:
+    """Scatters slices of dimension 0 to every rank and gathers theirs; returns ``output``, or
+    ``(output, received_splits)`` when ``splits`` is given."""
+    return synchronize(alltoall_async(tensor, splits, name))
+
+
+def reducescatter_async(tensor: torch.Tensor, name: str | None = None, compression: Any = None,
+                        op: int = Average, process_set: Any = None,
+                        prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> int:
+    """Starts a reduction whose dimension 0 is split over the ranks (remainder rows to the
+    lowest ranks)."""
+    if tensor.dim() == 0:
+        raise ValueError("reducescatter needs a tensor with at least one dimension")
+    o = _op(op, None)
+    post = postscale_factor / size() if o == Average else postscale_factor
+    r, w = rank(), size()
+    q, rem = divmod(tensor.shape[0], w)
+    mine = q + (1 if r < rem else 0)
+    with _lock:
+        n = _n()
+        h = n.submit(_name("reducescatter", name), "reducescatter", _dtype(tensor),
+                     list(tensor.shape), _bytes(tensor), op=_OPS[o],
+                     prescale=float(prescale_factor), postscale=float(post))
+        _handles[h] = (tensor.dtype, (mine, *tensor.shape[1:]), None, "reducescatter")
+    return h
+
+
+def reducescatter(tensor: torch.Tensor, name: str | None = None, compression: Any = None,
+                  op: int = Average, process_set: Any = None, prescale_factor: float = 1.0,
+                  postscale_factor: float = 1.0) -> torch.Tensor:
+    """Reduces ``tensor`` over the ranks; each keeps its rows of dimension 0."""
+    return synchronize(reducescatter_async(tensor, name, compression, op, process_set,
+                                           prescale_factor, postscale_factor))
+
+
+def _group_names(kind: str, name: str | None, count: int) -> list[str | None]:
+    global _counter
+    if name is None:
+        _counter += 1
+        return [f"noname.{_counter}.{i}" for i in range(count)]
+    return [f"{name}.{i}" for i in range(count)]
+
+
+def grouped_allreduce_async(tensors: list[torch.Tensor], average: bool | None = None,
+                            name: str | None = None, op: int | None = None,
+                            prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                            process_set: Any = None) -> list[int]:
+    """Starts one allreduce per tensor (fused as the threshold allows)."""
+    names = _group_names("allreduce", name, len(tensors))
+    return [allreduce_async(t, average, nm, op, prescale_factor, postscale_factor)
+            for t, nm in zip(tensors, names)]
+
+
+def grouped_allreduce_async_(tensors: list[torch.Tensor], average: bool | None = None,
+                             name: str | None = None, op: int | None = None,
+                             prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                             process_set: Any = None) -> list[int]:
+    """In-place :func:`grouped_allreduce_async`."""
+    names = _group_names("allreduce", name, len(tensors))
+    return [allreduce_async_(t, average, nm, op, prescale_factor, postscale_factor)
+            for t, nm in zip(tensors, names)]
+
+
+def grouped_allreduce(tensors: list[torch.Tensor], average: bool | None = None,
+                      name: str | None = None, compression: Any = None, op: int | None = None,
+                      prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                      process_set: Any = None) -> list[torch.Tensor]:
+    """Allreduces every tensor of the list; returns the new tensors."""
+    return [synchronize(h) for h in grouped_allreduce_async(
+        tensors, average, name, op, prescale_factor, postscale_factor)]
+
+
+def grouped_allreduce_(tensors: list[torch.Tensor], average: bool | None = None,
+                       name: str | None = None, op: int | None = None,
+                       prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                       process_set: Any = None) -> list[torch.Tensor]:
+    """Allreduces every tensor of the list in place."""
+    return [synchronize(h) for h in grouped_allreduce_async_(
+        tensors, average, name, op, prescale_factor, postscale_factor)]
+
+
+def grouped_allgather_async(tensors: list[torch.Tensor], name: str | None = None,
+                            process_set: Any = None) -> list[int]:
+    """Starts one allgather per tensor."""
+    return [allgather_async(t, nm) for t, nm in
+            zip(tensors, _group_names("allgather", name, len(tensors)))]
+
+
+def grouped_allgather(tensors: list[torch.Tensor], name: str | None = None,
+                      process_set: Any = None) -> list[torch.Tensor]:
+    """Allgathers every tensor of the list."""
+    return [synchronize(h) for h in grouped_allgather_async(tensors, name)]
+
+
+def grouped_reducescatter_async(tensors: list[torch.Tensor], name: str | None = None,
+                                compression: Any = None, op: int = Average,
+                                process_set: Any = None, prescale_factor: float = 1.0,
+                                postscale_factor: float = 1.0) -> list[int]:
+    """Starts one reducescatter per tensor."""
+    return [reducescatter_async(t, nm, compression, op, None, prescale_factor, postscale_factor)
+            for t, nm in zip(tensors, _group_names("reducescatter", name, len(tensors)))]
+
+
+def grouped_reducescatter(tensors: list[torch.Tensor], name: str | None = None,
+                          compression: Any = None, op: int = Average, process_set: Any = None,
+                          prescale_factor: float = 1.0,
+                          postscale_factor: float = 1.0) -> list[torch.Tensor]:
+    """Reducescatters every tensor of the list."""
+    return [synchronize(h) for h in grouped_reducescatter_async(
+        tensors, name, compression, op, None, prescale_factor, postscale_factor)]
