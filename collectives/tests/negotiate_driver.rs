@@ -177,7 +177,11 @@ fn alltoall_with_splits_and_reducescatter_with_uneven_rows() {
             postscale: 0.5,
             ..Request::allreduce("reducescatter.y", DType::F32, &[4, 1], ReduceOp::Sum)
         };
-        let out = n.submit(rs, f32s(&[1.0, 2.0, 3.0, 4.0])).unwrap().wait().unwrap();
+        let out = n
+            .submit(rs, f32s(&[1.0, 2.0, 3.0, 4.0]))
+            .unwrap()
+            .wait()
+            .unwrap();
         let want: &[f32] = match rank {
             0 => &[1.5, 3.0],
             1 => &[4.5],

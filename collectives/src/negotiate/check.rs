@@ -20,7 +20,10 @@ pub fn check(requests: &[&Request]) -> Result<(), String> {
             } else if r.splits.len() as u64 != world {
                 Some(format!("{} splits for {world} ranks", r.splits.len()))
             } else if r.splits.iter().sum::<u64>() > rows {
-                Some(format!("splits sum to {} but the tensor has {rows} rows", r.splits.iter().sum::<u64>()))
+                Some(format!(
+                    "splits sum to {} but the tensor has {rows} rows",
+                    r.splits.iter().sum::<u64>()
+                ))
             } else {
                 None
             };

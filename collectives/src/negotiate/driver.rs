@@ -359,10 +359,12 @@ fn execute(comm: &Communicator, shared: &Shared, resp: Response) -> Result<(), C
                 Kind::Alltoall => {
                     let l = locals.remove(0);
                     let (me, world) = (comm.rank(), comm.world());
-                    let send: Vec<usize> =
-                        (0..world).map(|p| elements[me * world + p] as usize).collect();
-                    let recv: Vec<usize> =
-                        (0..world).map(|p| elements[p * world + me] as usize).collect();
+                    let send: Vec<usize> = (0..world)
+                        .map(|p| elements[me * world + p] as usize)
+                        .collect();
+                    let recv: Vec<usize> = (0..world)
+                        .map(|p| elements[p * world + me] as usize)
+                        .collect();
                     let (ns, nr) = (send.iter().sum::<usize>(), recv.iter().sum::<usize>());
                     let mut out = vec![0u8; nr * head.dtype.size()];
                     let call = Call::new(Collective::AllToAll {
@@ -386,8 +388,11 @@ fn execute(comm: &Communicator, shared: &Shared, resp: Response) -> Result<(), C
                     scale(&mut l.data, head.dtype, head.prescale);
                     let count = l.data.len() / head.dtype.size();
                     let op = head.op.expect("a reducescatter has an op");
-                    let call = Call::new(Collective::AllReduce { op })
-                        .recv(RawBuf::host(l.data.as_mut_ptr(), count, head.dtype));
+                    let call = Call::new(Collective::AllReduce { op }).recv(RawBuf::host(
+                        l.data.as_mut_ptr(),
+                        count,
+                        head.dtype,
+                    ));
                     // SAFETY: as for the allreduce.
                     unsafe { comm.run(&call)? };
                     let (me, world) = (comm.rank() as u64, comm.world() as u64);

@@ -92,7 +92,9 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<(bool, Vec<Request>), String> {
         let postscale = f64::from_bits(r.u64()?);
         let device = r.u32()? as i32;
         let nsplits = r.u32()?;
-        let splits = (0..nsplits).map(|_| r.u64()).collect::<Result<Vec<_>, _>>()?;
+        let splits = (0..nsplits)
+            .map(|_| r.u64())
+            .collect::<Result<Vec<_>, _>>()?;
         out.push(Request {
             name,
             kind,
