@@ -225,13 +225,21 @@ impl Buf {
 impl Drop for Buf {
     fn drop(&mut self) {
         if let Some(owner) = self.owner.take() {
-            Python::attach(|_py| match owner {
+            // `try_attach`, not `attach`: the last reference may go on the engine's thread
+            // while the interpreter finalises (an async call's buffers, dropped when the
+            // communicator shuts down at exit); attaching then would park that thread for
+            // ever and hang the exit joining it. The process is ending: leave the export.
+            let mut owner = Some(owner);
+            let released = Python::try_attach(|_py| match owner.take().expect("once") {
                 Owner::Buffer(mut v) => {
                     // SAFETY: `v` is a live export obtained by PyObject_GetBuffer, released once.
                     unsafe { ffi::PyBuffer_Release(&mut *v) }
                 }
                 Owner::DlPack(m) => drop(m),
             });
+            if released.is_none() {
+                std::mem::forget(owner);
+            }
         }
     }
 }
