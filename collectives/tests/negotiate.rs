@@ -241,3 +241,22 @@ proptest! {
         prop_assert_eq!(c.pending(), 0);
     }
 }
+
+#[test]
+fn a_name_some_ranks_never_submit_fails_after_the_stall_limit_naming_them() {
+    let mut c = Coordinator::new(3, 0).with_stall_cycles(5);
+    c.submit(0, ar("allreduce.lonely", 4)).unwrap();
+    c.submit(2, ar("allreduce.lonely", 4)).unwrap();
+    for _ in 0..4 {
+        assert!(c.cycle().is_empty());
+    }
+    let out = c.cycle();
+    match &out[..] {
+        [Response::Error { name, message }] => {
+            assert_eq!(name, "allreduce.lonely");
+            assert!(message.contains("ranks [1] did not submit") && message.contains("ranks [0, 2] did"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(c.pending(), 0);
+}

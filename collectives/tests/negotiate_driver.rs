@@ -201,3 +201,32 @@ fn alltoall_with_splits_and_reducescatter_with_uneven_rows() {
         }
     });
 }
+
+#[test]
+fn a_name_one_rank_never_submits_fails_at_the_deadline_on_the_ranks_waiting() {
+    let opts = Options {
+        timeout: Some(Duration::from_millis(300)),
+        ..Options::default()
+    };
+    let comms = Communicator::in_memory(2, opts).unwrap();
+    std::thread::scope(|s| {
+        for (rank, comm) in comms.into_iter().enumerate() {
+            s.spawn(move || {
+                let n = Negotiator::start(std::sync::Arc::new(comm), Duration::from_millis(1), 0);
+                if rank == 0 {
+                    let r = Request::allreduce("allreduce.orphan", DType::F32, &[1], ReduceOp::Sum);
+                    match n.submit(r, f32s(&[1.0])).unwrap().wait() {
+                        Err(NegotiateError::Mismatch(m)) => {
+                            assert!(m.contains("ranks [1] did not submit"), "{m}")
+                        }
+                        other => panic!("{other:?}"),
+                    }
+                }
+                // Later operations still work on both ranks.
+                let r = Request::allreduce("allreduce.next", DType::F32, &[1], ReduceOp::Sum);
+                assert_eq!(back(&n.submit(r, f32s(&[1.0])).unwrap().wait().unwrap().data), vec![2.0]);
+                n.shutdown();
+            });
+        }
+    });
+}

@@ -24,6 +24,8 @@ struct Entry {
     requests: Vec<Option<Request>>,
     /// Arrival order of the name's first request (the order ready names run in).
     seq: u64,
+    /// The cycle the name first arrived in.
+    first_cycle: u64,
 }
 
 /// Pending names of a process set of `size` ranks, and what becomes ready each cycle.
@@ -33,6 +35,10 @@ pub struct Coordinator {
     threshold: u64,
     pending: BTreeMap<String, Entry>,
     next_seq: u64,
+    /// Cycles run so far.
+    cycles: u64,
+    /// A name some ranks never submit fails after this many cycles (`None`: never).
+    stall_cycles: Option<u64>,
 }
 
 impl Coordinator {
@@ -44,7 +50,16 @@ impl Coordinator {
             threshold,
             pending: BTreeMap::new(),
             next_seq: 0,
+            cycles: 0,
+            stall_cycles: None,
         }
+    }
+
+    /// Fails a name that some ranks have not submitted after `cycles` cycles, on every rank
+    /// (cycles, not time: every rank counts the same cycles, so all decide alike).
+    pub fn with_stall_cycles(mut self, cycles: u64) -> Self {
+        self.stall_cycles = Some(cycles.max(1));
+        self
     }
 
     /// Names pending (submitted by some ranks, not yet answered).
@@ -61,6 +76,38 @@ impl Coordinator {
         })
     }
 
+    /// Errors for the names pending past the stall limit (removed from the table).
+    fn stalled(&mut self) -> Vec<Response> {
+        let Some(limit) = self.stall_cycles else {
+            return Vec::new();
+        };
+        let now = self.cycles;
+        let old: Vec<String> = self
+            .pending
+            .iter()
+            .filter(|(_, e)| {
+                now - e.first_cycle >= limit && e.requests.iter().any(Option::is_none)
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        old.into_iter()
+            .map(|name| {
+                let missing = self.missing(&name);
+                let e = self.pending.remove(&name).expect("pending");
+                let have: Vec<usize> = (0..e.requests.len())
+                    .filter(|r| e.requests[*r].is_some())
+                    .collect();
+                Response::Error {
+                    message: format!(
+                        "{name}: ranks {missing:?} did not submit it within {limit} negotiation \
+                         cycles (the deadline); ranks {have:?} did"
+                    ),
+                    name,
+                }
+            })
+            .collect()
+    }
+
     /// Rank `rank` submits `request`. A name it already has pending is refused.
     pub fn submit(&mut self, rank: u32, request: Request) -> Result<(), Duplicate> {
         assert!(
@@ -70,6 +117,7 @@ impl Coordinator {
         );
         let seq = &mut self.next_seq;
         let size = self.size as usize;
+        let first_cycle = self.cycles;
         let entry = self.pending.entry(request.name.clone()).or_insert_with(|| {
             *seq += 1;
             Entry {
@@ -91,6 +139,8 @@ impl Coordinator {
     /// One cycle: every name that all ranks have submitted is answered, in the order the
     /// names first arrived: errors for names whose requests disagree, and the others fused.
     pub fn cycle(&mut self) -> Vec<Response> {
+        self.cycles += 1;
+        let mut out = self.stalled();
         let mut ready: Vec<(u64, String)> = self
             .pending
             .iter()
@@ -102,7 +152,6 @@ impl Coordinator {
             .iter()
             .map(|(_, name)| self.pending.remove(name).expect("ready"))
             .collect();
-        let mut out = Vec::new();
         let mut good: Vec<&Request> = Vec::new();
         let mut gathers: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
         for e in &entries {

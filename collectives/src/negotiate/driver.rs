@@ -22,7 +22,8 @@ use crate::{CommError, Communicator};
 /// How an operation ended badly.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NegotiateError {
-    /// The ranks disagreed about the operation (every rank gets this).
+    /// The ranks disagreed about the operation, or some did not submit it before the
+    /// deadline (every rank that did gets this).
     #[error("{0}")]
     Mismatch(String),
     /// The communicator failed; this and every later operation fail.
@@ -131,8 +132,10 @@ pub struct Negotiator {
 
 impl Negotiator {
     /// Starts the cycle thread over `comm`: a cycle every `cycle`, allreduces fused up to
-    /// `threshold` bytes (0: none). While it runs, the negotiator is the communicator's only
-    /// caller: other calls on it would interleave with the cycles' collectives.
+    /// `threshold` bytes (0: none). A name some ranks do not submit fails on every rank after
+    /// about the communicator's timeout (counted in cycles). While it runs, the negotiator is
+    /// the communicator's only caller: other calls on it would interleave with the cycles'
+    /// collectives.
     pub fn start(comm: Arc<Communicator>, cycle: Duration, threshold: u64) -> Self {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
@@ -203,7 +206,9 @@ impl Drop for Negotiator {
 
 fn run(comm: Arc<Communicator>, shared: Arc<Shared>, cycle: Duration, threshold: u64) {
     let world = comm.world();
-    let mut coord = Coordinator::new(world as u32, threshold);
+    let stall = comm.config().timeout.value;
+    let cycles = (stall.as_secs_f64() / cycle.as_secs_f64().max(1e-4)).ceil() as u64;
+    let mut coord = Coordinator::new(world as u32, threshold).with_stall_cycles(cycles);
     let fail_all = |why: String| {
         let mut st = shared.lock();
         st.failed = Some(why.clone());
@@ -266,6 +271,13 @@ fn gather(comm: &Communicator, payload: &[u8]) -> Result<Vec<Vec<u8>>, CommError
     Ok(out)
 }
 
+/// This rank's entries for `names`: every one of them for a name every rank submitted; for a
+/// stalled name, only if this rank was one that did.
+fn take_present(shared: &Shared, names: &[String]) -> Vec<Local> {
+    let mut st = shared.lock();
+    names.iter().filter_map(|n| st.pending.remove(n)).collect()
+}
+
 fn take(shared: &Shared, names: &[String]) -> Vec<Local> {
     let mut st = shared.lock();
     names
@@ -281,7 +293,7 @@ fn take(shared: &Shared, names: &[String]) -> Vec<Local> {
 fn execute(comm: &Communicator, shared: &Shared, resp: Response) -> Result<(), CommError> {
     match resp {
         Response::Error { name, message } => {
-            for l in take(shared, &[name]) {
+            for l in take_present(shared, &[name]) {
                 l.slot
                     .finish(Err(NegotiateError::Mismatch(message.clone())));
             }
