@@ -254,7 +254,11 @@ fn a_name_some_ranks_never_submit_fails_after_the_stall_limit_naming_them() {
     match &out[..] {
         [Response::Error { name, message }] => {
             assert_eq!(name, "allreduce.lonely");
-            assert!(message.contains("ranks [1] did not submit") && message.contains("ranks [0, 2] did"), "{message}");
+            assert!(
+                message.contains("ranks [1] did not submit")
+                    && message.contains("ranks [0, 2] did"),
+                "{message}"
+            );
         }
         other => panic!("{other:?}"),
     }

@@ -205,7 +205,7 @@ fn alltoall_with_splits_and_reducescatter_with_uneven_rows() {
 #[test]
 fn a_name_one_rank_never_submits_fails_at_the_deadline_on_the_ranks_waiting() {
     let opts = Options {
-        timeout: Some(Duration::from_millis(300)),
+        timeout: Some(Duration::from_millis(1000)),
         ..Options::default()
     };
     let comms = Communicator::in_memory(2, opts).unwrap();
@@ -222,9 +222,16 @@ fn a_name_one_rank_never_submits_fails_at_the_deadline_on_the_ranks_waiting() {
                         other => panic!("{other:?}"),
                     }
                 }
+                if rank == 1 {
+                    // After rank 0's deadline for the orphan, well before its own for `next`.
+                    std::thread::sleep(Duration::from_millis(1300));
+                }
                 // Later operations still work on both ranks.
                 let r = Request::allreduce("allreduce.next", DType::F32, &[1], ReduceOp::Sum);
-                assert_eq!(back(&n.submit(r, f32s(&[1.0])).unwrap().wait().unwrap().data), vec![2.0]);
+                assert_eq!(
+                    back(&n.submit(r, f32s(&[1.0])).unwrap().wait().unwrap().data),
+                    vec![2.0]
+                );
                 n.shutdown();
             });
         }

@@ -85,9 +85,7 @@ impl Coordinator {
         let old: Vec<String> = self
             .pending
             .iter()
-            .filter(|(_, e)| {
-                now - e.first_cycle >= limit && e.requests.iter().any(Option::is_none)
-            })
+            .filter(|(_, e)| now - e.first_cycle >= limit && e.requests.iter().any(Option::is_none))
             .map(|(n, _)| n.clone())
             .collect();
         old.into_iter()
@@ -123,6 +121,7 @@ impl Coordinator {
             Entry {
                 requests: vec![None; size],
                 seq: *seq,
+                first_cycle,
             }
         });
         let slot = &mut entry.requests[rank as usize];
