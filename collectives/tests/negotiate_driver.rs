@@ -237,3 +237,46 @@ fn a_name_one_rank_never_submits_fails_at_the_deadline_on_the_ranks_waiting() {
         }
     });
 }
+
+#[test]
+fn a_joined_rank_contributes_zeros_until_every_rank_joined() {
+    group(3, 1 << 20, |rank, n| {
+        let join = || Request {
+            kind: Kind::Join,
+            op: None,
+            shape: vec![],
+            ..Request::allreduce("join", DType::U8, &[], ReduceOp::Sum)
+        };
+        if rank == 2 {
+            // Rank 2 has no more data: it joins at once.
+            let last = n.submit(join(), Vec::new()).unwrap().wait().unwrap();
+            assert_eq!(last.counts, vec![1], "the same answer on every rank");
+            return;
+        }
+        for step in 0..3 {
+            let r = Request::allreduce(
+                format!("allreduce.s{step}"),
+                DType::F32,
+                &[2],
+                ReduceOp::Sum,
+            );
+            let out = n.submit(r, f32s(&[1.0, 2.0])).unwrap().wait().unwrap();
+            assert_eq!(back(&out.data), vec![2.0, 4.0], "rank 2 adds zeros");
+        }
+        // An allgather needs every rank: with rank 2 joined it fails on the others.
+        let ag = Request {
+            kind: Kind::Allgather,
+            op: None,
+            ..Request::allreduce("allgather.g", DType::F32, &[1], ReduceOp::Sum)
+        };
+        match n.submit(ag, f32s(&[0.0])).unwrap().wait() {
+            Err(NegotiateError::Mismatch(m)) => assert!(m.contains("[2] have joined"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        if rank == 1 {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let last = n.submit(join(), Vec::new()).unwrap().wait().unwrap();
+        assert_eq!(last.counts, vec![1], "rank 1 joined last");
+    });
+}

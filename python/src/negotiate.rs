@@ -31,6 +31,7 @@ fn kind(k: &str) -> PyResult<Kind> {
         "alltoall" => Kind::Alltoall,
         "reducescatter" => Kind::Reducescatter,
         "barrier" => Kind::Barrier,
+        "join" => Kind::Join,
         other => {
             return Err(PyValueError::new_err(format!(
                 "unknown operation {other:?}"

@@ -135,6 +135,16 @@ for compression, passes in ((hvd.Compression.none, 1), (hvd.Compression.fp16, 1)
     assert all(w == weights[0] for w in weights), weights
     opt.zero_grad()
 
+# join: the last rank keeps training alone-ish; the others contribute zeros.
+if r != n - 1:
+    last = hvd.join()
+else:
+    for k in range(3):
+        got = hvd.allreduce(torch.full((2,), 3.0), name=f"solo.{k}", op=hvd.Average)
+        assert got.tolist() == [3.0 / n] * 2, got
+    last = hvd.join()
+assert last == n - 1, last
+
 hvd.barrier()
 hvd.shutdown()
 # init after shutdown works.

@@ -70,7 +70,7 @@ pub fn check(requests: &[&Request]) -> Result<(), String> {
                     );
                 }
             }
-            Kind::Barrier => {}
+            Kind::Barrier | Kind::Join => {}
         }
         if r.root != first.root {
             return differ(

@@ -39,6 +39,8 @@ pub struct Coordinator {
     cycles: u64,
     /// A name some ranks never submit fails after this many cycles (`None`: never).
     stall_cycles: Option<u64>,
+    /// Ranks that have joined (in the order their joins arrived) and wait for the others.
+    joined: Vec<u32>,
 }
 
 impl Coordinator {
@@ -52,6 +54,7 @@ impl Coordinator {
             next_seq: 0,
             cycles: 0,
             stall_cycles: None,
+            joined: Vec::new(),
         }
     }
 
@@ -131,6 +134,9 @@ impl Coordinator {
                 name: request.name,
             });
         }
+        if request.kind == Kind::Join {
+            self.joined.push(rank);
+        }
         *slot = Some(request);
         Ok(())
     }
@@ -140,10 +146,18 @@ impl Coordinator {
     pub fn cycle(&mut self) -> Vec<Response> {
         self.cycles += 1;
         let mut out = self.stalled();
+        let joined = &self.joined;
+        // Ready: every rank submitted it, or every rank that has not joined did (a joined rank
+        // takes part in allreduces with zeros and in barriers; other kinds fail below).
         let mut ready: Vec<(u64, String)> = self
             .pending
             .iter()
-            .filter(|(_, e)| e.requests.iter().all(Option::is_some))
+            .filter(|(_, e)| {
+                e.requests
+                    .iter()
+                    .enumerate()
+                    .all(|(r, q)| q.is_some() || joined.contains(&(r as u32)))
+            })
             .map(|(name, e)| (e.seq, name.clone()))
             .collect();
         ready.sort();
@@ -154,11 +168,33 @@ impl Coordinator {
         let mut good: Vec<&Request> = Vec::new();
         let mut gathers: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
         for e in &entries {
-            let reqs: Vec<&Request> = e
-                .requests
-                .iter()
-                .map(|r| r.as_ref().expect("all"))
+            let reqs: Vec<&Request> = e.requests.iter().flatten().collect();
+            let absent: Vec<usize> = (0..e.requests.len())
+                .filter(|r| e.requests[*r].is_none())
                 .collect();
+            if reqs[0].kind == Kind::Join {
+                // Every rank has joined: all learn which joined last.
+                out.push(Response::Run {
+                    kind: Kind::Join,
+                    names: vec![reqs[0].name.clone()],
+                    bytes: 0,
+                    elements: vec![u64::from(*self.joined.last().expect("joined"))],
+                    head: None,
+                });
+                self.joined.clear();
+                continue;
+            }
+            if !absent.is_empty() && !matches!(reqs[0].kind, Kind::Allreduce | Kind::Barrier) {
+                out.push(Response::Error {
+                    name: reqs[0].name.clone(),
+                    message: format!(
+                        "{}: ranks {absent:?} have joined (hvd.join) and cannot take part in a {}",
+                        reqs[0].name,
+                        reqs[0].kind.name()
+                    ),
+                });
+                continue;
+            }
             match check(&reqs) {
                 Ok(()) => {
                     if reqs[0].kind == Kind::Allgather {

@@ -155,7 +155,7 @@ impl Negotiator {
     /// at once; so is a buffer whose length does not match the request.
     pub fn submit(&self, request: Request, data: Vec<u8>) -> Result<Handle, NegotiateError> {
         let want = request.bytes() as usize;
-        if request.kind != Kind::Barrier && data.len() != want {
+        if !matches!(request.kind, Kind::Barrier | Kind::Join) && data.len() != want {
             return Err(NegotiateError::BadBuffer(format!(
                 "{}: the buffer holds {} bytes; the request describes {want}",
                 request.name,
@@ -271,23 +271,11 @@ fn gather(comm: &Communicator, payload: &[u8]) -> Result<Vec<Vec<u8>>, CommError
     Ok(out)
 }
 
-/// This rank's entries for `names`: every one of them for a name every rank submitted; for a
-/// stalled name, only if this rank was one that did.
+/// This rank's entries for `names` (none when it has joined, or for a stalled name it never
+/// submitted).
 fn take_present(shared: &Shared, names: &[String]) -> Vec<Local> {
     let mut st = shared.lock();
     names.iter().filter_map(|n| st.pending.remove(n)).collect()
-}
-
-fn take(shared: &Shared, names: &[String]) -> Vec<Local> {
-    let mut st = shared.lock();
-    names
-        .iter()
-        .map(|n| {
-            st.pending
-                .remove(n)
-                .expect("a name every rank submitted is pending here")
-        })
-        .collect()
 }
 
 fn execute(comm: &Communicator, shared: &Shared, resp: Response) -> Result<(), CommError> {
@@ -302,9 +290,30 @@ fn execute(comm: &Communicator, shared: &Shared, resp: Response) -> Result<(), C
             kind,
             names,
             elements,
-            ..
+            bytes,
+            head,
         } => {
-            let mut locals = take(shared, &names);
+            let mut locals = take_present(shared, &names);
+            if locals.is_empty() {
+                // This rank has joined: it takes part without data.
+                match (kind, head) {
+                    (Kind::Allreduce, Some(head)) => {
+                        let mut zeros = vec![0u8; bytes as usize];
+                        let count = zeros.len() / head.dtype.size();
+                        let op = head.op.expect("an allreduce has an op");
+                        let call = Call::new(Collective::AllReduce { op }).recv(RawBuf::host(
+                            zeros.as_mut_ptr(),
+                            count,
+                            head.dtype,
+                        ));
+                        // SAFETY: `zeros` lives, unaliased, for the whole blocking call.
+                        unsafe { comm.run(&call)? };
+                    }
+                    (Kind::Barrier, _) => comm.barrier()?,
+                    _ => {}
+                }
+                return Ok(());
+            }
             let head = locals[0].request.clone();
             match kind {
                 Kind::Allreduce => {
@@ -422,6 +431,14 @@ fn execute(comm: &Communicator, shared: &Shared, resp: Response) -> Result<(), C
                     comm.barrier()?;
                     for l in locals {
                         l.slot.finish(Ok(Output::default()));
+                    }
+                }
+                Kind::Join => {
+                    for l in locals {
+                        l.slot.finish(Ok(Output {
+                            data: Vec::new(),
+                            counts: elements.clone(),
+                        }));
                     }
                 }
             }

@@ -45,6 +45,7 @@ pub fn fuse(ready: &[&Request], threshold: u64) -> Vec<Response> {
             names,
             bytes,
             elements: Vec::new(),
+            head: Some(head.clone()),
         });
     }
     out

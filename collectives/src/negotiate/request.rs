@@ -17,6 +17,9 @@ pub enum Kind {
     Reducescatter,
     /// Wait for every rank.
     Barrier,
+    /// This rank has no more data: until every rank has joined, it contributes zeros to the
+    /// others' allreduces (and joins their barriers).
+    Join,
 }
 
 impl Kind {
@@ -29,6 +32,7 @@ impl Kind {
             Self::Alltoall => "alltoall",
             Self::Reducescatter => "reducescatter",
             Self::Barrier => "barrier",
+            Self::Join => "join",
         }
     }
 }
@@ -105,8 +109,11 @@ pub enum Response {
         bytes: u64,
         /// For an allgather: every rank's element count (its first dimension may differ); for
         /// an alltoall: the `world × world` matrix of element counts, row `r` what rank `r`
-        /// sends to each rank; empty otherwise.
+        /// sends to each rank; for a join: the rank that joined last; empty otherwise.
         elements: Vec<u64>,
+        /// The first submitter's request, for ranks that joined and take part without one
+        /// (they contribute zeros of `bytes`).
+        head: Option<Request>,
     },
     /// The ranks disagreed about this name: every rank fails it with this message.
     Error {

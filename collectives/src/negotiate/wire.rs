@@ -4,13 +4,14 @@
 use super::request::{Kind, Request};
 use crate::{DType, ReduceOp};
 
-const KINDS: [Kind; 6] = [
+const KINDS: [Kind; 7] = [
     Kind::Allreduce,
     Kind::Allgather,
     Kind::Broadcast,
     Kind::Alltoall,
     Kind::Reducescatter,
     Kind::Barrier,
+    Kind::Join,
 ];
 
 fn put_str(out: &mut Vec<u8>, s: &str) {

@@ -35,7 +35,7 @@ __all__ = [
     "broadcast_object", "allgather_object", "alltoall", "alltoall_async", "reducescatter",
     "reducescatter_async", "grouped_allreduce", "grouped_allreduce_async", "grouped_allreduce_",
     "grouped_allreduce_async_", "grouped_allgather", "grouped_allgather_async",
-    "grouped_reducescatter", "grouped_reducescatter_async",
+    "grouped_reducescatter", "grouped_reducescatter_async", "join",
 ]
 
 # Horovod's ReduceOp values.
@@ -354,6 +354,25 @@ def barrier(process_set: Any = None) -> None:
         h = n.submit(_name("barrier", None), "barrier", "uint8", [0], b"")
         _handles[h] = (torch.uint8, None, None, "barrier")
     synchronize(h)
+
+
+def join(device: int = -1) -> int:
+    """Declares that this rank has no more data: until every rank has joined, it contributes
+    zeros to the others' allreduces (Average still divides by the full size) and takes part in
+    their barriers; other operations that need it fail on the others. Returns the rank that
+    joined last, the same on every rank."""
+    with _lock:
+        n = _n()
+        h = n.submit("join", "join", "uint8", [0], b"")
+        _handles[h] = (torch.uint8, None, None, "join")
+    try:
+        _, counts = n.wait(h)
+    except RuntimeError as e:
+        raise HorovodInternalError(str(e)) from e
+    finally:
+        with _lock:
+            _handles.pop(h, None)
+    return int(counts[0])
 
 
 def broadcast_parameters(params: Any, root_rank: int, prefix: str | None = None) -> None:
