@@ -123,11 +123,16 @@ impl PyNegotiator {
         Ok(h.poll())
     }
 
-    /// Waits for the operation (without the GIL) and returns its result bytes and per-rank
+    /// Waits for the operation (without the GIL) and returns its result bytes, per-rank
     /// element counts (allgather: from each rank; alltoall: received from each rank; else
-    /// empty); raises RuntimeError if it failed (a mismatch between ranks, a failed
+    /// empty) and its times (Unix µs: submitted, negotiated, done); raises RuntimeError if it failed (a mismatch between ranks, a failed
     /// communicator).
-    fn wait<'py>(&self, py: Python<'py>, handle: u64) -> PyResult<(Bound<'py, PyBytes>, Vec<u64>)> {
+    #[allow(clippy::type_complexity)]
+    fn wait<'py>(
+        &self,
+        py: Python<'py>,
+        handle: u64,
+    ) -> PyResult<(Bound<'py, PyBytes>, Vec<u64>, [u64; 3])> {
         let h = self
             .handles
             .lock()
@@ -135,7 +140,7 @@ impl PyNegotiator {
             .remove(&handle)
             .ok_or_else(|| PyValueError::new_err(format!("unknown handle {handle}")))?;
         let out = py.detach(|| h.wait()).map_err(err)?;
-        Ok((PyBytes::new(py, &out.data), out.counts))
+        Ok((PyBytes::new(py, &out.data), out.counts, out.times))
     }
 
     /// Stops the cycle thread once every rank has called it.

@@ -145,6 +145,19 @@ else:
     last = hvd.join()
 assert last == n - 1, last
 
+# The timeline: Chrome-trace JSON with each operation's negotiation and run.
+import json, os, tempfile
+path = os.path.join(tempfile.gettempdir(), f"hvd-timeline-{os.getpid()}.json")
+hvd.start_timeline(path)
+hvd.allreduce(torch.ones(3), name="traced")
+hvd.allgather(torch.ones(1), name="traced_ag")
+hvd.stop_timeline()
+events = json.load(open(path))
+names = {e["name"] for e in events}
+assert {"NEGOTIATE_ALLREDUCE", "ALLREDUCE", "NEGOTIATE_ALLGATHER", "ALLGATHER"} <= names, names
+assert any(e.get("args", {}).get("name") == "allreduce.traced" for e in events), events
+os.unlink(path)
+
 hvd.barrier()
 hvd.shutdown()
 # init after shutdown works.

@@ -50,13 +50,16 @@ pub struct Output {
     /// Allgather: elements from each rank; alltoall: elements received from each rank; empty
     /// otherwise.
     pub counts: Vec<u64>,
+    /// Unix microseconds when it was submitted, when every rank had submitted it (the end of
+    /// its negotiation) and when it completed (for timelines).
+    pub times: [u64; 3],
 }
 
 impl Output {
     fn of(data: Vec<u8>) -> Self {
         Self {
             data,
-            counts: Vec::new(),
+            ..Self::default()
         }
     }
 }
@@ -65,10 +68,25 @@ impl Output {
 struct Slot {
     done: Mutex<Option<Result<Output, NegotiateError>>>,
     cv: Condvar,
+    /// Submitted, negotiated, done (Unix µs).
+    times: Mutex<[u64; 3]>,
+}
+
+fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
 }
 
 impl Slot {
+    fn mark(&self, i: usize) {
+        self.times.lock().unwrap_or_else(|p| p.into_inner())[i] = now_us();
+    }
+
     fn finish(&self, r: Result<Output, NegotiateError>) {
+        self.mark(2);
+        let times = *self.times.lock().unwrap_or_else(|p| p.into_inner());
+        let r = r.map(|o| Output { times, ..o });
         *self.done.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
         self.cv.notify_all();
     }
@@ -173,6 +191,7 @@ impl Negotiator {
             return Err(NegotiateError::Duplicate(request.name));
         }
         let slot = Arc::new(Slot::default());
+        slot.mark(0);
         st.new.push(request.clone());
         st.pending.insert(
             request.name.clone(),
@@ -294,6 +313,9 @@ fn execute(comm: &Communicator, shared: &Shared, resp: Response) -> Result<(), C
             head,
         } => {
             let mut locals = take_present(shared, &names);
+            for l in &locals {
+                l.slot.mark(1);
+            }
             if locals.is_empty() {
                 // This rank has joined: it takes part without data.
                 match (kind, head) {
@@ -375,6 +397,7 @@ fn execute(comm: &Communicator, shared: &Shared, resp: Response) -> Result<(), C
                     l.slot.finish(Ok(Output {
                         data: out,
                         counts: elements,
+                        times: [0; 3],
                     }));
                 }
                 Kind::Alltoall => {
@@ -400,6 +423,7 @@ fn execute(comm: &Communicator, shared: &Shared, resp: Response) -> Result<(), C
                     l.slot.finish(Ok(Output {
                         data: out,
                         counts: recv.iter().map(|c| *c as u64).collect(),
+                        times: [0; 3],
                     }));
                 }
                 Kind::Reducescatter => {
@@ -438,6 +462,7 @@ fn execute(comm: &Communicator, shared: &Shared, resp: Response) -> Result<(), C
                         l.slot.finish(Ok(Output {
                             data: Vec::new(),
                             counts: elements.clone(),
+                            times: [0; 3],
                         }));
                     }
                 }

@@ -24,6 +24,8 @@ import torch
 import dtcomm
 from dtcomm import _dtcomm, _state_codec
 
+from .timeline import Timeline
+
 __all__ = [
     "Average", "Sum", "Adasum", "Min", "Max", "Product", "HorovodInternalError",
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
@@ -35,7 +37,8 @@ __all__ = [
     "broadcast_object", "allgather_object", "alltoall", "alltoall_async", "reducescatter",
     "reducescatter_async", "grouped_allreduce", "grouped_allreduce_async", "grouped_allreduce_",
     "grouped_allreduce_async_", "grouped_allgather", "grouped_allgather_async",
-    "grouped_reducescatter", "grouped_reducescatter_async", "join",
+    "grouped_reducescatter", "grouped_reducescatter_async", "join", "start_timeline",
+    "stop_timeline",
 ]
 
 # Horovod's ReduceOp values.
@@ -58,6 +61,8 @@ _neg: _dtcomm.Negotiator | None = None
 _counter = 0
 # handle -> (dtype, shape of the result, in-place target or None, op kind)
 _handles: dict[int, tuple[torch.dtype, tuple[int, ...] | None, torch.Tensor | None, str]] = {}
+_names: dict[int, str] = {}
+_timeline: Timeline | None = None
 
 
 def init(comm: Any = None, process_sets: Any = None) -> None:
@@ -75,6 +80,9 @@ def init(comm: Any = None, process_sets: Any = None) -> None:
         _neg = _dtcomm.Negotiator(dtcomm.communicator(), cycle, threshold)
         _counter = 0
         _handles.clear()
+    if os.environ.get("HOROVOD_TIMELINE") and dtcomm.rank() == 0:
+        start_timeline(os.environ["HOROVOD_TIMELINE"],
+                       mark_cycles=os.environ.get("HOROVOD_TIMELINE_MARK_CYCLES") == "1")
 
 
 def shutdown() -> None:
@@ -86,6 +94,7 @@ def shutdown() -> None:
         _neg.shutdown()
         _neg = None
         _handles.clear()
+    stop_timeline()
     dtcomm.shutdown()
 
 
@@ -222,6 +231,7 @@ def _submit(kind: str, t: torch.Tensor, name: str | None, target: torch.Tensor |
         full = _name(kind, name)
         h = n.submit(full, kind, _dtype(t), list(t.shape), _bytes(t), **kw)
         _handles[h] = (t.dtype, out_shape, target, kind)
+        _names[h] = full
     return h
 
 
@@ -325,9 +335,12 @@ def synchronize(handle: int) -> torch.Tensor:
     with _lock:
         dtype, shape, target, kind = _handles.pop(handle)
     try:
-        data, counts = n.wait(handle)
+        data, counts, times = n.wait(handle)
     except RuntimeError as e:
         raise HorovodInternalError(str(e)) from e
+    if _timeline is not None:
+        _timeline.record(_names.pop(handle, f"handle.{handle}"), kind.split("_")[0], times)
+    _names.pop(handle, None)
     if kind == "barrier":
         return torch.empty(0)
     np_dtype = torch.empty(0, dtype=dtype).numpy().dtype if dtype != torch.bfloat16 else np.int16
@@ -366,13 +379,29 @@ def join(device: int = -1) -> int:
         h = n.submit("join", "join", "uint8", [0], b"")
         _handles[h] = (torch.uint8, None, None, "join")
     try:
-        _, counts = n.wait(h)
+        _, counts, _times = n.wait(h)
     except RuntimeError as e:
         raise HorovodInternalError(str(e)) from e
     finally:
         with _lock:
             _handles.pop(h, None)
     return int(counts[0])
+
+
+def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
+    """Starts writing this rank's timeline (Chrome-trace JSON) to ``file_path``."""
+    global _timeline
+    _n()
+    stop_timeline()
+    _timeline = Timeline(file_path, dtcomm.rank(), mark_cycles)
+
+
+def stop_timeline() -> None:
+    """Finishes and closes the timeline file, if one is being written."""
+    global _timeline
+    if _timeline is not None:
+        _timeline.close()
+        _timeline = None
 
 
 def broadcast_parameters(params: Any, root_rank: int, prefix: str | None = None) -> None:

@@ -1,0 +1,56 @@
+"""Horovod's timeline: a Chrome-trace JSON file (open it in chrome://tracing or Perfetto) with,
+for every operation, its negotiation (``NEGOTIATE_ALLREDUCE``: from this rank's submission until
+every rank had submitted it) and its run (``ALLREDUCE``: until it completed), one row per
+tensor name."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import IO
+
+
+class Timeline:
+    """An open timeline file; events are appended as operations complete."""
+
+    def __init__(self, path: str, rank: int, mark_cycles: bool = False) -> None:
+        self._f: IO[str] | None = open(path, "w")
+        self._f.write("[\n")
+        self._first = True
+        self._rank = rank
+        self._tids: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self.mark_cycles = mark_cycles
+
+    def _event(self, ev: dict[str, object]) -> None:
+        assert self._f is not None
+        self._f.write(("" if self._first else ",\n") + json.dumps(ev))
+        self._first = False
+
+    def record(self, name: str, kind: str, times: tuple[int, int, int]) -> None:
+        """One completed operation: its negotiation and its run."""
+        submitted, negotiated, done = times
+        if not (submitted and negotiated and done):
+            return
+        activity = kind.upper()
+        with self._lock:
+            if self._f is None:
+                return
+            tid = self._tids.setdefault(name, len(self._tids) + 1)
+            if tid == len(self._tids):
+                self._event({"name": "thread_name", "ph": "M", "pid": self._rank, "tid": tid,
+                             "args": {"name": name}})
+            common = {"pid": self._rank, "tid": tid}
+            self._event({"name": f"NEGOTIATE_{activity}", "ph": "B", "ts": submitted, **common})
+            self._event({"name": f"NEGOTIATE_{activity}", "ph": "E", "ts": negotiated, **common})
+            self._event({"name": activity, "ph": "B", "ts": negotiated, **common})
+            self._event({"name": activity, "ph": "E", "ts": done, **common})
+            self._f.flush()
+
+    def close(self) -> None:
+        """Ends the JSON array and closes the file."""
+        with self._lock:
+            if self._f is not None:
+                self._f.write("\n]\n")
+                self._f.close()
+                self._f = None
