@@ -10,8 +10,11 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from native_server import dt_rdzv_bin, stop_process
 
@@ -110,3 +113,13 @@ def start_door(tmp_path: Path, *extra: str) -> V2Server:
     server = V2Server("dt-rdzv", proc, "127.0.0.1", port, log_path)
     wait_ready(server.url, proc, log_path)
     return server
+
+
+@pytest.fixture
+def door(tmp_path: Path) -> Iterator[V2Server]:
+    """`dt-rdzv serve --no-auth --etcd-v2-port 0` for one test, stopped by PID after it."""
+    s = start_door(tmp_path, "--no-auth")
+    try:
+        yield s
+    finally:
+        assert s.stop() == 0, s.log()

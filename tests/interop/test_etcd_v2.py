@@ -17,19 +17,10 @@ from typing import Any
 
 import pytest
 
-from etcd_servers import V2Server, etcd_binary, start_door, start_etcd
+from etcd_servers import V2Server, door, etcd_binary, start_door, start_etcd  # noqa: F401 (fixture)
 
 needs_etcd = pytest.mark.skipif(etcd_binary() is None,
                                 reason="etcd not installed (scripts/setup.sh installs etcd-server)")
-
-
-@pytest.fixture
-def door(tmp_path: Path) -> Iterator[V2Server]:
-    s = start_door(tmp_path, "--no-auth")
-    try:
-        yield s
-    finally:
-        assert s.stop() == 0, s.log()
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("etcd")
 
-from etcd_servers import V2Server, etcd_binary, start_door, start_etcd  # noqa: E402
+from etcd_servers import V2Server, door, etcd_binary, start_door, start_etcd  # noqa: F401 (fixture)  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 BACKENDS = ["etcd-v2", "etcd"]
@@ -43,15 +43,6 @@ def run_job(server: V2Server, backend: str, rdzv_id: str, tmp_path: Path,
                 a.kill()
                 a.wait()
     return codes, [log.read_text(errors="replace") for log in logs], time.monotonic() - start
-
-
-@pytest.fixture
-def door(tmp_path: Path) -> Iterator[V2Server]:
-    s = start_door(tmp_path, "--no-auth")
-    try:
-        yield s
-    finally:
-        assert s.stop() == 0, s.log()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
