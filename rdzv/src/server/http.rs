@@ -9,7 +9,6 @@
 //! to [`MAX_HEAD`] bytes (hyper answers 431 past it), a head must arrive within [`DEADLINE`],
 //! and a connection lives at most [`CONNECTION_LIFETIME`] (the page polls; nothing streams).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,13 +18,12 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use dt_rdzv_proto::rendezvous::Scope;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use serde_json::json;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 
 use super::core::Core;
+use super::http_serve::{Bounds, accept_loop as accept_loop_with};
 use super::rendezvous::RdzvCore;
 
 /// Largest request head hyper buffers.
@@ -62,45 +60,19 @@ fn router(state: Shared) -> Router {
 pub(crate) async fn accept_loop(
     listener: TcpListener,
     state: Arc<HttpState>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
     let app = router(state);
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    loop {
-        tokio::select! {
-            _ = stop.changed() => return,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    let Ok(slot) = slots.clone().try_acquire_owned() else {
-                        tracing::warn!(%peer, "HTTP: {MAX_CONNECTIONS} connections open; closing a new one");
-                        continue;
-                    };
-                    let app = app.clone();
-                    tokio::spawn(async move {
-                        serve(stream, peer, app).await;
-                        drop(slot);
-                    });
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "HTTP accept failed");
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            },
-        }
-    }
-}
-
-async fn serve(stream: tokio::net::TcpStream, peer: SocketAddr, app: Router) {
-    let conn = hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(DEADLINE)
-        .max_buf_size(MAX_HEAD)
-        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app));
-    match tokio::time::timeout(CONNECTION_LIFETIME, conn).await {
-        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "HTTP connection ended with an error"),
-        Err(_) => tracing::debug!(%peer, "HTTP connection closed at its lifetime"),
-        Ok(Ok(())) => {}
-    }
+    let bounds = Bounds {
+        max_connections: MAX_CONNECTIONS,
+        max_head: MAX_HEAD,
+        head_deadline: DEADLINE,
+        lifetime: Some(CONNECTION_LIFETIME),
+    };
+    accept_loop_with(listener, "HTTP", bounds, stop, |_| {
+        (app.clone(), Box::new(|| {}))
+    })
+    .await;
 }
 
 fn token(headers: &HeaderMap) -> &str {

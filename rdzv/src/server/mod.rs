@@ -26,6 +26,7 @@ mod core;
 mod etcd_v2;
 mod fdlimit;
 mod http;
+mod http_serve;
 mod identity;
 mod journal;
 mod json;
@@ -112,23 +113,10 @@ impl Server {
         let http = if config.no_http {
             None
         } else {
-            let host = config.host;
-            let addr = SocketAddr::new(host, config.http_port);
-            let l = match std::net::TcpListener::bind(addr) {
-                Err(e) if host == std::net::IpAddr::from([0u16; 8]) => {
-                    tracing::warn!(error = %e, "no IPv6 for the HTTP port; using 0.0.0.0");
-                    std::net::TcpListener::bind(SocketAddr::new(
-                        std::net::Ipv4Addr::UNSPECIFIED.into(),
-                        config.http_port,
-                    ))?
-                }
-                other => other?,
-            };
-            l.set_nonblocking(true)?;
-            Some(TcpListener::from_std(l)?)
+            Some(http_serve::bind(config.host, config.http_port, "HTTP")?)
         };
         let etcd_v2 = match config.etcd_v2_port {
-            Some(port) => Some(etcd_v2::bind(config.host, port)?),
+            Some(port) => Some(http_serve::bind(config.host, port, "etcd v2")?),
             None => None,
         };
         Ok(Self {

@@ -8,7 +8,6 @@
 mod json;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -23,10 +22,10 @@ use dt_rdzv_proto::etcd_v2::namespace::{RunTracker, run_namespace, run_start};
 use dt_rdzv_proto::etcd_v2::request::{self, Params, V2Request};
 use dt_rdzv_proto::etcd_v2::{ErrorCode, Event, Limits, V2Error, V2Store, WatchId, WatchStart};
 use dt_rdzv_proto::rendezvous::{Scope, authorized};
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, oneshot, watch};
+use tokio::sync::{oneshot, watch};
+
+use super::http_serve::{Bounds, accept_loop};
 
 /// Connections open at once (each may hold one watch).
 const MAX_CONNECTIONS: usize = 4096;
@@ -371,26 +370,9 @@ fn router(door: Arc<V2Door>) -> Router {
         .with_state(door)
 }
 
-/// Binds the door's port on `host` (`::` falls back to `0.0.0.0` without IPv6).
-pub(crate) fn bind(host: std::net::IpAddr, port: u16) -> std::io::Result<TcpListener> {
-    let l = match std::net::TcpListener::bind(SocketAddr::new(host, port)) {
-        Err(e) if host == std::net::IpAddr::from([0u16; 8]) => {
-            tracing::warn!(error = %e, "no IPv6 for the etcd v2 port; using 0.0.0.0");
-            std::net::TcpListener::bind(SocketAddr::new(
-                std::net::Ipv4Addr::UNSPECIFIED.into(),
-                port,
-            ))?
-        }
-        other => other?,
-    };
-    l.set_nonblocking(true)?;
-    TcpListener::from_std(l)
-}
-
 /// Serves the door until `stop` turns true.
-pub(crate) async fn run(listener: TcpListener, door: Arc<V2Door>, mut stop: watch::Receiver<bool>) {
+pub(crate) async fn run(listener: TcpListener, door: Arc<V2Door>, stop: watch::Receiver<bool>) {
     let app = router(door.clone());
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let ticker = door.clone();
     let mut tick_stop = stop.clone();
     tokio::spawn(async move {
@@ -402,38 +384,19 @@ pub(crate) async fn run(listener: TcpListener, door: Arc<V2Door>, mut stop: watc
             }
         }
     });
-    loop {
-        tokio::select! {
-            _ = stop.changed() => return,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    let Ok(slot) = slots.clone().try_acquire_owned() else {
-                        tracing::warn!(%peer, "etcd v2: {MAX_CONNECTIONS} connections open; closing a new one");
-                        continue;
-                    };
-                    let _ = stream.set_nodelay(true);
-                    let conn = door.next_conn.fetch_add(1, Ordering::Relaxed) + 1;
-                    let app = app.clone().layer(Extension(Conn(conn)));
-                    let door = door.clone();
-                    tokio::spawn(async move {
-                        let served = hyper::server::conn::http1::Builder::new()
-                            .timer(TokioTimer::new())
-                            .header_read_timeout(HEAD_DEADLINE)
-                            .max_buf_size(MAX_HEAD)
-                            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app))
-                            .await;
-                        if let Err(e) = served {
-                            tracing::debug!(%peer, error = %e, "etcd v2 connection ended with an error");
-                        }
-                        door.disconnect(conn);
-                        drop(slot);
-                    });
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "etcd v2 accept failed");
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            },
-        }
-    }
+    let bounds = Bounds {
+        max_connections: MAX_CONNECTIONS,
+        max_head: MAX_HEAD,
+        head_deadline: HEAD_DEADLINE,
+        lifetime: None,
+    };
+    accept_loop(listener, "etcd v2", bounds, stop, move |_| {
+        let conn = door.next_conn.fetch_add(1, Ordering::Relaxed) + 1;
+        let door = door.clone();
+        (
+            app.clone().layer(Extension(Conn(conn))),
+            Box::new(move || door.disconnect(conn)),
+        )
+    })
+    .await;
 }
