@@ -342,6 +342,11 @@ impl Engine {
                 self.transport.abort(end.lost, &err.to_string());
                 return err;
             }
+            EngineError::Link(LinkError::Refused { peer, detail }) => CommError::Setup {
+                rank,
+                elapsed,
+                detail: format!("linking rank {peer} for {call}: {detail}"),
+            },
             EngineError::Link(LinkError::Closed {
                 peer,
                 graceful,

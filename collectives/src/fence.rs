@@ -194,4 +194,8 @@ impl Transport for Fenced {
     fn describe(&self) -> String {
         self.inner.describe()
     }
+
+    fn linked(&self) -> Vec<usize> {
+        self.inner.linked()
+    }
 }

@@ -103,6 +103,76 @@ fn threads_several_sockets_per_peer_and_both_algorithms() {
     }
 }
 
+#[test]
+fn links_open_only_for_the_peers_a_schedule_uses() {
+    let world = 8;
+    let comms = tcp_group(world, Options::default());
+    // Allreduce-only training, small (recursive doubling) and large (ring) messages.
+    on_ranks(&comms, |c| {
+        for count in [1, 64, 5000, 1 << 18] {
+            allreduce_case::<f32>(c, ReduceOp::Sum, count);
+        }
+    });
+    for c in &comms {
+        let r = c.rank();
+        let mut allowed =
+            std::collections::BTreeSet::from([(r + 1) % world, (r + world - 1) % world]);
+        let mut k = 1;
+        while k < world {
+            allowed.insert(r ^ k);
+            k <<= 1;
+        }
+        let linked = c.linked_peers();
+        assert!(
+            linked.iter().all(|p| allowed.contains(p)),
+            "rank {r} linked {linked:?}; ring neighbours and doubling partners are {allowed:?}"
+        );
+        assert!(
+            linked.len() <= 5 && linked.len() < world - 1,
+            "rank {r}: {linked:?}"
+        );
+    }
+    // Point to point links just the pair, whichever side needs it first: a higher rank sends
+    // to a lower one (it dials), a lower rank sends to a higher one receiving from any source
+    // (it asks to be dialed).
+    on_ranks(&comms, |c| match c.rank() {
+        0 => {
+            let mut b = [0f32; 4];
+            c.recv(&mut b, 5).unwrap();
+            assert_eq!(b, [5.0; 4]);
+        }
+        5 => c.send(&[5.0f32; 4], 0).unwrap(),
+        2 => c.send(&[2.0f32; 3], 6).unwrap(),
+        6 => {
+            let mut b = [0f32; 3];
+            assert_eq!(c.recv_any(&mut b).unwrap(), 2);
+            assert_eq!(b, [2.0; 3]);
+        }
+        _ => {}
+    });
+    assert!(comms[0].linked_peers().contains(&5) && comms[5].linked_peers().contains(&0));
+    assert!(comms[2].linked_peers().contains(&6) && comms[6].linked_peers().contains(&2));
+    assert!(
+        !comms[3].linked_peers().contains(&5),
+        "nobody asked for 3-5"
+    );
+    // An all-to-all reaches everyone.
+    on_ranks(&comms, |c| {
+        let send: Vec<i32> = (0..world as i32)
+            .map(|p| c.rank() as i32 * 100 + p)
+            .collect();
+        let mut recv = vec![0i32; world];
+        c.all_to_all(&send, &mut recv).unwrap();
+        let want: Vec<i32> = (0..world as i32)
+            .map(|p| p * 100 + c.rank() as i32)
+            .collect();
+        assert_eq!(recv, want);
+    });
+    for c in &comms {
+        assert_eq!(c.linked_peers().len(), world - 1, "rank {}", c.rank());
+    }
+}
+
 /// The child side of the multi-process tests: the parents below run this binary again with
 /// `--ignored --exact child_rank` and the child's role in the environment. Ignored in a normal
 /// run; run by hand without that environment it fails rather than pass vacuously.

@@ -144,6 +144,6 @@ pub(crate) fn tcp_mesh(
         peers.push((r, e.addr, e.host));
     }
     check_loopback(&su, me.ip(), &host, &peers)?;
-    let lower: Vec<SocketAddr> = peers.iter().take(rank).map(|(_, a, _)| *a).collect();
-    mesh(&su, &auth, bound, &lower)
+    let addrs = peers.iter().map(|(_, a, _)| Some(*a)).collect();
+    mesh(&su, &auth, bound, addrs)
 }

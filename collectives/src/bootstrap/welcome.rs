@@ -121,9 +121,11 @@ pub struct RoundPeers {
 
 impl Communicator {
     /// Builds rank `peers.rank` of a native round over `listener` (bound before joining):
-    /// connects to the lower ranks at their `Welcome` addresses and accepts the higher ones,
-    /// every link proving it holds `secret` for this job and round
-    /// ([`round_secret`]). Blocks until every link is up or the deadline passes.
+    /// links to the peers at their `Welcome` addresses open when a call first needs them (this
+    /// rank dials lower ranks and is dialed by higher ones), every link proving it holds
+    /// `secret` for this job and round ([`round_secret`]). Returns once this host's ranks have
+    /// found each other (`shm/setup.rs`: a few ring exchanges, so ring neighbours are linked)
+    /// or the deadline passes.
     pub fn from_welcome(
         listener: DataListener,
         peers: &RoundPeers,
@@ -135,21 +137,20 @@ impl Communicator {
         if world == 0 || rank >= world || world > u32::MAX as usize / 2 {
             return Err(su.err(format!("rank {rank} is not in a world of {world}")));
         }
-        let mut lower = Vec::with_capacity(rank);
         for p in 0..rank {
-            match peers.addrs.get(p).copied().flatten() {
-                Some(a) => lower.push(a),
-                None => {
-                    return Err(su.err(format!(
-                        "job {:?} round {}: the welcome has no address for rank {p}",
-                        peers.job, peers.round
-                    )));
-                }
+            if peers.addrs.get(p).copied().flatten().is_none() {
+                return Err(su.err(format!(
+                    "job {:?} round {}: the welcome has no address for rank {p}",
+                    peers.job, peers.round
+                )));
             }
         }
+        let addrs = (0..world)
+            .map(|p| peers.addrs.get(p).copied().flatten())
+            .collect();
         tracing::info!(rank, world, job = %peers.job, round = peers.round, "dtcomm config: {config}");
         let auth = Auth::new(secret, format!("job {:?} round {}", peers.job, peers.round));
-        let transport = mesh(&su, &auth, listener.bound, &lower)?;
+        let transport = mesh(&su, &auth, listener.bound, addrs)?;
         Communicator::connected(rank, world, config, Box::new(transport))
     }
 }

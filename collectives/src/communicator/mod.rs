@@ -221,6 +221,14 @@ impl Communicator {
         self.inner.fence.clone()
     }
 
+    /// The peers this rank holds a data link to now. Links open when a call first needs
+    /// them, so after allreduce-only work this is the ring neighbours and the doubling
+    /// partners (O(log world)), not every peer; host peers in shared memory need none.
+    /// Waits for a call in progress on another thread.
+    pub fn linked_peers(&self) -> Vec<usize> {
+        lock(&self.inner.state).engine.transport.linked()
+    }
+
     /// The error that failed this communicator, if one did.
     pub fn failure(&self) -> Option<CommError> {
         lock(&self.inner.state).failed.clone()

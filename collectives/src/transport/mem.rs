@@ -255,6 +255,10 @@ impl Transport for MemTransport {
             self.shared.streams, self.shared.capacity
         )
     }
+
+    fn linked(&self) -> Vec<usize> {
+        (0..self.shared.world).filter(|&p| p != self.rank).collect()
+    }
 }
 
 impl Drop for MemTransport {

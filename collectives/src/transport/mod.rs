@@ -9,6 +9,7 @@ pub(crate) mod frame;
 pub(crate) mod iface;
 pub(crate) mod mem;
 pub(crate) mod tcp;
+pub(crate) mod waker;
 
 use std::time::Duration;
 
@@ -29,6 +30,8 @@ pub(crate) enum LinkError {
     },
     /// The membership service ended this communicator's round (see `fence`).
     RoundEnded(crate::fence::RoundEnd),
+    /// A member that cannot be linked to (another world size, a bad handshake reply).
+    Refused { peer: usize, detail: String },
 }
 
 /// A stream: (peer, stream index).
@@ -77,4 +80,6 @@ pub(crate) trait Transport: Send {
     fn shutdown(&mut self);
     /// A short description for logs and the benchmark preamble.
     fn describe(&self) -> String;
+    /// The peers this rank holds a link to now.
+    fn linked(&self) -> Vec<usize>;
 }

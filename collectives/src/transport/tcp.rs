@@ -1,14 +1,17 @@
-//! The TCP transport: `nsocks` data sockets and one control socket per peer, all
+//! The TCP transport: `nsocks` data sockets and one control socket per linked peer, all
 //! non-blocking. Data sockets carry frames; the control socket carries goodbyes and aborts,
 //! and its end-of-file without a goodbye means the peer is lost. Built by
-//! [`bootstrap`](crate::bootstrap).
+//! [`bootstrap`](crate::bootstrap); a peer's link opens when a call first touches it
+//! (`bootstrap/links.rs`): until it is up, its streams move nothing and `park` waits on the
+//! linker's wake-up as well.
 
 use std::io;
 use std::net::TcpStream;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
 use super::{LinkError, StreamId, Transport};
+use crate::bootstrap::links::{Arrival, Linker};
 
 const CTRL_GOODBYE: u8 = b'G';
 const CTRL_ABORT: u8 = b'A';
@@ -50,11 +53,14 @@ impl Peer {
     }
 }
 
-/// This rank's end of a TCP mesh.
+/// This rank's end of the TCP data plane.
 pub(crate) struct TcpTransport {
     rank: usize,
-    /// Indexed by rank; `None` for this rank.
+    /// Indexed by rank; `None` for this rank and for peers not linked yet.
     peers: Vec<Option<Peer>>,
+    /// Why a peer could not be linked (said whenever it is used).
+    failed: Vec<Option<LinkError>>,
+    linker: Linker,
     describe: String,
     pollfds: Vec<libc::pollfd>,
 }
@@ -67,17 +73,59 @@ fn would_block(e: &io::Error) -> bool {
 }
 
 impl TcpTransport {
-    pub(crate) fn new(rank: usize, peers: Vec<Option<Peer>>, describe: String) -> TcpTransport {
+    pub(crate) fn new(rank: usize, world: usize, linker: Linker, describe: String) -> TcpTransport {
         TcpTransport {
             rank,
-            peers,
+            peers: (0..world).map(|_| None).collect(),
+            failed: vec![None; world],
+            linker,
             describe,
             pollfds: Vec::new(),
         }
     }
 
     fn peer(&mut self, peer: usize) -> &mut Peer {
-        self.peers[peer].as_mut().expect("no link to self")
+        self.peers[peer].as_mut().expect("a linked peer")
+    }
+
+    /// Takes in what the link threads produced: links to install, failures to report.
+    fn absorb(&mut self) {
+        while let Some(a) = self.linker.try_arrival() {
+            match a {
+                Arrival::Link { peer, data, ctrl } => {
+                    if peer != self.rank && self.peers[peer].is_none() {
+                        tracing::debug!(rank = self.rank, peer, "dtcomm: linked rank {peer}");
+                        self.peers[peer] = Some(Peer::new(data, ctrl));
+                    }
+                }
+                Arrival::Gone { peer, detail } => {
+                    self.failed[peer].get_or_insert(LinkError::Closed {
+                        peer,
+                        graceful: false,
+                        detail,
+                    });
+                }
+                Arrival::Refused { peer, detail } => {
+                    self.failed[peer].get_or_insert(LinkError::Refused { peer, detail });
+                }
+            }
+        }
+    }
+
+    /// The descriptor of `peer`'s data `stream`; `None` while its link is coming up (which
+    /// this starts).
+    fn data_fd(&mut self, peer: usize, stream: usize) -> Result<Option<RawFd>, LinkError> {
+        if self.peers[peer].is_none() {
+            self.absorb();
+            if self.peers[peer].is_none() {
+                if let Some(e) = &self.failed[peer] {
+                    return Err(e.clone());
+                }
+                self.linker.ensure(peer);
+                return Ok(None);
+            }
+        }
+        Ok(Some(self.peer(peer).data[stream].as_raw_fd()))
     }
 
     fn closed(&self, peer: usize, e: &io::Error) -> LinkError {
@@ -246,7 +294,11 @@ fn send_fd(fd: i32, a: &[u8], b: &[u8]) -> io::Result<usize> {
 
 impl Transport for TcpTransport {
     fn streams(&self, peer: usize) -> usize {
-        self.peers[peer].as_ref().map_or(1, |p| p.data.len())
+        if peer == self.rank {
+            1
+        } else {
+            self.linker.nsocks()
+        }
     }
 
     fn try_send(
@@ -259,7 +311,9 @@ impl Transport for TcpTransport {
         if a.is_empty() && b.is_empty() {
             return Ok(0);
         }
-        let fd = self.peer(peer).data[stream].as_raw_fd();
+        let Some(fd) = self.data_fd(peer, stream)? else {
+            return Ok(0);
+        };
         match send_fd(fd, a, b) {
             Ok(n) => Ok(n),
             Err(e) if would_block(&e) => Ok(0),
@@ -278,7 +332,9 @@ impl Transport for TcpTransport {
         a: &mut [u8],
         b: &mut [u8],
     ) -> Result<usize, LinkError> {
-        let fd = self.peer(peer).data[stream].as_raw_fd();
+        let Some(fd) = self.data_fd(peer, stream)? else {
+            return Ok(0);
+        };
         match read_fd(fd, a, b) {
             Ok(0) if a.len() + b.len() > 0 => {
                 self.read_ctrl(peer)?;
@@ -298,7 +354,9 @@ impl Transport for TcpTransport {
     }
 
     fn peek(&mut self, peer: usize, stream: usize, buf: &mut [u8]) -> Result<usize, LinkError> {
-        let fd = self.peer(peer).data[stream].as_raw_fd();
+        let Some(fd) = self.data_fd(peer, stream)? else {
+            return Ok(0);
+        };
         // SAFETY: `buf` is a live, exclusively borrowed buffer of `buf.len()` bytes.
         let n = unsafe {
             libc::recv(
@@ -320,8 +378,12 @@ impl Transport for TcpTransport {
     }
 
     fn check(&mut self) -> Result<(), LinkError> {
+        self.absorb();
+        if let Some(e) = self.failed.iter().flatten().next() {
+            return Err(e.clone());
+        }
         for peer in 0..self.peers.len() {
-            if peer != self.rank {
+            if self.peers[peer].is_some() {
                 self.read_ctrl(peer)?;
             }
         }
@@ -335,22 +397,23 @@ impl Transport for TcpTransport {
         timeout: Duration,
     ) -> Result<(), LinkError> {
         self.pollfds.clear();
-        for &(p, s) in sends {
-            let fd = self.peer(p).data[s].as_raw_fd();
-            self.pollfds.push(libc::pollfd {
-                fd,
-                events: libc::POLLOUT,
-                revents: 0,
-            });
+        for (events, ids) in [(libc::POLLOUT, sends), (libc::POLLIN, recvs)] {
+            for &(p, s) in ids {
+                if let Some(fd) = self.data_fd(p, s)? {
+                    self.pollfds.push(libc::pollfd {
+                        fd,
+                        events,
+                        revents: 0,
+                    });
+                }
+            }
         }
-        for &(p, s) in recvs {
-            let fd = self.peer(p).data[s].as_raw_fd();
-            self.pollfds.push(libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            });
-        }
+        let waker = self.linker.waker().fd();
+        self.pollfds.push(libc::pollfd {
+            fd: waker,
+            events: libc::POLLIN,
+            revents: 0,
+        });
         for p in self.peers.iter().flatten().filter(|p| !p.eof) {
             self.pollfds.push(libc::pollfd {
                 fd: p.ctrl.as_raw_fd(),
@@ -372,6 +435,11 @@ impl Transport for TcpTransport {
             if !would_block(&e) {
                 tracing::debug!("poll failed: {e}");
             }
+        }
+        if self.pollfds.iter().any(|p| p.fd == waker && p.revents != 0) {
+            // Something arrived: take it in now, so the next poll does not return at once.
+            self.linker.waker().reset();
+            self.absorb();
         }
         Ok(())
     }
@@ -415,5 +483,11 @@ impl Transport for TcpTransport {
 
     fn describe(&self) -> String {
         self.describe.clone()
+    }
+
+    fn linked(&self) -> Vec<usize> {
+        (0..self.peers.len())
+            .filter(|&p| self.peers[p].is_some())
+            .collect()
     }
 }
