@@ -17,6 +17,7 @@ use crate::schedule::{Buf, Region, Schedule};
 use crate::shm::ShmGroup;
 use crate::shm::ops::Ctx as ShmOps;
 use crate::transport::frame::{self, FRAME_BYTES, HEADER_LEN};
+use crate::transport::routed::{PipeSlot, Routed};
 use crate::transport::{LinkError, StreamId, Transport};
 use crate::watchdog::{Deadline, Phase, suspects};
 
@@ -64,6 +65,9 @@ pub(crate) struct Engine {
     pub shm: Option<ShmGroup>,
     /// The round's fence (the transport sits behind it; see `fence`).
     pub fence: Arc<RoundFence>,
+    /// Where shared-memory set-up installs the host's pipes (the transport routes host peers
+    /// to them from then on; see `transport/routed.rs`).
+    pub pipes: PipeSlot,
     scratch: Vec<u64>,
     stages: Vec<Vec<u64>>,
 }
@@ -124,12 +128,14 @@ impl Ctx<'_, '_> {
 impl Engine {
     pub(crate) fn new(rank: usize, transport: Box<dyn Transport>, spin: Duration) -> Engine {
         let fence = RoundFence::new();
+        let (routed, pipes) = Routed::new(transport);
         Engine {
             rank,
-            transport: Box::new(Fenced::new(transport, fence.clone())),
+            transport: Box::new(Fenced::new(Box::new(routed), fence.clone())),
             spin,
             shm: None,
             fence,
+            pipes,
             scratch: Vec::new(),
             stages: Vec::new(),
         }

@@ -60,6 +60,28 @@ fn child() {
             println!("OK rank {rank}");
         }
         "kill" => allreduce_until_lost(&c, rank, 1 << 16),
+        // Ranks 0 and 2 (not ring neighbours: no TCP link between them) ping-pong through
+        // their pipe until rank 2 is killed; ranks 1 and 3 leave.
+        "pingpong" if rank % 2 == 0 => {
+            let mut buf = vec![rank as i32; 1 << 16];
+            let peer = 2 - rank;
+            for i in 0u64.. {
+                let r = if rank == 0 {
+                    c.send(&buf, peer).and_then(|_| c.recv(&mut buf, peer))
+                } else {
+                    c.recv(&mut buf, peer).and_then(|_| c.send(&buf, peer))
+                };
+                if let Err(e) = r {
+                    println!("LINKED {:?}", c.linked_peers());
+                    println!("ERROR {e}");
+                    std::process::exit(0);
+                }
+                if rank == 2 && i == 3 {
+                    println!("READY");
+                }
+            }
+        }
+        "pingpong" => println!("OK rank {rank}"),
         other => panic!("unknown role {other}"),
     }
 }
@@ -159,6 +181,51 @@ fn killed_segment_maker_is_named_and_nothing_is_left() {
     // memory cannot be read: the survivors name it either way).
     for single in ["0", "1"] {
         killed_maker(single);
+    }
+}
+
+#[test]
+fn a_killed_host_peer_is_named_by_its_pipe_partner() {
+    let server = BackgroundServer::start(ServeConfig::loopback_ephemeral()).unwrap();
+    let mut kids = spawn_ranks(
+        "child",
+        "pingpong",
+        4,
+        &server.endpoint(),
+        &[("DTCOMM_TIMEOUT", "30")],
+    );
+    let mut lines = BufReader::new(kids[2].stdout.take().unwrap()).lines();
+    assert!(
+        lines
+            .by_ref()
+            .map(|l| l.unwrap())
+            .any(|l| l.ends_with("READY")),
+        "rank 2 never got going"
+    );
+    let killed_at = Instant::now();
+    kids[2].kill().unwrap();
+    kids[2].wait().unwrap();
+    let mut kids = kids.into_iter();
+    let (code, out, err) = wait_output(kids.next().unwrap(), Duration::from_secs(60));
+    let took = killed_at.elapsed();
+    println!("rank 0 after {took:?}:\n{out}");
+    assert_eq!(code, Some(0), "rank 0:\n{out}\n{err}");
+    assert!(
+        out.contains("LINKED [1, 3]"),
+        "rank 0 had no TCP link to 2: {out}"
+    );
+    assert!(
+        out.contains("lost rank 2") || out.contains("rank 2"),
+        "rank 0 names rank 2: {out}"
+    );
+    assert!(out.contains("exited (shared-memory pipe)"), "{out}");
+    assert!(out.contains("(seq "), "names the op and seq: {out}");
+    assert!(
+        took < Duration::from_secs(10),
+        "named after {took:?}, well before the 30 s deadline"
+    );
+    for k in kids {
+        let _ = wait_output(k, Duration::from_secs(30));
     }
 }
 

@@ -173,6 +173,56 @@ fn links_open_only_for_the_peers_a_schedule_uses() {
     }
 }
 
+#[test]
+fn host_peers_in_shared_memory_hold_only_the_set_up_ring() {
+    let world = 4;
+    let comms = tcp_group(
+        world,
+        Options {
+            transport: Some(LinkKind::Auto),
+            ..Options::default()
+        },
+    );
+    on_ranks(&comms, |c| {
+        for count in [1, 5000, 1 << 18] {
+            allreduce_case::<f32>(c, ReduceOp::Sum, count);
+        }
+        // Every other collective, send/recv included: the schedules reach host peers
+        // through the segment's pipes.
+        other_collectives::<i32>(c, 3001);
+        // Point to point between ranks that are not ring neighbours, larger than a pipe (it
+        // wraps many times), and a receive from any source.
+        let big: Vec<i32> = (0..(3 << 20) / 4).map(|i| i ^ 0x5a5a).collect();
+        match c.rank() {
+            0 => c.send(&big, 2).unwrap(),
+            2 => {
+                let mut got = vec![0i32; big.len()];
+                c.recv(&mut got, 0).unwrap();
+                assert!(got == big, "a 3 MiB message through a pipe arrived changed");
+                let mut one = [0i32; 2];
+                assert_eq!(c.recv_any(&mut one).unwrap(), 3);
+                assert_eq!(one, [7, 8]);
+            }
+            3 => c.send(&[7i32, 8], 2).unwrap(),
+            _ => {}
+        }
+    });
+    for c in &comms {
+        let r = c.rank();
+        let ring = [(r + 1) % world, (r + world - 1) % world];
+        let linked = c.linked_peers();
+        assert!(
+            c.transport_description().contains("shm to ranks"),
+            "{}",
+            c.transport_description()
+        );
+        assert!(
+            linked.iter().all(|p| ring.contains(p)),
+            "rank {r} linked {linked:?} beyond the set-up ring {ring:?}"
+        );
+    }
+}
+
 /// The child side of the multi-process tests: the parents below run this binary again with
 /// `--ignored --exact child_rank` and the child's role in the environment. Ignored in a normal
 /// run; run by hand without that environment it fails rather than pass vacuously.

@@ -15,12 +15,14 @@
 //! it reads the control plane (aborts, lost peers), the peers' liveness (pidfd: a SIGKILLed
 //! rank sends no TCP reset when no socket joins it) and the deadline.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::futex;
 use super::layout::{Layout, slot};
 use super::segment::Mapping;
+use super::watch::Watch;
 use crate::call::CallDesc;
 use crate::engine::EngineError;
 use crate::error::CommError;
@@ -31,40 +33,9 @@ use crate::watchdog::{Deadline, Phase};
 /// How long one nap on a futex lasts before the liveness checks run again.
 const NAP: Duration = Duration::from_millis(2);
 
-/// A peer's process, watched through a pidfd (none when the kernel or namespace refuses one).
-struct Watch {
-    pid: u32,
-    pidfd: Option<std::os::fd::OwnedFd>,
-}
-
-impl Watch {
-    fn new(pid: u32) -> Watch {
-        use std::os::fd::FromRawFd;
-        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-        Watch {
-            pid,
-            // SAFETY: a fresh descriptor we now own.
-            pidfd: (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) }),
-        }
-    }
-    /// True once the process has exited (a zombie counts: it will never post again).
-    fn exited(&self) -> bool {
-        use std::os::fd::AsRawFd;
-        let Some(fd) = &self.pidfd else { return false };
-        let mut p = libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd, no timeout.
-        unsafe { libc::poll(&mut p, 1, 0) > 0 && p.revents & libc::POLLIN != 0 }
-    }
-}
-
 /// This rank's view of its host's segment.
 pub(crate) struct ShmGroup {
-    map: Mapping,
+    map: Arc<Mapping>,
     layout: Layout,
     /// This rank's index among the host's ranks.
     pub me: usize,
@@ -92,7 +63,7 @@ impl ShmGroup {
     /// Joins an attached, checked segment. `pids[i]` is local rank `i`'s pid when it lives in
     /// this pid namespace.
     pub(crate) fn new(
-        map: Mapping,
+        map: Arc<Mapping>,
         layout: Layout,
         me: usize,
         ranks: Vec<usize>,

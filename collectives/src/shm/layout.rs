@@ -5,20 +5,28 @@
 //! PAGE + i*S   slot of local rank i (S = stride):
 //!   +0           posted: u32 futex word (steps this rank has published), own cache line
 //!   +64          waiters: u32 (peers asleep on `posted`), pid: u32, closed: u32,
-//!                the call's input and output addresses (u64 each)
+//!                the call's input and output addresses (u64 each),
+//!                bell: u32 (rung by pipe peers), bell waiters: u32
 //!   +128         call headers: 2 × 32 bytes (op, dtype, count, seq), one per buffer parity
 //!   +PAGE        buffer 0 (chunk bytes), then buffer 1
+//! PAGE + n*S + k*P   pipe k (P = PAGE + PIPE), one per ordered pair (from, to), from ≠ to:
+//!   +0           head: u64, bytes the writer has written (own cache line)
+//!   +64          tail: u64, bytes the reader has consumed
+//!   +PAGE        the ring, PIPE bytes
 //! ```
 //!
 //! Every rank writes only its own slot (the creator also writes the header, before anyone
-//! attaches); buffers alternate by epoch so a rank may fill one while its peers still read the other.
+//! attaches); buffers alternate by epoch so a rank may fill one while its peers still read the
+//! other. A pipe's head and ring are written by its `from` rank only, its tail by its `to` rank.
 
 /// Page size the layout aligns to.
 pub(crate) const PAGE: usize = 4096;
 /// `dtcommSH`: the first eight bytes of every segment.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"dtcommSH");
 /// Bumped whenever the layout or the protocol changes; a peer with another version is refused.
-pub(crate) const VERSION: u32 = 2;
+pub(crate) const VERSION: u32 = 3;
+/// Bytes of each pipe's ring.
+pub(crate) const PIPE: usize = 256 << 10;
 
 /// Header field offsets.
 pub(crate) mod hdr {
@@ -40,6 +48,10 @@ pub(crate) mod slot {
     /// peers' single-copy reads).
     pub const ADDR_IN: usize = 80;
     pub const ADDR_OUT: usize = 88;
+    /// u32 futex word: bumped by a pipe peer after it wrote to or read from a pipe of this
+    /// rank's; u32 after it: how many of this rank's threads sleep on it.
+    pub const BELL: usize = 96;
+    pub const BELL_WAITERS: usize = 100;
 
     pub const DESC: usize = 128;
     pub const DATA: usize = super::PAGE;
@@ -68,7 +80,24 @@ impl Layout {
     }
     /// Bytes of the whole segment.
     pub(crate) fn len(&self) -> usize {
+        self.pipes_base() + self.ranks * self.ranks.saturating_sub(1) * Self::pipe_stride()
+    }
+    /// Bytes per rank: its slot and the pipes it reads.
+    pub(crate) fn per_rank(&self) -> usize {
+        self.stride() + self.ranks.saturating_sub(1) * Self::pipe_stride()
+    }
+    fn pipes_base(&self) -> usize {
         PAGE + self.ranks * self.stride()
+    }
+    /// Bytes between two pipes.
+    pub(crate) fn pipe_stride() -> usize {
+        PAGE + PIPE
+    }
+    /// Offset of the pipe from local rank `from` to local rank `to` (`from != to`).
+    pub(crate) fn pipe(&self, from: usize, to: usize) -> usize {
+        debug_assert!(from != to && from < self.ranks && to < self.ranks);
+        let k = from * (self.ranks - 1) + if to > from { to - 1 } else { to };
+        self.pipes_base() + k * Self::pipe_stride()
     }
     /// Offset of local rank `i`'s slot.
     pub(crate) fn slot(&self, i: usize) -> usize {
@@ -92,7 +121,8 @@ mod tests {
     fn slots_and_buffers_do_not_overlap_and_are_aligned() {
         let l = Layout::new(3, 5000);
         assert_eq!(l.chunk, 8192);
-        assert_eq!(l.len(), PAGE + 3 * (PAGE + 2 * 8192));
+        let pipe = PAGE + PIPE;
+        assert_eq!(l.len(), PAGE + 3 * (PAGE + 2 * 8192) + 6 * pipe);
         let mut spans: Vec<(usize, usize)> = vec![(0, PAGE)];
         for i in 0..3 {
             assert_eq!(l.slot(i) % PAGE, 0);
@@ -101,6 +131,12 @@ mod tests {
                 assert_eq!(l.buf(i, p) % PAGE, 0);
                 assert!(l.desc(i, p) + 32 <= l.slot(i) + slot::DATA);
                 spans.push((l.buf(i, p), l.buf(i, p) + l.chunk));
+            }
+        }
+        for from in 0..3 {
+            for to in (0..3).filter(|&t| t != from) {
+                assert_eq!(l.pipe(from, to) % PAGE, 0);
+                spans.push((l.pipe(from, to), l.pipe(from, to) + pipe));
             }
         }
         spans.sort();

@@ -6,6 +6,8 @@
 //! * `futex.rs`: sleeping on a counter; `cma.rs`: single-copy reads from a peer's memory;
 //!   `stream.rs`: copies with non-temporal stores;
 //! * `group.rs`: the host's ranks and the epoch protocol every collective uses;
+//! * `pipe.rs`: byte pipes between host peers, the link schedules use for them;
+//!   `watch.rs`: a peer's liveness through a pidfd;
 //! * `allreduce.rs`: allreduce reading every peer's segment, and across hosts;
 //! * `ops.rs`: broadcast, allgather, reduce-scatter, all-to-all, gather, scatter, barrier;
 //! * `setup.rs`: finding host peers over the links already up and joining them.
@@ -17,8 +19,10 @@ pub(crate) mod group;
 mod host;
 mod layout;
 pub(crate) mod ops;
+pub(crate) mod pipe;
 mod segment;
 pub(crate) mod setup;
 mod stream;
+mod watch;
 
 pub(crate) use group::ShmGroup;

@@ -14,9 +14,12 @@
 
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use super::group::ShmGroup;
 use super::host::{HostId, pid_ns};
 use super::layout::{Layout, MAGIC, VERSION, hdr};
+use super::pipe::Pipes;
 use super::segment::{Created, Mapping, attach};
 use crate::call::{CallDesc, OpKind};
 use crate::config::{Config, LinkKind};
@@ -292,19 +295,17 @@ pub(crate) fn find(e: &mut Engine, world: usize, cfg: &Config) -> Result<Found, 
             let pids: Vec<Option<u32>> = host_ranks.iter().map(|&r| pid_of(r)).collect();
             describe += &format!(
                 ": shm to ranks {peers:?} (same host; {} KiB per rank){others}",
-                layout.stride() / 1024
+                layout.per_rank() / 1024
             );
             if across.is_some() {
                 describe += "; allreduce across hosts: shm within, tcp between";
             }
-            let mut g = ShmGroup::new(
-                map.expect("attached"),
-                layout,
-                me,
-                host_ranks.clone(),
-                &pids,
-                cfg.spin.value,
-            );
+            let map = Arc::new(map.expect("attached"));
+            let pipes = Pipes::new(map.clone(), layout, me, host_ranks.clone(), world, &pids);
+            if e.pipes.set(pipes).is_err() {
+                unreachable!("set-up runs once per engine");
+            }
+            let mut g = ShmGroup::new(map, layout, me, host_ranks.clone(), &pids, cfg.spin.value);
             g.across = across;
             if single_copy {
                 g.single_copy = pids.iter().copied().collect();

@@ -1,6 +1,8 @@
 //! The narrow transport interface the engine drives, and its implementations: [`mem`] (the
 //! in-memory twin, for tests) and [`tcp`] (sockets, socket2).
 //!
+//! [`routed`] picks each peer's link: the host's shared-memory pipes or the inner transport.
+//!
 //! A transport moves bytes on numbered streams to and from each peer, without blocking; it
 //! parks the caller until one of the streams it cares about may progress; and it carries a
 //! control plane beside the data: goodbyes, aborts, and the loss of a peer.
@@ -8,6 +10,7 @@
 pub(crate) mod frame;
 pub(crate) mod iface;
 pub(crate) mod mem;
+pub(crate) mod routed;
 pub(crate) mod tcp;
 pub(crate) mod waker;
 

@@ -1,0 +1,292 @@
+//! Byte pipes between the ranks of one host, in their segment: one ring per ordered pair, so
+//! any schedule (send/recv, the v-collectives, whatever is not shared-memory native) reaches a
+//! host peer through memory instead of loopback TCP.
+//!
+//! A pipe is single-producer single-consumer: the writer copies into the ring and then
+//! publishes its `head` (bytes written, release), the reader copies out and then publishes its
+//! `tail` (bytes consumed, release); `head - tail` is what waits. After moving bytes each side
+//! rings the other's *bell* (a futex word in its slot), waking it only if it sleeps there.
+//! [`Pipes::wait`] sleeps on this rank's own bell, so one wait covers every pipe it cares about.
+//!
+//! A peer that closed its communicator (its `closed` word) ends its pipes gracefully once
+//! they are drained; one whose process exited (pidfd) without closing is lost.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use super::futex;
+use super::layout::{Layout, PAGE, PIPE, slot};
+use super::segment::Mapping;
+use super::watch::Watch;
+use crate::transport::LinkError;
+
+/// Longest sleep on the bell before the caller looks at the control plane again.
+const NAP: Duration = Duration::from_millis(2);
+
+/// This rank's ends of its host's pipes.
+pub(crate) struct Pipes {
+    map: Arc<Mapping>,
+    layout: Layout,
+    me: usize,
+    /// Indexed by global rank: the local index of a host peer.
+    local: Vec<Option<usize>>,
+    /// Indexed by local rank.
+    ranks: Vec<usize>,
+    watches: Vec<Option<Watch>>,
+}
+
+impl std::fmt::Debug for Pipes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Pipes(local {} of {:?})", self.me, self.ranks)
+    }
+}
+
+impl Pipes {
+    /// This rank (`me`, a local index) among `ranks` (global ranks of the host, ascending) of a
+    /// `world`; `pids[i]` is local rank `i`'s pid when it lives in this pid namespace.
+    pub(crate) fn new(
+        map: Arc<Mapping>,
+        layout: Layout,
+        me: usize,
+        ranks: Vec<usize>,
+        world: usize,
+        pids: &[Option<u32>],
+    ) -> Pipes {
+        let mut local = vec![None; world];
+        for (i, &r) in ranks.iter().enumerate() {
+            if i != me {
+                local[r] = Some(i);
+            }
+        }
+        let watches = pids
+            .iter()
+            .enumerate()
+            .map(|(i, p)| p.filter(|_| i != me).map(Watch::new))
+            .collect();
+        Pipes {
+            map,
+            layout,
+            me,
+            local,
+            ranks,
+            watches,
+        }
+    }
+
+    /// The local index of `peer` when it is reached through a pipe.
+    pub(crate) fn route(&self, peer: usize) -> Option<usize> {
+        self.local.get(peer).copied().flatten()
+    }
+
+    fn u64_at(&self, off: usize) -> &AtomicU64 {
+        debug_assert!(off + 8 <= self.map.len() && off.is_multiple_of(8));
+        // SAFETY: in bounds by the layout, 8-aligned, only ever accessed atomically.
+        unsafe { AtomicU64::from_ptr(self.map.ptr().add(off).cast()) }
+    }
+
+    fn u32_at(&self, off: usize) -> &AtomicU32 {
+        debug_assert!(off + 4 <= self.map.len() && off.is_multiple_of(4));
+        // SAFETY: as above, 4-aligned.
+        unsafe { AtomicU32::from_ptr(self.map.ptr().add(off).cast()) }
+    }
+
+    fn head(&self, from: usize, to: usize) -> &AtomicU64 {
+        self.u64_at(self.layout.pipe(from, to))
+    }
+
+    fn tail(&self, from: usize, to: usize) -> &AtomicU64 {
+        self.u64_at(self.layout.pipe(from, to) + 64)
+    }
+
+    fn ring(&self, from: usize, to: usize) -> *mut u8 {
+        // SAFETY: the ring lies inside the mapping by the layout.
+        unsafe { self.map.ptr().add(self.layout.pipe(from, to) + PAGE) }
+    }
+
+    fn bell(&self, i: usize) -> &AtomicU32 {
+        self.u32_at(self.layout.slot(i) + slot::BELL)
+    }
+
+    fn bell_waiters(&self, i: usize) -> &AtomicU32 {
+        self.u32_at(self.layout.slot(i) + slot::BELL_WAITERS)
+    }
+
+    fn closed(&self, i: usize) -> bool {
+        self.u32_at(self.layout.slot(i) + slot::CLOSED)
+            .load(Ordering::SeqCst)
+            == 1
+    }
+
+    fn ring_bell(&self, i: usize) {
+        let b = self.bell(i);
+        b.fetch_add(1, Ordering::SeqCst);
+        if self.bell_waiters(i).load(Ordering::SeqCst) > 0 {
+            futex::wake_all(b);
+        }
+    }
+
+    /// Writes a prefix of `a ++ b` into the pipe to local rank `to`.
+    pub(crate) fn try_send(&self, to: usize, a: &[u8], b: &[u8]) -> Result<usize, LinkError> {
+        let me = self.me;
+        let head = self.head(me, to).load(Ordering::Relaxed);
+        let tail = self.tail(me, to).load(Ordering::Acquire);
+        let free = PIPE - (head - tail) as usize;
+        if free == 0 {
+            if self.closed(to) {
+                return Err(self.gone(to, true));
+            }
+            return Ok(0);
+        }
+        let ring = self.ring(me, to);
+        let mut at = head;
+        let mut left = free;
+        for src in [a, b] {
+            let n = src.len().min(left);
+            copy_in(ring, at, &src[..n]);
+            at += n as u64;
+            left -= n;
+        }
+        let n = (at - head) as usize;
+        if n > 0 {
+            self.head(me, to).store(at, Ordering::Release);
+            self.ring_bell(to);
+        }
+        Ok(n)
+    }
+
+    /// Reads into `a ++ b` from the pipe from local rank `from`; `consume: false` peeks.
+    fn read(
+        &self,
+        from: usize,
+        a: &mut [u8],
+        b: &mut [u8],
+        consume: bool,
+    ) -> Result<usize, LinkError> {
+        let me = self.me;
+        let head = self.head(from, me).load(Ordering::Acquire);
+        let tail = self.tail(from, me).load(Ordering::Relaxed);
+        let avail = (head - tail) as usize;
+        if avail == 0 {
+            if a.len() + b.len() > 0 && self.closed(from) {
+                return Err(self.gone(from, true));
+            }
+            return Ok(0);
+        }
+        let ring = self.ring(from, me);
+        let mut at = tail;
+        let mut left = avail;
+        for dst in [a, b] {
+            let n = dst.len().min(left);
+            copy_out(ring, at, &mut dst[..n]);
+            at += n as u64;
+            left -= n;
+        }
+        if consume && at > tail {
+            self.tail(from, me).store(at, Ordering::Release);
+            self.ring_bell(from);
+        }
+        Ok((at - tail) as usize)
+    }
+
+    /// Reads into `a ++ b` from local rank `from`.
+    pub(crate) fn try_recv(
+        &self,
+        from: usize,
+        a: &mut [u8],
+        b: &mut [u8],
+    ) -> Result<usize, LinkError> {
+        self.read(from, a, b, true)
+    }
+
+    /// Copies what waits from local rank `from` into `buf` without consuming it.
+    pub(crate) fn peek(&self, from: usize, buf: &mut [u8]) -> Result<usize, LinkError> {
+        self.read(from, buf, &mut [], false)
+    }
+
+    fn can_send(&self, to: usize) -> bool {
+        let (h, t) = (
+            self.head(self.me, to).load(Ordering::SeqCst),
+            self.tail(self.me, to).load(Ordering::SeqCst),
+        );
+        (h - t) < PIPE as u64 || self.closed(to)
+    }
+
+    fn can_recv(&self, from: usize) -> bool {
+        let (h, t) = (
+            self.head(from, self.me).load(Ordering::SeqCst),
+            self.tail(from, self.me).load(Ordering::SeqCst),
+        );
+        h > t || self.closed(from)
+    }
+
+    fn gone(&self, i: usize, graceful: bool) -> LinkError {
+        LinkError::Closed {
+            peer: self.ranks[i],
+            graceful,
+            detail: if graceful {
+                "it closed its communicator (shared-memory pipe)".into()
+            } else {
+                format!(
+                    "its process (pid {}) on this host exited (shared-memory pipe)",
+                    self.watches[i].as_ref().map_or(0, |w| w.pid)
+                )
+            },
+        }
+    }
+
+    /// Sleeps (at most `timeout`, and a short nap) until a pipe to a local rank in `sends`
+    /// has room or one from a local rank in `recvs` has bytes; fails when such a peer's process
+    /// exited without closing.
+    pub(crate) fn wait(
+        &self,
+        sends: &[usize],
+        recvs: &[usize],
+        timeout: Duration,
+    ) -> Result<(), LinkError> {
+        let waiters = self.bell_waiters(self.me);
+        waiters.fetch_add(1, Ordering::SeqCst);
+        let bell = self.bell(self.me);
+        let v = bell.load(Ordering::SeqCst);
+        let ready =
+            sends.iter().any(|&i| self.can_send(i)) || recvs.iter().any(|&i| self.can_recv(i));
+        let r = if ready {
+            Ok(())
+        } else if let Some(&i) = sends
+            .iter()
+            .chain(recvs)
+            .find(|&&i| !self.closed(i) && self.watches[i].as_ref().is_some_and(Watch::exited))
+        {
+            Err(self.gone(i, false))
+        } else {
+            futex::wait(bell, v, timeout.min(NAP));
+            Ok(())
+        };
+        waiters.fetch_sub(1, Ordering::SeqCst);
+        r
+    }
+}
+
+/// Copies `src` into the ring at stream position `at` (wrapping).
+fn copy_in(ring: *mut u8, at: u64, src: &[u8]) {
+    let off = (at % PIPE as u64) as usize;
+    let first = src.len().min(PIPE - off);
+    // SAFETY: both ranges lie inside the ring (PIPE bytes); the writer owns the free space it
+    // copies into until it publishes `head`.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src.as_ptr(), ring.add(off), first);
+        std::ptr::copy_nonoverlapping(src.as_ptr().add(first), ring, src.len() - first);
+    }
+}
+
+/// Copies from the ring at stream position `at` (wrapping) into `dst`.
+fn copy_out(ring: *const u8, at: u64, dst: &mut [u8]) {
+    let off = (at % PIPE as u64) as usize;
+    let first = dst.len().min(PIPE - off);
+    // SAFETY: both ranges lie inside the ring; the bytes were published by the writer's
+    // `head` (acquired) and are not overwritten before the reader publishes `tail`.
+    unsafe {
+        std::ptr::copy_nonoverlapping(ring.add(off), dst.as_mut_ptr(), first);
+        std::ptr::copy_nonoverlapping(ring, dst.as_mut_ptr().add(first), dst.len() - first);
+    }
+}
