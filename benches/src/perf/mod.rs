@@ -40,6 +40,10 @@ pub enum Collective {
     ReduceScatter,
     /// `alltoall_perf`.
     AllToAll,
+    /// `sendrecv_perf`: ranks pair up (0-1, 2-3, ...) and exchange in turn (the even rank
+    /// sends then receives, the odd one receives then sends); a ping-pong, so the bus
+    /// bandwidth counts both directions: 2 × size per call's time.
+    SendRecv,
 }
 
 impl Collective {
@@ -51,6 +55,7 @@ impl Collective {
             Collective::AllGather => "all_gather_perf",
             Collective::ReduceScatter => "reduce_scatter_perf",
             Collective::AllToAll => "alltoall_perf",
+            Collective::SendRecv => "sendrecv_perf",
         }
     }
     /// nccl-tests' bus bandwidth factor.
@@ -59,6 +64,7 @@ impl Collective {
         match self {
             Collective::AllReduce => 2.0 * (n - 1.0) / n,
             Collective::Broadcast | Collective::Reduce => 1.0,
+            Collective::SendRecv => 2.0,
             Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll => {
                 (n - 1.0) / n
             }

@@ -128,6 +128,19 @@ fn call<T: BenchElem>(
         Collective::AllGather => c.all_gather(&k.send, &mut k.recv),
         Collective::ReduceScatter => c.reduce_scatter(&k.send, &mut k.recv, op),
         Collective::AllToAll => c.all_to_all(&k.send, &mut k.recv),
+        Collective::SendRecv => {
+            let partner = c.rank() ^ 1;
+            if partner >= c.world() {
+                return Ok(());
+            }
+            if c.rank() % 2 == 0 {
+                c.send(&k.send, partner)?;
+                c.recv(&mut k.recv, partner)
+            } else {
+                c.recv(&mut k.recv, partner)?;
+                c.send(&k.send, partner)
+            }
+        }
     }
 }
 
@@ -137,7 +150,7 @@ fn fill<T: BenchElem>(c: &Communicator, coll: Collective, count: usize, op: Redu
         Collective::AllReduce | Collective::Broadcast | Collective::Reduce => (count, count),
         Collective::AllGather => (count / world, count),
         Collective::ReduceScatter => (count, count / world),
-        Collective::AllToAll => (count, count),
+        Collective::AllToAll | Collective::SendRecv => (count, count),
     };
     let send: Vec<T> = (0..ns).map(|i| T::from_f(val(op, rank, i))).collect();
     let recv = match coll {
@@ -173,6 +186,8 @@ fn count_wrong<T: BenchElem>(
         Collective::ReduceScatter => (0..n)
             .map(|i| bad(i, reduced::<T>(op, world, rank * n + i)))
             .sum(),
+        Collective::SendRecv if rank ^ 1 >= world => 0,
+        Collective::SendRecv => (0..n).map(|i| bad(i, val(op, rank ^ 1, i))).sum(),
         Collective::AllToAll => {
             let per = n / world;
             // Block p of recv is block `rank` of rank p's send.
