@@ -133,7 +133,7 @@ fn call<T: BenchElem>(
             if partner >= c.world() {
                 return Ok(());
             }
-            if c.rank() % 2 == 0 {
+            if c.rank().is_multiple_of(2) {
                 c.send(&k.send, partner)?;
                 c.recv(&mut k.recv, partner)
             } else {
