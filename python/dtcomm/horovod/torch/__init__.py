@@ -7,6 +7,14 @@ Horovod layer owns dtcomm's group: do not call ``dtcomm.*`` collectives beside i
 from ._core import *  # noqa: F401,F403
 from ._core import __all__ as _core_all
 from .compression import Compression
-from .optimizer import DistributedOptimizer, broadcast_optimizer_state
 
-__all__ = [*_core_all, "Compression", "DistributedOptimizer", "broadcast_optimizer_state"]
+# The differentiable forms replace _core's plain collectives of the same names.
+from .functions import *  # noqa: F401,F403,E402
+from .functions import __all__ as _functions_all
+from .optimizer import DistributedOptimizer, broadcast_optimizer_state
+from .sparse import sparse_allreduce_async
+from .sync_batch_norm import SyncBatchNorm
+
+__all__ = [*_core_all, *(n for n in _functions_all if n not in _core_all), "Compression",
+           "DistributedOptimizer", "broadcast_optimizer_state", "SyncBatchNorm",
+           "sparse_allreduce_async"]

@@ -323,14 +323,20 @@ def broadcast_(tensor: torch.Tensor, root_rank: int, name: str | None = None,
     return synchronize(broadcast_async_(tensor, root_rank, name))
 
 
-def poll(handle: int) -> bool:
-    """Whether the operation of ``handle`` has completed."""
+def poll(handle: Any) -> bool:
+    """Whether the operation of ``handle`` has completed (an integer handle, or the callable
+    one of ``sparse_allreduce_async``)."""
+    if not isinstance(handle, int) and hasattr(handle, "poll"):
+        return bool(handle.poll())
     return _n().poll(handle)
 
 
-def synchronize(handle: int) -> torch.Tensor:
+def synchronize(handle: Any) -> Any:
     """Waits for ``handle``'s operation and returns its output tensor; raises
-    ``HorovodInternalError`` if the operation failed (e.g. the ranks disagreed about it)."""
+    ``HorovodInternalError`` if the operation failed (e.g. the ranks disagreed about it). The
+    callable handle of ``sparse_allreduce_async`` is called."""
+    if not isinstance(handle, int) and callable(handle):
+        return handle()
     n = _n()
     with _lock:
         dtype, shape, target, kind = _handles.pop(handle)

@@ -4,6 +4,7 @@ name as each one is ready (hooks), waited for in ``step()``."""
 from __future__ import annotations
 
 import contextlib
+import os
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -12,6 +13,36 @@ import torch
 
 from . import _core as hvd
 from .compression import Compression
+from .sparse import sparse_allreduce_async
+
+
+def _split_list(items: list[Any], n: int) -> list[list[Any]]:
+    """``items`` in ``n`` nearly equal consecutive chunks (the first ones one longer)."""
+    d, r = divmod(len(items), n)
+    return [items[i * d + min(i, r):(i + 1) * d + min(i + 1, r)] for i in range(n)]
+
+
+def _check_groups(groups: Any) -> None:
+    if groups is None:
+        return
+    if not (isinstance(groups, list) or (isinstance(groups, int) and groups > 0)):
+        raise ValueError("groups should be a non-negative integer or a list of list of "
+                         "torch.Tensor.")
+    if isinstance(groups, list):
+        seen: set[int] = set()
+        for group in groups:
+            for p in group:
+                if not isinstance(p, torch.Tensor):
+                    raise ValueError("groups must consist of torch.Tensor.")
+                if id(p) in seen:
+                    raise ValueError("A parameter can only appear once in groups.")
+                seen.add(id(p))
+
+
+# A pending reduction: per parameter, or per group (a tuple of parameters) once the whole
+# group's gradients were ready. Each entry: (handle or None, context) for a parameter; a list
+# of those for a group.
+_Pending = tuple[Any, Any]
 
 
 class _DistributedMixin:
@@ -24,11 +55,16 @@ class _DistributedMixin:
             raise NotImplementedError("Adasum is not supported by dtcomm's Horovod API")
         if gradient_predivide_factor != 1.0 and op != hvd.Average:
             raise ValueError("gradient_predivide_factor not supported with op != Average")
+        if backward_passes_per_step <= 0:
+            raise ValueError("backward_passes_per_step must be > 0")
+        _check_groups(groups)
         self._compression = compression
         self._op = op
         self._predivide = gradient_predivide_factor
+        self.sparse_as_dense = sparse_as_dense
         self.backward_passes_per_step = backward_passes_per_step
-        params = [p for g in self.param_groups for p in g["params"]]  # type: ignore[attr-defined]
+        param_groups = self.param_groups  # type: ignore[attr-defined]
+        params = [p for g in param_groups for p in g["params"]]
         if named_parameters is not None:
             named = list(named_parameters)
             if any(not isinstance(n, tuple) for n in named):
@@ -43,20 +79,57 @@ class _DistributedMixin:
                     "named_parameters was specified, but one or more model parameters were not "
                     "named. Python object ids: " + ", ".join(str(id(p)) for p in missing))
         else:
-            self._names = {p: f"allreduce.noname.{i}" for i, p in enumerate(params)}
-        self._handles: dict[torch.Tensor, tuple[int | None, Any]] = {}
+            self._names = {p: f"allreduce.noname.{i}.{j}"
+                           for i, g in enumerate(param_groups) for j, p in enumerate(g["params"])}
+        self._handles: dict[Any, Any] = {}
         self._delay = {p: backward_passes_per_step for p in params}
+        self._requires_update = [p for p in params if p.requires_grad]
         self._should_sync = True
         self._synchronized = False
+        self._groups = groups
+        self._p_to_group: dict[torch.Tensor, tuple[torch.Tensor, ...]] = {}
+        self._group_counts: dict[tuple[torch.Tensor, ...], int] = {}
         self._hooks = []
-        if hvd.size() > 1:
-            for p in params:
-                if p.requires_grad:
-                    self._hooks.append(p.register_post_accumulate_grad_hook(self._hook))
+        if hvd.size() > 1 or os.environ.get("HOROVOD_ELASTIC") == "1":
+            if groups is not None:
+                self._form_groups()
+            for p in self._requires_update:
+                self._hooks.append(p.register_post_accumulate_grad_hook(self._hook))
 
-    def _allreduce_grad_async(self, p: torch.Tensor) -> tuple[int, Any]:
-        name = self._names[p]
+    def _form_groups(self) -> None:
+        """Groups of parameters whose gradients are reduced together, the same on every rank:
+        ordered as rank 0 lists them, then ``groups`` chunks, or the given lists plus one
+        group per parameter in none of them."""
+        p_list = list(self._requires_update)
+        order = hvd.broadcast_object([self._names[p] for p in p_list], root_rank=0,
+                                     name="hvd.optimizer.groups")
+        index = {name: i for i, name in enumerate(order)}
+        p_list.sort(key=lambda p: index[self._names[p]])
+        if isinstance(self._groups, list):
+            ids = {id(p) for p in p_list}
+            p_groups = [[p for p in g if id(p) in ids] for g in self._groups]
+            grouped = {id(p) for g in p_groups for p in g}
+            p_groups += [[p] for p in p_list if id(p) not in grouped]
+        else:
+            p_groups = _split_list(p_list, self._groups)
+        for g in p_groups:
+            if not g:
+                continue
+            t = tuple(g)
+            for p in t:
+                self._p_to_group[p] = t
+            self._group_counts[t] = 0
+
+    def _allreduce_grad_async(self, p: torch.Tensor, name: str | None = None) -> _Pending:
+        if p.grad is None:
+            # Another rank may have produced this gradient: take part with zeros.
+            p.grad = torch.zeros_like(p)
+        name = name or self._names[p]
         tensor = p.grad
+        if tensor.is_sparse:
+            if not self.sparse_as_dense:
+                return sparse_allreduce_async(tensor, name=name, op=self._op), None
+            tensor = tensor.to_dense()
         if self._op == hvd.Average:
             pre, post = 1.0 / self._predivide, self._predivide / hvd.size()
             op = hvd.Sum
@@ -65,7 +138,13 @@ class _DistributedMixin:
         compressed, ctx = self._compression.compress(tensor)
         h = hvd.allreduce_async_(compressed, name=name, op=op, prescale_factor=pre,
                                  postscale_factor=post)
-        return h, (ctx, compressed)
+        return h, ctx
+
+    def _grouped_allreduce_grad_async(self, group: tuple[torch.Tensor, ...]) -> list[_Pending]:
+        # One named operation per tensor (``<first parameter's name>.<i>``), all submitted at
+        # once when the whole group is ready; the negotiator fuses them as the threshold allows.
+        base = self._names[group[0]]
+        return [self._allreduce_grad_async(p, f"{base}.{i}") for i, p in enumerate(group)]
 
     def _hook(self, p: torch.Tensor) -> None:
         if p in self._handles and self._handles[p][0] is not None:
@@ -76,19 +155,51 @@ class _DistributedMixin:
                     "locally.")
         self._delay[p] -= 1
         if self._delay[p] == 0:
-            self._handles[p] = self._allreduce_grad_async(p)
+            if self._groups is not None:
+                group = self._p_to_group[p]
+                self._group_counts[group] += 1
+                if self._group_counts[group] == len(group):
+                    self._handles[group] = self._grouped_allreduce_grad_async(group)
+                    for gp in group:
+                        self._handles.pop(gp, None)
+                    self._group_counts[group] = 0
+                    return
+                self._handles[p] = (None, None)
+            else:
+                self._handles[p] = self._allreduce_grad_async(p)
         else:
             self._handles.setdefault(p, (None, None))
 
-    def synchronize(self) -> None:
-        """Waits for every gradient's allreduce (starting those whose hook did not run)."""
-        for p, (h, _) in list(self._handles.items()):
-            if h is None:
-                self._handles[p] = self._allreduce_grad_async(p)
-        for p, (h, (ctx, compressed)) in self._handles.items():
-            out = hvd.synchronize(h)
-            self._delay[p] = self.backward_passes_per_step
+    def _write_back(self, p: torch.Tensor, out: torch.Tensor, ctx: Any) -> None:
+        self._delay[p] = self.backward_passes_per_step
+        assert p.grad is not None
+        if p.grad.is_sparse:
+            agg = out if out.is_sparse else self._compression.decompress(out, ctx).to_sparse()
+            p.grad.zero_().add_(agg.to(p.grad.dtype))
+        else:
             p.grad.copy_(self._compression.decompress(out, ctx).reshape(p.grad.shape))
+
+    def synchronize(self) -> None:
+        """Waits for every gradient's reduction (starting those whose hook did not run: zeros
+        for gradients this rank never produced)."""
+        done: set[torch.Tensor] = set()
+        for key in self._handles:
+            done.update(key) if isinstance(key, tuple) else done.add(key)
+        for p in self._requires_update:
+            if p not in done:
+                self._handles[p] = self._allreduce_grad_async(p)
+        for key, entry in list(self._handles.items()):
+            if not isinstance(key, tuple) and entry[0] is None:
+                self._handles[key] = self._allreduce_grad_async(key)
+        for key, entry in self._handles.items():
+            if isinstance(key, tuple):
+                for p, (h, ctx) in zip(key, entry):
+                    self._write_back(p, hvd.synchronize(h), ctx)
+            else:
+                h, ctx = entry
+                self._write_back(key, hvd.synchronize(h), ctx)
+        for g in self._group_counts:
+            self._group_counts[g] = 0
         self._handles.clear()
         self._synchronized = True
 
@@ -100,6 +211,23 @@ class _DistributedMixin:
             yield
         finally:
             self._should_sync = True
+
+    def set_backward_passes_per_step(self, passes: int) -> None:
+        """Changes how many backward passes accumulate before a reduction."""
+        self.backward_passes_per_step = passes
+        for p in self._delay:
+            self._delay[p] = passes
+
+    def load_state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        # Forgets pending reductions (e.g. of a failed round, before an elastic restore).
+        self._handles = {}
+        self._synchronized = False
+        self._should_sync = True
+        for g in self._group_counts:
+            self._group_counts[g] = 0
+        for p in self._delay:
+            self._delay[p] = self.backward_passes_per_step
+        return super().load_state_dict(*args, **kwargs)  # type: ignore[misc]
 
     def step(self, closure: Any = None) -> Any:
         if self._should_sync:
@@ -124,7 +252,16 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Any
                          num_groups: int = 0, groups: Any = None,
                          sparse_as_dense: bool = False, process_set: Any = None) -> Any:
     """Wraps ``optimizer`` so that ``step()`` applies gradients averaged over every rank
-    (allreduced by parameter name as each becomes ready during ``backward()``)."""
+    (reduced by parameter name as each becomes ready during ``backward()``). ``groups``: a
+    number of groups, or lists of parameters, reduced together once all of a group's
+    gradients are ready. Sparse gradients travel as ``sparse_allreduce_async`` (allgathered
+    indices and values) unless ``sparse_as_dense``, which allreduces them dense and makes
+    them sparse again."""
+    if num_groups != 0:
+        warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be "
+                      "removed in v0.23.0.", DeprecationWarning, stacklevel=2)
+        if groups is None:
+            groups = num_groups
     cls = type(optimizer.__class__.__name__, (_DistributedMixin, optimizer.__class__), {})
     opt = cls.__new__(cls)
     opt.__dict__.update(optimizer.__dict__)
