@@ -82,6 +82,38 @@ fn child() {
             }
         }
         "pingpong" => println!("OK rank {rank}"),
+        // World 5: ranks 0 and 2 ping-pong through their pipe (no TCP link between them); rank
+        // 4 (a ring neighbour of 0, not of 2) is killed while idle; ranks 1 and 3 idle. Rank 0
+        // sees rank 4's socket close and fails; rank 2 hears it only through the segment
+        // (rank 0 stays alive, and the idle ranks relay nothing).
+        "relay" if rank == 0 || rank == 2 => {
+            let mut buf = vec![rank as i32; 1024];
+            let peer = 2 - rank;
+            let start = Instant::now();
+            for i in 0u64.. {
+                let r = if rank == 0 {
+                    c.send(&buf, peer).and_then(|_| c.recv(&mut buf, peer))
+                } else {
+                    c.recv(&mut buf, peer).and_then(|_| c.send(&buf, peer))
+                };
+                if let Err(e) = r {
+                    println!("ERROR {e}");
+                    std::thread::sleep(Duration::from_secs(3));
+                    std::process::exit(0);
+                }
+                if rank == 0 && i == 3 {
+                    println!("PINGING");
+                }
+                if start.elapsed() > Duration::from_secs(60) {
+                    println!("NO ERROR");
+                    std::process::exit(3);
+                }
+            }
+        }
+        "relay" => {
+            println!("IDLE");
+            std::thread::sleep(Duration::from_secs(if rank == 4 { 60 } else { 8 }));
+        }
         other => panic!("unknown role {other}"),
     }
 }
@@ -225,6 +257,46 @@ fn a_killed_host_peer_is_named_by_its_pipe_partner() {
         "named after {took:?}, well before the 30 s deadline"
     );
     for k in kids {
+        let _ = wait_output(k, Duration::from_secs(30));
+    }
+}
+
+#[test]
+fn an_abort_reaches_a_host_peer_with_no_link_to_the_failed_rank() {
+    let server = BackgroundServer::start(ServeConfig::loopback_ephemeral()).unwrap();
+    let mut kids = spawn_ranks(
+        "child",
+        "relay",
+        5,
+        &server.endpoint(),
+        &[("DTCOMM_TIMEOUT", "30")],
+    );
+    let mut lines = BufReader::new(kids[0].stdout.take().unwrap()).lines();
+    assert!(
+        lines
+            .by_ref()
+            .map(|l| l.unwrap())
+            .any(|l| l.ends_with("PINGING")),
+        "rank 0 never got going"
+    );
+    let killed_at = Instant::now();
+    kids[4].kill().unwrap();
+    kids[4].wait().unwrap();
+    let mut kids: Vec<Option<std::process::Child>> = kids.into_iter().map(Some).collect();
+    let (code, out, err) = wait_output(kids[2].take().unwrap(), Duration::from_secs(60));
+    let took = killed_at.elapsed();
+    println!("rank 2 after {took:?}:\n{out}");
+    assert_eq!(code, Some(0), "rank 2:\n{out}\n{err}");
+    assert!(
+        out.contains("rank 0 failed (said through shared memory") && out.contains("rank 4"),
+        "rank 2 names the failure's origin and its cause: {out}"
+    );
+    assert!(out.contains("(seq "), "names the op and seq: {out}");
+    assert!(
+        took < Duration::from_secs(10),
+        "heard after {took:?}, well before the 30 s deadline"
+    );
+    for k in kids.into_iter().flatten() {
         let _ = wait_output(k, Duration::from_secs(30));
     }
 }

@@ -6,7 +6,7 @@
 //!   +0           posted: u32 futex word (steps this rank has published), own cache line
 //!   +64          waiters: u32 (peers asleep on `posted`), pid: u32, closed: u32,
 //!                the call's input and output addresses (u64 each),
-//!                bell: u32 (rung by pipe peers), bell waiters: u32
+//!                bell: u32 (rung by pipe peers), bell waiters: u32, aborted: u32
 //!   +128         call headers: 2 × 32 bytes (op, dtype, count, seq), one per buffer parity
 //!   +PAGE        buffer 0 (chunk bytes), then buffer 1
 //! PAGE + n*S + k*P   pipe k (P = PAGE + PIPE), one per ordered pair (from, to), from ≠ to:
@@ -52,6 +52,9 @@ pub(crate) mod slot {
     /// rank's; u32 after it: how many of this rank's threads sleep on it.
     pub const BELL: usize = 96;
     pub const BELL_WAITERS: usize = 100;
+    /// u32: 0 while the rank is well; once it failed, 1, or `2 + lost rank` when a lost peer
+    /// was the cause (its abort, for host peers it holds no link to).
+    pub const ABORTED: usize = 104;
 
     pub const DESC: usize = 128;
     pub const DATA: usize = super::PAGE;

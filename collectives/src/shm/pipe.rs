@@ -9,7 +9,9 @@
 //! [`Pipes::wait`] sleeps on this rank's own bell, so one wait covers every pipe it cares about.
 //!
 //! A peer that closed its communicator (its `closed` word) ends its pipes gracefully once
-//! they are drained; one whose process exited (pidfd) without closing is lost.
+//! they are drained; one whose process exited (pidfd) without closing is lost. A rank that
+//! fails marks its `aborted` word and rings everyone: host peers hear of it even when no TCP
+//! link joins them.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -233,6 +235,38 @@ impl Pipes {
                 )
             },
         }
+    }
+
+    /// Marks this rank failed in the segment (`lost`: the peer whose loss caused it) and wakes
+    /// every host peer, so one waiting on it with no link to it hears of the abort at once.
+    pub(crate) fn abort(&self, lost: Option<usize>) {
+        let v = lost.map_or(1, |l| l as u32 + 2);
+        let _ = self
+            .u32_at(self.layout.slot(self.me) + slot::ABORTED)
+            .compare_exchange(0, v, Ordering::SeqCst, Ordering::SeqCst);
+        futex::wake_all(self.u32_at(self.layout.slot(self.me) + slot::POSTED));
+        for i in (0..self.ranks.len()).filter(|&i| i != self.me) {
+            self.ring_bell(i);
+        }
+    }
+
+    /// The abort of a host peer that failed, if one did.
+    pub(crate) fn aborted(&self) -> Option<LinkError> {
+        (0..self.ranks.len())
+            .filter(|&i| i != self.me)
+            .find_map(|i| {
+                let v = self
+                    .u32_at(self.layout.slot(i) + slot::ABORTED)
+                    .load(Ordering::SeqCst);
+                (v != 0).then(|| LinkError::Aborted {
+                    origin: self.ranks[i],
+                    lost: (v >= 2).then(|| (v - 2) as usize),
+                    reason: format!(
+                        "rank {} failed (said through shared memory; its own error says why)",
+                        self.ranks[i]
+                    ),
+                })
+            })
     }
 
     /// Sleeps (at most `timeout`, and a short nap) until a pipe to a local rank in `sends`

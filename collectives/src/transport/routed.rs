@@ -1,7 +1,8 @@
 //! The link chosen per peer: host peers that share a segment are reached through its pipes
 //! (`shm/pipe.rs`), everyone else through the inner transport (TCP, or the in-memory twin).
 //! The control plane (goodbyes, aborts, stall reports, lost peers) stays on the inner
-//! transport; pipes only carry data.
+//! transport; pipes carry data, and an abort is also marked in the segment for host peers
+//! that hold no link to the failed rank.
 //!
 //! The pipes arrive after construction: shared-memory set-up runs over the inner links and
 //! then installs them in the slot this transport reads ([`PipeSlot`]), at the same point of
@@ -94,7 +95,12 @@ impl Transport for Routed {
     }
 
     fn check(&mut self) -> Result<(), LinkError> {
-        self.inner.check()
+        // The sockets first: an abort relayed over TCP carries its reason.
+        self.inner.check()?;
+        match self.pipes.get().and_then(Pipes::aborted) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     fn park(
@@ -145,6 +151,9 @@ impl Transport for Routed {
 
     fn abort(&mut self, lost: Option<usize>, reason: &str) {
         self.inner.abort(lost, reason);
+        if let Some(p) = self.pipes.get() {
+            p.abort(lost);
+        }
     }
 
     fn shutdown(&mut self) {
