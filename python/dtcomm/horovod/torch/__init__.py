@@ -15,6 +15,8 @@ from .optimizer import DistributedOptimizer, broadcast_optimizer_state
 from .sparse import sparse_allreduce_async
 from .sync_batch_norm import SyncBatchNorm
 
+from . import elastic  # noqa: E402  (after the names it uses)
+
 __all__ = [*_core_all, *(n for n in _functions_all if n not in _core_all), "Compression",
            "DistributedOptimizer", "broadcast_optimizer_state", "SyncBatchNorm",
-           "sparse_allreduce_async"]
+           "sparse_allreduce_async", "elastic"]

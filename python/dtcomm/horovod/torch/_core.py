@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 import dtcomm
-from dtcomm import _dtcomm, _state_codec
+from dtcomm import _api, _dtcomm, _state_codec
 
 from .timeline import Timeline
 
@@ -47,7 +47,22 @@ _OPS = {Sum: "sum", Average: "sum", Min: "min", Max: "max", Product: "prod"}
 
 
 class HorovodInternalError(RuntimeError):
-    """An operation failed on every rank (ranks disagreed about it, or the group failed)."""
+    """An operation failed on every rank (ranks disagreed about it, or the group failed).
+    When the communicator failed (a peer lost, the round ended), ``__cause__`` is dtcomm's
+    typed error (``PeerLostError``, ``RoundEndedError``, ...); ``hvd.elastic.run`` retries
+    on those."""
+
+
+def _internal(e: RuntimeError) -> HorovodInternalError:
+    """``e`` as a HorovodInternalError, caused by the communicator's failure if it failed."""
+    failure = None
+    try:
+        failure = dtcomm.communicator().failure()
+    except Exception:  # no group (shut down): nothing more to say
+        pass
+    err = HorovodInternalError(str(e))
+    err.__cause__ = failure if failure is not None else e
+    return err
 
 
 _DTYPES = {
@@ -75,14 +90,36 @@ def init(comm: Any = None, process_sets: Any = None) -> None:
             return
         if not dtcomm.is_initialized():
             dtcomm.init(verbose=False)
-        cycle = float(os.environ.get("HOROVOD_CYCLE_TIME", "1"))
-        threshold = int(os.environ.get("HOROVOD_FUSION_THRESHOLD", str(128 << 20)))
-        _neg = _dtcomm.Negotiator(dtcomm.communicator(), cycle, threshold)
+        _neg = _negotiator()
         _counter = 0
         _handles.clear()
     if os.environ.get("HOROVOD_TIMELINE") and dtcomm.rank() == 0:
         start_timeline(os.environ["HOROVOD_TIMELINE"],
                        mark_cycles=os.environ.get("HOROVOD_TIMELINE_MARK_CYCLES") == "1")
+
+
+def _negotiator() -> _dtcomm.Negotiator:
+    cycle = float(os.environ.get("HOROVOD_CYCLE_TIME", "1"))
+    threshold = int(os.environ.get("HOROVOD_FUSION_THRESHOLD", str(128 << 20)))
+    return _dtcomm.Negotiator(dtcomm.communicator(), cycle, threshold)
+
+
+def _elastic_reset(reason: str) -> None:
+    """``hvd.elastic``: stops this round's negotiation (pending operations are forgotten),
+    joins the native rendezvous's next round (``dtcomm.elastic``'s renewal: survivors keep
+    their ranks; the job is not left) and negotiates on its communicator. Unnamed operations
+    count from zero again, as after ``init``."""
+    global _neg, _counter
+    with _lock:
+        old, _neg = _neg, None
+        _handles.clear()
+        _names.clear()
+        _counter = 0
+    if old is not None:
+        old.shutdown()  # returns at once when the round's communicator failed
+    _api._renew(reason)
+    with _lock:
+        _neg = _negotiator()
 
 
 def shutdown() -> None:
@@ -224,12 +261,21 @@ def _bytes(t: torch.Tensor) -> bytes:
     return t.numpy().tobytes()
 
 
+def _submit_raw(n: _dtcomm.Negotiator, *args: Any, **kw: Any) -> int:
+    try:
+        return int(n.submit(*args, **kw))
+    except ValueError:
+        raise
+    except RuntimeError as e:  # the negotiation failed earlier (e.g. a peer was lost)
+        raise _internal(e)  # __cause__: the communicator failure
+
+
 def _submit(kind: str, t: torch.Tensor, name: str | None, target: torch.Tensor | None,
             out_shape: tuple[int, ...] | None, **kw: Any) -> int:
     with _lock:
         n = _n()
         full = _name(kind, name)
-        h = n.submit(full, kind, _dtype(t), list(t.shape), _bytes(t), **kw)
+        h = _submit_raw(n, full, kind, _dtype(t), list(t.shape), _bytes(t), **kw)
         _handles[h] = (t.dtype, out_shape, target, kind)
         _names[h] = full
     return h
@@ -343,7 +389,7 @@ def synchronize(handle: Any) -> Any:
     try:
         data, counts, times = n.wait(handle)
     except RuntimeError as e:
-        raise HorovodInternalError(str(e)) from e
+        raise _internal(e)  # __cause__: the communicator failure
     if _timeline is not None:
         _timeline.record(_names.pop(handle, f"handle.{handle}"), kind.split("_")[0], times)
     _names.pop(handle, None)
@@ -370,7 +416,7 @@ def barrier(process_set: Any = None) -> None:
     """Waits until every rank reaches it (other operations may still be pending)."""
     with _lock:
         n = _n()
-        h = n.submit(_name("barrier", None), "barrier", "uint8", [0], b"")
+        h = _submit_raw(n, _name("barrier", None), "barrier", "uint8", [0], b"")
         _handles[h] = (torch.uint8, None, None, "barrier")
     synchronize(h)
 
@@ -382,12 +428,12 @@ def join(device: int = -1) -> int:
     joined last, the same on every rank."""
     with _lock:
         n = _n()
-        h = n.submit("join", "join", "uint8", [0], b"")
+        h = _submit_raw(n, "join", "join", "uint8", [0], b"")
         _handles[h] = (torch.uint8, None, None, "join")
     try:
         _, counts, _times = n.wait(h)
     except RuntimeError as e:
-        raise HorovodInternalError(str(e)) from e
+        raise _internal(e)  # __cause__: the communicator failure
     finally:
         with _lock:
             _handles.pop(h, None)
@@ -527,7 +573,7 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: str | None = 
     kind = "alltoall_splits" if splits is not None else "alltoall"
     with _lock:
         n = _n()
-        h = n.submit(_name("alltoall", name), "alltoall", _dtype(tensor), list(tensor.shape),
+        h = _submit_raw(n, _name("alltoall", name), "alltoall", _dtype(tensor), list(tensor.shape),
                      _bytes(tensor), splits=sp)
         _handles[h] = (tensor.dtype, (-1, *tensor.shape[1:]), None, kind)
     return h
@@ -554,7 +600,7 @@ def reducescatter_async(tensor: torch.Tensor, name: str | None = None, compressi
     mine = q + (1 if r < rem else 0)
     with _lock:
         n = _n()
-        h = n.submit(_name("reducescatter", name), "reducescatter", _dtype(tensor),
+        h = _submit_raw(n, _name("reducescatter", name), "reducescatter", _dtype(tensor),
                      list(tensor.shape), _bytes(tensor), op=_OPS[o],
                      prescale=float(prescale_factor), postscale=float(post))
         _handles[h] = (tensor.dtype, (mine, *tensor.shape[1:]), None, "reducescatter")
