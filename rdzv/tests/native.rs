@@ -296,6 +296,10 @@ fn http_serves_health_metrics_and_jobs_behind_the_token() {
             dt_rdzv::client::TcpStoreClient::connect(&s.endpoint(), Duration::from_secs(10))
                 .unwrap();
         dt_rdzv::store::Store::set(&store, "k", b"value").unwrap();
+        // TCPStore's SET has no reply: a GET on the same connection orders it before the
+        // metrics are read.
+        let got = dt_rdzv::store::Store::get(&store, "k", Duration::from_secs(10)).unwrap();
+        assert_eq!(got, b"value");
         assert_eq!(http_get(&h, "/healthz", None), (200, "ok\n".into()));
         let (code, body) = http_get(&h, "/metrics", None);
         assert_eq!(code, 200);
