@@ -58,8 +58,12 @@ pub(crate) struct TcpTransport {
     rank: usize,
     /// Indexed by rank; `None` for this rank and for peers not linked yet.
     peers: Vec<Option<Peer>>,
+    /// The ranks in `peers` that are linked, in the order their links came up.
+    linked: Vec<usize>,
     /// Why a peer could not be linked (said whenever it is used).
     failed: Vec<Option<LinkError>>,
+    /// The first of those, for `check` (which must not scan every peer on every turn).
+    first_failure: Option<LinkError>,
     linker: Linker,
     describe: String,
     pollfds: Vec<libc::pollfd>,
@@ -77,7 +81,9 @@ impl TcpTransport {
         TcpTransport {
             rank,
             peers: (0..world).map(|_| None).collect(),
+            linked: Vec::new(),
             failed: vec![None; world],
+            first_failure: None,
             linker,
             describe,
             pollfds: Vec::new(),
@@ -96,20 +102,27 @@ impl TcpTransport {
                     if peer != self.rank && self.peers[peer].is_none() {
                         tracing::debug!(rank = self.rank, peer, "dtcomm: linked rank {peer}");
                         self.peers[peer] = Some(Peer::new(data, ctrl));
+                        self.linked.push(peer);
                     }
                 }
-                Arrival::Gone { peer, detail } => {
-                    self.failed[peer].get_or_insert(LinkError::Closed {
+                Arrival::Gone { peer, detail } => self.fail_link(
+                    peer,
+                    LinkError::Closed {
                         peer,
                         graceful: false,
                         detail,
-                    });
-                }
+                    },
+                ),
                 Arrival::Refused { peer, detail } => {
-                    self.failed[peer].get_or_insert(LinkError::Refused { peer, detail });
+                    self.fail_link(peer, LinkError::Refused { peer, detail })
                 }
             }
         }
+    }
+
+    fn fail_link(&mut self, peer: usize, e: LinkError) {
+        self.first_failure.get_or_insert_with(|| e.clone());
+        self.failed[peer].get_or_insert(e);
     }
 
     /// The descriptor of `peer`'s data `stream`; `None` while its link is coming up (which
@@ -379,13 +392,11 @@ impl Transport for TcpTransport {
 
     fn check(&mut self) -> Result<(), LinkError> {
         self.absorb();
-        if let Some(e) = self.failed.iter().flatten().next() {
+        if let Some(e) = &self.first_failure {
             return Err(e.clone());
         }
-        for peer in 0..self.peers.len() {
-            if self.peers[peer].is_some() {
-                self.read_ctrl(peer)?;
-            }
+        for i in 0..self.linked.len() {
+            self.read_ctrl(self.linked[i])?;
         }
         Ok(())
     }
@@ -414,12 +425,14 @@ impl Transport for TcpTransport {
             events: libc::POLLIN,
             revents: 0,
         });
-        for p in self.peers.iter().flatten().filter(|p| !p.eof) {
-            self.pollfds.push(libc::pollfd {
-                fd: p.ctrl.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            });
+        for &r in &self.linked {
+            if let Some(p) = self.peers[r].as_ref().filter(|p| !p.eof) {
+                self.pollfds.push(libc::pollfd {
+                    fd: p.ctrl.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+            }
         }
         let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
         // SAFETY: pollfds is a live Vec of initialised pollfd structs of the given length.
@@ -486,8 +499,8 @@ impl Transport for TcpTransport {
     }
 
     fn linked(&self) -> Vec<usize> {
-        (0..self.peers.len())
-            .filter(|&p| self.peers[p].is_some())
-            .collect()
+        let mut l = self.linked.clone();
+        l.sort_unstable();
+        l
     }
 }
