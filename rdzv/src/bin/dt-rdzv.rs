@@ -268,6 +268,22 @@ fn serve(config: ServeConfig) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
+        let server = match &config.backend {
+            None => server,
+            Some(b) => {
+                let shared = match dt_rdzv::server::storage::open(b, config.backend_timeout).await {
+                    Ok(storage) => server.share(storage).await,
+                    Err(e) => Err(std::io::Error::other(e)),
+                };
+                match shared {
+                    Ok(s) => s,
+                    Err(e) => {
+                        eprintln!("dt-rdzv: --backend {b}: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
+        };
         let addr = server.local_addr().ok();
         let native = server.native_addr();
         let http = server.http_addr();

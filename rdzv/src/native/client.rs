@@ -156,6 +156,7 @@ impl Connector {
             pause: Duration::from_millis(50),
             replies: Vec::new(),
             server,
+            redirect: None,
         };
         let task = tokio::spawn(session.run(send, recv));
         Ok(NativeClient {

@@ -142,6 +142,29 @@ pub(crate) async fn open(
     })
 }
 
+/// Opens a connection to the server a `Redirect` named, within `deadline`.
+async fn open_redirect(
+    endpoint: &quinn::Endpoint,
+    cfg: &ClientConfig,
+    to: &str,
+    deadline: Duration,
+) -> Result<(quinn::Connection, quinn::SendStream, quinn::RecvStream), NativeError> {
+    let addrs = resolve_one(to).await?;
+    let mut errors = Vec::new();
+    let until = Instant::now() + deadline;
+    for a in addrs {
+        let left = until.saturating_duration_since(Instant::now());
+        match open_one(endpoint, cfg, a, left).await {
+            Ok(ok) => return Ok(ok),
+            Err(why) => errors.push(format!("{a}: {why}")),
+        }
+    }
+    Err(NativeError::Connect {
+        endpoint: to.into(),
+        why: errors.join("; "),
+    })
+}
+
 /// What one server of a list gets of a connection attempt's deadline, at most.
 const PER_SERVER: Duration = Duration::from_millis(1000);
 
@@ -196,6 +219,9 @@ pub(crate) struct Session {
     /// Which server of the endpoint list to try first when reconnecting (the one in use, or
     /// the next after one that went silent).
     pub(crate) server: usize,
+    /// Where the last server sent this member (`Redirect`: its job's owner), tried first by
+    /// the next reconnection.
+    pub(crate) redirect: Option<String>,
 }
 
 /// Longest a reconnection attempt waits for a handshake: a server that is still down is
@@ -356,6 +382,17 @@ impl Session {
                     self.replies.push(ClientMsg::Alive { nonce: *nonce });
                     continue;
                 }
+                // Another server owns the job: join there (not the application's business
+                // either; the join, and the resume if any, are sent again).
+                ServerMsg::Redirect { endpoint, why, .. } => {
+                    tracing::info!(from = %self.cfg.endpoint, to = %endpoint, %why,
+                        "dt-rdzv sent this member to its job's owner");
+                    self.redirect = Some(endpoint.clone());
+                    return Some(End::Lost {
+                        why: format!("redirected to {endpoint}: {why}"),
+                        retry: true,
+                    });
+                }
                 ServerMsg::Removed { job, round, why } => {
                     self.leaving = true;
                     self.shared.watchers.end_all(RoundEnd {
@@ -443,8 +480,20 @@ impl Session {
             tracing::warn!(endpoint = %self.cfg.endpoint, %why, attempt,
                 "connection to dt-rdzv lost; reconnecting to resume this member's round");
             let left = until.saturating_duration_since(Instant::now());
-            let opened = open(&self.endpoint, &self.cfg, left.min(ATTEMPT), self.server);
-            let mut last = match opened.await {
+            let opened = match self.redirect.take() {
+                Some(to) => {
+                    match open_redirect(&self.endpoint, &self.cfg, &to, left.min(ATTEMPT)).await {
+                        Ok((c, s, r)) => Ok((c, s, r, self.server)),
+                        // The owner named did not answer (it may have just died): the list.
+                        Err(e) => {
+                            tracing::warn!(%to, error = %e, "the job's owner did not answer; trying the endpoint list");
+                            open(&self.endpoint, &self.cfg, left.min(ATTEMPT), self.server).await
+                        }
+                    }
+                }
+                None => open(&self.endpoint, &self.cfg, left.min(ATTEMPT), self.server).await,
+            };
+            let mut last = match opened {
                 Ok((conn, mut send, recv, server)) => {
                     if server != self.server {
                         tracing::warn!(endpoint = %self.cfg.endpoint, server,

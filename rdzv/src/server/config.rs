@@ -174,6 +174,32 @@ pub struct ServeConfig {
     /// Most native connections at once (more are refused at the handshake).
     #[arg(long, env = "DTRDZV_MAX_NATIVE_CONNECTIONS", default_value_t = 65536)]
     pub max_native_connections: usize,
+
+    /// Share the rendezvous with other `dt-rdzv serve` processes through this storage:
+    /// `etcd://h1:2379,h2:2379,h3:2379`. Each job is owned by one server at a time (an etcd
+    /// lease, `--owner-ttl`); the others send its members there, and take it over when the
+    /// owner dies. Unset: this server owns every job it hears of (the default, no storage).
+    #[arg(long, env = "DTRDZV_BACKEND")]
+    pub backend: Option<String>,
+
+    /// With `--backend`: the native endpoint (`host:port`) the other servers send this
+    /// server's members to. Default: this host's name and the native port.
+    #[arg(long, env = "DTRDZV_ADVERTISE")]
+    pub advertise: Option<String>,
+
+    /// With `--backend`: the time to live of this server's ownership lease; a dead server's
+    /// jobs are taken over this long after its last keep-alive (etcd's floor is about 2 s).
+    #[arg(long, env = "DTRDZV_OWNER_TTL", default_value = "2s", value_parser = parse_duration)]
+    pub owner_ttl: Duration,
+
+    /// With `--backend`: the key prefix of this group of servers in the storage (several
+    /// groups may share one etcd).
+    #[arg(long, env = "DTRDZV_BACKEND_PREFIX", default_value = "/dt-rdzv/")]
+    pub backend_prefix: String,
+
+    /// With `--backend`: the deadline of every storage call (connecting included).
+    #[arg(long, env = "DTRDZV_BACKEND_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
+    pub backend_timeout: Duration,
 }
 
 /// Twice the value limit: one whole 8 MiB reply can always be queued behind another.
@@ -222,6 +248,11 @@ impl Default for ServeConfig {
             job_idle_ttl: Duration::from_secs(300),
             max_jobs: 4096,
             max_native_connections: 65536,
+            backend: None,
+            advertise: None,
+            owner_ttl: Duration::from_secs(2),
+            backend_prefix: "/dt-rdzv/".into(),
+            backend_timeout: Duration::from_secs(2),
         }
     }
 }

@@ -41,6 +41,8 @@ const PAGE: &str = include_str!("status_page.html");
 pub(crate) struct HttpState {
     pub(crate) store: Option<Arc<Core>>,
     pub(crate) rdzv: Arc<RdzvCore>,
+    /// Jobs shared with other servers (`--backend`), if so.
+    pub(crate) owners: Option<Arc<super::owner::Owners>>,
 }
 
 type Shared = Arc<HttpState>;
@@ -48,7 +50,8 @@ type Shared = Arc<HttpState>;
 fn router(state: Shared) -> Router {
     Router::new()
         .route("/", get(page))
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(health))
+        .route("/v1/backend", get(backend))
         .route("/metrics", get(metrics))
         .route("/v1/jobs", get(all_jobs))
         .route("/v1/jobs/{job}", get(one_job))
@@ -120,6 +123,26 @@ async fn page() -> Response {
         PAGE,
     )
         .into_response()
+}
+
+/// `ok`, or `degraded: why` while the backend does not answer (still 200: the server serves).
+async fn health(State(s): State<Shared>) -> String {
+    match s.owners.as_ref().map(|o| o.status()) {
+        Some(v) if !v["degraded"].is_null() => format!("degraded: {}\n", v["degraded"]),
+        _ => "ok\n".into(),
+    }
+}
+
+/// This server's place in a group sharing a backend (`{"backend": null}` when alone).
+async fn backend(State(s): State<Shared>, headers: HeaderMap) -> Response {
+    if !s.rdzv.authorized(Scope::Server, token(&headers)) {
+        return refused("/v1/backend");
+    }
+    let v = s
+        .owners
+        .as_ref()
+        .map_or_else(|| json!({"backend": null}), |o| o.status());
+    json_response(StatusCode::OK, &v)
 }
 
 async fn metrics(State(s): State<Shared>) -> Response {

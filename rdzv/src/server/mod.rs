@@ -17,6 +17,8 @@
 //!   page `/`, `/healthz`, `/metrics`, `/v1/jobs`, `/v1/events`;
 //! * `etcd_v2`: etcd's v2 keys API on `--etcd-v2-port` (off by default), for torch's etcd
 //!   rendezvous backends;
+//! * [`storage`], `owner`: several servers sharing jobs through etcd (`--backend`): one owner
+//!   per job by lease, members sent to it, jobs taken over when it dies;
 //! * [`Server`]: binds, runs until a shutdown signal, and [`BackgroundServer`] runs one on its
 //!   own thread (tests, benchmarks, embedding).
 
@@ -33,8 +35,10 @@ mod json;
 mod listener;
 mod metrics;
 mod native;
+mod owner;
 mod ratelog;
 mod rendezvous;
+pub mod storage;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -65,6 +69,11 @@ pub struct Server {
     token: Option<String>,
     token_generated: bool,
     max_tcpstore_connections: usize,
+    /// Jobs shared with other servers (`--backend`), and where the machine tells it.
+    owners: Option<(
+        Arc<owner::Owners>,
+        tokio::sync::mpsc::UnboundedReceiver<owner::Note>,
+    )>,
 }
 
 impl Server {
@@ -131,7 +140,63 @@ impl Server {
             token,
             token_generated,
             max_tcpstore_connections,
+            owners: None,
         })
+    }
+
+    /// Binds like [`Server::bind`], then joins the group of servers sharing `--backend`, if
+    /// set: an error (naming the endpoints) when the backend does not answer.
+    pub async fn open(config: ServeConfig) -> std::io::Result<Self> {
+        let storage = match &config.backend {
+            None => None,
+            Some(b) => Some(
+                storage::open(b, config.backend_timeout)
+                    .await
+                    .map_err(std::io::Error::other)?,
+            ),
+        };
+        Self::open_with(config, storage).await
+    }
+
+    /// Binds like [`Server::bind`] and shares jobs through `storage` (when given) with the
+    /// other servers on it.
+    pub async fn open_with(
+        config: ServeConfig,
+        storage: Option<Arc<dyn storage::Storage>>,
+    ) -> std::io::Result<Self> {
+        let server = Self::bind(config)?;
+        match storage {
+            Some(storage) => server.share(storage).await,
+            None => Ok(server),
+        }
+    }
+
+    /// Joins the group of servers sharing jobs through `storage`: takes this server's lease
+    /// (an error when the storage does not answer).
+    pub async fn share(mut self, storage: Arc<dyn storage::Storage>) -> std::io::Result<Self> {
+        let server = &mut self;
+        {
+            let native = server.native_addr().ok_or_else(|| {
+                std::io::Error::other("--backend needs the native port (drop --no-native)")
+            })?;
+            let endpoint = server
+                .config
+                .advertise
+                .clone()
+                .unwrap_or_else(|| advertised(native));
+            let owners = owner::Owners::start(
+                storage,
+                server.config.backend_prefix.clone(),
+                server.config.owner_ttl,
+                endpoint,
+            )
+            .await
+            .map_err(std::io::Error::other)?;
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            server.rdzv.set_notes(tx);
+            server.owners = Some((owners, rx));
+        }
+        Ok(self)
     }
 
     /// The address the TCPStore port is bound to (an error when it is off).
@@ -176,10 +241,18 @@ impl Server {
         let timer = tokio::spawn(core::run_timers(self.core.clone(), stop_rx.clone()));
         let rdzv_timer = tokio::spawn(rendezvous::run_timers(self.rdzv.clone(), stop_rx.clone()));
         let config = Arc::new(self.config);
+        let (owners, owner_task) = match self.owners {
+            Some((o, notes)) => {
+                let task = tokio::spawn(o.clone().run(self.rdzv.clone(), notes, stop_rx.clone()));
+                (Some(o), Some(task))
+            }
+            None => (None, None),
+        };
         let native = self.native.map(|e| {
             tokio::spawn(native::accept_loop(
                 e,
                 self.rdzv.clone(),
+                owners.clone(),
                 config.clone(),
                 stop_rx.clone(),
             ))
@@ -188,6 +261,7 @@ impl Server {
             let state = Arc::new(http::HttpState {
                 store: self.listener.as_ref().map(|_| self.core.clone()),
                 rdzv: self.rdzv.clone(),
+                owners: owners.clone(),
             });
             tokio::spawn(http::accept_loop(l, state, stop_rx.clone()));
         }
@@ -247,6 +321,9 @@ impl Server {
         if let Some(n) = native {
             let _ = n.await;
         }
+        if let Some(t) = owner_task {
+            let _ = t.await;
+        }
         // Give connection tasks a moment to flush and close.
         let deadline = Instant::now() + std::time::Duration::from_secs(2);
         while self.core.sizes().0 > 0 && Instant::now() < deadline {
@@ -295,15 +372,43 @@ fn loopback(mut a: SocketAddr) -> SocketAddr {
     a
 }
 
+/// The endpoint other servers send members to by default: the bound address when it is a
+/// specific one, else this host's name, with the native port.
+fn advertised(native: SocketAddr) -> String {
+    if !native.ip().is_unspecified() {
+        return native.to_string();
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into());
+    format!("{host}:{}", native.port())
+}
+
 impl BackgroundServer {
     /// Starts a server with `config` (use port 0 for ephemeral ports).
     pub fn start(config: ServeConfig) -> std::io::Result<Self> {
+        Self::start_with(config, None)
+    }
+
+    /// Starts a server sharing jobs through `storage` (see [`Server::open_with`]); with
+    /// `None`, through `config.backend` if set.
+    pub fn start_with(
+        config: ServeConfig,
+        storage: Option<Arc<dyn storage::Storage>>,
+    ) -> std::io::Result<Self> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(config.worker_threads.unwrap_or(2))
             .enable_all()
             .thread_name("dt-rdzv")
             .build()?;
-        let server = rt.block_on(async { Server::bind(config) })?;
+        let server = rt.block_on(async {
+            match storage {
+                Some(s) => Server::open_with(config, Some(s)).await,
+                None => Server::open(config).await,
+            }
+        })?;
         let addr = server.local_addr().ok();
         let (native, http) = (server.native_addr(), server.http_addr());
         let fingerprint = server.fingerprint().map(str::to_owned);

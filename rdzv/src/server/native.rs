@@ -14,13 +14,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dt_rdzv_proto::native::{
-    CLOSE_GOING_AWAY, CLOSE_NO_STREAM, CLOSE_NORMAL, FrameReader, ServerMsg,
+    CLOSE_GOING_AWAY, CLOSE_NO_STREAM, CLOSE_NORMAL, ClientMsg, FrameReader, ServerMsg,
     codec::MAX_CLIENT_PAYLOAD, decode_client, encode_server,
 };
 use dt_rdzv_proto::rendezvous::{ConnId, Input};
 use tokio::sync::{mpsc, watch};
 
 use super::config::ServeConfig;
+use super::owner::{Owners, Verdict};
 use super::ratelog::limited;
 use super::rendezvous::{NativeOut, RdzvCore};
 use crate::native::udp;
@@ -67,6 +68,7 @@ fn open(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
 pub(crate) async fn accept_loop(
     endpoint: quinn::Endpoint,
     core: Arc<RdzvCore>,
+    owners: Option<Arc<Owners>>,
     config: Arc<ServeConfig>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -84,7 +86,8 @@ pub(crate) async fn accept_loop(
                     continue;
                 }
                 next_id -= 1;
-                tokio::spawn(serve(next_id, incoming, core.clone(), config.clone(), stop.clone()));
+                tokio::spawn(serve(next_id, incoming, core.clone(), owners.clone(),
+                    config.clone(), stop.clone()));
             }
         }
     }
@@ -96,6 +99,7 @@ async fn serve(
     id: ConnId,
     incoming: quinn::Incoming,
     core: Arc<RdzvCore>,
+    owners: Option<Arc<Owners>>,
     config: Arc<ServeConfig>,
     stop: watch::Receiver<bool>,
 ) {
@@ -136,6 +140,7 @@ async fn serve(
         outbox: rx,
         conn: conn.clone(),
         admitted: false,
+        owners,
     };
     let why = match c.run(&core, stop, arrived, &config).await {
         Ok(why) => why,
@@ -170,6 +175,19 @@ struct Conn {
     conn: quinn::Connection,
     /// Whether the machine accepted a request (it sent anything but a refusal).
     admitted: bool,
+    /// Who owns which job, when jobs are shared with other servers (`--backend`).
+    owners: Option<Arc<Owners>>,
+}
+
+/// How reading a connection's frames ended it.
+enum Ending {
+    /// The connection ends for this reason (bad input, the member finished).
+    Closed(String),
+    /// Its job is owned by another server: say where, then close.
+    Redirect(ServerMsg),
+    /// Nobody can say who owns its job now (the backend does not answer): close as a server
+    /// going away, so that the member tries again.
+    Away(String),
 }
 
 impl Conn {
@@ -203,8 +221,8 @@ impl Conn {
                 chunk = self.recv.read_chunk(usize::MAX, true) => match chunk {
                     Ok(Some(chunk)) => {
                         reader.push(&chunk.bytes);
-                        if let Some(why) = feed(self.id, &mut reader, core) {
-                            return Ok(why);
+                        if let Some(end) = feed(self.id, &mut reader, core, self.owners.as_deref()).await {
+                            return Ok(self.finish(end).await);
                         }
                         if reader.buffered() == 0 {
                             frame_started = None;
@@ -255,13 +273,34 @@ impl Conn {
         }
     }
 
+    /// Ends the connection as `end` says; returns why.
+    async fn finish(&mut self, end: Ending) -> String {
+        match end {
+            Ending::Closed(why) => why,
+            Ending::Redirect(msg) => {
+                let why = match &msg {
+                    ServerMsg::Redirect { why, .. } => why.clone(),
+                    _ => "redirected".into(),
+                };
+                if self.write(NativeOut::Msg(Box::new(msg))).await.is_none() {
+                    let _ = self.write(NativeOut::Close(why.clone())).await;
+                }
+                why
+            }
+            Ending::Away(why) => {
+                let _ = self.write(NativeOut::GoAway(why.clone())).await;
+                why
+            }
+        }
+    }
+
     async fn read_to_end(&mut self, reader: &mut FrameReader, core: &RdzvCore) -> String {
         loop {
             match self.recv.read_chunk(usize::MAX, true).await {
                 Ok(Some(chunk)) => {
                     reader.push(&chunk.bytes);
-                    if let Some(why) = feed(self.id, reader, core) {
-                        return why;
+                    if let Some(end) = feed(self.id, reader, core, self.owners.as_deref()).await {
+                        return self.finish(end).await;
                     }
                 }
                 Ok(None) => return "client finished its stream".into(),
@@ -285,7 +324,11 @@ impl Conn {
                     out.extend_from_slice(&encode_server(&m));
                 }
                 NativeOut::Close(reason) => {
-                    close = Some(reason);
+                    close = Some((CLOSE_NORMAL, reason));
+                    break;
+                }
+                NativeOut::GoAway(reason) => {
+                    close = Some((CLOSE_GOING_AWAY, reason));
                     break;
                 }
             }
@@ -294,12 +337,12 @@ impl Conn {
         if !out.is_empty() && self.send.write_all(&out).await.is_err() {
             return Some("the stream broke while writing".into());
         }
-        let reason = close?;
+        let (code, reason) = close?;
         let _ = self.send.finish();
         let _ = tokio::time::timeout(Duration::from_secs(1), self.conn.closed()).await;
         let mut r = reason.clone().into_bytes();
         r.truncate(200);
-        self.conn.close(CLOSE_NORMAL.into(), &r);
+        self.conn.close(code.into(), &r);
         Some(reason)
     }
 
@@ -322,8 +365,14 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
 }
 
 /// Decodes the complete frames in `reader` and feeds them to the machine; on bad input, tells
-/// the machine and returns why the connection ends.
-fn feed(id: ConnId, reader: &mut FrameReader, core: &RdzvCore) -> Option<String> {
+/// the machine and returns why the connection ends. With `owners`, a join for a job another
+/// server owns is not fed: the member is sent there.
+async fn feed(
+    id: ConnId,
+    reader: &mut FrameReader,
+    core: &RdzvCore,
+    owners: Option<&Owners>,
+) -> Option<Ending> {
     loop {
         let payload = match reader.next_payload() {
             Ok(Some(p)) => p,
@@ -331,15 +380,42 @@ fn feed(id: ConnId, reader: &mut FrameReader, core: &RdzvCore) -> Option<String>
             Err(error) => {
                 let why = error.to_string();
                 core.input(Input::Malformed { conn: id, error });
-                return Some(format!("bad frame: {why}"));
+                return Some(Ending::Closed(format!("bad frame: {why}")));
             }
         };
         match decode_client(&payload) {
-            Ok(msg) => core.input(Input::Message { conn: id, msg }),
+            Ok(msg) => {
+                if let (Some(o), ClientMsg::Join(j)) = (owners, &msg) {
+                    match o.claim(&j.job).await {
+                        Verdict::Mine => {}
+                        Verdict::Elsewhere { endpoint, server } => {
+                            tracing::info!(conn = id, job = %j.job, member = %j.member,
+                                %server, %endpoint, "member sent to the job's owner");
+                            return Some(Ending::Redirect(ServerMsg::Redirect {
+                                why: format!(
+                                    "job {:?} is owned by server {server} at {endpoint}",
+                                    j.job
+                                ),
+                                job: j.job.clone(),
+                                endpoint,
+                            }));
+                        }
+                        Verdict::Unknown(why) => {
+                            limited!(warn, "join deferred: cannot tell who owns the job",
+                                conn = id, job = %j.job, %why);
+                            return Some(Ending::Away(format!(
+                                "cannot tell who owns job {:?} now ({why}); try again",
+                                j.job
+                            )));
+                        }
+                    }
+                }
+                core.input(Input::Message { conn: id, msg });
+            }
             Err(error) => {
                 let why = error.to_string();
                 core.input(Input::Malformed { conn: id, error });
-                return Some(format!("bad message: {why}"));
+                return Some(Ending::Closed(format!("bad message: {why}")));
             }
         }
     }

@@ -13,6 +13,7 @@ use dt_rdzv_proto::rendezvous::{
 use tokio::sync::{Notify, mpsc, watch};
 
 use super::journal::Journal;
+use super::owner::Note;
 
 /// What a native connection task receives.
 #[derive(Debug)]
@@ -23,6 +24,9 @@ pub(crate) enum NativeOut {
     Msg(Box<ServerMsg>),
     /// Send what is queued, then close with this reason.
     Close(String),
+    /// Send what is queued, then close as a server going away (the member reconnects and
+    /// resumes its round: through the endpoint list, or where a `Redirect` sent it).
+    GoAway(String),
 }
 
 pub(crate) struct RdzvCore {
@@ -35,6 +39,8 @@ struct Inner {
     outboxes: HashMap<ConnId, mpsc::UnboundedSender<NativeOut>>,
     /// Recent events, for the status page.
     journal: Journal,
+    /// Where rounds and forgotten jobs are told when jobs are shared (`--backend`).
+    notes: Option<mpsc::UnboundedSender<Note>>,
 }
 
 impl RdzvCore {
@@ -44,9 +50,39 @@ impl RdzvCore {
                 machine: RendezvousMachine::new(config),
                 outboxes: HashMap::new(),
                 journal: Journal::default(),
+                notes: None,
             }),
             wake: Notify::new(),
         }
+    }
+
+    /// Tells `notes` of every completed round and forgotten job from now on.
+    pub(crate) fn set_notes(&self, notes: mpsc::UnboundedSender<Note>) {
+        self.lock().notes = Some(notes);
+    }
+
+    /// Lets go of `job` (another server owns it now): its members' connections close, with a
+    /// redirect to `owner` when it is known, so that they resume their round there.
+    pub(crate) fn hand_off(&self, job: &str, owner: Option<&str>) {
+        let mut g = self.lock();
+        let conns = g.machine.release(job);
+        let why = match owner {
+            Some(e) => format!("job {job:?} is owned by the server at {e} now"),
+            None => format!("job {job:?} is owned by another server now"),
+        };
+        for c in conns {
+            if let Some(tx) = g.outboxes.remove(&c) {
+                if let Some(e) = owner {
+                    let _ = tx.send(NativeOut::Msg(Box::new(ServerMsg::Redirect {
+                        job: job.into(),
+                        endpoint: e.into(),
+                        why: why.clone(),
+                    })));
+                }
+                let _ = tx.send(NativeOut::GoAway(why.clone()));
+            }
+        }
+        g.route();
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -152,6 +188,23 @@ impl Inner {
                 }
                 Action::Event(e) => {
                     self.journal.record(&e);
+                    if let Some(tx) = &self.notes {
+                        match &e {
+                            Event::RoundComplete {
+                                job, round, world, ..
+                            } => {
+                                let _ = tx.send(Note::Round {
+                                    job: job.clone(),
+                                    round: *round,
+                                    world: *world,
+                                });
+                            }
+                            Event::JobForgotten { job } => {
+                                let _ = tx.send(Note::Forgotten { job: job.clone() });
+                            }
+                            _ => {}
+                        }
+                    }
                     log(e)
                 }
             }

@@ -498,4 +498,15 @@ pub enum ServerMsg {
         /// What the server saw.
         why: String,
     },
+    /// Another server of the group owns the job (`dt-rdzv serve --backend etcd://...`): join
+    /// there. The connection closes after this; the client's session reconnects to `endpoint`
+    /// (then, if that fails, through its own endpoint list) and sends its join again.
+    Redirect {
+        /// The job.
+        job: String,
+        /// The owning server's native endpoint (`host:port`).
+        endpoint: String,
+        /// Why, for logs.
+        why: String,
+    },
 }

@@ -153,6 +153,26 @@ impl RendezvousMachine {
         r
     }
 
+    /// Lets go of `job` without a word to its members, because another server of the group
+    /// now owns it (dt-rdzv's `--backend`): the job is forgotten here and its members'
+    /// connections are returned, for the driver to hand off (close them so that the members
+    /// reconnect and resume their round with the owner). Empty if the job is unknown.
+    pub fn release(&mut self, job: &str) -> Vec<ConnId> {
+        let Some(j) = self.jobs.remove(job) else {
+            return Vec::new();
+        };
+        let conns: Vec<ConnId> = j.members.values().map(|m| m.conn).collect();
+        self.fx.detached.extend(conns.iter().copied());
+        self.fx.event(Event::JobForgotten { job: job.into() });
+        self.settle();
+        conns
+    }
+
+    /// The jobs this machine holds, by name.
+    pub fn job_names(&self) -> Vec<String> {
+        self.jobs.keys().cloned().collect()
+    }
+
     /// Whether `job` can be stopped: it exists and has not ended.
     fn stoppable(&self, job: &str) -> Result<(), Refusal> {
         match self.jobs.get(job).map(Job::ended) {

@@ -96,6 +96,11 @@ fn server_messages_round_trip() {
             code: RefusalCode::BadToken,
             message: "no".into(),
         },
+        ServerMsg::Redirect {
+            job: "j".into(),
+            endpoint: "10.0.0.2:29401".into(),
+            why: "owned by server b".into(),
+        },
         ServerMsg::JobEnded {
             job: "j".into(),
             end: JobEnd::JoinTimeout {

@@ -1,0 +1,295 @@
+//! Which server owns which job when several share a storage (`--backend`).
+//!
+//! Each server holds one lease (`--owner-ttl`) and kept alive at a third of it. A job's owner
+//! is the server whose value sits at `<prefix>owner/<job>` on its lease: the first server a
+//! member of the job reaches claims it (a create-if-absent transaction) and the others send
+//! members there ([`Verdict::Elsewhere`], a `Redirect`). When an owner dies its lease expires
+//! and its keys with it; its members, whose connections went silent, reconnect through their
+//! endpoint lists, and the first other server they reach claims the job and rebuilds the round
+//! from their resumes (`rendezvous::resume`). The round's record (`<prefix>round/<job>`) says
+//! what the job was at its last round, for the log of the server that takes it over.
+//!
+//! Never two owners acting: a server whose lease is found gone (etcd answered: expired) claims
+//! its jobs again on a new lease, and hands off at once every job another server claimed
+//! meanwhile (its members' connections are closed with a redirect to the new owner). A storage
+//! that does not answer is different: the jobs keep running on this server's memory (members
+//! need nothing from the storage to train), new jobs cannot be claimed, the status says
+//! `degraded`, and everything resumes when it answers again.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, watch};
+
+use super::rendezvous::RdzvCore;
+use super::storage::{Claim, LeaseId, Storage, StorageError};
+
+/// What a server learns from the machine that the storage must hear of.
+#[derive(Debug)]
+pub(crate) enum Note {
+    /// A round of `job` completed.
+    Round { job: String, round: u64, world: u32 },
+    /// The machine forgot `job` (ended and retained long enough, idle, or handed off).
+    Forgotten { job: String },
+}
+
+/// The answer to [`Owners::claim`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// This server owns the job.
+    Mine,
+    /// Another server does: its native endpoint and id.
+    Elsewhere { endpoint: String, server: String },
+    /// The storage did not answer: nobody can say.
+    Unknown(String),
+}
+
+/// See the module docs.
+pub(crate) struct Owners {
+    storage: Arc<dyn Storage>,
+    prefix: String,
+    ttl: Duration,
+    /// This server's id (random per process) and advertised endpoint, and both as the owner
+    /// value.
+    server: String,
+    endpoint: String,
+    value: Vec<u8>,
+    state: Mutex<State>,
+}
+
+struct State {
+    lease: LeaseId,
+    /// Jobs this server owns.
+    mine: BTreeSet<String>,
+    /// When the storage last confirmed the lease.
+    confirmed: Instant,
+    /// Why the storage is not answering, while it is not.
+    degraded: Option<String>,
+}
+
+impl Owners {
+    /// Takes a lease on `storage`; fails (the server does not start) when it does not answer.
+    pub(crate) async fn start(
+        storage: Arc<dyn Storage>,
+        prefix: String,
+        ttl: Duration,
+        endpoint: String,
+    ) -> Result<Arc<Self>, StorageError> {
+        let lease = storage.grant(ttl).await?;
+        let server = server_id();
+        let value = serde_json::to_vec(&json!({"server": server, "endpoint": endpoint}))
+            .expect("plain JSON");
+        tracing::info!(backend = %storage.describe(), %server, %endpoint, lease, ttl = ?ttl,
+            "sharing jobs through the backend");
+        Ok(Arc::new(Self {
+            storage,
+            prefix,
+            ttl,
+            server,
+            endpoint,
+            value,
+            state: Mutex::new(State {
+                lease,
+                mine: BTreeSet::new(),
+                confirmed: Instant::now(),
+                degraded: None,
+            }),
+        }))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn owner_key(&self, job: &str) -> String {
+        format!("{}owner/{}", self.prefix, escape(job))
+    }
+
+    fn round_key(&self, job: &str) -> String {
+        format!("{}round/{}", self.prefix, escape(job))
+    }
+
+    /// Who owns `job`, claiming it when nobody does.
+    pub(crate) async fn claim(&self, job: &str) -> Verdict {
+        let lease = {
+            let s = self.lock();
+            if s.mine.contains(job) {
+                return Verdict::Mine;
+            }
+            s.lease
+        };
+        match self
+            .storage
+            .claim(&self.owner_key(job), &self.value, lease)
+            .await
+        {
+            Ok(Claim::Mine) => {
+                let fresh = self.lock().mine.insert(job.to_string());
+                if fresh {
+                    let last = self.storage.get(&self.round_key(job)).await.ok().flatten();
+                    match last.and_then(|v| serde_json::from_slice::<Value>(&v).ok()) {
+                        Some(r) => tracing::info!(%job, last_round = %r,
+                            "took over the job (its members resume their round here)"),
+                        None => tracing::info!(%job, "owning the job"),
+                    }
+                }
+                Verdict::Mine
+            }
+            Ok(Claim::Held(v)) => {
+                let v: Value = serde_json::from_slice(&v).unwrap_or(Value::Null);
+                Verdict::Elsewhere {
+                    endpoint: v["endpoint"].as_str().unwrap_or("").to_string(),
+                    server: v["server"].as_str().unwrap_or("?").to_string(),
+                }
+            }
+            Err(e) => {
+                self.note_outage(&e);
+                Verdict::Unknown(e.to_string())
+            }
+        }
+    }
+
+    fn note_outage(&self, e: &StorageError) {
+        if matches!(e, StorageError::Unreachable { .. }) {
+            let mut s = self.lock();
+            if s.degraded.is_none() && s.confirmed.elapsed() > self.ttl {
+                tracing::warn!(error = %e,
+                    "backend unreachable: running jobs go on here, new jobs wait (degraded)");
+                s.degraded = Some(e.to_string());
+            }
+        }
+    }
+
+    /// This server's part of the status page and `/healthz`.
+    pub(crate) fn status(&self) -> Value {
+        let s = self.lock();
+        json!({
+            "backend": self.storage.describe(),
+            "server": self.server,
+            "endpoint": self.endpoint,
+            "lease": s.lease,
+            "owned_jobs": s.mine.iter().collect::<Vec<_>>(),
+            "degraded": s.degraded,
+        })
+    }
+
+    /// Keeps the lease alive and tells the storage what the machine did, until `stop`.
+    pub(crate) async fn run(
+        self: Arc<Self>,
+        core: Arc<RdzvCore>,
+        mut notes: mpsc::UnboundedReceiver<Note>,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        let mut tick = tokio::time::interval(self.ttl / 3);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.changed() => break,
+                _ = tick.tick() => self.keep_alive(&core).await,
+                note = notes.recv() => match note {
+                    Some(n) => self.apply(n).await,
+                    None => break,
+                },
+            }
+        }
+        // A clean stop hands the jobs on at once instead of after the lease's time to live.
+        let lease = self.lock().lease;
+        let _ = self.storage.revoke(lease).await;
+    }
+
+    async fn apply(&self, note: Note) {
+        let r = match note {
+            Note::Round { job, round, world } => {
+                let record = json!({"round": round, "world": world, "server": self.server,
+                    "endpoint": self.endpoint});
+                let bytes = serde_json::to_vec(&record).expect("plain JSON");
+                self.storage.put(&self.round_key(&job), &bytes).await
+            }
+            Note::Forgotten { job } => {
+                let was_mine = self.lock().mine.remove(&job);
+                if was_mine {
+                    let r = self
+                        .storage
+                        .delete_if(&self.owner_key(&job), &self.value)
+                        .await;
+                    match r {
+                        Ok(true) => self.storage.delete(&self.round_key(&job)).await,
+                        Ok(false) => Ok(()),
+                        Err(e) => Err(e),
+                    }
+                } else {
+                    Ok(())
+                }
+            }
+        };
+        if let Err(e) = r {
+            tracing::warn!(error = %e, "backend write failed (the job goes on)");
+            self.note_outage(&e);
+        }
+    }
+
+    async fn keep_alive(&self, core: &RdzvCore) {
+        let lease = self.lock().lease;
+        match self.storage.keep_alive(lease).await {
+            Ok(Some(_)) => {
+                let mut s = self.lock();
+                s.confirmed = Instant::now();
+                if s.degraded.take().is_some() {
+                    tracing::info!("backend answers again; no longer degraded");
+                }
+            }
+            Ok(None) => self.renew(core).await,
+            Err(e) => self.note_outage(&e),
+        }
+    }
+
+    /// The lease is gone: take a new one, claim the jobs again, hand off those another server
+    /// took meanwhile.
+    async fn renew(&self, core: &RdzvCore) {
+        let lease = match self.storage.grant(self.ttl).await {
+            Ok(l) => l,
+            Err(e) => return self.note_outage(&e),
+        };
+        let jobs: Vec<String> = {
+            let mut s = self.lock();
+            s.lease = lease;
+            s.confirmed = Instant::now();
+            s.degraded = None;
+            std::mem::take(&mut s.mine).into_iter().collect()
+        };
+        tracing::warn!(
+            lease,
+            jobs = jobs.len(),
+            "ownership lease expired; claiming this server's jobs again"
+        );
+        for job in jobs {
+            match self.claim(&job).await {
+                Verdict::Mine => {}
+                Verdict::Elsewhere { endpoint, server } => {
+                    tracing::warn!(%job, %server, %endpoint,
+                        "another server owns the job now; handing its members over");
+                    core.hand_off(&job, Some(&endpoint));
+                }
+                Verdict::Unknown(why) => {
+                    // Still ours as far as anyone can tell: keep it, claim again next time.
+                    tracing::warn!(%job, %why, "could not claim the job again yet");
+                    self.lock().mine.insert(job);
+                }
+            }
+        }
+    }
+}
+
+/// A job name as one key segment (`/` and `%` escaped).
+fn escape(job: &str) -> String {
+    job.replace('%', "%25").replace('/', "%2F")
+}
+
+/// 8 random bytes in hex.
+fn server_id() -> String {
+    let mut b = [0u8; 8];
+    let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b);
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
