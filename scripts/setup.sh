@@ -23,10 +23,13 @@ fi
 # Debian packages the tests use, installed with apt-get when missing and we may (root or
 # passwordless sudo); otherwise the tests that need them skip, saying so:
 #   chromium     the status page's browser test (driven by Playwright from PyPI; no download)
-#   etcd-server  real etcd 3.4, the reference the etcd v2 door is compared with
+#   etcd-server  real etcd 3.4: the reference the etcd v2 door is compared with, and the
+#                backend of the tests where several dt-rdzv share jobs (--backend etcd://)
+#   protobuf-compiler  protoc, which the etcd v3 client (dt-rdzv's `etcd` feature) builds with
 apt_want=()
 command -v chromium >/dev/null || apt_want+=(chromium)
 command -v etcd >/dev/null || apt_want+=(etcd-server)
+command -v protoc >/dev/null || apt_want+=(protobuf-compiler)
 if [ ${#apt_want[@]} -gt 0 ] && command -v apt-get >/dev/null; then
   sudo=(); [ "$(id -u)" = 0 ] || sudo=(sudo -n)
   if [ "$(id -u)" = 0 ] || sudo -n true 2>/dev/null; then
@@ -51,8 +54,11 @@ else
   log "$VENV is up to date"
 fi
 
-log "building the workspace (target dir $CARGO_TARGET_DIR)"
-cargo build --quiet --workspace --bins
+# dt-rdzv's etcd backend needs protoc to build; without it the workspace builds without the
+# backend and its tests skip (scripts/features.sh says which features the build uses).
+read -r -a FEATURES <<< "$(scripts/features.sh)"
+log "building the workspace (target dir $CARGO_TARGET_DIR) ${FEATURES[*]}"
+cargo build --quiet --workspace --bins "${FEATURES[@]}"
 
 # The Python package dtcomm (PyO3 module + python/dtcomm), installed editable into the venv by
 # maturin (release build). Skipped when no Rust source it links and no build file changed.

@@ -11,10 +11,11 @@ scripts/setup.sh
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
-echo "== cargo clippy -D warnings"
-cargo clippy --quiet --workspace --all-targets -- -D warnings
-echo "== cargo test"
-cargo test --workspace
+read -r -a FEATURES <<< "$(scripts/features.sh)"
+echo "== cargo clippy -D warnings ${FEATURES[*]}"
+cargo clippy --quiet --workspace --all-targets "${FEATURES[@]}" -- -D warnings
+echo "== cargo test ${FEATURES[*]}"
+cargo test --workspace "${FEATURES[@]}"
 echo "== pytest (real torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)'))"
 export DT_RDZV_BIN="$CARGO_TARGET_DIR/debug/dt-rdzv"
 "$VENV/bin/python" -m pytest -n 2 tests python/tests

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -123,3 +124,65 @@ def door(tmp_path: Path) -> Iterator[V2Server]:
         yield s
     finally:
         assert s.stop() == 0, s.log()
+
+
+@dataclass
+class EtcdMember:
+    """One member of an etcd cluster started by a test."""
+
+    name: str
+    proc: subprocess.Popen[str]
+    client_port: int
+    log_path: Path
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.client_port}"
+
+    def status(self) -> dict[str, object] | None:
+        """etcd's maintenance status through its gRPC gateway (None when it does not answer)."""
+        req = urllib.request.Request(f"http://{self.endpoint}/v3/maintenance/status",
+                                     data=b"{}", method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=1) as r:
+                return json.loads(r.read())
+        except (OSError, ValueError):
+            return None
+
+    def is_leader(self) -> bool:
+        s = self.status()
+        return bool(s) and s["header"]["member_id"] == s.get("leader")  # type: ignore[index]
+
+
+def start_etcd_cluster(tmp_path: Path, n: int = 3, timeout: float = 60) -> list[EtcdMember]:
+    """``n`` etcd 3.4 members on loopback ports forming one cluster, with a leader elected.
+    Stop them by PID (``stop_process``) when done."""
+    binary = etcd_binary()
+    assert binary, "etcd not installed (scripts/setup.sh installs Debian's etcd-server)"
+    ports = [(free_port(), free_port()) for _ in range(n)]
+    cluster = ",".join(f"e{i}=http://127.0.0.1:{p}" for i, (_, p) in enumerate(ports))
+    token = f"dt-{os.getpid()}-{time.monotonic_ns()}"
+    members = []
+    for i, (client, peer) in enumerate(ports):
+        log_path = tmp_path / f"etcd-e{i}.log"
+        proc = subprocess.Popen(
+            [binary, "--name", f"e{i}", "--data-dir", str(tmp_path / f"etcd-e{i}"),
+             "--listen-client-urls", f"http://127.0.0.1:{client}",
+             "--advertise-client-urls", f"http://127.0.0.1:{client}",
+             "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+             "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+             "--initial-cluster", cluster, "--initial-cluster-token", token,
+             "--initial-cluster-state", "new"],
+            stdout=subprocess.DEVNULL, stderr=open(log_path, "w"), text=True)
+        members.append(EtcdMember(f"e{i}", proc, client, log_path))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(m.proc.poll() is not None for m in members):
+            break
+        if sum(m.is_leader() for m in members) == 1:
+            return members
+        time.sleep(0.1)
+    logs = "\n".join(f"--- {m.name}\n{m.log_path.read_text()[-3000:]}" for m in members)
+    for m in members:
+        stop_process(m.proc)  # type: ignore[arg-type]
+    raise RuntimeError(f"the etcd cluster elected no leader within {timeout}s\n{logs}")
