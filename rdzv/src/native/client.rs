@@ -115,14 +115,15 @@ impl Connector {
         let mut endpoint = bind("[::]:0").or_else(|_| bind("0.0.0.0:0"))?;
         let mut cfg = client_config(trust)?;
         let mut transport = quinn::TransportConfig::default();
-        // A server that vanished (SIGKILL, a host lost) is noticed within 3 s; members then
-        // reconnect (through the next server of the endpoint list, if any) and resume their
-        // rounds (see `session`). Heartbeats and their ACKs, and a keep-alive each second when
-        // nothing else is sent, keep a healthy connection busy.
+        // A server that vanished (SIGKILL, a host lost) is noticed within 2 s (the server's
+        // default heartbeat timeout for members, and the ownership lease of servers sharing an
+        // etcd); members then reconnect (through the next server of the endpoint list, if any)
+        // and resume their rounds (see `session`). Heartbeats and their ACKs, and a keep-alive
+        // every 500 ms when nothing else is sent, keep a healthy connection busy.
         transport.max_idle_timeout(Some(
-            quinn::IdleTimeout::try_from(Duration::from_secs(3)).expect("3 s fits"),
+            quinn::IdleTimeout::try_from(Duration::from_secs(2)).expect("2 s fits"),
         ));
-        transport.keep_alive_interval(Some(Duration::from_secs(1)));
+        transport.keep_alive_interval(Some(Duration::from_millis(500)));
         // A welcome listing every peer of a large job is a few hundred KiB: a larger window
         // than the server's lets it arrive in one flight.
         super::control_transport(&mut transport, 1 << 20);

@@ -482,7 +482,8 @@ impl Session {
             let left = until.saturating_duration_since(Instant::now());
             let opened = match self.redirect.take() {
                 Some(to) => {
-                    match open_redirect(&self.endpoint, &self.cfg, &to, left.min(ATTEMPT)).await {
+                    match open_redirect(&self.endpoint, &self.cfg, &to, left.min(PER_SERVER)).await
+                    {
                         Ok((c, s, r)) => Ok((c, s, r, self.server)),
                         // The owner named did not answer (it may have just died): the list.
                         Err(e) => {
