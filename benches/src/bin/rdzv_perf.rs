@@ -14,7 +14,15 @@
 //! rdzv_perf --native --members 64,256,1024,4096 --json
 //! rdzv_perf --native --kill-one --members 8 --json
 //! rdzv_perf --native --freeze-one --members 8 --rounds 5
+//! rdzv_perf --native --backend etcd --members 64,256,1024 --no-torch
 //! ```
+//!
+//! With `--backend etcd` (`etcd` from Debian's `etcd-server` on `$PATH`, and a dt-rdzv built
+//! with the `etcd` feature), the same native herd also forms against three `dt-rdzv serve`
+//! sharing jobs through a three-member etcd started on loopback ports, in the same run,
+//! interleaved with the single in-memory server: each member is given the three servers in
+//! one of three rotations, so two thirds of them reach a server that does not own the job and
+//! are redirected to the one that does.
 //!
 //! These members hold no data plane: a loss is found by the heartbeat timeout. With the data
 //! plane (training processes whose links report a reset), `benches/python/fault_recovery.py`
@@ -25,8 +33,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use dt_bench::rdzv::{
-    BENCH_TOKEN, Fault, ServerProcess, client_config, run_cas_herd, run_herd, run_kill_one,
-    run_native_herd, start_dt_rdzv, start_torch_store,
+    BENCH_TOKEN, EtcdCluster, Fault, ServerProcess, client_config, run_cas_herd, run_herd,
+    run_kill_one, run_native_herd, start_dt_rdzv, start_group, start_torch_store,
 };
 use dt_bench::stats::median;
 
@@ -79,6 +87,10 @@ struct Args {
     /// With --native: skip the torchelastic barrier above this many members (it takes minutes).
     #[arg(long, default_value_t = 1024)]
     torchelastic_max: usize,
+    /// With --native: also form against three dt-rdzv sharing jobs through etcd: `etcd`
+    /// starts a three-member etcd on loopback ports; `etcd://h:p,...` uses that cluster.
+    #[arg(long, requires = "native")]
+    backend: Option<String>,
 }
 
 struct Sample {
@@ -228,6 +240,36 @@ fn native_main(
         .clone()
         .ok_or("dt-rdzv printed no native port")?;
     let cfg = client_config(&endpoint, &fp, BENCH_TOKEN);
+    // The group sharing an etcd, when asked for: the cluster (ours or given), three servers
+    // with one certificate, and the three rotations of their endpoint list.
+    let etcd = match args.backend.as_deref() {
+        Some("etcd") => Some(EtcdCluster::start(3)?),
+        _ => None,
+    };
+    let group = match args.backend.as_deref() {
+        None => None,
+        Some(b) => {
+            let url = etcd
+                .as_ref()
+                .map_or_else(|| b.to_string(), EtcdCluster::url);
+            let dir = std::env::temp_dir().join(format!("rdzv-perf-group-{}", std::process::id()));
+            let servers = start_group(bin, &url, &dir, 3)?;
+            let eps: Vec<String> = servers
+                .iter()
+                .map(|s| s.native.clone().expect("native").0)
+                .collect();
+            let gfp = servers[0].native.clone().expect("native").1;
+            let cfgs: Vec<_> = (0..eps.len())
+                .map(|r| {
+                    let list: Vec<&str> = (0..eps.len())
+                        .map(|k| eps[(r + k) % eps.len()].as_str())
+                        .collect();
+                    client_config(&list.join(","), &gfp, BENCH_TOKEN)
+                })
+                .collect();
+            Some((servers, cfgs, url))
+        }
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.client_threads.unwrap_or(2).max(1))
         .enable_all()
@@ -289,9 +331,20 @@ fn native_main(
             "# rdzv_perf --native: join -> every member holds rank and peers (QUIC), beside the torchelastic compare-set barrier on torch's TCPStore; median of {} rounds",
             args.rounds
         );
+        if let Some((_, _, url)) = &group {
+            println!("# group: three dt-rdzv sharing jobs through {url}");
+        }
         println!(
-            "# {:>7} {:>12} {:>12} {:>12} {:>14} {:>8} {:>12}",
-            "members", "native s", "connect s", "join s", "torchelastic s", "ratio", "CAS retries"
+            "# {:>7} {:>12} {:>12} {:>12} {:>14} {:>8} {:>12} {:>12} {:>12}",
+            "members",
+            "native s",
+            "connect s",
+            "join s",
+            "torchelastic s",
+            "ratio",
+            "CAS retries",
+            "etcd group s",
+            "group/single"
         );
     }
     for &n in &args.members {
@@ -299,10 +352,11 @@ fn native_main(
             (vec![], vec![], vec![], vec![], vec![]);
         let (mut server_cpu, mut herd_cpu) = (vec![], vec![]);
         let mut quic = Vec::new();
+        let mut group_s = Vec::new();
         for round in 0..args.rounds {
             let (cpu0, herd0) = (ours.cpu_seconds(), own_cpu_seconds());
             let r = rt.block_on(run_native_herd(
-                &cfg,
+                std::slice::from_ref(&cfg),
                 n,
                 &format!("native-n{n}-r{round}"),
                 timeout,
@@ -316,6 +370,18 @@ fn native_main(
             join_s.push(r.join_to_welcome.as_secs_f64());
             quic.push(r.quic);
             std::thread::sleep(Duration::from_millis(200));
+            if let Some((_, cfgs, _)) = &group {
+                let g = rt.block_on(run_native_herd(
+                    cfgs,
+                    n,
+                    &format!("group-n{n}-r{round}"),
+                    timeout,
+                    args.in_flight,
+                    args.preconnect,
+                ))?;
+                group_s.push(g.total.as_secs_f64());
+                std::thread::sleep(Duration::from_millis(200));
+            }
             if let Some(t) = torch.as_ref().filter(|_| n <= args.torchelastic_max) {
                 let c = rt.block_on(run_cas_herd(
                     &t.endpoint,
@@ -330,6 +396,7 @@ fn native_main(
         }
         let s = median(&ours_s).unwrap_or(f64::NAN);
         let t = median(&te_s);
+        let g = median(&group_s);
         if args.json {
             println!(
                 "{}",
@@ -346,18 +413,24 @@ fn native_main(
                     "herd_quic": quic,
                     "client_threads": args.client_threads.unwrap_or(2),
                     "preconnect": args.preconnect,
+                    "group_seconds": g, "group_seconds_all": group_s,
+                    "ratio_group_over_single": g.map(|g| g / s),
+                    "etcd_rss_bytes": etcd.as_ref().map(EtcdCluster::rss),
+                    "group_rss_bytes": group.as_ref().map(|(servers, _, _)| servers.iter().map(|x| x.rss().0).sum::<u64>()),
                 })
             );
         } else {
             println!(
-                "  {:>7} {:>12.4} {:>12.4} {:>12.4} {:>14} {:>8} {:>12}",
+                "  {:>7} {:>12.4} {:>12.4} {:>12.4} {:>14} {:>8} {:>12} {:>12} {:>12}",
                 n,
                 s,
                 median(&conn_s).unwrap_or(f64::NAN),
                 median(&join_s).unwrap_or(f64::NAN),
                 t.map_or("-".into(), |t| format!("{t:.4}")),
                 t.map_or("-".into(), |t| format!("{:.1}x", t / s)),
-                median(&retries).map_or("-".into(), |r| format!("{r:.0}"))
+                median(&retries).map_or("-".into(), |r| format!("{r:.0}")),
+                g.map_or("-".into(), |g| format!("{g:.4} {group_s:.3?}")),
+                g.map_or("-".into(), |g| format!("{:.2}x", g / s))
             );
         }
     }

@@ -3,11 +3,13 @@
 //! torchelastic compare-set herd; and the native rendezvous herd and kill-one recovery.
 
 mod cas;
+mod etcd;
 mod herd;
 mod native;
 mod servers;
 
 pub use cas::{CasResult, run_cas_herd};
+pub use etcd::{EtcdCluster, start_group};
 pub use herd::{HerdResult, run_herd};
 pub use native::{Fault, NativeResult, client_config, run_kill_one, run_native_herd, spawn_member};
 pub use servers::{

@@ -83,9 +83,10 @@ fn who(job: &str, i: usize, spec: &JobSpec) -> Membership {
 /// N members join job `job` (min = max = N), with at most `in_flight` QUIC handshakes under way
 /// at once. Each joins as soon as it is connected; with `preconnect`, all connect first and
 /// then join together, and the result's `join_to_welcome` is from the first join sent to the
-/// last welcome (the server's part alone, without the handshakes).
+/// last welcome (the server's part alone, without the handshakes). Member `i` connects with
+/// `cfgs[i % cfgs.len()]` (several endpoint lists: a group of servers sharing jobs).
 pub async fn run_native_herd(
-    cfg: &ClientConfig,
+    cfgs: &[ClientConfig],
     n: usize,
     job: &str,
     timeout: Duration,
@@ -98,7 +99,7 @@ pub async fn run_native_herd(
     // socket's receive buffer (capped by net.core.rmem_max) overflowed with 8 at 4096 members,
     // which measured the herd's packet losses instead of the server.
     let connectors: Vec<Connector> = (0..32)
-        .map(|_| Connector::new(&cfg.trust))
+        .map(|_| Connector::new(&cfgs[0].trust))
         .collect::<Result<_, _>>()
         .map_err(err)?;
     // A bounded number of handshakes in flight, as a launcher starting hosts would spread
@@ -120,7 +121,10 @@ pub async fn run_native_herd(
     let go = std::sync::Arc::new(tokio::sync::Notify::new());
     let tasks: Vec<_> = (0..n)
         .map(|i| {
-            let (c, cfg) = (connectors[i % connectors.len()].clone(), cfg.clone());
+            let (c, cfg) = (
+                connectors[i % connectors.len()].clone(),
+                cfgs[i % cfgs.len()].clone(),
+            );
             let (gate, who) = (gate.clone(), who(job, i, &spec));
             let (all_connected, go) = (all_connected.clone(), go.clone());
             tokio::spawn(async move {

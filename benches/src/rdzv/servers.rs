@@ -102,6 +102,11 @@ pub const BENCH_TOKEN: &str = "rdzv-perf";
 /// Starts `dt-rdzv serve` on ephemeral loopback ports (TCPStore, native, HTTP) with default
 /// rendezvous settings and the token [`BENCH_TOKEN`].
 pub fn start_dt_rdzv(bin: &Path) -> std::io::Result<ServerProcess> {
+    start_dt_rdzv_with(bin, &[])
+}
+
+/// [`start_dt_rdzv`] with more `serve` flags.
+pub fn start_dt_rdzv_with(bin: &Path, extra: &[String]) -> std::io::Result<ServerProcess> {
     let mut child = Command::new(bin)
         .args([
             "serve",
@@ -114,6 +119,7 @@ pub fn start_dt_rdzv(bin: &Path) -> std::io::Result<ServerProcess> {
             "--http-port",
             "0",
         ])
+        .args(extra)
         .env(
             "DTRDZV_LOG",
             std::env::var("DTRDZV_LOG").unwrap_or_else(|_| "warn".into()),
