@@ -158,6 +158,8 @@ impl Connector {
             replies: Vec::new(),
             server,
             redirect: None,
+            last_sent: tokio::time::Instant::now(),
+            heartbeat_timeout: None,
         };
         let task = tokio::spawn(session.run(send, recv));
         Ok(NativeClient {

@@ -222,6 +222,10 @@ pub(crate) struct Session {
     /// Where the last server sent this member (`Redirect`: its job's owner), tried first by
     /// the next reconnection.
     pub(crate) redirect: Option<String>,
+    /// When this member last sent anything (a heartbeat, a message).
+    pub(crate) last_sent: Instant,
+    /// Its round's heartbeat timeout (from the welcome).
+    pub(crate) heartbeat_timeout: Option<Duration>,
 }
 
 /// Longest a reconnection attempt waits for a handshake: a server that is still down is
@@ -263,6 +267,15 @@ impl Session {
                     return;
                 }
                 End::Lost { why, retry } => {
+                    if let Some(end) = self.silenced() {
+                        // Not the server's loss but this member's silence: it was removed.
+                        self.shared.watchers.end_all(end.clone());
+                        let _ = self.events.send(Err(NativeError::Lost(format!(
+                            "{} (the connection: {why})",
+                            end.why
+                        ))));
+                        return;
+                    }
                     let window = self.cfg.reconnect.filter(|_| {
                         retry && self.join.is_some() && !self.leaving && self.events_wanted()
                     });
@@ -292,6 +305,27 @@ impl Session {
         }
     }
 
+    /// When this member, in a round, has sent nothing for longer than the round's heartbeat
+    /// timeout (its process was stopped or starved: a lost connection is then its own silence,
+    /// not the server's), the server has declared it lost: it must not rejoin as if the server
+    /// had gone away.
+    fn silenced(&self) -> Option<RoundEnd> {
+        let (r, timeout) = (self.resume?, self.heartbeat_timeout?);
+        let silent = self.last_sent.elapsed();
+        (silent > timeout && !self.leaving).then(|| RoundEnd {
+            round: r.round,
+            lost: None,
+            why: format!(
+                "this member sent nothing for {:.1} s (its process was stopped or starved), past \
+                 the heartbeat timeout of {:.1} s: dt-rdzv has removed it from round {}",
+                silent.as_secs_f64(),
+                timeout.as_secs_f64(),
+                r.round
+            ),
+            removed: true,
+        })
+    }
+
     fn events_wanted(&self) -> bool {
         !self.events.is_closed()
     }
@@ -315,6 +349,7 @@ impl Session {
                         // The read side says why.
                         continue;
                     }
+                    self.last_sent = Instant::now();
                 }
                 chunk = recv.read_chunk(usize::MAX, true) => match chunk {
                     Ok(Some(chunk)) => {
@@ -348,6 +383,7 @@ impl Session {
                         if send.write_all(&hb).await.is_err() {
                             continue;
                         }
+                        self.last_sent = Instant::now();
                     }
                 }
             }
@@ -429,6 +465,7 @@ impl Session {
                         });
                     }
                     self.every = Some(Duration::from_millis(w.heartbeat_interval_ms.max(10)));
+                    self.heartbeat_timeout = Some(Duration::from_millis(w.heartbeat_timeout_ms));
                     self.resume = Some(Resume {
                         round: w.round,
                         rank: w.rank,
