@@ -245,3 +245,43 @@ fn a_storage_that_does_not_answer_stops_the_server_from_starting() {
         "{err}"
     );
 }
+
+#[test]
+fn tcpstore_keys_written_through_one_server_are_read_through_another() {
+    use dt_rdzv::client::TcpStoreClient;
+    use dt_rdzv::store::Store;
+    let dir = identity_dir("store");
+    let storage = MemoryStorage::new();
+    let a = start(
+        config(&dir, Duration::from_secs(2)),
+        Arc::new(storage.handle()),
+    );
+    let b = start(
+        config(&dir, Duration::from_secs(2)),
+        Arc::new(storage.handle()),
+    );
+    let t = Duration::from_secs(30);
+    let via_a = TcpStoreClient::connect(&a.endpoint(), t).expect("connect A");
+    let via_b = TcpStoreClient::connect(&b.endpoint(), t).expect("connect B");
+    via_a.set("/job/x", b"1").unwrap();
+    assert_eq!(via_b.get("/job/x", t).unwrap(), b"1");
+    // One engine behind both doors: counters stay atomic, and a wait through one server is
+    // woken by a set through the other.
+    for _ in 0..10 {
+        via_a.add("/job/n", 1).unwrap();
+        via_b.add("/job/n", 1).unwrap();
+    }
+    assert_eq!(via_a.add("/job/n", 0).unwrap(), 20);
+    let waiter = std::thread::spawn(move || via_b.get("/job/late", t));
+    std::thread::sleep(Duration::from_millis(200));
+    via_a.set("/job/late", b"here").unwrap();
+    assert_eq!(waiter.join().unwrap().unwrap(), b"here");
+    let holder = |s: &BackgroundServer| {
+        json(&http_get(&s.http_endpoint().unwrap(), "/v1/backend"))["tcpstore_owner"] == true
+    };
+    assert!(
+        holder(&a) != holder(&b),
+        "exactly one server holds the door"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -192,3 +192,40 @@ def test_a_job_survives_the_loss_of_its_owning_server_and_of_etcds_leader(
             s.stop()
         for m in cluster:
             native_server_mod.stop_process(m.proc)  # type: ignore[arg-type]
+
+
+def test_torch_tcpstore_clients_of_different_servers_share_one_store(tmp_path: Path) -> None:
+    """torch's own TCPStore client, through two servers of a group: one store behind both
+    doors (the server holding it serves, the other relays)."""
+    torch = pytest.importorskip("torch")
+    if not backend_supported():
+        pytest.skip("dt-rdzv built without the etcd feature (protoc missing at build time)")
+    from datetime import timedelta
+    cluster = start_etcd_cluster(tmp_path)
+    servers: list[NativeServer] = []
+    try:
+        backend = "etcd://" + ",".join(m.endpoint for m in cluster)
+        token = uuid.uuid4().hex
+        for i in range(2):
+            servers.append(native_server_mod.start(
+                tmp_path, "--backend", backend, token=token,
+                log_name=f"dt-rdzv-store-{i}.log"))
+        stores = []
+        for s in servers:
+            host, port = s.store.rsplit(":", 1)
+            stores.append(torch.distributed.TCPStore(host, int(port), is_master=False,
+                                                     timeout=timedelta(seconds=30)))
+        stores[0].set("job/x", "1")
+        assert stores[1].get("job/x") == b"1"
+        for _ in range(5):
+            stores[0].add("job/n", 1)
+            stores[1].add("job/n", 1)
+        assert stores[1].add("job/n", 0) == 10
+        stores[1].wait(["job/x"])
+        holders = [http_json(s, "/v1/backend")["tcpstore_owner"] for s in servers]  # type: ignore[index]
+        assert sorted(holders) == [False, True], holders
+    finally:
+        for s in servers:
+            s.stop()
+        for m in cluster:
+            native_server_mod.stop_process(m.proc)  # type: ignore[arg-type]

@@ -37,6 +37,7 @@ mod metrics;
 mod native;
 mod owner;
 mod ratelog;
+mod relay;
 mod rendezvous;
 pub mod storage;
 
@@ -184,11 +185,22 @@ impl Server {
                 .advertise
                 .clone()
                 .unwrap_or_else(|| advertised(native));
+            // The TCPStore door as the others reach it: the advertised host, its port.
+            let store = match server.local_addr() {
+                Ok(a) => {
+                    let host = endpoint
+                        .rsplit_once(':')
+                        .map_or(endpoint.as_str(), |(h, _)| h);
+                    format!("{host}:{}", a.port())
+                }
+                Err(_) => String::new(),
+            };
             let owners = owner::Owners::start(
                 storage,
                 server.config.backend_prefix.clone(),
                 server.config.owner_ttl,
                 endpoint,
+                store,
             )
             .await
             .map_err(std::io::Error::other)?;
@@ -299,8 +311,15 @@ impl Server {
                             let slot = Slot::take(&open);
                             let (core, config, stop) =
                                 (self.core.clone(), config.clone(), stop_rx.clone());
+                            let owners = owners.clone();
                             tokio::spawn(async move {
-                                conn::serve(next_id, stream, peer, core, config, stop).await;
+                                match owners {
+                                    None => conn::serve(next_id, stream, peer, core, config, stop).await,
+                                    Some(o) => relay::serve_or_relay(
+                                        &o, next_id, stream, peer, core, config, stop,
+                                    )
+                                    .await,
+                                }
                                 drop(slot);
                             });
                         }

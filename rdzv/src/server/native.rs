@@ -388,7 +388,9 @@ async fn feed(
                 if let (Some(o), ClientMsg::Join(j)) = (owners, &msg) {
                     match o.claim(&j.job).await {
                         Verdict::Mine => {}
-                        Verdict::Elsewhere { endpoint, server } => {
+                        Verdict::Elsewhere {
+                            endpoint, server, ..
+                        } => {
                             tracing::info!(conn = id, job = %j.job, member = %j.member,
                                 %server, %endpoint, "member sent to the job's owner");
                             return Some(Ending::Redirect(ServerMsg::Redirect {

@@ -9,6 +9,12 @@
 //! from their resumes (`rendezvous::resume`). The round's record (`<prefix>round/<job>`) says
 //! what the job was at its last round, for the log of the server that takes it over.
 //!
+//! The TCPStore door is shared the same way, as one unit: the server holding
+//! `<prefix>store-owner` serves every TCPStore connection of the group, and the others relay
+//! theirs to it byte for byte (so keys written through any server are read through any other,
+//! with the store's full semantics). Its keys live in that server's memory: when it dies, the
+//! next server to get a TCPStore connection takes the door over, empty.
+//!
 //! Never two owners acting: a server whose lease is found gone (etcd answered: expired) claims
 //! its jobs again on a new lease, and hands off at once every job another server claimed
 //! meanwhile (its members' connections are closed with a redirect to the new owner). A storage
@@ -40,8 +46,12 @@ pub(crate) enum Note {
 pub(crate) enum Verdict {
     /// This server owns the job.
     Mine,
-    /// Another server does: its native endpoint and id.
-    Elsewhere { endpoint: String, server: String },
+    /// Another server does: its native endpoint, its TCPStore endpoint and its id.
+    Elsewhere {
+        endpoint: String,
+        store: String,
+        server: String,
+    },
     /// The storage did not answer: nobody can say.
     Unknown(String),
 }
@@ -59,10 +69,18 @@ pub(crate) struct Owners {
     state: Mutex<State>,
 }
 
+/// The key that names the owner of `job`, or of the TCPStore door.
+enum Owned<'a> {
+    Job(&'a str),
+    Store,
+}
+
 struct State {
     lease: LeaseId,
     /// Jobs this server owns.
     mine: BTreeSet<String>,
+    /// Whether it serves the group's TCPStore door.
+    store: bool,
     /// When the storage last confirmed the lease.
     confirmed: Instant,
     /// Why the storage is not answering, while it is not.
@@ -71,16 +89,19 @@ struct State {
 
 impl Owners {
     /// Takes a lease on `storage`; fails (the server does not start) when it does not answer.
+    /// `store`: this server's TCPStore endpoint as the others reach it (empty when off).
     pub(crate) async fn start(
         storage: Arc<dyn Storage>,
         prefix: String,
         ttl: Duration,
         endpoint: String,
+        store: String,
     ) -> Result<Arc<Self>, StorageError> {
         let lease = storage.grant(ttl).await?;
         let server = server_id();
-        let value = serde_json::to_vec(&json!({"server": server, "endpoint": endpoint}))
-            .expect("plain JSON");
+        let value = serde_json::to_vec(&json!({"server": server, "endpoint": endpoint,
+            "store": store}))
+        .expect("plain JSON");
         tracing::info!(backend = %storage.describe(), %server, %endpoint, lease, ttl = ?ttl,
             "sharing jobs through the backend");
         Ok(Arc::new(Self {
@@ -93,6 +114,7 @@ impl Owners {
             state: Mutex::new(State {
                 lease,
                 mine: BTreeSet::new(),
+                store: false,
                 confirmed: Instant::now(),
                 degraded: None,
             }),
@@ -107,25 +129,54 @@ impl Owners {
         format!("{}owner/{}", self.prefix, escape(job))
     }
 
+    fn key(&self, what: &Owned<'_>) -> String {
+        match what {
+            Owned::Job(job) => self.owner_key(job),
+            Owned::Store => format!("{}store-owner", self.prefix),
+        }
+    }
+
+    /// Who serves the group's TCPStore door, claiming it when nobody does.
+    pub(crate) async fn claim_store(&self) -> Verdict {
+        self.claim_owned(Owned::Store).await
+    }
+
     fn round_key(&self, job: &str) -> String {
         format!("{}round/{}", self.prefix, escape(job))
     }
 
     /// Who owns `job`, claiming it when nobody does.
     pub(crate) async fn claim(&self, job: &str) -> Verdict {
+        self.claim_owned(Owned::Job(job)).await
+    }
+
+    async fn claim_owned(&self, what: Owned<'_>) -> Verdict {
         let lease = {
             let s = self.lock();
-            if s.mine.contains(job) {
+            let held = match what {
+                Owned::Job(job) => s.mine.contains(job),
+                Owned::Store => s.store,
+            };
+            if held {
                 return Verdict::Mine;
             }
             s.lease
         };
         match self
             .storage
-            .claim(&self.owner_key(job), &self.value, lease)
+            .claim(&self.key(&what), &self.value, lease)
             .await
         {
             Ok(Claim::Mine) => {
+                let job = match what {
+                    Owned::Job(job) => job,
+                    Owned::Store => {
+                        if !std::mem::replace(&mut self.lock().store, true) {
+                            tracing::info!("serving the group's TCPStore door");
+                        }
+                        return Verdict::Mine;
+                    }
+                };
                 let fresh = self.lock().mine.insert(job.to_string());
                 if fresh {
                     let last = self.storage.get(&self.round_key(job)).await.ok().flatten();
@@ -141,6 +192,7 @@ impl Owners {
                 let v: Value = serde_json::from_slice(&v).unwrap_or(Value::Null);
                 Verdict::Elsewhere {
                     endpoint: v["endpoint"].as_str().unwrap_or("").to_string(),
+                    store: v["store"].as_str().unwrap_or("").to_string(),
                     server: v["server"].as_str().unwrap_or("?").to_string(),
                 }
             }
@@ -171,6 +223,7 @@ impl Owners {
             "endpoint": self.endpoint,
             "lease": s.lease,
             "owned_jobs": s.mine.iter().collect::<Vec<_>>(),
+            "tcpstore_owner": s.store,
             "degraded": s.degraded,
         })
     }
@@ -252,13 +305,24 @@ impl Owners {
             Ok(l) => l,
             Err(e) => return self.note_outage(&e),
         };
-        let jobs: Vec<String> = {
+        let (jobs, store) = {
             let mut s = self.lock();
             s.lease = lease;
             s.confirmed = Instant::now();
             s.degraded = None;
-            std::mem::take(&mut s.mine).into_iter().collect()
+            let store = std::mem::take(&mut s.store);
+            (
+                std::mem::take(&mut s.mine).into_iter().collect::<Vec<_>>(),
+                store,
+            )
         };
+        if store {
+            // Its connections stay here; new ones go wherever the door is now.
+            if let Verdict::Elsewhere { server, .. } = self.claim_store().await {
+                tracing::warn!(%server, "another server serves the TCPStore door now; \
+                    new TCPStore connections are relayed there");
+            }
+        }
         tracing::warn!(
             lease,
             jobs = jobs.len(),
@@ -267,7 +331,9 @@ impl Owners {
         for job in jobs {
             match self.claim(&job).await {
                 Verdict::Mine => {}
-                Verdict::Elsewhere { endpoint, server } => {
+                Verdict::Elsewhere {
+                    endpoint, server, ..
+                } => {
                     tracing::warn!(%job, %server, %endpoint,
                         "another server owns the job now; handing its members over");
                     core.hand_off(&job, Some(&endpoint));
