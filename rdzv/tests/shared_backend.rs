@@ -285,3 +285,95 @@ fn tcpstore_keys_written_through_one_server_are_read_through_another() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Where in a job's life the owner vanishes (as after a SIGKILL: no goodbye, no revoked lease).
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    /// One of three members waits for the first round.
+    Forming,
+    /// The round runs.
+    Running,
+    /// A member left: the round ended and the next one forms from the other two.
+    Changing,
+}
+
+fn owner_vanishes_at(step: Step) {
+    let dir = identity_dir(&format!("vanish-{step:?}"));
+    let storage = MemoryStorage::new();
+    let cfg = ServeConfig {
+        resume_window: Duration::from_secs(3),
+        ..config(&dir, Duration::from_secs(2))
+    };
+    let a = start(cfg.clone(), Arc::new(storage.handle()));
+    let b = start(cfg, Arc::new(storage.handle()));
+    let b_ep = b.native_endpoint().unwrap();
+    let list = client(&[&a, &b]);
+    rt().block_on(async {
+        let spec = JobSpec {
+            last_call_ms: 300,
+            ..JobSpec::elastic(2, 3)
+        };
+        let mut ms = vec![member(&list, "v", 0, &spec).await];
+        if !matches!(step, Step::Forming) {
+            ms.push(member(&list, "v", 1, &spec).await);
+            ms.push(member(&list, "v", 2, &spec).await);
+            for m in ms.iter_mut() {
+                let w = m.wait_welcome(WAIT).await.expect("welcome on A");
+                assert_eq!((w.round, w.world), (1, 3));
+            }
+        }
+        if matches!(step, Step::Changing) {
+            let gone = ms.pop().unwrap();
+            gone.leave().await.unwrap();
+        }
+        let vanished = Instant::now();
+        a.vanish();
+        if matches!(step, Step::Forming) {
+            // The others arrive after the owner is gone: at B, through their lists.
+            ms.push(member(&list, "v", 1, &spec).await);
+            ms.push(member(&list, "v", 2, &spec).await);
+        }
+        let want = if matches!(step, Step::Changing) { 2 } else { 3 };
+        let mut rounds = Vec::new();
+        for m in ms.iter_mut() {
+            let w = loop {
+                let w = m.wait_welcome(WAIT).await.expect("welcome from B");
+                if w.world == want {
+                    break w;
+                }
+            };
+            rounds.push(w.round);
+            if matches!(step, Step::Running) {
+                assert_eq!(w.round, 1, "the running round resumes as it was");
+                assert!(
+                    matches!(w.cause, RoundCause::Resumed { members: 3 }),
+                    "{:?}",
+                    w.cause
+                );
+            }
+        }
+        assert!(rounds.iter().all(|r| *r == rounds[0]), "{rounds:?}");
+        eprintln!(
+            "{step:?}: the job went on at B {:?} after A vanished (round {})",
+            vanished.elapsed(),
+            rounds[0]
+        );
+        assert_eq!(owner(&storage, "v"), Some(b_ep.clone()));
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_owner_vanishing_while_the_first_round_forms() {
+    owner_vanishes_at(Step::Forming);
+}
+
+#[test]
+fn the_owner_vanishing_while_the_round_runs() {
+    owner_vanishes_at(Step::Running);
+}
+
+#[test]
+fn the_owner_vanishing_while_the_round_changes() {
+    owner_vanishes_at(Step::Changing);
+}

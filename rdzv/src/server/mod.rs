@@ -381,6 +381,7 @@ pub struct BackgroundServer {
     fingerprint: Option<String>,
     token: Option<String>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
+    vanish: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -433,12 +434,26 @@ impl BackgroundServer {
         let fingerprint = server.fingerprint().map(str::to_owned);
         let token = server.token().0.map(str::to_owned);
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let (vanish_tx, vanish_rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("dt-rdzv-main".into())
             .spawn(move || {
-                rt.block_on(server.run(async {
+                let mut run = Box::pin(server.run(async {
                     let _ = rx.await;
-                }))
+                }));
+                let abrupt = rt.block_on(async {
+                    tokio::select! {
+                        _ = &mut run => false,
+                        Ok(()) = vanish_rx => true,
+                    }
+                });
+                if abrupt {
+                    // Every task dropped where it stands: no close frame, no goodbye, no
+                    // revoked lease, as after a SIGKILL. The server future is leaked, not
+                    // dropped: dropping it first would tell the tasks to stop cleanly.
+                    rt.shutdown_background();
+                    std::mem::forget(run);
+                }
             })?;
         Ok(Self {
             addr,
@@ -447,8 +462,20 @@ impl BackgroundServer {
             fingerprint,
             token,
             stop: Some(tx),
+            vanish: Some(vanish_tx),
             thread: Some(thread),
         })
+    }
+
+    /// Stops the server as a SIGKILL would (for tests of what clients and other servers do
+    /// then): its tasks are dropped where they stand, nothing is closed or said.
+    pub fn vanish(mut self) {
+        if let Some(tx) = self.vanish.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 
     /// The TCPStore address (a loopback address when bound to a wildcard, for clients).
