@@ -293,7 +293,7 @@ enum Step {
     Forming,
     /// The round runs.
     Running,
-    /// A member left: the round ended and the next one forms from the other two.
+    /// A member left: the round ended and the next one waits for a replacement.
     Changing,
 }
 
@@ -309,9 +309,14 @@ fn owner_vanishes_at(step: Step) {
     let b_ep = b.native_endpoint().unwrap();
     let list = client(&[&a, &b]);
     rt().block_on(async {
-        let spec = JobSpec {
-            last_call_ms: 300,
-            ..JobSpec::elastic(2, 3)
+        // After a leave the two survivors are below the minimum: the next round waits for a
+        // third member, who comes only after A vanished.
+        let spec = match step {
+            Step::Changing => JobSpec::fixed(3),
+            _ => JobSpec {
+                last_call_ms: 300,
+                ..JobSpec::elastic(2, 3)
+            },
         };
         let mut ms = vec![member(&list, "v", 0, &spec).await];
         if !matches!(step, Step::Forming) {
@@ -328,12 +333,17 @@ fn owner_vanishes_at(step: Step) {
         }
         let vanished = Instant::now();
         a.vanish();
-        if matches!(step, Step::Forming) {
+        match step {
             // The others arrive after the owner is gone: at B, through their lists.
-            ms.push(member(&list, "v", 1, &spec).await);
-            ms.push(member(&list, "v", 2, &spec).await);
+            Step::Forming => {
+                ms.push(member(&list, "v", 1, &spec).await);
+                ms.push(member(&list, "v", 2, &spec).await);
+            }
+            // A replacement for the member that left.
+            Step::Changing => ms.push(member(&list, "v", 3, &spec).await),
+            Step::Running => {}
         }
-        let want = if matches!(step, Step::Changing) { 2 } else { 3 };
+        let want = 3;
         let mut rounds = Vec::new();
         for m in ms.iter_mut() {
             let w = loop {
