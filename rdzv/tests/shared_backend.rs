@@ -49,6 +49,20 @@ fn start(cfg: ServeConfig, storage: Arc<dyn Storage>) -> BackgroundServer {
         .expect("server starts")
 }
 
+/// Two servers A and B on one in-memory storage (2 s leases), and the storage.
+fn pair(dir: &std::path::Path) -> (MemoryStorage, BackgroundServer, BackgroundServer) {
+    let storage = MemoryStorage::new();
+    let a = start(
+        config(dir, Duration::from_secs(2)),
+        Arc::new(storage.handle()),
+    );
+    let b = start(
+        config(dir, Duration::from_secs(2)),
+        Arc::new(storage.handle()),
+    );
+    (storage, a, b)
+}
+
 fn client(endpoints: &[&BackgroundServer]) -> ClientConfig {
     let list: Vec<String> = endpoints
         .iter()
@@ -105,15 +119,7 @@ fn json(body: &str) -> serde_json::Value {
 #[test]
 fn members_are_sent_to_the_owner_and_the_job_moves_on_when_it_stops() {
     let dir = identity_dir("shared");
-    let storage = MemoryStorage::new();
-    let a = start(
-        config(&dir, Duration::from_secs(2)),
-        Arc::new(storage.handle()),
-    );
-    let b = start(
-        config(&dir, Duration::from_secs(2)),
-        Arc::new(storage.handle()),
-    );
+    let (storage, a, b) = pair(&dir);
     let a_ep = a.native_endpoint().unwrap();
     let b_ep = b.native_endpoint().unwrap();
     rt().block_on(async {
@@ -251,15 +257,7 @@ fn tcpstore_keys_written_through_one_server_are_read_through_another() {
     use dt_rdzv::client::TcpStoreClient;
     use dt_rdzv::store::Store;
     let dir = identity_dir("store");
-    let storage = MemoryStorage::new();
-    let a = start(
-        config(&dir, Duration::from_secs(2)),
-        Arc::new(storage.handle()),
-    );
-    let b = start(
-        config(&dir, Duration::from_secs(2)),
-        Arc::new(storage.handle()),
-    );
+    let (_storage, a, b) = pair(&dir);
     let t = Duration::from_secs(30);
     let via_a = TcpStoreClient::connect(&a.endpoint(), t).expect("connect A");
     let via_b = TcpStoreClient::connect(&b.endpoint(), t).expect("connect B");
