@@ -20,9 +20,9 @@
 //! With `--backend etcd` (`etcd` from Debian's `etcd-server` on `$PATH`, and a dt-rdzv built
 //! with the `etcd` feature), the same native herd also forms against three `dt-rdzv serve`
 //! sharing jobs through a three-member etcd started on loopback ports, in the same run,
-//! interleaved with the single in-memory server: each member is given the three servers in
-//! one of three rotations, so two thirds of them reach a server that does not own the job and
-//! are redirected to the one that does.
+//! interleaved with the single in-memory server. Every member gets the servers in one order;
+//! with `--rotate`, in one of three rotations, so that two thirds of them reach a server that
+//! does not own the job and are redirected to the one that does.
 //!
 //! These members hold no data plane: a loss is found by the heartbeat timeout. With the data
 //! plane (training processes whose links report a reset), `benches/python/fault_recovery.py`
@@ -91,6 +91,11 @@ struct Args {
     /// starts a three-member etcd on loopback ports; `etcd://h:p,...` uses that cluster.
     #[arg(long, requires = "native")]
     backend: Option<String>,
+    /// With --backend: give members the group's servers in three rotated orders (two thirds
+    /// reach a server that does not own the job and are redirected), instead of one order for
+    /// all (what one `DTCOMM_RDZV_ENDPOINT` for every member gives).
+    #[arg(long, requires = "backend")]
+    rotate: bool,
 }
 
 struct Sample {
@@ -259,7 +264,8 @@ fn native_main(
                 .map(|s| s.native.clone().expect("native").0)
                 .collect();
             let gfp = servers[0].native.clone().expect("native").1;
-            let cfgs: Vec<_> = (0..eps.len())
+            let orders = if args.rotate { eps.len() } else { 1 };
+            let cfgs: Vec<_> = (0..orders)
                 .map(|r| {
                     let list: Vec<&str> = (0..eps.len())
                         .map(|k| eps[(r + k) % eps.len()].as_str())
@@ -332,7 +338,14 @@ fn native_main(
             args.rounds
         );
         if let Some((_, _, url)) = &group {
-            println!("# group: three dt-rdzv sharing jobs through {url}");
+            println!(
+                "# group: three dt-rdzv sharing jobs through {url}; {}",
+                if args.rotate {
+                    "members get the servers in three rotated orders (2/3 redirected)"
+                } else {
+                    "every member gets the servers in one order"
+                }
+            );
         }
         println!(
             "# {:>7} {:>12} {:>12} {:>12} {:>14} {:>8} {:>12} {:>12} {:>12}",
@@ -413,7 +426,7 @@ fn native_main(
                     "herd_quic": quic,
                     "client_threads": args.client_threads.unwrap_or(2),
                     "preconnect": args.preconnect,
-                    "group_seconds": g, "group_seconds_all": group_s,
+                    "group_seconds": g, "group_seconds_all": group_s, "group_rotated": args.rotate,
                     "ratio_group_over_single": g.map(|g| g / s),
                     "etcd_rss_bytes": etcd.as_ref().map(EtcdCluster::rss),
                     "group_rss_bytes": group.as_ref().map(|(servers, _, _)| servers.iter().map(|x| x.rss().0).sum::<u64>()),
