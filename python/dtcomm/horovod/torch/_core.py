@@ -5,7 +5,8 @@ Covered: ``init``/``shutdown``/``is_initialized``, topology (``rank``, ``size``,
 ``_``, ``_async_``) with ``prescale_factor``/``postscale_factor``, ``allgather`` (first
 dimension per rank), ``broadcast`` (in place and not), ``poll``/``synchronize`` on integer
 handles, ``barrier``, ``broadcast_parameters``, ``broadcast_object``, ``allgather_object``,
-``HorovodInternalError``. The rest of Horovod's API is not built yet (``docs/horovod.md``).
+``HorovodInternalError``, process sets (``process_sets.py``: every operation takes
+``process_set=``). The rest of Horovod's API is not built yet (``docs/horovod.md``).
 
 While initialised, the Horovod layer owns dtcomm's group: do not call ``dtcomm.*``
 collectives beside it.
@@ -14,8 +15,10 @@ collectives beside it.
 from __future__ import annotations
 
 import os
+import secrets
 import threading
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,6 +27,7 @@ import torch
 import dtcomm
 from dtcomm import _api, _dtcomm, _state_codec
 
+from .process_sets import ProcessSet, global_process_set
 from .timeline import Timeline
 
 __all__ = [
@@ -38,7 +42,8 @@ __all__ = [
     "reducescatter_async", "grouped_allreduce", "grouped_allreduce_async", "grouped_allreduce_",
     "grouped_allreduce_async_", "grouped_allgather", "grouped_allgather_async",
     "grouped_reducescatter", "grouped_reducescatter_async", "join", "start_timeline",
-    "stop_timeline",
+    "stop_timeline", "ProcessSet", "global_process_set", "add_process_set",
+    "remove_process_set",
 ]
 
 # Horovod's ReduceOp values.
@@ -71,11 +76,43 @@ _DTYPES = {
     torch.int32: "int32", torch.int64: "int64",
 }
 
+@dataclass
+class _SetState:
+    """A registered process set on this rank: its global ranks, this rank's place in it, and
+    (for members) its communicator and negotiation."""
+
+    ps: ProcessSet
+    ranks: list[int]
+    set_rank: int | None
+    neg: _dtcomm.Negotiator | None
+    comm: _dtcomm.Communicator | None = None
+    #: Unnamed operations of this set so far (names must agree among its members only).
+    counter: int = 0
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+    def index(self, global_rank: int, what: str) -> int:
+        """``global_rank``'s rank in the set (``what`` names it in the error)."""
+        try:
+            return self.ranks.index(int(global_rank))
+        except ValueError:
+            raise ValueError(f"{what} {global_rank} is not in process set "
+                             f"{self.ps.process_set_id} (ranks {self.ranks})") from None
+
+
 _lock = threading.Lock()
 _neg: _dtcomm.Negotiator | None = None
-_counter = 0
-# handle -> (dtype, shape of the result, in-place target or None, op kind)
-_handles: dict[int, tuple[torch.dtype, tuple[int, ...] | None, torch.Tensor | None, str]] = {}
+# Registered process sets by id; 0 is the global set (its negotiation is ``_neg``).
+_sets: dict[int, _SetState] = {}
+_next_set_id = 1
+_dynamic = False
+_hid = 0
+# handle -> (negotiation, its handle, dtype, shape of the result, in-place target or None,
+# op kind)
+_handles: dict[int, tuple[_dtcomm.Negotiator, int, torch.dtype, tuple[int, ...] | None,
+                          torch.Tensor | None, str]] = {}
 _names: dict[int, str] = {}
 _timeline: Timeline | None = None
 
@@ -83,25 +120,142 @@ _timeline: Timeline | None = None
 def init(comm: Any = None, process_sets: Any = None) -> None:
     """Joins the group (``dtcomm.init()``: launcher variables, ``dtrun``, Horovod's and MPI's
     rank variables) and starts the negotiation. ``HOROVOD_CYCLE_TIME`` (ms, default 1) and
-    ``HOROVOD_FUSION_THRESHOLD`` (bytes, default 128 MiB) are honoured."""
-    global _neg, _counter
+    ``HOROVOD_FUSION_THRESHOLD`` (bytes, default 128 MiB) are honoured. ``process_sets``: a
+    list of :class:`ProcessSet` to register (every rank passes the same list), or
+    ``"dynamic"`` (as ``HOROVOD_DYNAMIC_PROCESS_SETS=1``) to allow ``add_process_set`` and
+    ``remove_process_set`` later."""
+    global _neg, _dynamic
     with _lock:
         if _neg is not None:
             return
         if not dtcomm.is_initialized():
             dtcomm.init(verbose=False)
         _neg = _negotiator()
-        _counter = 0
         _handles.clear()
+        _reset_sets(_neg)
+        _dynamic = (process_sets == "dynamic"
+                    or os.environ.get("HOROVOD_DYNAMIC_PROCESS_SETS") == "1")
+    if isinstance(process_sets, (list, tuple)):
+        for ps in process_sets:
+            _register(ps if isinstance(ps, ProcessSet) else ProcessSet(ps))
     if os.environ.get("HOROVOD_TIMELINE") and dtcomm.rank() == 0:
         start_timeline(os.environ["HOROVOD_TIMELINE"],
                        mark_cycles=os.environ.get("HOROVOD_TIMELINE_MARK_CYCLES") == "1")
 
 
-def _negotiator() -> _dtcomm.Negotiator:
+def _negotiator(comm: _dtcomm.Communicator | None = None) -> _dtcomm.Negotiator:
     cycle = float(os.environ.get("HOROVOD_CYCLE_TIME", "1"))
     threshold = int(os.environ.get("HOROVOD_FUSION_THRESHOLD", str(128 << 20)))
-    return _dtcomm.Negotiator(dtcomm.communicator(), cycle, threshold)
+    return _dtcomm.Negotiator(comm or dtcomm.communicator(), cycle, threshold)
+
+
+def _reset_sets(neg: _dtcomm.Negotiator | None) -> None:
+    """Forgets every process set but the global one (called with ``_lock`` held), shutting
+    their negotiations and communicators down; the global set gets ``neg``."""
+    global _next_set_id
+    for sid, st in list(_sets.items()):
+        if sid != 0:
+            _close_set(st)
+    _sets.clear()
+    _next_set_id = 1
+    if neg is not None:
+        global_process_set.ranks = list(range(dtcomm.size()))
+        _sets[0] = _SetState(global_process_set, global_process_set.ranks, dtcomm.rank(), neg)
+
+
+def _close_set(st: _SetState) -> None:
+    st.ps.process_set_id = None
+    if st.neg is not None:
+        st.neg.shutdown()
+    if st.comm is not None:
+        st.comm.shutdown()
+
+
+def _set_state(ps: ProcessSet | None) -> _SetState:
+    """The registered state of ``ps`` (the global set when None)."""
+    _n()
+    sid = 0 if ps is None else ps.process_set_id
+    st = _sets.get(sid) if sid is not None else None
+    if st is None or (ps is not None and st.ps is not ps and st.ranks != ps.ranks):
+        raise ValueError(f"{ps} is not registered: add it with hvd.add_process_set() (or "
+                         f"hvd.init(process_sets=[...])) on every rank first")
+    return st
+
+
+def _group(ps: ProcessSet | None) -> _SetState:
+    """The set an operation runs on; this rank must be in it."""
+    st = _set_state(ps)
+    if st.neg is None:
+        raise ValueError(f"rank {dtcomm.rank()} is not in process set "
+                         f"{st.ps.process_set_id} (ranks {st.ranks}): only its members may "
+                         f"run operations on it")
+    return st
+
+
+def _register(ps: ProcessSet) -> ProcessSet:
+    """Registers ``ps`` on every rank (collective over the global set, in the same order on
+    every rank): its members build its communicator and negotiation."""
+    global _next_set_id
+    me, n = dtcomm.rank(), dtcomm.size()
+    if not ps.ranks or any(not 0 <= r < n for r in ps.ranks):
+        raise ValueError(f"process set ranks {ps.ranks} must be a non-empty subset of "
+                         f"0..{n - 1}")
+    for st in _sets.values():
+        if st.ranks == ps.ranks:
+            raise ValueError(f"a process set with ranks {ps.ranks} is already registered "
+                             f"(id {st.ps.process_set_id})")
+    sid = _next_set_id
+    member = me in ps.ranks
+    listener = _dtcomm.DataListener() if member else None
+    info = allgather_object({"ranks": ps.ranks, "addr": listener.addr if listener else None,
+                             "secret": secrets.token_hex(16)}, name=f"process_set.{sid}")
+    for r, i in enumerate(info):
+        if i["ranks"] != ps.ranks:
+            raise ValueError(f"hvd.add_process_set: rank {r} registered ranks {i['ranks']} "
+                             f"where rank {me} registered {ps.ranks}: every rank must add the "
+                             f"same process sets in the same order")
+    comm = neg = None
+    if member:
+        comm = _dtcomm.Communicator.from_welcome(
+            listener, f"horovod.process_set.{sid}", 1, ps.ranks.index(me), len(ps.ranks),
+            [info[r]["addr"] for r in ps.ranks], info[0]["secret"])
+        neg = _negotiator(comm)
+    with _lock:
+        _next_set_id = sid + 1
+        ps.process_set_id = sid
+        _sets[sid] = _SetState(ps, list(ps.ranks), ps.ranks.index(me) if member else None,
+                               neg, comm)
+    return ps
+
+
+def add_process_set(process_set: Any) -> ProcessSet:
+    """Registers a process set (a :class:`ProcessSet` or a list of ranks) after ``init``; every
+    rank must call it, in the same order. Needs ``HOROVOD_DYNAMIC_PROCESS_SETS=1`` or
+    ``init(process_sets="dynamic")``."""
+    _n()
+    if not _dynamic:
+        raise ValueError("process sets can be added after hvd.init() only with dynamic process "
+                         "sets: set HOROVOD_DYNAMIC_PROCESS_SETS=1 or call "
+                         "hvd.init(process_sets='dynamic')")
+    ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
+    return _register(ps)
+
+
+def remove_process_set(process_set: ProcessSet) -> bool:
+    """Unregisters a process set added earlier (every rank calls it); False if it was not
+    registered. The global set cannot be removed."""
+    _n()
+    if not _dynamic:
+        raise ValueError("process sets can be removed only with dynamic process sets: set "
+                         "HOROVOD_DYNAMIC_PROCESS_SETS=1 or call hvd.init(process_sets='dynamic')")
+    sid = process_set.process_set_id
+    if sid is None or sid == 0 or sid not in _sets:
+        return False
+    barrier()  # every rank is done with it
+    with _lock:
+        st = _sets.pop(sid)
+    _close_set(st)
+    return True
 
 
 def _elastic_reset(reason: str) -> None:
@@ -109,17 +263,19 @@ def _elastic_reset(reason: str) -> None:
     joins the native rendezvous's next round (``dtcomm.elastic``'s renewal: survivors keep
     their ranks; the job is not left) and negotiates on its communicator. Unnamed operations
     count from zero again, as after ``init``."""
-    global _neg, _counter
+    global _neg
     with _lock:
         old, _neg = _neg, None
         _handles.clear()
         _names.clear()
-        _counter = 0
+        # Process sets were built on the old round: they are gone (register them again).
+        _reset_sets(None)
     if old is not None:
         old.shutdown()  # returns at once when the round's communicator failed
     _api._renew(reason)
     with _lock:
         _neg = _negotiator()
+        _reset_sets(_neg)
 
 
 def shutdown() -> None:
@@ -128,6 +284,7 @@ def shutdown() -> None:
     with _lock:
         if _neg is None:
             return
+        _reset_sets(None)
         _neg.shutdown()
         _neg = None
         _handles.clear()
@@ -235,12 +392,11 @@ def rocm_built() -> bool:
     return False
 
 
-def _name(kind: str, name: str | None) -> str:
-    global _counter
+def _name(kind: str, name: str | None, g: _SetState) -> str:
     if name:
         return f"{kind}.{name}"
-    _counter += 1
-    return f"{kind}.noname.{_counter}"
+    g.counter += 1
+    return f"{kind}.noname.{g.counter}"
 
 
 def _dtype(t: torch.Tensor) -> str:
@@ -270,15 +426,26 @@ def _submit_raw(n: _dtcomm.Negotiator, *args: Any, **kw: Any) -> int:
         raise _internal(e)  # __cause__: the communicator failure
 
 
+def _handle(neg: _dtcomm.Negotiator, h: int, dtype: torch.dtype,
+            shape: tuple[int, ...] | None, target: torch.Tensor | None, kind: str,
+            name: str | None = None) -> int:
+    """A handle for the caller (unique across process sets); ``_lock`` is held."""
+    global _hid
+    _hid += 1
+    _handles[_hid] = (neg, h, dtype, shape, target, kind)
+    if name is not None:
+        _names[_hid] = name
+    return _hid
+
+
 def _submit(kind: str, t: torch.Tensor, name: str | None, target: torch.Tensor | None,
-            out_shape: tuple[int, ...] | None, **kw: Any) -> int:
+            out_shape: tuple[int, ...] | None, process_set: Any = None, **kw: Any) -> int:
     with _lock:
-        n = _n()
-        full = _name(kind, name)
-        h = _submit_raw(n, full, kind, _dtype(t), list(t.shape), _bytes(t), **kw)
-        _handles[h] = (t.dtype, out_shape, target, kind)
-        _names[h] = full
-    return h
+        g = _group(process_set)
+        assert g.neg is not None
+        full = _name(kind, name, g)
+        h = _submit_raw(g.neg, full, kind, _dtype(t), list(t.shape), _bytes(t), **kw)
+        return _handle(g.neg, h, t.dtype, out_shape, target, kind, full)
 
 
 def _op(op: int | None, average: bool | None) -> int:
@@ -297,23 +464,26 @@ def allreduce_async(tensor: torch.Tensor, average: bool | None = None, name: str
                     op: int | None = None, prescale_factor: float = 1.0,
                     postscale_factor: float = 1.0, process_set: Any = None) -> int:
     """Starts an allreduce of ``tensor`` into a new tensor; returns a handle."""
-    return _allreduce(tensor, None, average, name, op, prescale_factor, postscale_factor)
+    return _allreduce(tensor, None, average, name, op, prescale_factor, postscale_factor,
+                      process_set)
 
 
 def allreduce_async_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
                      op: int | None = None, prescale_factor: float = 1.0,
                      postscale_factor: float = 1.0, process_set: Any = None) -> int:
     """Starts an in-place allreduce of ``tensor``; returns a handle."""
-    return _allreduce(tensor, tensor, average, name, op, prescale_factor, postscale_factor)
+    return _allreduce(tensor, tensor, average, name, op, prescale_factor, postscale_factor,
+                      process_set)
 
 
 def _allreduce(tensor: torch.Tensor, target: torch.Tensor | None, average: bool | None,
-               name: str | None, op: int | None, pre: float, post: float) -> int:
+               name: str | None, op: int | None, pre: float, post: float,
+               process_set: Any = None) -> int:
     o = _op(op, average)
     if o == Average:
-        post = post / size()
-    return _submit("allreduce", tensor, name, target, tuple(tensor.shape), op=_OPS[o],
-                   prescale=float(pre), postscale=float(post))
+        post = post / _group(process_set).size
+    return _submit("allreduce", tensor, name, target, tuple(tensor.shape), process_set,
+                   op=_OPS[o], prescale=float(pre), postscale=float(post))
 
 
 def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
@@ -321,7 +491,7 @@ def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | Non
               postscale_factor: float = 1.0, process_set: Any = None) -> torch.Tensor:
     """Allreduces ``tensor`` (Average by default) into a new tensor."""
     return synchronize(allreduce_async(tensor, average, name, op, prescale_factor,
-                                       postscale_factor))
+                                       postscale_factor, process_set))
 
 
 def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
@@ -329,44 +499,48 @@ def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | No
                postscale_factor: float = 1.0, process_set: Any = None) -> torch.Tensor:
     """Allreduces ``tensor`` in place."""
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
-                                        postscale_factor))
+                                        postscale_factor, process_set))
 
 
 def allgather_async(tensor: torch.Tensor, name: str | None = None,
                     process_set: Any = None) -> int:
     """Starts an allgather (concatenation along dimension 0, which may differ per rank)."""
     t = tensor if tensor.dim() > 0 else tensor.reshape(1)
-    return _submit("allgather", t, name, None, (-1, *t.shape[1:]))
+    return _submit("allgather", t, name, None, (-1, *t.shape[1:]), process_set)
 
 
 def allgather(tensor: torch.Tensor, name: str | None = None,
               process_set: Any = None) -> torch.Tensor:
     """Concatenates every rank's ``tensor`` along dimension 0."""
-    return synchronize(allgather_async(tensor, name))
+    return synchronize(allgather_async(tensor, name, process_set))
 
 
 def broadcast_async(tensor: torch.Tensor, root_rank: int, name: str | None = None,
                     process_set: Any = None) -> int:
-    """Starts a broadcast of ``root_rank``'s ``tensor`` into a new tensor."""
-    return _submit("broadcast", tensor, name, None, tuple(tensor.shape), root=int(root_rank))
+    """Starts a broadcast of ``root_rank``'s ``tensor`` into a new tensor (``root_rank`` is a
+    global rank, also with a process set)."""
+    root = _group(process_set).index(root_rank, "root_rank")
+    return _submit("broadcast", tensor, name, None, tuple(tensor.shape), process_set, root=root)
 
 
 def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None = None,
                      process_set: Any = None) -> int:
     """Starts an in-place broadcast of ``root_rank``'s ``tensor``."""
-    return _submit("broadcast", tensor, name, tensor, tuple(tensor.shape), root=int(root_rank))
+    root = _group(process_set).index(root_rank, "root_rank")
+    return _submit("broadcast", tensor, name, tensor, tuple(tensor.shape), process_set,
+                   root=root)
 
 
 def broadcast(tensor: torch.Tensor, root_rank: int, name: str | None = None,
               process_set: Any = None) -> torch.Tensor:
     """Returns ``root_rank``'s ``tensor`` on every rank."""
-    return synchronize(broadcast_async(tensor, root_rank, name))
+    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
 
 
 def broadcast_(tensor: torch.Tensor, root_rank: int, name: str | None = None,
                process_set: Any = None) -> torch.Tensor:
     """Copies ``root_rank``'s ``tensor`` into every rank's ``tensor``."""
-    return synchronize(broadcast_async_(tensor, root_rank, name))
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
 def poll(handle: Any) -> bool:
@@ -374,7 +548,10 @@ def poll(handle: Any) -> bool:
     one of ``sparse_allreduce_async``)."""
     if not isinstance(handle, int) and hasattr(handle, "poll"):
         return bool(handle.poll())
-    return _n().poll(handle)
+    _n()
+    with _lock:
+        neg, h = _handles[handle][:2]
+    return neg.poll(h)
 
 
 def synchronize(handle: Any) -> Any:
@@ -383,11 +560,11 @@ def synchronize(handle: Any) -> Any:
     callable handle of ``sparse_allreduce_async`` is called."""
     if not isinstance(handle, int) and callable(handle):
         return handle()
-    n = _n()
+    _n()
     with _lock:
-        dtype, shape, target, kind = _handles.pop(handle)
+        n, h, dtype, shape, target, kind = _handles.pop(handle)
     try:
-        data, counts, times = n.wait(handle)
+        data, counts, times = n.wait(h)
     except RuntimeError as e:
         raise _internal(e)  # __cause__: the communicator failure
     if _timeline is not None:
@@ -413,11 +590,13 @@ def synchronize(handle: Any) -> Any:
 
 
 def barrier(process_set: Any = None) -> None:
-    """Waits until every rank reaches it (other operations may still be pending)."""
+    """Waits until every rank (of the process set) reaches it (other operations may still be
+    pending)."""
     with _lock:
-        n = _n()
-        h = _submit_raw(n, _name("barrier", None), "barrier", "uint8", [0], b"")
-        _handles[h] = (torch.uint8, None, None, "barrier")
+        g = _group(process_set)
+        assert g.neg is not None
+        inner = _submit_raw(g.neg, _name("barrier", None, g), "barrier", "uint8", [0], b"")
+        h = _handle(g.neg, inner, torch.uint8, None, None, "barrier")
     synchronize(h)
 
 
@@ -429,14 +608,10 @@ def join(device: int = -1) -> int:
     with _lock:
         n = _n()
         h = _submit_raw(n, "join", "join", "uint8", [0], b"")
-        _handles[h] = (torch.uint8, None, None, "join")
     try:
         _, counts, _times = n.wait(h)
     except RuntimeError as e:
         raise _internal(e)  # __cause__: the communicator failure
-    finally:
-        with _lock:
-            _handles.pop(h, None)
     return int(counts[0])
 
 
@@ -456,7 +631,8 @@ def stop_timeline() -> None:
         _timeline = None
 
 
-def broadcast_parameters(params: Any, root_rank: int, prefix: str | None = None) -> None:
+def broadcast_parameters(params: Any, root_rank: int, prefix: str | None = None,
+                         process_set: Any = None) -> None:
     """Broadcasts a ``state_dict()`` or ``named_parameters()`` from ``root_rank`` in place."""
     items: Iterable[tuple[str, Any]]
     if isinstance(params, dict):
@@ -469,7 +645,8 @@ def broadcast_parameters(params: Any, root_rank: int, prefix: str | None = None)
     for name, p in items:
         if isinstance(p, torch.Tensor):
             t = p.data if isinstance(p, torch.nn.Parameter) else p
-            handles.append(broadcast_async_(t, root_rank, name=f"{prefix or ''}{name}"))
+            handles.append(broadcast_async_(t, root_rank, name=f"{prefix or ''}{name}",
+                                            process_set=process_set))
     for h in handles:
         synchronize(h)
 
@@ -525,10 +702,10 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: str | None = None,
         sz = torch.tensor([payload.numel()], dtype=torch.int64)
     else:
         sz = torch.tensor([0], dtype=torch.int64)
-    sz = broadcast_(sz, root_rank, name=f"{name}.sz")
+    sz = broadcast_(sz, root_rank, name=f"{name}.sz", process_set=process_set)
     if rank() != root_rank:
         payload = torch.zeros(int(sz.item()), dtype=torch.uint8)
-    payload = broadcast_(payload, root_rank, name=f"{name}.t")
+    payload = broadcast_(payload, root_rank, name=f"{name}.t", process_set=process_set)
     return _decode(payload.numpy().tobytes())
 
 
@@ -536,19 +713,22 @@ def allgather_object(obj: Any, name: str | None = None, process_set: Any = None)
     """Every rank's ``obj``, in rank order (same format as :func:`broadcast_object`)."""
     name = name or type(obj).__name__
     data = _encode(obj)
-    sizes = allgather(torch.tensor([len(data)], dtype=torch.int64), name=f"{name}.sz").tolist()
-    blob = allgather(torch.frombuffer(bytearray(data), dtype=torch.uint8), name=f"{name}.t")
+    sizes = allgather(torch.tensor([len(data)], dtype=torch.int64), name=f"{name}.sz",
+                      process_set=process_set).tolist()
+    blob = allgather(torch.frombuffer(bytearray(data), dtype=torch.uint8), name=f"{name}.t",
+                     process_set=process_set)
     out, at = [], 0
     for sz in sizes:
         out.append(_decode(blob[at:at + sz].numpy().tobytes()))
         at += sz
     return out
 
-def _splits(splits: Any, tensor: torch.Tensor) -> list[int]:
+def _splits(splits: Any, tensor: torch.Tensor, process_set: Any = None) -> list[int]:
+    n = _group(process_set).size
     if splits is None:
-        if tensor.shape[0] % size() != 0:
+        if tensor.shape[0] % n != 0:
             raise ValueError(f"alltoall: {tensor.shape[0]} rows do not split equally over "
-                             f"{size()} ranks; pass splits")
+                             f"{n} ranks; pass splits")
         return []
     if isinstance(splits, torch.Tensor):
         if splits.dtype != torch.int32:
@@ -556,8 +736,8 @@ def _splits(splits: Any, tensor: torch.Tensor) -> list[int]:
         values = [int(v) for v in splits.tolist()]
     else:
         values = [int(v) for v in splits]
-    if len(values) != size():
-        raise ValueError(f"alltoall: {len(values)} splits for {size()} ranks")
+    if len(values) != n:
+        raise ValueError(f"alltoall: {len(values)} splits for {n} ranks")
     if any(v < 0 for v in values) or sum(values) > tensor.shape[0]:
         raise ValueError(f"alltoall: splits {values} do not fit {tensor.shape[0]} rows")
     return values
@@ -569,21 +749,22 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: str | None = 
     without ``splits``)."""
     if tensor.dim() == 0:
         raise ValueError("alltoall needs a tensor with at least one dimension")
-    sp = _splits(splits, tensor)
+    sp = _splits(splits, tensor, process_set)
     kind = "alltoall_splits" if splits is not None else "alltoall"
     with _lock:
-        n = _n()
-        h = _submit_raw(n, _name("alltoall", name), "alltoall", _dtype(tensor), list(tensor.shape),
-                     _bytes(tensor), splits=sp)
-        _handles[h] = (tensor.dtype, (-1, *tensor.shape[1:]), None, kind)
-    return h
+        g = _group(process_set)
+        assert g.neg is not None
+        full = _name("alltoall", name, g)
+        h = _submit_raw(g.neg, full, "alltoall", _dtype(tensor), list(tensor.shape),
+                        _bytes(tensor), splits=sp)
+        return _handle(g.neg, h, tensor.dtype, (-1, *tensor.shape[1:]), None, kind, full)
 
 
 def alltoall(tensor: torch.Tensor, splits: Any = None, name: str | None = None,
              process_set: Any = None) -> Any:
     """Scatters slices of dimension 0 to every rank and gathers theirs; returns ``output``, or
     ``(output, received_splits)`` when ``splits`` is given."""
-    return synchronize(alltoall_async(tensor, splits, name))
+    return synchronize(alltoall_async(tensor, splits, name, process_set))
 
 
 def reducescatter_async(tensor: torch.Tensor, name: str | None = None, compression: Any = None,
@@ -594,17 +775,20 @@ def reducescatter_async(tensor: torch.Tensor, name: str | None = None, compressi
     if tensor.dim() == 0:
         raise ValueError("reducescatter needs a tensor with at least one dimension")
     o = _op(op, None)
-    post = postscale_factor / size() if o == Average else postscale_factor
-    r, w = rank(), size()
-    q, rem = divmod(tensor.shape[0], w)
-    mine = q + (1 if r < rem else 0)
+    g0 = _group(process_set)
+    assert g0.set_rank is not None
+    post = postscale_factor / g0.size if o == Average else postscale_factor
+    q, rem = divmod(tensor.shape[0], g0.size)
+    mine = q + (1 if g0.set_rank < rem else 0)
     with _lock:
-        n = _n()
-        h = _submit_raw(n, _name("reducescatter", name), "reducescatter", _dtype(tensor),
-                     list(tensor.shape), _bytes(tensor), op=_OPS[o],
-                     prescale=float(prescale_factor), postscale=float(post))
-        _handles[h] = (tensor.dtype, (mine, *tensor.shape[1:]), None, "reducescatter")
-    return h
+        g = _group(process_set)
+        assert g.neg is not None
+        full = _name("reducescatter", name, g)
+        h = _submit_raw(g.neg, full, "reducescatter", _dtype(tensor), list(tensor.shape),
+                        _bytes(tensor), op=_OPS[o], prescale=float(prescale_factor),
+                        postscale=float(post))
+        return _handle(g.neg, h, tensor.dtype, (mine, *tensor.shape[1:]), None,
+                       "reducescatter", full)
 
 
 def reducescatter(tensor: torch.Tensor, name: str | None = None, compression: Any = None,
@@ -615,11 +799,13 @@ def reducescatter(tensor: torch.Tensor, name: str | None = None, compression: An
                                            prescale_factor, postscale_factor))
 
 
-def _group_names(kind: str, name: str | None, count: int) -> list[str | None]:
-    global _counter
+def _group_names(kind: str, name: str | None, count: int,
+                 process_set: Any = None) -> list[str | None]:
     if name is None:
-        _counter += 1
-        return [f"noname.{_counter}.{i}" for i in range(count)]
+        g = _group(process_set)
+        with _lock:
+            g.counter += 1
+            return [f"noname.{g.counter}.{i}" for i in range(count)]
     return [f"{name}.{i}" for i in range(count)]
 
 
@@ -628,8 +814,8 @@ def grouped_allreduce_async(tensors: list[torch.Tensor], average: bool | None = 
                             prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                             process_set: Any = None) -> list[int]:
     """Starts one allreduce per tensor (fused as the threshold allows)."""
-    names = _group_names("allreduce", name, len(tensors))
-    return [allreduce_async(t, average, nm, op, prescale_factor, postscale_factor)
+    names = _group_names("allreduce", name, len(tensors), process_set)
+    return [allreduce_async(t, average, nm, op, prescale_factor, postscale_factor, process_set)
             for t, nm in zip(tensors, names)]
 
 
@@ -638,8 +824,8 @@ def grouped_allreduce_async_(tensors: list[torch.Tensor], average: bool | None =
                              prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                              process_set: Any = None) -> list[int]:
     """In-place :func:`grouped_allreduce_async`."""
-    names = _group_names("allreduce", name, len(tensors))
-    return [allreduce_async_(t, average, nm, op, prescale_factor, postscale_factor)
+    names = _group_names("allreduce", name, len(tensors), process_set)
+    return [allreduce_async_(t, average, nm, op, prescale_factor, postscale_factor, process_set)
             for t, nm in zip(tensors, names)]
 
 
@@ -649,7 +835,7 @@ def grouped_allreduce(tensors: list[torch.Tensor], average: bool | None = None,
                       process_set: Any = None) -> list[torch.Tensor]:
     """Allreduces every tensor of the list; returns the new tensors."""
     return [synchronize(h) for h in grouped_allreduce_async(
-        tensors, average, name, op, prescale_factor, postscale_factor)]
+        tensors, average, name, op, prescale_factor, postscale_factor, process_set)]
 
 
 def grouped_allreduce_(tensors: list[torch.Tensor], average: bool | None = None,
@@ -658,20 +844,20 @@ def grouped_allreduce_(tensors: list[torch.Tensor], average: bool | None = None,
                        process_set: Any = None) -> list[torch.Tensor]:
     """Allreduces every tensor of the list in place."""
     return [synchronize(h) for h in grouped_allreduce_async_(
-        tensors, average, name, op, prescale_factor, postscale_factor)]
+        tensors, average, name, op, prescale_factor, postscale_factor, process_set)]
 
 
 def grouped_allgather_async(tensors: list[torch.Tensor], name: str | None = None,
                             process_set: Any = None) -> list[int]:
     """Starts one allgather per tensor."""
-    return [allgather_async(t, nm) for t, nm in
-            zip(tensors, _group_names("allgather", name, len(tensors)))]
+    return [allgather_async(t, nm, process_set) for t, nm in
+            zip(tensors, _group_names("allgather", name, len(tensors), process_set))]
 
 
 def grouped_allgather(tensors: list[torch.Tensor], name: str | None = None,
                       process_set: Any = None) -> list[torch.Tensor]:
     """Allgathers every tensor of the list."""
-    return [synchronize(h) for h in grouped_allgather_async(tensors, name)]
+    return [synchronize(h) for h in grouped_allgather_async(tensors, name, process_set)]
 
 
 def grouped_reducescatter_async(tensors: list[torch.Tensor], name: str | None = None,
@@ -679,8 +865,10 @@ def grouped_reducescatter_async(tensors: list[torch.Tensor], name: str | None = 
                                 process_set: Any = None, prescale_factor: float = 1.0,
                                 postscale_factor: float = 1.0) -> list[int]:
     """Starts one reducescatter per tensor."""
-    return [reducescatter_async(t, nm, compression, op, None, prescale_factor, postscale_factor)
-            for t, nm in zip(tensors, _group_names("reducescatter", name, len(tensors)))]
+    return [reducescatter_async(t, nm, compression, op, process_set, prescale_factor,
+                                postscale_factor)
+            for t, nm in zip(tensors, _group_names("reducescatter", name, len(tensors),
+                                                   process_set))]
 
 
 def grouped_reducescatter(tensors: list[torch.Tensor], name: str | None = None,
@@ -689,4 +877,4 @@ def grouped_reducescatter(tensors: list[torch.Tensor], name: str | None = None,
                           postscale_factor: float = 1.0) -> list[torch.Tensor]:
     """Reducescatters every tensor of the list."""
     return [synchronize(h) for h in grouped_reducescatter_async(
-        tensors, name, compression, op, None, prescale_factor, postscale_factor)]
+        tensors, name, compression, op, process_set, prescale_factor, postscale_factor)]

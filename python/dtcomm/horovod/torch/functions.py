@@ -9,8 +9,9 @@ backward passes (``horovod/torch/mpi_ops.py``):
 * reducescatter: the gradient (times the world size for Sum, times the scale factors) is
   allgathered.
 
-Backward passes submit unnamed operations, so every rank must run the same backward graph
-(as in Horovod). Without ``requires_grad`` these are plain collectives.
+Backward passes submit unnamed operations on the forward's process set, so every rank of it
+must run the same backward graph (as in Horovod). Without ``requires_grad`` these are plain
+collectives.
 """
 
 from __future__ import annotations
@@ -33,18 +34,18 @@ class HorovodAllreduce(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, average: bool | None, name: str | None,
-                op: int | None, prescale_factor: float,
-                postscale_factor: float) -> torch.Tensor:
-        ctx.args = (average, op, prescale_factor, postscale_factor)
+                op: int | None, prescale_factor: float, postscale_factor: float,
+                process_set: Any) -> torch.Tensor:
+        ctx.args = (average, op, prescale_factor, postscale_factor, process_set)
         return _core.synchronize(_core.allreduce_async(
-            tensor, average, name, op, prescale_factor, postscale_factor))
+            tensor, average, name, op, prescale_factor, postscale_factor, process_set))
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        average, op, pre, post = ctx.args
+        average, op, pre, post, ps = ctx.args
         g = allreduce(_c(grad), average=average, op=op, prescale_factor=pre,
-                      postscale_factor=post)
-        return g, None, None, None, None, None
+                      postscale_factor=post, process_set=ps)
+        return g, None, None, None, None, None, None
 
 
 def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
@@ -54,7 +55,7 @@ def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | Non
     """Allreduces ``tensor`` (Average by default) into a new tensor; differentiable."""
     compressed, cctx = compression.compress(tensor)
     out = HorovodAllreduce.apply(compressed, average, name, op, prescale_factor,
-                                 postscale_factor)
+                                 postscale_factor, process_set)
     return compression.decompress(out, cctx)
 
 
@@ -63,19 +64,19 @@ class HorovodGroupedAllreduce(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, average: bool | None, name: str | None, op: int | None,
-                prescale_factor: float, postscale_factor: float,
+                prescale_factor: float, postscale_factor: float, process_set: Any,
                 *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        ctx.args = (average, op, prescale_factor, postscale_factor)
+        ctx.args = (average, op, prescale_factor, postscale_factor, process_set)
         hs = _core.grouped_allreduce_async(list(tensors), average, name, op, prescale_factor,
-                                           postscale_factor)
+                                           postscale_factor, process_set)
         return tuple(_core.synchronize(h) for h in hs)
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor) -> tuple[Any, ...]:
-        average, op, pre, post = ctx.args
+        average, op, pre, post, ps = ctx.args
         gs = grouped_allreduce([_c(g) for g in grads], average=average, op=op,
-                               prescale_factor=pre, postscale_factor=post)
-        return (None, None, None, None, None, *gs)
+                               prescale_factor=pre, postscale_factor=post, process_set=ps)
+        return (None, None, None, None, None, None, *gs)
 
 
 def grouped_allreduce(tensors: list[torch.Tensor], average: bool | None = None,
@@ -88,56 +89,61 @@ def grouped_allreduce(tensors: list[torch.Tensor], average: bool | None = None,
         return []
     pairs = [compression.compress(t) for t in tensors]
     outs = HorovodGroupedAllreduce.apply(average, name, op, prescale_factor, postscale_factor,
-                                         *[p[0] for p in pairs])
+                                         process_set, *[p[0] for p in pairs])
     return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
 
 
-def _my_offset(rows: int) -> int:
-    """Sum of the first dimensions of the lower ranks (an allgather of every rank's rows)."""
-    dims = _core.allgather(torch.tensor([rows], dtype=torch.int32))
-    return int(dims[:_core.rank()].sum().item())
+def _my_offset(rows: int, process_set: Any) -> int:
+    """Sum of the first dimensions of the lower ranks of the set (an allgather of every
+    rank's rows)."""
+    dims = _core.allgather(torch.tensor([rows], dtype=torch.int32), process_set=process_set)
+    return int(dims[:_core._group(process_set).set_rank].sum().item())
 
 
 class HorovodAllgather(torch.autograd.Function):
     """Allgather; backward: the averaged gradient's rows of this rank."""
 
     @staticmethod
-    def forward(ctx: Any, tensor: torch.Tensor, name: str | None) -> torch.Tensor:
-        ctx.shape = tensor.shape
-        return _core.synchronize(_core.allgather_async(tensor, name))
+    def forward(ctx: Any, tensor: torch.Tensor, name: str | None,
+                process_set: Any) -> torch.Tensor:
+        ctx.shape, ctx.ps = tensor.shape, process_set
+        return _core.synchronize(_core.allgather_async(tensor, name, process_set))
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        reduced = allreduce(_c(grad), op=_core.Average)
+        reduced = allreduce(_c(grad), op=_core.Average, process_set=ctx.ps)
         rows = ctx.shape[0] if len(ctx.shape) else 1
-        offset = _my_offset(rows)
-        return reduced.narrow(0, offset, rows).reshape(ctx.shape), None
+        offset = _my_offset(rows, ctx.ps)
+        return reduced.narrow(0, offset, rows).reshape(ctx.shape), None, None
 
 
 def allgather(tensor: torch.Tensor, name: str | None = None,
               process_set: Any = None) -> torch.Tensor:
     """Concatenates every rank's ``tensor`` along dimension 0; differentiable."""
-    return HorovodAllgather.apply(tensor, name)
+    return HorovodAllgather.apply(tensor, name, process_set)
 
 
 class HorovodGroupedAllgather(torch.autograd.Function):
     """Allgather of a list; backward as :class:`HorovodAllgather`, per tensor."""
 
     @staticmethod
-    def forward(ctx: Any, name: str | None, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        ctx.shapes = [t.shape for t in tensors]
+    def forward(ctx: Any, name: str | None, process_set: Any,
+                *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        ctx.shapes, ctx.ps = [t.shape for t in tensors], process_set
         return tuple(_core.synchronize(h)
-                     for h in _core.grouped_allgather_async(list(tensors), name))
+                     for h in _core.grouped_allgather_async(list(tensors), name, process_set))
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor) -> tuple[Any, ...]:
-        reduced = grouped_allreduce([_c(g) for g in grads], op=_core.Average)
+        reduced = grouped_allreduce([_c(g) for g in grads], op=_core.Average,
+                                    process_set=ctx.ps)
         rows = [s[0] if len(s) else 1 for s in ctx.shapes]
-        dims = _core.grouped_allgather([torch.tensor([r], dtype=torch.int32) for r in rows])
-        me = _core.rank()
+        dims = _core.grouped_allgather([torch.tensor([r], dtype=torch.int32) for r in rows],
+                                       process_set=ctx.ps)
+        me = _core._group(ctx.ps).set_rank
         out = [g.narrow(0, int(d[:me].sum().item()), r).reshape(s)
                for g, d, r, s in zip(reduced, dims, rows, ctx.shapes)]
-        return (None, *out)
+        return (None, None, *out)
 
 
 def grouped_allgather(tensors: list[torch.Tensor], name: str | None = None,
@@ -145,46 +151,47 @@ def grouped_allgather(tensors: list[torch.Tensor], name: str | None = None,
     """Allgathers every tensor of the list; differentiable."""
     if not tensors:
         return []
-    return list(HorovodGroupedAllgather.apply(name, *tensors))
+    return list(HorovodGroupedAllgather.apply(name, process_set, *tensors))
 
 
 class HorovodBroadcast(torch.autograd.Function):
     """Broadcast; backward: the gradient averaged over the ranks, zero except on the root."""
 
     @staticmethod
-    def forward(ctx: Any, tensor: torch.Tensor, root_rank: int,
-                name: str | None) -> torch.Tensor:
-        ctx.root_rank = root_rank
-        return _core.synchronize(_core.broadcast_async(tensor, root_rank, name))
+    def forward(ctx: Any, tensor: torch.Tensor, root_rank: int, name: str | None,
+                process_set: Any) -> torch.Tensor:
+        ctx.root_rank, ctx.ps = root_rank, process_set
+        return _core.synchronize(_core.broadcast_async(tensor, root_rank, name, process_set))
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        reduced = allreduce(_c(grad), op=_core.Average)
+        reduced = allreduce(_c(grad), op=_core.Average, process_set=ctx.ps)
         if _core.rank() != ctx.root_rank:
             reduced = reduced * 0
-        return reduced, None, None
+        return reduced, None, None, None
 
 
 def broadcast(tensor: torch.Tensor, root_rank: int, name: str | None = None,
               process_set: Any = None) -> torch.Tensor:
     """Returns ``root_rank``'s ``tensor`` on every rank; differentiable."""
-    return HorovodBroadcast.apply(tensor, root_rank, name)
+    return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
 
 
 class HorovodAlltoall(torch.autograd.Function):
     """Alltoall; backward: alltoall of the gradient with the received splits."""
 
     @staticmethod
-    def forward(ctx: Any, tensor: torch.Tensor, splits: Any,
-                name: str | None) -> Any:
+    def forward(ctx: Any, tensor: torch.Tensor, splits: Any, name: str | None,
+                process_set: Any) -> Any:
         if splits is None:
             # Equal parts, asked for explicitly so that the received splits come back too.
-            _core._splits(None, tensor)
-            parts = [tensor.shape[0] // _core.size()] * _core.size()
-            out, received = _core.alltoall(tensor, parts, name)
+            _core._splits(None, tensor, process_set)
+            n = _core._group(process_set).size
+            parts = [tensor.shape[0] // n] * n
+            out, received = _core.alltoall(tensor, parts, name, process_set)
         else:
-            out, received = _core.alltoall(tensor, splits, name)
-        ctx.received = received
+            out, received = _core.alltoall(tensor, splits, name, process_set)
+        ctx.received, ctx.ps = received, process_set
         if splits is None:
             return out
         ctx.mark_non_differentiable(received)
@@ -192,8 +199,8 @@ class HorovodAlltoall(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor, *_dead: Any) -> tuple[Any, ...]:
-        g, _ = alltoall(_c(grad), splits=ctx.received)
-        return g, None, None
+        g, _ = alltoall(_c(grad), splits=ctx.received, process_set=ctx.ps)
+        return g, None, None, None
 
 
 def alltoall(tensor: torch.Tensor, splits: Any = None, name: str | None = None,
@@ -203,14 +210,15 @@ def alltoall(tensor: torch.Tensor, splits: Any = None, name: str | None = None,
     if tensor.dim() == 0:
         raise ValueError("alltoall needs a tensor with at least one dimension")
     if splits is not None:
-        _core._splits(splits, tensor)
-    return HorovodAlltoall.apply(tensor, splits, name)
+        _core._splits(splits, tensor, process_set)
+    return HorovodAlltoall.apply(tensor, splits, name, process_set)
 
 
-def _scatter_grad(grad: torch.Tensor, op: int, pre: float, post: float) -> torch.Tensor:
+def _scatter_grad(grad: torch.Tensor, op: int, pre: float, post: float,
+                  process_set: Any) -> torch.Tensor:
     g = _c(grad)
     if op == _core.Sum:
-        g = g * _core.size()
+        g = g * _core._group(process_set).size
     if pre != 1.0:
         g = g * pre
     if post != 1.0:
@@ -224,15 +232,16 @@ class HorovodReducescatter(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, name: str | None, op: int,
-                prescale_factor: float, postscale_factor: float) -> torch.Tensor:
-        ctx.args = (op, prescale_factor, postscale_factor)
+                prescale_factor: float, postscale_factor: float,
+                process_set: Any) -> torch.Tensor:
+        ctx.args = (op, prescale_factor, postscale_factor, process_set)
         return _core.synchronize(_core.reducescatter_async(
-            tensor, name, None, op, None, prescale_factor, postscale_factor))
+            tensor, name, None, op, process_set, prescale_factor, postscale_factor))
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        g = allgather(_scatter_grad(grad, *ctx.args))
-        return g, None, None, None, None
+        g = allgather(_scatter_grad(grad, *ctx.args), process_set=ctx.args[-1])
+        return g, None, None, None, None, None
 
 
 def reducescatter(tensor: torch.Tensor, name: str | None = None,
@@ -241,7 +250,8 @@ def reducescatter(tensor: torch.Tensor, name: str | None = None,
                   postscale_factor: float = 1.0) -> torch.Tensor:
     """Reduces ``tensor`` over the ranks; each keeps its rows of dimension 0; differentiable."""
     compressed, cctx = compression.compress(tensor)
-    out = HorovodReducescatter.apply(compressed, name, op, prescale_factor, postscale_factor)
+    out = HorovodReducescatter.apply(compressed, name, op, prescale_factor, postscale_factor,
+                                     process_set)
     return compression.decompress(out, cctx)
 
 
@@ -250,16 +260,18 @@ class HorovodGroupedReducescatter(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, name: str | None, op: int, prescale_factor: float,
-                postscale_factor: float, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        ctx.args = (op, prescale_factor, postscale_factor)
-        hs = _core.grouped_reducescatter_async(list(tensors), name, None, op, None,
+                postscale_factor: float, process_set: Any,
+                *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+        hs = _core.grouped_reducescatter_async(list(tensors), name, None, op, process_set,
                                                prescale_factor, postscale_factor)
         return tuple(_core.synchronize(h) for h in hs)
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor) -> tuple[Any, ...]:
-        gs = grouped_allgather([_scatter_grad(g, *ctx.args) for g in grads])
-        return (None, None, None, None, *gs)
+        gs = grouped_allgather([_scatter_grad(g, *ctx.args) for g in grads],
+                               process_set=ctx.args[-1])
+        return (None, None, None, None, None, *gs)
 
 
 def grouped_reducescatter(tensors: list[torch.Tensor], name: str | None = None,
@@ -271,7 +283,7 @@ def grouped_reducescatter(tensors: list[torch.Tensor], name: str | None = None,
         return []
     pairs = [compression.compress(t) for t in tensors]
     outs = HorovodGroupedReducescatter.apply(name, op, prescale_factor, postscale_factor,
-                                             *[p[0] for p in pairs])
+                                             process_set, *[p[0] for p in pairs])
     return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
 
 

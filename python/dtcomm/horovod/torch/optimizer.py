@@ -90,7 +90,8 @@ class _DistributedMixin:
         self._p_to_group: dict[torch.Tensor, tuple[torch.Tensor, ...]] = {}
         self._group_counts: dict[tuple[torch.Tensor, ...], int] = {}
         self._hooks = []
-        if hvd.size() > 1 or os.environ.get("HOROVOD_ELASTIC") == "1":
+        if (hvd._group(self._process_set).size > 1
+                or os.environ.get("HOROVOD_ELASTIC") == "1"):
             if groups is not None:
                 self._form_groups()
             for p in self._requires_update:
@@ -101,8 +102,9 @@ class _DistributedMixin:
         ordered as rank 0 lists them, then ``groups`` chunks, or the given lists plus one
         group per parameter in none of them."""
         p_list = list(self._requires_update)
-        order = hvd.broadcast_object([self._names[p] for p in p_list], root_rank=0,
-                                     name="hvd.optimizer.groups")
+        root = hvd._group(self._process_set).ranks[0]
+        order = hvd.broadcast_object([self._names[p] for p in p_list], root_rank=root,
+                                     name="hvd.optimizer.groups", process_set=self._process_set)
         index = {name: i for i, name in enumerate(order)}
         p_list.sort(key=lambda p: index[self._names[p]])
         if isinstance(self._groups, list):
@@ -128,16 +130,18 @@ class _DistributedMixin:
         tensor = p.grad
         if tensor.is_sparse:
             if not self.sparse_as_dense:
-                return sparse_allreduce_async(tensor, name=name, op=self._op), None
+                return sparse_allreduce_async(tensor, name=name, op=self._op,
+                                              process_set=self._process_set), None
             tensor = tensor.to_dense()
         if self._op == hvd.Average:
-            pre, post = 1.0 / self._predivide, self._predivide / hvd.size()
+            ranks = hvd._group(self._process_set).size
+            pre, post = 1.0 / self._predivide, self._predivide / ranks
             op = hvd.Sum
         else:
             pre, post, op = 1.0, 1.0, self._op
         compressed, ctx = self._compression.compress(tensor)
         h = hvd.allreduce_async_(compressed, name=name, op=op, prescale_factor=pre,
-                                 postscale_factor=post)
+                                 postscale_factor=post, process_set=self._process_set)
         return h, ctx
 
     def _grouped_allreduce_grad_async(self, group: tuple[torch.Tensor, ...]) -> list[_Pending]:
@@ -251,8 +255,8 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Any
                          op: int = 0, gradient_predivide_factor: float = 1.0,
                          num_groups: int = 0, groups: Any = None,
                          sparse_as_dense: bool = False, process_set: Any = None) -> Any:
-    """Wraps ``optimizer`` so that ``step()`` applies gradients averaged over every rank
-    (reduced by parameter name as each becomes ready during ``backward()``). ``groups``: a
+    """Wraps ``optimizer`` so that ``step()`` applies gradients averaged over every rank (of
+    ``process_set``, when given: only its members may build it) (reduced by parameter name as each becomes ready during ``backward()``). ``groups``: a
     number of groups, or lists of parameters, reduced together once all of a group's
     gradients are ready. Sparse gradients travel as ``sparse_allreduce_async`` (allgathered
     indices and values) unless ``sparse_as_dense``, which allreduces them dense and makes
@@ -265,6 +269,7 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Any
     cls = type(optimizer.__class__.__name__, (_DistributedMixin, optimizer.__class__), {})
     opt = cls.__new__(cls)
     opt.__dict__.update(optimizer.__dict__)
+    opt._process_set = process_set
     opt._hvd_setup(named_parameters, compression, backward_passes_per_step, op,
                    gradient_predivide_factor, groups, sparse_as_dense)
     return opt

@@ -2,7 +2,7 @@
 allgathering every rank's indices and values (names ``<name>.indices`` / ``<name>.values``).
 The result holds every rank's entries (uncoalesced: an index present on several ranks appears
 once per rank, so it sums when coalesced); with ``Average`` the values are divided by the
-number of ranks."""
+number of ranks (of the process set, when one is given)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ class SparseAllreduceHandle:
     """What :func:`sparse_allreduce_async` returns: call it (or pass it to
     ``hvd.synchronize``) for the reduced sparse tensor; ``hvd.poll`` works on it."""
 
-    def __init__(self, tensor: torch.Tensor, indices: int, values: int, op: int) -> None:
+    def __init__(self, tensor: torch.Tensor, indices: int, values: int, op: int,
+                 ranks: int) -> None:
+        self._ranks = ranks
         self._size = tensor.size()
         self._dtype = tensor.dtype
         self._indices = indices
@@ -37,7 +39,7 @@ class SparseAllreduceHandle:
             values = _core.synchronize(self._values)
             indices = _core.synchronize(self._indices)
             if self._op == _core.Average:
-                values = values / _core.size()
+                values = values / self._ranks
             self._result = torch.sparse_coo_tensor(indices.transpose(0, 1), values, self._size,
                                                    check_invariants=True)
         return self._result
@@ -52,9 +54,10 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str | None, op: int | Non
     o = _core.Average if op is None else op
     if o not in (_core.Average, _core.Sum):
         raise ValueError("sparse_allreduce_async supports only Average and Sum")
-    base = name if name is not None else _core._group_names("sparse", None, 1)[0]
+    base = name if name is not None else _core._group_names("sparse", None, 1, process_set)[0]
     # Allgather concatenates along dimension 0: indices travel as (nnz, sparse_dims).
     hi = _core.allgather_async(tensor._indices().transpose(0, 1).contiguous(),
-                               name=f"{base}.indices")
-    hv = _core.allgather_async(tensor._values().contiguous(), name=f"{base}.values")
-    return SparseAllreduceHandle(tensor, hi, hv, o)
+                               name=f"{base}.indices", process_set=process_set)
+    hv = _core.allgather_async(tensor._values().contiguous(), name=f"{base}.values",
+                               process_set=process_set)
+    return SparseAllreduceHandle(tensor, hi, hv, o, _core._group(process_set).size)
