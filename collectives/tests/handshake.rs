@@ -145,6 +145,7 @@ fn round(rank: usize, world: usize, round: u64, addrs: Vec<Option<SocketAddr>>) 
         rank,
         world,
         addrs,
+        hosts: Vec::new(),
     }
 }
 

@@ -196,6 +196,9 @@ fn two_emulated_hosts_get_shm_inside_and_tcp_between() {
         assert!(out.contains(&format!("shm to ranks [{mate}]")), "{out}");
         assert!(out.contains("tcp to 2 rank(s) on 1 other host(s)"), "{out}");
         assert!(out.contains("allreduce across hosts"), "{out}");
+        // The host records came with the addresses (the store entries): no exchange of
+        // identities over the links.
+        assert!(out.contains("hosts from the address book"), "{out}");
     }
     // Hosts of different sizes: shared memory within the big one, flat allreduce over TCP.
     let outs = run_all("uneven", 4, &[]);

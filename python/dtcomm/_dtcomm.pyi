@@ -102,6 +102,7 @@ class Communicator:
         addrs: list[str | None],
         token: str,
         client: NativeClient | None = None,
+        hosts: list[bytes] | None = None,
     ) -> Communicator: ...
     @property
     def rank(self) -> int: ...
@@ -213,6 +214,7 @@ class Peer:
     member: str
     node: str
     addrs: list[str]
+    host: list[int]  # the host record it advertised (empty: none)
     observed_ip: str
 
 @final
@@ -257,6 +259,8 @@ class DataListener:
     ) -> None: ...
     @property
     def addr(self) -> str: ...
+    @property
+    def host_record(self) -> bytes: ...
 
 class NativeClient:
     def __init__(
@@ -281,6 +285,7 @@ class NativeClient:
         node: str,
         *,
         addrs: list[str] = ...,
+        host: bytes = b"",
         main: bool = False,
         min_members: int = 1,
         max_members: int = 1024,

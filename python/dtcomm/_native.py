@@ -369,7 +369,11 @@ class Member:
         address is this member's data address in the job's peer table."""
         client = s.connect()
         sent = list(addrs or []) + ([listener.addr] if listener is not None else [])
-        client.join(s.job.value, s.member.value, s.node.value, addrs=sent, **s.spec())
+        # The host record travels beside the address: peers choose shared memory or TCP for
+        # this member from the welcome, without an exchange of their own.
+        host = listener.host_record if listener is not None else b""
+        client.join(s.job.value, s.member.value, s.node.value, addrs=sent, host=host,
+                    **s.spec())
         return cls(s, client, listener=listener)
 
     def peer_addrs(self) -> list[str | None]:
@@ -390,6 +394,22 @@ class Member:
                 out[p.rank] = join_host_port(host, port)
         return out
 
+    def peer_hosts(self) -> list[bytes] | None:
+        """Every rank's host record from a whole peer table (None when the table is partial or
+        a member sent none: the shared-memory set-up then exchanges them itself). The same on
+        every rank of the round."""
+        w = self.welcome
+        assert w is not None, "peer_hosts() before a welcome"
+        if not w.all_peers:
+            return None
+        hosts: list[bytes | None] = [None] * w.world
+        for p in w.peers:
+            if 0 <= p.rank < w.world:
+                hosts[p.rank] = bytes(p.host)
+        if any(not h for h in hosts):
+            return None
+        return [h for h in hosts if h is not None]
+
     def communicator(self) -> _dtcomm.Communicator:
         """The current round's communicator, over :attr:`listener` (its options were fixed
         when it was bound) and the welcome's peer table (no store). Raises
@@ -400,7 +420,7 @@ class Member:
             raise RoundChanged(f"{self.who}: {self.ended}")
         return _dtcomm.Communicator.from_welcome(
             self.listener, w.job, w.round, w.rank, w.world, self.peer_addrs(),
-            self.settings.token.value, client=self.client,
+            self.settings.token.value, client=self.client, hosts=self.peer_hosts(),
         )
 
     @property

@@ -254,9 +254,11 @@ impl PyCommunicator {
     /// With `client` (the member's `NativeClient`), the server's word ends the round here too:
     /// when it declares a member lost (or one leaves, or the job stops, or this member is
     /// removed), the call in flight and every later one raise `RoundEndedError` at once; and a
-    /// peer this rank's links lose is reported to the server.
+    /// peer this rank's links lose is reported to the server. `hosts[p]`: the host record rank
+    /// `p` advertised (the Welcome's `Peer.host`); with every rank's, the shared-memory set-up
+    /// needs no exchange of its own.
     #[staticmethod]
-    #[pyo3(signature = (listener, job, round, rank, world, addrs, token, client=None))]
+    #[pyo3(signature = (listener, job, round, rank, world, addrs, token, client=None, hosts=None))]
     #[allow(clippy::too_many_arguments)]
     fn from_welcome(
         py: Python<'_>,
@@ -268,6 +270,7 @@ impl PyCommunicator {
         addrs: Vec<Option<String>>,
         token: &str,
         client: Option<&Bound<'_, crate::native::NativeClient>>,
+        hosts: Option<Vec<Vec<u8>>>,
     ) -> PyResult<Self> {
         if world == 0 || rank >= world {
             return Err(PyValueError::new_err(format!(
@@ -296,6 +299,7 @@ impl PyCommunicator {
             rank,
             world,
             addrs,
+            hosts: hosts.unwrap_or_default(),
         };
         let handle = client.map(|c| c.borrow().member_handle(py)).transpose()?;
         let comm = py

@@ -117,6 +117,8 @@ pub struct PyPeer {
     node: String,
     /// Addresses it advertised.
     addrs: Vec<String>,
+    /// The host identity it advertised (empty if none).
+    host: Vec<u8>,
     /// The source IP the server saw (empty if unknown).
     observed_ip: String,
 }
@@ -128,6 +130,7 @@ impl From<&Peer> for PyPeer {
             member: p.member.clone(),
             node: p.node.clone(),
             addrs: p.addrs.clone(),
+            host: p.host.clone(),
             observed_ip: p.observed_ip.clone(),
         }
     }
@@ -449,7 +452,7 @@ impl NativeClient {
     /// Joins job `job` as `member` on `node`; returns `(round, spare)` once the server accepted
     /// (the round may still be forming: see `wait_welcome`). Every member of a job must send
     /// the same spec (`min_members`..`max_members`, `last_call`, `join_timeout` seconds, ...).
-    #[pyo3(signature = (job, member, node, *, addrs=Vec::new(), main=false, min_members=1,
+    #[pyo3(signature = (job, member, node, *, addrs=Vec::new(), host=Vec::new(), main=false, min_members=1,
                         max_members=1024, max_spares=1024, last_call=3.0, join_timeout=600.0,
                         max_rounds=0, max_restarts=None, late_join="immediate",
                         ephemeral=false, ttl=None, full_peer_table_max=64))]
@@ -461,6 +464,7 @@ impl NativeClient {
         member: String,
         node: String,
         addrs: Vec<String>,
+        host: Vec<u8>,
         main: bool,
         min_members: u32,
         max_members: u32,
@@ -493,6 +497,7 @@ impl NativeClient {
             member,
             node,
             addrs,
+            host,
             role: if main { Role::Main } else { Role::Worker },
             spec,
         };
@@ -699,6 +704,13 @@ impl PyDataListener {
     #[getter]
     fn addr(&self) -> &str {
         &self.addr
+    }
+
+    /// What this process advertises about its host beside `addr` (`NativeClient.join`'s
+    /// `host`): peers with an equal host part share memory with it.
+    #[getter]
+    fn host_record<'py>(&self, py: Python<'py>) -> Bound<'py, pyo3::types::PyBytes> {
+        pyo3::types::PyBytes::new(py, &self.inner.host_record())
     }
 
     fn __repr__(&self) -> String {

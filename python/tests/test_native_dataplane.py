@@ -49,6 +49,9 @@ def test_a_native_job_runs_on_a_server_without_tcpstore(procs: Procs, tmp_path: 
         assert server.store == "off", server.store
         transports = _run_pair(server, procs, tmp_path, f"job-{uuid.uuid4().hex[:8]}")
         assert all("round 1" in t for t in transports), transports
+        # Host records travel in the Join and come back in the Welcome's peer table: the
+        # shared-memory set-up takes them from there instead of exchanging its own.
+        assert all("hosts from the address book" in t for t in transports), transports
     finally:
         server.stop()
 

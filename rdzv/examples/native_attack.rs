@@ -87,6 +87,7 @@ async fn big_addrs(cfg: &ClientConfig, round: u64) -> usize {
             member: "m".into(),
             node: "n".into(),
             addrs,
+            host: Vec::new(),
             role: Role::Worker,
             spec: JobSpec::fixed(5),
         };

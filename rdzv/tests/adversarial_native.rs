@@ -169,6 +169,7 @@ fn member(job: &str, name: &str, addrs: Vec<String>) -> Membership {
         member: name.into(),
         node: name.into(),
         addrs,
+        host: Vec::new(),
         role: Role::Worker,
         spec: JobSpec::fixed(1),
     }
@@ -274,6 +275,7 @@ fn partial_frames_are_closed_at_the_handshake_and_frame_deadlines() {
                 member: who.member,
                 node: who.node,
                 addrs: who.addrs,
+                host: Vec::new(),
                 role: who.role,
                 spec: who.spec,
                 resume: None,

@@ -36,6 +36,7 @@ fn who(job: &str, i: usize, spec: &JobSpec) -> Membership {
         member: format!("m{i}"),
         node: format!("host{}", i / 2),
         addrs: vec![format!("127.0.0.1:{}", 40000 + i)],
+        host: Vec::new(),
         role: Role::Worker,
         spec: spec.clone(),
     }

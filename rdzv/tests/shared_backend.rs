@@ -83,6 +83,7 @@ async fn member(c: &ClientConfig, job: &str, i: usize, spec: &JobSpec) -> Native
         member: format!("m{i}"),
         node: format!("host{i}"),
         addrs: vec![format!("127.0.0.1:{}", 40000 + i)],
+        host: Vec::new(),
         role: Role::Worker,
         spec: spec.clone(),
     })

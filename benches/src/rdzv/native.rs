@@ -75,6 +75,7 @@ fn who(job: &str, i: usize, spec: &JobSpec) -> Membership {
             (i / 256) % 256,
             i % 256
         )],
+        host: Vec::new(),
         role: Role::Worker,
         spec: spec.clone(),
     }

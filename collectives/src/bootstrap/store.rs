@@ -1,7 +1,9 @@
 //! The store path (torch's `from_store`, env://, `dtcomm.init()` on a TCPStore): each rank
-//! publishes `address\nhost\ninterface\nworld` under `<prefix>/<generation>/addr/<rank>`;
-//! rank 0 also draws the generation's link secret and publishes it (hex) as a fifth line, the
-//! store being what this path already trusts. Every rank reads rank 0's entry first (rank 0
+//! publishes `address\nhost\ninterface\nworld\nsecret\nhost record` under
+//! `<prefix>/<generation>/addr/<rank>`: rank 0 draws the generation's link secret and
+//! publishes it (hex; the other ranks leave that line empty), the store being what this path
+//! already trusts; the host record (hex, `shm::host::record`) lets the shared-memory set-up
+//! skip its identity exchange. Every rank reads rank 0's entry first (rank 0
 //! is in every world), so a rank started with another world size fails at once naming both
 //! sizes instead of waiting for a rank that will never come.
 
@@ -40,6 +42,7 @@ struct Entry {
     host: String,
     world: Option<usize>,
     secret: Option<Vec<u8>>,
+    record: Option<Vec<u8>>,
 }
 
 fn parse(su: &Setup, r: usize, v: &[u8]) -> Result<Entry, CommError> {
@@ -52,22 +55,28 @@ fn parse(su: &Setup, r: usize, v: &[u8]) -> Result<Entry, CommError> {
     let host = it.next().unwrap_or("").to_owned();
     let _iface = it.next();
     let world = it.next().and_then(|w| w.parse().ok());
-    let secret = it.next().and_then(unhex);
+    let secret = it.next().and_then(unhex).filter(|s| !s.is_empty());
+    let record = it.next().and_then(unhex).filter(|r| !r.is_empty());
     Ok(Entry {
         addr,
         host,
         world,
         secret,
+        record,
     })
 }
 
-/// Builds this rank's TCP transport through `store`.
+/// Every rank's host record (`shm::host::record`), by rank.
+pub(crate) type HostBook = Vec<Vec<u8>>;
+
+/// Builds this rank's TCP transport through `store`, and every rank's host record when all
+/// published one.
 pub(crate) fn tcp_mesh(
     store: &dyn Store,
     rank: usize,
     world: usize,
     cfg: &Config,
-) -> Result<TcpTransport, CommError> {
+) -> Result<(TcpTransport, Option<HostBook>), CommError> {
     let su = Setup::new(rank, world, cfg);
     let bound = bind(rank, cfg)?;
     let me = bound.addr;
@@ -81,11 +90,13 @@ pub(crate) fn tcp_mesh(
         .add(&format!("{prefix}/generation/{rank}"), 1)
         .map_err(|e| su.err(format!("store: {e}")))?;
     let key = |r: usize| format!("{prefix}/{generation}/addr/{r}");
-    let mut value = format!("{me}\n{host}\n{}\n{world}", bound.iface);
     let mine = (rank == 0).then(handshake::secret);
-    if let Some(s) = &mine {
-        value.push_str(&format!("\n{}", hex(s)));
-    }
+    let value = format!(
+        "{me}\n{host}\n{}\n{world}\n{}\n{}",
+        bound.iface,
+        mine.as_ref().map(|s| hex(s)).unwrap_or_default(),
+        hex(&crate::shm::host::own_record(cfg))
+    );
     store
         .set(&key(rank), value.as_bytes())
         .map_err(|e| su.err(format!("publishing address: {e}")))?;
@@ -134,6 +145,7 @@ pub(crate) fn tcp_mesh(
             e => su.err(format!("reading peer addresses: {e}")),
         })?;
     let mut peers = Vec::with_capacity(world);
+    let mut records = Vec::with_capacity(world);
     for (r, v) in values.iter().enumerate() {
         let e = parse(&su, r, v)?;
         if let Some(w) = e.world
@@ -142,8 +154,10 @@ pub(crate) fn tcp_mesh(
             return Err(super::mismatch(&su, r, w, None));
         }
         peers.push((r, e.addr, e.host));
+        records.push(e.record);
     }
     check_loopback(&su, me.ip(), &host, &peers)?;
     let addrs = peers.iter().map(|(_, a, _)| Some(*a)).collect();
-    mesh(&su, &auth, bound, addrs)
+    let records = records.into_iter().collect::<Option<Vec<_>>>();
+    Ok((mesh(&su, &auth, bound, addrs)?, records))
 }

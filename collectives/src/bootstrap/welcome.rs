@@ -80,6 +80,12 @@ impl DataListener {
         self.bound.addr
     }
 
+    /// What this process advertises about its host beside [`addr`](Self::addr) (the native
+    /// `Join`'s `host`): peers with an equal host part share memory with it.
+    pub fn host_record(&self) -> Vec<u8> {
+        crate::shm::host::own_record(&self.config).to_vec()
+    }
+
     /// Another handle on the same listening socket.
     pub fn try_clone(&self) -> Result<DataListener, CommError> {
         let listener = self
@@ -117,6 +123,10 @@ pub struct RoundPeers {
     /// Indexed by rank: where it listens (every lower rank must be known; others may be
     /// `None`).
     pub addrs: Vec<Option<SocketAddr>>,
+    /// Indexed by rank: the host record it advertised ([`DataListener::host_record`]), when
+    /// the peer table is whole and every member sent one; else empty (the shared-memory
+    /// set-up then exchanges them over the links).
+    pub hosts: Vec<Vec<u8>>,
 }
 
 impl Communicator {
@@ -151,6 +161,8 @@ impl Communicator {
         tracing::info!(rank, world, job = %peers.job, round = peers.round, "dtcomm config: {config}");
         let auth = Auth::new(secret, format!("job {:?} round {}", peers.job, peers.round));
         let transport = mesh(&su, &auth, listener.bound, addrs)?;
-        Communicator::connected(rank, world, config, Box::new(transport))
+        let hosts = (peers.hosts.len() == world && peers.hosts.iter().all(|h| !h.is_empty()))
+            .then(|| peers.hosts.clone());
+        Communicator::connected(rank, world, config, Box::new(transport), hosts)
     }
 }

@@ -104,8 +104,8 @@ impl Communicator {
     ) -> Result<Communicator, CommError> {
         let config = resolve(rank, world, &opts)?;
         tracing::info!(rank, world, "dtcomm config: {config}");
-        let transport = crate::bootstrap::tcp_mesh(store.as_ref(), rank, world, &config)?;
-        Communicator::connected(rank, world, config, Box::new(transport))
+        let (transport, hosts) = crate::bootstrap::tcp_mesh(store.as_ref(), rank, world, &config)?;
+        Communicator::connected(rank, world, config, Box::new(transport), hosts)
     }
 
     /// A whole group in this process over the in-memory transport (for tests and for
@@ -130,7 +130,7 @@ impl Communicator {
                 .enumerate()
                 .map(|(r, t)| {
                     let config = config.clone();
-                    s.spawn(move || Communicator::connected(r, world, config, Box::new(t)))
+                    s.spawn(move || Communicator::connected(r, world, config, Box::new(t), None))
                 })
                 .collect();
             hs.into_iter()
@@ -152,16 +152,18 @@ impl Communicator {
 
     /// [`from_transport`](Self::from_transport), then the host's peers found and joined in
     /// shared memory (`DTCOMM_TRANSPORT`; see `shm/setup.rs`), and the start-up line saying
-    /// which link each peer got.
+    /// which link each peer got. `hosts`: every rank's host record from the address book, when
+    /// it has them all.
     pub(crate) fn connected(
         rank: usize,
         world: usize,
         config: Config,
         t: Box<dyn Transport>,
+        hosts: Option<Vec<Vec<u8>>>,
     ) -> Result<Communicator, CommError> {
         let describe = t.describe();
         let mut engine = Engine::new(rank, t, config.spin.value);
-        let found = crate::shm::setup::find(&mut engine, world, &config)?;
+        let found = crate::shm::setup::find(&mut engine, world, &config, hosts.as_deref())?;
         tracing::info!(rank, "dtcomm links: {}", found.describe);
         engine.shm = found.group;
         let describe = format!("{describe}; {}", found.describe);

@@ -63,6 +63,29 @@ pub(crate) fn pid_ns() -> u64 {
     ns_inode("pid").unwrap_or(0)
 }
 
+/// Bytes of a [`record`].
+pub(crate) const RECORD_LEN: usize = 32;
+
+/// What a rank publishes about its host beside its address (in its native `Join`, in its store
+/// entry) and what the shared-memory set-up compares: the host digest (16 bytes), its pid (4),
+/// whether it wants shared memory (1), padding (3), its pid namespace (8).
+pub(crate) fn record(id: &HostId, wants_shm: bool) -> [u8; RECORD_LEN] {
+    let mut rec = [0u8; RECORD_LEN];
+    rec[..16].copy_from_slice(&id.digest);
+    rec[16..20].copy_from_slice(&std::process::id().to_le_bytes());
+    rec[20] = u8::from(wants_shm);
+    rec[24..32].copy_from_slice(&pid_ns().to_le_bytes());
+    rec
+}
+
+/// This process's [`record`] under `cfg` (`DTCOMM_HOST_ID`, `DTCOMM_TRANSPORT`).
+pub(crate) fn own_record(cfg: &crate::config::Config) -> [u8; RECORD_LEN] {
+    record(
+        &HostId::current(cfg.host_id.value.as_deref()),
+        cfg.transport.value != crate::config::LinkKind::Tcp,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,7 @@
 //! Shared memory between the ranks of one host.
 //!
-//! * `host.rs`: which host a rank is on (boot id and namespaces, or `DTCOMM_HOST_ID`);
+//! * `host.rs`: which host a rank is on (boot id and namespaces, or `DTCOMM_HOST_ID`), and the
+//!   host record a rank publishes beside its address;
 //! * `segment.rs`: making, opening and mapping a segment (memfd or a file), and cleaning up;
 //! * `layout.rs`: where the header, the counters and the buffers live in it;
 //! * `futex.rs`: sleeping on a counter; `cma.rs`: single-copy reads from a peer's memory;
@@ -16,7 +17,7 @@ mod allreduce;
 mod cma;
 mod futex;
 pub(crate) mod group;
-mod host;
+pub(crate) mod host;
 mod layout;
 pub(crate) mod ops;
 pub(crate) mod pipe;

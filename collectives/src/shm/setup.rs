@@ -1,7 +1,10 @@
 //! Finding a rank's host peers and joining them in a segment, over the links already up (so it
-//! works the same after a store or a native rendezvous): four small allgathers.
+//! works the same after a store or a native rendezvous): up to four small allgathers.
 //!
-//! 1. identities: host digest, pid, pid namespace, whether this rank wants shared memory;
+//! 1. identities: host digest, pid, pid namespace, whether this rank wants shared memory
+//!    (`host::record`). Skipped when the address book already holds every rank's record (the
+//!    native `Welcome`'s full peer table, the store entries): every rank sees the same book,
+//!    so all skip it or none;
 //! 2. the lowest rank of each host makes the host's segment and tells its path (or why not);
 //! 3. the others attach and check it; everyone tells whether that worked;
 //! 4. each rank tries a single-copy read of every host peer's mapping (`cma.rs`) and tells
@@ -17,7 +20,7 @@ use std::time::{Duration, Instant};
 use std::sync::Arc;
 
 use super::group::ShmGroup;
-use super::host::{HostId, pid_ns};
+use super::host::{HostId, RECORD_LEN, pid_ns, record};
 use super::layout::{Layout, MAGIC, VERSION, hdr};
 use super::pipe::Pipes;
 use super::segment::{Created, Mapping, attach};
@@ -29,7 +32,7 @@ use crate::error::CommError;
 use crate::op::ReduceOp;
 use crate::schedule::ring;
 
-const ID_LEN: usize = 32;
+const ID_LEN: usize = RECORD_LEN;
 const SEG_LEN: usize = 256;
 const ACK_LEN: usize = 192;
 
@@ -121,20 +124,38 @@ fn check_header(m: &Mapping, l: &Layout) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs the set-up on a freshly connected engine. `Err` only for `DTCOMM_TRANSPORT=shm` or
-/// a failure of the links themselves.
-pub(crate) fn find(e: &mut Engine, world: usize, cfg: &Config) -> Result<Found, CommError> {
+/// Runs the set-up on a freshly connected engine. `book`: every rank's host record from the
+/// address book, when it holds them all (then step 1 is skipped). `Err` only for
+/// `DTCOMM_TRANSPORT=shm` or a failure of the links themselves.
+pub(crate) fn find(
+    e: &mut Engine,
+    world: usize,
+    cfg: &Config,
+    book: Option<&[Vec<u8>]>,
+) -> Result<Found, CommError> {
     let rank = e.rank;
     let start = Instant::now();
     let timeout = cfg.timeout.value;
     let want = cfg.transport.value != LinkKind::Tcp;
     let id = HostId::current(cfg.host_id.value.as_deref());
-    let mut rec = [0u8; ID_LEN];
-    rec[..16].copy_from_slice(&id.digest);
-    rec[16..20].copy_from_slice(&std::process::id().to_le_bytes());
-    rec[20] = u8::from(want);
-    rec[24..32].copy_from_slice(&pid_ns().to_le_bytes());
-    let ids = allgather(e, world, 0, &rec, timeout)?;
+    let rec = record(&id, want);
+    let from_book = book.filter(|b| b.len() == world && b.iter().all(|r| r.len() == ID_LEN));
+    let ids = match from_book {
+        Some(b) => {
+            if b[rank] != rec {
+                return Err(CommError::Setup {
+                    rank,
+                    elapsed: start.elapsed(),
+                    detail: format!(
+                        "the address book's host record for rank {rank} is not this process's \
+                         (was it published by another process, or under other settings?)"
+                    ),
+                });
+            }
+            b.concat()
+        }
+        None => allgather(e, world, 0, &rec, timeout)?,
+    };
     let id_of = |r: usize| &ids[r * ID_LEN..r * ID_LEN + 16];
     // Hosts, numbered by their lowest rank.
     let mut leaders: Vec<usize> = Vec::new();
@@ -289,7 +310,15 @@ pub(crate) fn find(e: &mut Engine, world: usize, cfg: &Config) -> Result<Found, 
     } else {
         String::new()
     };
-    let mut describe = format!("rank {rank} on {}", id.describe);
+    let mut describe = format!(
+        "rank {rank} on {} (hosts {})",
+        id.describe,
+        if from_book.is_some() {
+            "from the address book"
+        } else {
+            "exchanged over the links"
+        }
+    );
     let group = match (use_shm, failed) {
         (true, None) => {
             let pids: Vec<Option<u32>> = host_ranks.iter().map(|&r| pid_of(r)).collect();

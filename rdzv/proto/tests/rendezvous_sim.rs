@@ -582,6 +582,7 @@ fn bad_input_is_refused_to_that_client_only() {
             member: "x".into(),
             node: "x".into(),
             addrs: vec![],
+            host: Vec::new(),
             role: Role::Worker,
             spec: spec.clone(),
             resume: None,

@@ -536,6 +536,7 @@ fn member(args: MemberArgs) -> ExitCode {
             .unwrap_or_else(|| format!("{node}:{}", std::process::id())),
         node,
         addrs: args.addr.clone(),
+        host: Vec::new(),
         role: if args.main { Role::Main } else { Role::Worker },
         spec: JobSpec {
             min_members: args.min,

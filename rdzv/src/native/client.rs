@@ -69,6 +69,9 @@ pub struct Membership {
     pub node: String,
     /// Data-plane addresses to advertise to peers.
     pub addrs: Vec<String>,
+    /// Host identity to advertise to peers ([`dt_rdzv_proto::native::Join::host`]; empty:
+    /// unknown).
+    pub host: Vec<u8>,
     /// Worker or main.
     pub role: Role,
     /// The job's settings.
@@ -255,6 +258,7 @@ impl NativeClient {
             member: who.member,
             node: who.node,
             addrs: who.addrs,
+            host: who.host,
             role: who.role,
             spec: who.spec,
             resume: None,

@@ -113,6 +113,11 @@ pub struct Join {
     pub node: String,
     /// Addresses its peers may reach it at (its data-plane listeners), best first.
     pub addrs: Vec<String>,
+    /// Its host identity, opaque to the server and bounded ([`MAX_HOST_BYTES`]): members with
+    /// equal records share a kernel and a network namespace (dtcomm publishes a digest of the
+    /// boot id and namespaces, its pid and whether it wants shared memory, so that peers
+    /// choose shared memory or TCP per peer without exchanging anything). Empty: unknown.
+    pub host: Vec<u8>,
     /// Its role.
     pub role: Role,
     /// The job's settings (creates the job if it does not exist).
@@ -212,9 +217,14 @@ pub struct Peer {
     pub node: String,
     /// The addresses it advertised.
     pub addrs: Vec<String>,
+    /// The host identity it advertised ([`Join::host`]).
+    pub host: Vec<u8>,
     /// The source IP address the server saw its connection come from (empty if unknown).
     pub observed_ip: String,
 }
+
+/// The largest [`Join::host`] a server accepts, in bytes.
+pub const MAX_HOST_BYTES: usize = 64;
 
 /// Why a round started (or the previous one ended).
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]

@@ -17,6 +17,6 @@ pub use codec::{
     encode_server,
 };
 pub use messages::{
-    ClientMsg, JobEnd, JobSpec, JobStatus, Join, LateJoin, MemberStatus, Peer, RefusalCode, Resume,
-    Role, RoundCause, ServerMsg, Welcome,
+    ClientMsg, JobEnd, JobSpec, JobStatus, Join, LateJoin, MAX_HOST_BYTES, MemberStatus, Peer,
+    RefusalCode, Resume, Role, RoundCause, ServerMsg, Welcome,
 };

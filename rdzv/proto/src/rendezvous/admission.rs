@@ -32,6 +32,13 @@ pub(crate) fn check(join: &Join, config: &MachineConfig) -> Result<(), Refusal> 
             join.node.len()
         ));
     }
+    if join.host.len() > crate::native::MAX_HOST_BYTES {
+        return bad(format!(
+            "host identity of {} bytes (limit {})",
+            join.host.len(),
+            crate::native::MAX_HOST_BYTES
+        ));
+    }
     if join.addrs.len() > config.max_addrs {
         return bad(format!(
             "{} addresses (limit {})",
@@ -79,6 +86,7 @@ mod tests {
             member: "m".into(),
             node: "n".into(),
             addrs,
+            host: Vec::new(),
             role: Role::Worker,
             spec: JobSpec::fixed(1),
             resume: None,
@@ -103,5 +111,11 @@ mod tests {
             e.contains("member id of 2000 bytes") && e.len() < 600,
             "{e}"
         );
+        let mut j = join(vec![]);
+        j.host = vec![0; crate::native::MAX_HOST_BYTES];
+        assert!(check(&j, &c).is_ok());
+        j.host.push(0);
+        let e = check(&j, &c).unwrap_err().to_string();
+        assert!(e.contains("host identity of 65 bytes (limit 64)"), "{e}");
     }
 }

@@ -27,6 +27,7 @@ pub(crate) struct Member {
     pub(crate) conn: ConnId,
     pub(crate) node: String,
     pub(crate) addrs: Vec<String>,
+    pub(crate) host: Vec<u8>,
     pub(crate) observed_ip: String,
     pub(crate) role: Role,
     pub(crate) last_seen: Instant,
@@ -256,6 +257,7 @@ impl Job {
                 conn,
                 node: join.node.clone(),
                 addrs: join.addrs,
+                host: join.host,
                 observed_ip,
                 role: join.role,
                 last_seen: now,
@@ -439,6 +441,7 @@ impl Job {
             member: m.id.clone(),
             node: m.node.clone(),
             addrs: m.addrs.clone(),
+            host: m.host.clone(),
             observed_ip: m.observed_ip.clone(),
         })
     }

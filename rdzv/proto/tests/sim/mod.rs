@@ -216,6 +216,7 @@ pub fn join_msg(
         member: member.into(),
         node: node.into(),
         addrs: vec![format!("{node}:{}", 40000 + conn)],
+        host: Vec::new(),
         role,
         spec: spec.clone(),
         resume: None,
