@@ -174,6 +174,7 @@ fn join(job: &str, member: &str, token: String, role: Role, spec: JobSpec) -> Cl
         member: member.into(),
         node: "host-a".into(),
         addrs: vec!["10.0.0.1:29500".into(), "[fe80::1]:29500".into()],
+        host: vec![1; 32],
         role,
         spec,
         resume: None,
@@ -342,6 +343,7 @@ fn native(dir: &Path) {
         member: "a:0".into(),
         node: "host-a".into(),
         addrs: vec!["10.0.0.1:29500".into()],
+        host: vec![1; 32],
         observed_ip: "10.0.0.1".into(),
     };
     let server = [

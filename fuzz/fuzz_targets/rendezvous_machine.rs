@@ -593,6 +593,7 @@ impl Driver {
                     member: MEMBERS[usize::from(j.member) % MEMBERS.len()].into(),
                     node: node.into(),
                     addrs: vec![format!("{node}:{}", 40000 + slot), format!("c{id}")],
+                    host: vec![u8::from(j.node); 32],
                     role: if j.main { Role::Main } else { Role::Worker },
                     spec: j.spec.spec(),
                     resume: j.resume.map(|(round, rank, world, restarts)| Resume {
