@@ -9,7 +9,7 @@ import sys
 import uuid
 
 from .. import _dtcomm, _native
-from . import rendezvous, workers
+from . import hosts, rendezvous, workers
 
 
 def parser() -> argparse.ArgumentParser:
@@ -26,9 +26,17 @@ def parser() -> argparse.ArgumentParser:
                         "Horovod API (an alias on PYTHONPATH), and HOROVOD_RANK, _SIZE, "
                         "_LOCAL_RANK, _LOCAL_SIZE, _CROSS_RANK, _CROSS_SIZE are set as horovodrun "
                         "sets them")
-    p.add_argument("--nproc-per-node", "--nproc_per_node", "-np", type=int,
-                   default=int(os.environ.get("DTRUN_NPROC_PER_NODE", "1")),
-                   help="workers on this node (default 1; env DTRUN_NPROC_PER_NODE)")
+    p.add_argument("--nproc-per-node", "--nproc_per_node", "-np", type=int, default=None,
+                   help="workers on this node (default 1; env DTRUN_NPROC_PER_NODE); with -H, "
+                        "the job's processes (default: every slot)")
+    p.add_argument("-H", "--hosts", default=os.environ.get("DTRUN_HOSTS"),
+                   help="horovodrun's host list, host:slots,...: places the processes on the "
+                        "hosts' slots in order and starts a dtrun on each (ssh for the other "
+                        "machines, DTRUN_SSH; the same directory and Python path there); env "
+                        "DTRUN_HOSTS")
+    # Set by `-H` for each host's dtrun (hosts of different sizes).
+    p.add_argument("--rank-offset", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--world-size", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--nnodes", default=os.environ.get("DTRUN_NNODES"),
                    help="nodes in the job: N, or MIN:MAX with the native rendezvous (default 1, "
                         "or the OCI variables with the native rendezvous; env DTRUN_NNODES)")
@@ -145,8 +153,27 @@ def _native_main(a: argparse.Namespace, cmd: list[str]) -> int:
                 signal.signal(s, h)
 
 
+def _child_args(a: argparse.Namespace) -> list[str]:
+    """What every host's dtrun of ``-H`` runs, besides its placement."""
+    out = ["--horovod"] if a.horovod else []
+    if a.max_restarts:
+        out += ["--max-restarts", str(a.max_restarts)]
+    if a.rdzv_timeout is not None:
+        out += ["--rdzv-timeout", str(a.rdzv_timeout)]
+    out += ["-m"] if a.module else []
+    out += ["--no-python"] if a.no_python else []
+    return [*out, a.target, *a.args]
+
+
 def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
+    if a.hosts:
+        if a.nnodes is not None or a.rdzv_endpoint is not None or a.node_rank is not None:
+            raise SystemExit("dtrun: -H places the job itself: drop --nnodes, --rdzv-endpoint "
+                             "and --node-rank")
+        return hosts.run(a.hosts, a.nproc_per_node, _child_args(a), a.rdzv_id)
+    if a.nproc_per_node is None:
+        a.nproc_per_node = int(os.environ.get("DTRUN_NPROC_PER_NODE", "1"))
     if a.horovod:
         # Workers inherit this process's environment (workers.worker_env).
         alias = os.path.join(os.path.dirname(os.path.dirname(__file__)), "horovod", "alias")
@@ -176,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     timeout = a.rdzv_timeout if a.rdzv_timeout is not None else 600.0
     rdzv = rendezvous.setup(a.nnodes, a.rdzv_endpoint, run_id, a.node_rank, a.rdzv_host, timeout)
     try:
-        return workers.run(workers.Spec(cmd, a.nproc_per_node, a.nnodes, run_id), rdzv)
+        return workers.run(workers.Spec(cmd, a.nproc_per_node, a.nnodes, run_id,
+                                        rank_offset=a.rank_offset, world=a.world_size), rdzv)
     except workers.Stopped as e:
         return 128 + e.signum
     finally:

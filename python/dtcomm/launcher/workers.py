@@ -32,6 +32,10 @@ class Spec:
     #: Restarts of this node's workers so far (TORCHELASTIC_RESTART_COUNT).
     restart: int = 0
     max_restarts: int = 0
+    #: Hosts of different sizes (``dtrun -H``): the global rank of this node's first worker
+    #: and the job's size; None: ``node_rank * nproc`` and ``nnodes * nproc``.
+    rank_offset: int | None = None
+    world: int | None = None
 
 
 class Interrupted(Exception):
@@ -70,8 +74,9 @@ def _die_with_parent(parent: int) -> Callable[[], None] | None:
 
 def worker_env(spec: Spec, rdzv: Rendezvous, local_rank: int) -> dict[str, str]:
     """torchrun's variables (so scripts run unchanged) plus dtcomm's."""
-    rank = rdzv.node_rank * spec.nproc + local_rank
-    world = spec.nnodes * spec.nproc
+    first = spec.rank_offset if spec.rank_offset is not None else rdzv.node_rank * spec.nproc
+    rank = first + local_rank
+    world = spec.world if spec.world is not None else spec.nnodes * spec.nproc
     env = dict(os.environ)
     env.update(
         RANK=str(rank),
