@@ -4,8 +4,8 @@ set's result (Average divides by the set's size, broadcast roots are global rank
 and reducescatter split over the set); disjoint sets run at the same time without waiting for
 each other (different unnamed-operation counts per set included); a rank outside a set is
 refused naming the set; registering needs the same sets in the same order on every rank;
-adding after ``init`` needs dynamic sets; a removed set is refused; the differentiable forms
-and ``DistributedOptimizer`` work on a set."""
+adding after ``init`` needs dynamic sets; sets of one rank work; a removed set is refused;
+the differentiable forms and ``DistributedOptimizer`` work on a set."""
 
 from __future__ import annotations
 
@@ -114,6 +114,16 @@ try:
     raise SystemExit("the same set registered twice")
 except ValueError as e:
     assert "already registered" in str(e), e
+# Sets of one rank each: every rank registers all of them; each runs alone on its own.
+singles = [hvd.add_process_set([k]) for k in range(n)]
+own = singles[r]
+assert own.size() == 1 and own.rank() == 0 and [s.included() for s in singles].count(True) == 1
+assert hvd.allreduce(torch.tensor([float(r)]), process_set=own).item() == float(r)
+assert hvd.allgather(torch.tensor([r]), process_set=own).tolist() == [r]
+assert hvd.broadcast(torch.tensor([r]), root_rank=r, process_set=own).item() == r
+hvd.barrier(process_set=own)
+for s in singles:
+    assert hvd.remove_process_set(s)
 assert hvd.remove_process_set(odd)
 assert not hvd.remove_process_set(odd)
 try:
