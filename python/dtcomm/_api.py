@@ -90,6 +90,10 @@ def init(
         return
     server: _dtcomm.RdzvServer | None = None
     endpoint = cfg.endpoint.value
+    if endpoint is not None and endpoint.startswith(_config.HOROVOD_KV):
+        _group = _init_horovod_kv(cfg, endpoint, algo=algo, socket_ifname=socket_ifname,
+                                  verbose=verbose)
+        return
     if endpoint is None:
         # A world of one: a private in-process store.
         server = _dtcomm.RdzvServer("127.0.0.1", 0)
@@ -125,6 +129,29 @@ def init(
     _group = _Group(comm, cfg, server)
     if verbose:
         _say(f"dtcomm: {cfg.log_line()} generation={gen}; engine: {comm.config()}; {comm.transport()}")
+
+
+def _init_horovod_kv(cfg: _config.Resolved, endpoint: str, *, algo: str | None,
+                     socket_ifname: str | None, verbose: bool) -> _Group:
+    """Under a real ``horovodrun --gloo``: the addresses meet in its HTTP key-value server
+    (``dtcomm._horovod_kv``); ranks are ``HOROVOD_RANK`` / ``HOROVOD_SIZE``."""
+    from ._horovod_kv import HorovodKVStore
+
+    addr, port = endpoint[len(_config.HOROVOD_KV):].rsplit(":", 1)
+    wait = cfg.timeout.value if cfg.timeout.value is not None else 300.0
+    store = HorovodKVStore(addr.strip("[]"), int(port), wait)
+    me = cfg.rank.value
+    if me is None:
+        raise _config.ConfigError("horovodrun's rendezvous needs HOROVOD_RANK")
+    base = f"{cfg.run_id.value}/dtcomm"
+    gen = store.add(f"{base}/gen/{me}", 1)
+    comm = _dtcomm.Communicator.from_store(
+        store, me, cfg.world_size.value, timeout=cfg.timeout.value, algo=algo,
+        socket_ifname=socket_ifname, store_prefix=f"{base}/g{gen}")
+    if verbose:
+        _say(f"dtcomm: {cfg.log_line()} generation={gen}; engine: {comm.config()}; "
+             f"{comm.transport()}")
+    return _Group(comm, cfg, None)
 
 
 def _round_cfg(cfg: _config.Resolved, w: _dtcomm.Welcome) -> _config.Resolved:

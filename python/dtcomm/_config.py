@@ -5,6 +5,9 @@ arguments, then ``DTCOMM_*``, then torchrun (``RANK``, ``WORLD_SIZE``, ``LOCAL_R
 ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT``, ``TORCHELASTIC_RUN_ID``), then Horovod,
 Open MPI and PMI (``HOROVOD_RANK``, ``OMPI_COMM_WORLD_RANK``, ``PMI_RANK`` and their sizes),
 then OCI Data Science (``OCI__MODE``, ``OCI__WORKER_COUNT``, ``OCI__TIMEOUT``), else rank 0 of 1.
+The rendezvous: ``DTCOMM_RDZV_ENDPOINT``, torchrun's ``MASTER_ADDR``/``MASTER_PORT``, or
+``horovodrun --gloo``'s HTTP key-value server (``HOROVOD_GLOO_RENDEZVOUS_ADDR``/``_PORT``,
+``dtcomm._horovod_kv``).
 
 With ``DTCOMM_RDZV_ENDPOINT`` on dt-rdzv's native port (``dtcomm._native``), the native
 rendezvous assigns rank, world size and local rank, unless a launcher already did (a rank pair
@@ -143,7 +146,17 @@ def _endpoint(env: Mapping[str, str]) -> Value[str | None]:
         _int("MASTER_PORT", port, 1)
         host = f"[{addr}]" if ":" in addr and not addr.startswith("[") else addr
         return Value(f"{host}:{port}", "MASTER_ADDR, MASTER_PORT")
+    # A real `horovodrun --gloo`: its HTTP key-value server (dtcomm._horovod_kv).
+    haddr, hport = _set(env, "HOROVOD_GLOO_RENDEZVOUS_ADDR"), _set(env, "HOROVOD_GLOO_RENDEZVOUS_PORT")
+    if haddr is not None and hport is not None:
+        _int("HOROVOD_GLOO_RENDEZVOUS_PORT", hport, 1)
+        return Value(f"{HOROVOD_KV}{haddr}:{hport}",
+                     "HOROVOD_GLOO_RENDEZVOUS_ADDR, HOROVOD_GLOO_RENDEZVOUS_PORT")
     return Value(None, "default")
+
+
+#: How an endpoint names horovodrun's HTTP key-value server.
+HOROVOD_KV = "horovod-kv://"
 
 
 def _truthy(text: str | None) -> bool:
