@@ -5,6 +5,9 @@
 //! server's RSS (from /proc) stays under the README's bound and the bystanders see no error
 //! and no stall over 1 s.
 
+mod common;
+use common::rt;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -153,14 +156,6 @@ impl StoreBystander {
             "store bystander stalled {worst:?}"
         );
     }
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 fn member(job: &str, name: &str, addrs: Vec<String>) -> Membership {

@@ -1,6 +1,9 @@
 //! The native protocol over real QUIC on loopback: forming, losses (silent and closed),
 //! wrong token, wrong certificate, stop, garbage on the port, HTTP status and metrics.
 
+mod common;
+use common::rt;
+
 use std::io::{Read, Write};
 use std::time::Duration;
 
@@ -40,14 +43,6 @@ fn who(job: &str, i: usize, spec: &JobSpec) -> Membership {
         role: Role::Worker,
         spec: spec.clone(),
     }
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 async fn members(s: &BackgroundServer, job: &str, n: usize, spec: &JobSpec) -> Vec<NativeClient> {

@@ -2,6 +2,9 @@
 //! etcd, over real QUIC on loopback: one owner per job, members sent to it, the job handed on
 //! when the owner stops, and never two owners when a server is cut off from the storage.
 
+mod common;
+use common::rt;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,14 +17,6 @@ use dt_rdzv_proto::native::{JobSpec, Role, RoundCause};
 const TOKEN: &str = "test-token";
 /// Generous: the machine is shared and slow.
 const WAIT: Duration = Duration::from_secs(60);
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// A directory for the group's shared certificate and key (the first server generates them).
 fn identity_dir(name: &str) -> PathBuf {
