@@ -382,9 +382,14 @@ fn parse_ttl(s: &str) -> Result<Ttl, String> {
 
 /// 24 random bytes in hex.
 fn random_token() -> std::io::Result<String> {
-    let mut b = [0u8; 24];
+    random_hex::<24>("a token")
+}
+
+/// `N` random bytes in hex (`what` names the use in the error).
+pub(crate) fn random_hex<const N: usize>(what: &str) -> std::io::Result<String> {
+    let mut b = [0u8; N];
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b)
-        .map_err(|_| std::io::Error::other("no system randomness for a token"))?;
+        .map_err(|_| std::io::Error::other(format!("no system randomness for {what}")))?;
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 

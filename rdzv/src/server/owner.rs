@@ -97,8 +97,10 @@ impl Owners {
         endpoint: String,
         store: String,
     ) -> Result<Arc<Self>, StorageError> {
+        // Two servers must never share an id (each would take the other's claims for its own).
+        let server = super::config::random_hex::<8>("a server id")
+            .map_err(|e| StorageError::Config(e.to_string()))?;
         let lease = storage.grant(ttl).await?;
-        let server = server_id();
         let value = serde_json::to_vec(&json!({"server": server, "endpoint": endpoint,
             "store": store}))
         .expect("plain JSON");
@@ -351,11 +353,4 @@ impl Owners {
 /// A job name as one key segment (`/` and `%` escaped).
 fn escape(job: &str) -> String {
     job.replace('%', "%25").replace('/', "%2F")
-}
-
-/// 8 random bytes in hex.
-fn server_id() -> String {
-    let mut b = [0u8; 8];
-    let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b);
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
