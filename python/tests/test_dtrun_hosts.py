@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -89,3 +90,13 @@ def test_bad_host_lists_are_refused_naming_the_entry() -> None:
         hosts.place([("a", 2), ("b", 2)], 5)
     placed = hosts.place([("a", 1), ("b", 3), ("c", 2)], 3)
     assert [(h.name, h.procs, h.first) for h in placed] == [("a", 1, 0), ("b", 2, 1)]
+
+
+def test_remote_hosts_reach_this_machine_by_name_when_it_holds_the_store() -> None:
+    placed = hosts.place([("localhost", 1), ("node-b", 1)], None)
+    local, remote = hosts.commands(placed, ["train.py"], "run", 29999)
+    endpoint = local[local.index("--rdzv-endpoint") + 1]
+    assert endpoint.startswith(socket.getfqdn() + ":"), endpoint
+    assert "--rdzv-host" in local and f"--rdzv-endpoint {endpoint}" in remote[-1]
+    all_here = hosts.commands(hosts.place([("localhost", 2)], None), ["t.py"], "r", 29999)
+    assert "127.0.0.1:29999" in all_here[0]

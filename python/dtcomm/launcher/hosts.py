@@ -108,7 +108,14 @@ def _free_port() -> int:
 def commands(placed: list[Host], child_args: list[str], run_id: str, port: int) -> list[list[str]]:
     """Each host's ``dtrun`` command line (local ones as argv, remote ones through ssh)."""
     first = placed[0].name
-    endpoint = f"{'127.0.0.1' if is_local(first) and all(is_local(h.name) for h in placed) else first}:{port}"
+    if all(is_local(h.name) for h in placed):
+        store_host = "127.0.0.1"
+    elif is_local(first):
+        # Named as this machine (`localhost` would send the other hosts to themselves).
+        store_host = socket.getfqdn()
+    else:
+        store_host = first
+    endpoint = f"{store_host}:{port}"
     world = placed[-1].first + placed[-1].procs
     ssh = shlex.split(os.environ.get("DTRUN_SSH", "ssh -o BatchMode=yes"))
     env = {k: v for k, v in child_env().items() if k.startswith(_FORWARD)}
@@ -136,11 +143,9 @@ def run(hosts_text: str, np: int | None, child_args: list[str], run_id: str | No
     cmds = commands(placed, child_args, run_id, port)
     print(f"[dtrun] -H: {', '.join(f'{h.name}: ranks {h.first}..{h.first + h.procs - 1}' for h in placed)}"
           f"; store on {placed[0].name}:{port}", file=sys.stderr, flush=True)
-    procs: list[subprocess.Popen[bytes]] = []
-    for i, c in enumerate(cmds):
-        procs.append(subprocess.Popen(c, start_new_session=True, env=child_env()))
-        if i == 0:
-            time.sleep(0.2)  # the first host's store before the others knock
+    # The others' store clients retry until the first host's store is up (their deadline is
+    # --rdzv-timeout).
+    procs = [subprocess.Popen(c, start_new_session=True, env=child_env()) for c in cmds]
     failed: list[tuple[str, int]] = []
     done = threading.Event()
 
