@@ -36,7 +36,7 @@ use dt_bench::rdzv::{
     BENCH_TOKEN, EtcdCluster, Fault, ServerProcess, client_config, run_cas_herd, run_herd,
     run_kill_one, run_native_herd, start_dt_rdzv, start_group, start_torch_store,
 };
-use dt_bench::stats::median;
+use dt_bench::stats::{median, median_range};
 
 #[derive(Parser)]
 #[command(about = "store-barrier rendezvous: dt-rdzv serve beside torch's TCPStore")]
@@ -348,7 +348,7 @@ fn native_main(
             );
         }
         println!(
-            "# {:>7} {:>12} {:>12} {:>12} {:>14} {:>8} {:>12} {:>12} {:>12}",
+            "# {:>7} {:>24} {:>12} {:>12} {:>14} {:>8} {:>12} {:>24} {:>12}",
             "members",
             "native s",
             "connect s",
@@ -434,15 +434,15 @@ fn native_main(
             );
         } else {
             println!(
-                "  {:>7} {:>12.4} {:>12.4} {:>12.4} {:>14} {:>8} {:>12} {:>12} {:>12}",
+                "  {:>7} {:>24} {:>12.4} {:>12.4} {:>14} {:>8} {:>12} {:>24} {:>12}",
                 n,
-                s,
+                median_range(&ours_s, 4),
                 median(&conn_s).unwrap_or(f64::NAN),
                 median(&join_s).unwrap_or(f64::NAN),
                 t.map_or("-".into(), |t| format!("{t:.4}")),
                 t.map_or("-".into(), |t| format!("{:.1}x", t / s)),
                 median(&retries).map_or("-".into(), |r| format!("{r:.0}")),
-                g.map_or("-".into(), |g| format!("{g:.4} {group_s:.3?}")),
+                median_range(&group_s, 4),
                 g.map_or("-".into(), |g| format!("{:.2}x", g / s))
             );
         }
