@@ -354,3 +354,6 @@ impl Owners {
 fn escape(job: &str) -> String {
     job.replace('%', "%25").replace('/', "%2F")
 }
+
+#[cfg(test)]
+mod sim;
