@@ -26,10 +26,13 @@ fi
 #   etcd-server  real etcd 3.4: the reference the etcd v2 door is compared with, and the
 #                backend of the tests where several dt-rdzv share jobs (--backend etcd://)
 #   protobuf-compiler  protoc, which the etcd v3 client (dt-rdzv's `etcd` feature) builds with
+#   openmpi-bin  a real `mpirun`: Horovod scripts and the C examples launched by it with no
+#                rendezvous endpoint (the benchmarks' Open MPI comes from scripts/setup_bench.sh)
 apt_want=()
 command -v chromium >/dev/null || apt_want+=(chromium)
 command -v etcd >/dev/null || apt_want+=(etcd-server)
 command -v protoc >/dev/null || apt_want+=(protobuf-compiler)
+command -v mpirun >/dev/null || apt_want+=(openmpi-bin)
 if [ ${#apt_want[@]} -gt 0 ] && command -v apt-get >/dev/null; then
   sudo=(); [ "$(id -u)" = 0 ] || sudo=(sudo -n)
   if [ "$(id -u)" = 0 ] || sudo -n true 2>/dev/null; then

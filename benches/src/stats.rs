@@ -37,6 +37,9 @@ mod tests {
     #[test]
     fn median_range() {
         assert_eq!(super::median_range(&[], 2), "-");
-        assert_eq!(super::median_range(&[3.0, 1.25, 2.0], 2), "2.00 [1.25-3.00]");
+        assert_eq!(
+            super::median_range(&[3.0, 1.25, 2.0], 2),
+            "2.00 [1.25-3.00]"
+        );
     }
 }

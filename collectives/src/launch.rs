@@ -8,9 +8,13 @@
 //! sizes), then OCI Data Science (`OCI__MODE`, `OCI__WORKER_COUNT`), else rank 0 of 1. A pair
 //! set by half (a rank without its size, an address without its port) is an error naming both
 //! variables. An endpoint on dt-rdzv's native port (29401, or `DTCOMM_RDZV_BACKEND=native`, or
-//! a pinned fingerprint) asks for the native rendezvous, which assigns the ranks.
+//! a pinned fingerprint) asks for the native rendezvous, which assigns the ranks. Under
+//! `mpirun` on one host with no endpoint, the ranks meet in Open MPI's session directory
+//! ([`mpi_session`]).
 
 use std::fmt;
+
+pub mod mpi_session;
 
 /// The TCPStore port (torchrun's default).
 pub const STORE_PORT: u16 = 29400;
@@ -307,6 +311,14 @@ pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<La
                 let host = a.trim_start_matches('[').trim_end_matches(']');
                 s(Some(join_host_port(host, port)), "MASTER_ADDR, MASTER_PORT")
             }
+            (None, None) if mpi_session::session_dir(env).is_some() => s(
+                Some(format!(
+                    "{}{}",
+                    mpi_session::MPI_SESSION,
+                    mpi_session::session_dir(env).expect("checked")
+                )),
+                "Open MPI session directory (one host)",
+            ),
             (None, None) if oci == "MAIN" => s(
                 Some(format!("0.0.0.0:{STORE_PORT}")),
                 "OCI__MODE=MAIN hosts it",
@@ -326,9 +338,15 @@ pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<La
         }
     };
     if endpoint.value.is_none() && world.value > 1 {
+        let hint = if rank.source == "OMPI_COMM_WORLD_RANK" {
+            " (mpirun across hosts: pass it to every rank, e.g. mpirun -x \
+             DTCOMM_RDZV_ENDPOINT=host:port, with a dt-rdzv serve there)"
+        } else {
+            ""
+        };
         return Err(format!(
             "rank {}: a world of {} ({}) needs a rendezvous endpoint: set \
-             DTCOMM_RDZV_ENDPOINT=host:port (or MASTER_ADDR and MASTER_PORT), or launch with dtrun",
+             DTCOMM_RDZV_ENDPOINT=host:port (or MASTER_ADDR and MASTER_PORT), or launch with dtrun{hint}",
             rank.value.map_or("None".into(), |r| r.to_string()),
             world.value,
             world.source

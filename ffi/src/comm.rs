@@ -9,7 +9,7 @@ use std::time::Duration;
 use dt_rdzv::client::TcpStoreClient;
 use dt_rdzv::server::{BackgroundServer, ServeConfig};
 use dt_rdzv::store::{PrefixStore, Store};
-use dtcomm::launch::{self, Explicit, Launch, STORE_PORT};
+use dtcomm::launch::{self, Explicit, Launch, STORE_PORT, mpi_session};
 use dtcomm::{CommError, Communicator, Config, Options};
 
 use crate::handles::{self, Comm};
@@ -79,7 +79,13 @@ fn join(l: Launch) -> Result<Comm, Fail> {
             _server: None,
         });
     };
-    let server = if l.host_store.value {
+    let (endpoint, session_server) = match endpoint.strip_prefix(mpi_session::MPI_SESSION) {
+        Some(dir) => meet_in_session(dir, &l, wait)?,
+        None => (endpoint, None),
+    };
+    let server = if session_server.is_some() {
+        session_server
+    } else if l.host_store.value {
         let (host, port) = launch::split_host_port(&endpoint, STORE_PORT).map_err(setup)?;
         let bind = if host.starts_with("127.") {
             host.as_str()
@@ -134,6 +140,32 @@ fn join(l: Launch) -> Result<Comm, Fail> {
         local_rank: l.local_rank.value,
         _server: server,
     })
+}
+
+/// Under `mpirun` on one host: rank 0 hosts the store on loopback and leaves its address in
+/// Open MPI's session directory; the others read it there ([`mpi_session`]).
+fn meet_in_session(
+    dir: &str,
+    l: &Launch,
+    wait: std::time::Duration,
+) -> Result<(String, Option<BackgroundServer>), Fail> {
+    static INITS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = INITS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+    let path = mpi_session::endpoint_file(dir, &l.run_id.value, n);
+    match l.rank.value {
+        Some(0) => {
+            let cfg = ServeConfig::embedded_store(IpAddr::from([127, 0, 0, 1]), 0);
+            let server = BackgroundServer::start(cfg)
+                .map_err(|e| setup(format!("hosting the store on 127.0.0.1: {e}")))?;
+            let endpoint = server.endpoint();
+            mpi_session::publish(&path, &endpoint).map_err(setup)?;
+            Ok((endpoint, Some(server)))
+        }
+        Some(r) => Ok((mpi_session::read(&path, r, wait).map_err(setup)?, None)),
+        None => Err(setup(
+            "Open MPI's session directory needs OMPI_COMM_WORLD_RANK",
+        )),
+    }
 }
 
 fn cstr(func: &str, what: &str, p: *const c_char) -> Result<Option<String>, Fail> {

@@ -38,6 +38,9 @@ fn compile(example: &str) -> PathBuf {
         .arg(dir.join("examples").join(format!("{example}.c")))
         .arg("-L")
         .arg(&lib)
+        // An RPATH, not a RUNPATH: cargo's LD_LIBRARY_PATH (which names `target/<profile>/`,
+        // where an older copy of the library may sit) must not win over this build's.
+        .arg("-Wl,--disable-new-dtags")
         .arg(format!("-Wl,-rpath,{}", lib.display()))
         .args(["-ldtcomm_ffi", "-o"])
         .arg(&out)
@@ -202,4 +205,47 @@ fn the_c_cuda_status_example_gets_json_whatever_the_machine_has() {
         assert!(json.contains("\"reason\":\""), "{json}");
     }
     let _ = std::fs::remove_file(exe);
+}
+
+/// `mpirun` (Open MPI's, from Debian's `openmpi-bin`) when installed.
+fn mpirun() -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join("mpirun"))
+            .find(|f| f.is_file())
+    })
+}
+
+#[test]
+fn the_c_allreduce_example_runs_under_mpirun_with_no_endpoint() {
+    let Some(mpirun) = mpirun() else {
+        eprintln!("skipped: Open MPI's mpirun is not installed (scripts/setup.sh installs it)");
+        return;
+    };
+    let exe = compile("allreduce");
+    let out = Command::new(mpirun)
+        .args(["--allow-run-as-root", "--oversubscribe", "-np", "3"])
+        .arg(&exe)
+        .env_remove("DTCOMM_RDZV_ENDPOINT")
+        .env_remove("MASTER_ADDR")
+        .env_remove("MASTER_PORT")
+        .env("DTCOMM_SOCKET_IFNAME", "lo")
+        .env("DTCOMM_TIMEOUT", "30")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    for r in 0..3 {
+        assert!(
+            stdout.contains(&format!("ALLREDUCE OK rank {r} of 3")),
+            "{stdout}\n{stderr}"
+        );
+    }
+    assert!(
+        stderr.contains("Open MPI session directory (one host)"),
+        "{stderr}"
+    );
 }

@@ -94,14 +94,21 @@ def init(
         _group = _init_horovod_kv(cfg, endpoint, algo=algo, socket_ifname=socket_ifname,
                                   verbose=verbose)
         return
+    wait = cfg.timeout.value if cfg.timeout.value is not None else 300.0
     if endpoint is None:
         # A world of one: a private in-process store.
         server = _dtcomm.RdzvServer("127.0.0.1", 0)
         endpoint = server.endpoint
+    elif endpoint.startswith(_config.MPI_SESSION):
+        from ._mpi_session import meet
+
+        if cfg.rank.value is None:
+            raise _config.ConfigError("Open MPI's session directory needs OMPI_COMM_WORLD_RANK")
+        endpoint, server = meet(endpoint[len(_config.MPI_SESSION):], cfg.rank.value,
+                                cfg.run_id.value, wait)
     elif cfg.host_store.value:
         host, port = endpoint.rsplit(":", 1)
         server = _dtcomm.RdzvServer("::" if not host.startswith("127.") else host, int(port))
-    wait = cfg.timeout.value if cfg.timeout.value is not None else 300.0
     store = _dtcomm.StoreClient(endpoint, wait)
     base = f"{cfg.run_id.value}/dtcomm"
     me = cfg.rank.value

@@ -5,9 +5,10 @@ arguments, then ``DTCOMM_*``, then torchrun (``RANK``, ``WORLD_SIZE``, ``LOCAL_R
 ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT``, ``TORCHELASTIC_RUN_ID``), then Horovod,
 Open MPI and PMI (``HOROVOD_RANK``, ``OMPI_COMM_WORLD_RANK``, ``PMI_RANK`` and their sizes),
 then OCI Data Science (``OCI__MODE``, ``OCI__WORKER_COUNT``, ``OCI__TIMEOUT``), else rank 0 of 1.
-The rendezvous: ``DTCOMM_RDZV_ENDPOINT``, torchrun's ``MASTER_ADDR``/``MASTER_PORT``, or
+The rendezvous: ``DTCOMM_RDZV_ENDPOINT``, torchrun's ``MASTER_ADDR``/``MASTER_PORT``,
 ``horovodrun --gloo``'s HTTP key-value server (``HOROVOD_GLOO_RENDEZVOUS_ADDR``/``_PORT``,
-``dtcomm._horovod_kv``).
+``dtcomm._horovod_kv``), or, under ``mpirun`` on one host, the job's session directory: rank 0
+hosts a store on loopback and leaves its address there (``dtcomm._mpi_session``).
 
 With ``DTCOMM_RDZV_ENDPOINT`` on dt-rdzv's native port (``dtcomm._native``), the native
 rendezvous assigns rank, world size and local rank, unless a launcher already did (a rank pair
@@ -152,11 +153,26 @@ def _endpoint(env: Mapping[str, str]) -> Value[str | None]:
         _int("HOROVOD_GLOO_RENDEZVOUS_PORT", hport, 1)
         return Value(f"{HOROVOD_KV}{haddr}:{hport}",
                      "HOROVOD_GLOO_RENDEZVOUS_ADDR, HOROVOD_GLOO_RENDEZVOUS_PORT")
+    # `mpirun` on one host: rank 0's address, met in the job's session directory.
+    if (session := mpi_session_dir(env)) is not None:
+        return Value(f"{MPI_SESSION}{session}", "Open MPI session directory (one host)")
     return Value(None, "default")
+
+
+def mpi_session_dir(env: Mapping[str, str]) -> str | None:
+    """The session directory every rank of an Open MPI job on one host shares (Open MPI 4's
+    ``OMPI_MCA_orte_jobfam_session_dir``, 5's ``PMIX_SERVER_TMPDIR``), or ``None`` when the job
+    is not Open MPI's or spans hosts."""
+    size, local = _set(env, "OMPI_COMM_WORLD_SIZE"), _set(env, "OMPI_COMM_WORLD_LOCAL_SIZE")
+    if size is None or local is None or size.strip() != local.strip():
+        return None
+    return _set(env, "OMPI_MCA_orte_jobfam_session_dir") or _set(env, "PMIX_SERVER_TMPDIR")
 
 
 #: How an endpoint names horovodrun's HTTP key-value server.
 HOROVOD_KV = "horovod-kv://"
+#: How an endpoint names an Open MPI session directory where rank 0 leaves its address.
+MPI_SESSION = "mpi-session://"
 
 
 def _truthy(text: str | None) -> bool:
@@ -246,9 +262,14 @@ def resolve(
         if ep.value is None and oci_mode == "MAIN":
             ep = Value(f"0.0.0.0:{DEFAULT_PORT}", "OCI__MODE=MAIN hosts it")
     if ep.value is None and w.value > 1:
+        hint = ""
+        if r.source == "OMPI_COMM_WORLD_RANK":
+            hint = (" (mpirun across hosts: pass it to every rank, e.g. "
+                    "mpirun -x DTCOMM_RDZV_ENDPOINT=host:port, with a dt-rdzv serve there)")
         raise ConfigError(
             f"rank {r.value}: a world of {w.value} ({w.source}) needs a rendezvous endpoint: set "
             "DTCOMM_RDZV_ENDPOINT=host:port (or MASTER_ADDR and MASTER_PORT), or launch with dtrun"
+            + hint
         )
 
     # who hosts the store: torch's env:// rule (rank 0 hosts MASTER_ADDR:MASTER_PORT unless the

@@ -23,6 +23,11 @@ CASES: list[tuple[str, dict[str, str], dict[str, object]]] = [
     ("open mpi", {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2",
                   "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
                   "DTCOMM_RDZV_ENDPOINT": "h:29400"}, {}),
+    ("mpirun on one host", {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2",
+                            "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+                            "OMPI_MCA_orte_jobfam_session_dir": "/tmp/ompi.vm.0/pid.9"}, {}),
+    ("mpirun 5 on one host", {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "3", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+                              "OMPI_COMM_WORLD_LOCAL_SIZE": "3", "PMIX_SERVER_TMPDIR": "/tmp/p"}, {}),
     ("pmi", {"PMI_RANK": "0", "PMI_SIZE": "2", "DTCOMM_RDZV_ENDPOINT": "h:1", "DTCOMM_RDZV_HOST": "1"}, {}),
     ("oci main", {"OCI__MODE": "MAIN", "OCI__WORKER_COUNT": "3"}, {}),
     ("oci worker", {"OCI__MODE": "WORKER", "OCI__WORKER_COUNT": "3", "DTCOMM_RDZV_ENDPOINT": "m"}, {}),
@@ -40,6 +45,9 @@ BAD: list[dict[str, str]] = [
     {"RANK": "0", "WORLD_SIZE": "2"},
     {"DTCOMM_RDZV_ENDPOINT": "h:1", "DTCOMM_RDZV_BACKEND": "zk"},
     {"LOCAL_RANK": "0"},
+    # mpirun across hosts with no endpoint (the hint names mpirun -x)
+    {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+     "OMPI_MCA_orte_jobfam_session_dir": "/tmp/s"},
 ]
 
 

@@ -1,0 +1,58 @@
+"""Meeting under ``mpirun`` on one host with no rendezvous endpoint set.
+
+Open MPI gives every rank of a job on one host the same session directory (Open MPI 4:
+``OMPI_MCA_orte_jobfam_session_dir``; 5: ``PMIX_SERVER_TMPDIR``), private to that ``mpirun`` and
+removed when it ends. Rank 0 hosts a store on loopback and leaves its address there in a file
+(written whole, then renamed into place); the others read it, polling until the deadline. Each
+process numbers its own ``init()`` calls, so the n-th ``init()`` of every rank reads the n-th
+address, never a store an earlier ``init()`` already shut down.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from . import _dtcomm
+
+_inits = 0
+
+
+def _path(session: str, run_id: str, n: int) -> str:
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id)
+    return os.path.join(session, f"dtcomm-{safe}-{n}.endpoint")
+
+
+def meet(session: str, rank: int, run_id: str,
+         timeout: float) -> tuple[str, _dtcomm.RdzvServer | None]:
+    """Returns the store's ``host:port``, and the server when this rank (0) hosts it."""
+    global _inits
+    _inits += 1
+    path = _path(session, run_id, _inits)
+    if rank == 0:
+        server = _dtcomm.RdzvServer("127.0.0.1", 0)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "w") as f:
+                f.write(server.endpoint)
+            os.replace(tmp, path)
+        except OSError as e:
+            raise RuntimeError(
+                f"rank 0: cannot leave the store's address in Open MPI's session directory "
+                f"({path}): {e}; set DTCOMM_RDZV_ENDPOINT instead") from e
+        return server.endpoint, server
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with open(path) as f:
+                endpoint = f.read().strip()
+            if endpoint:
+                return endpoint, None
+        except FileNotFoundError:
+            pass
+        if time.monotonic() >= deadline:
+            raise TimeoutError(
+                f"rank {rank}: rank 0 did not leave its store's address in Open MPI's session "
+                f"directory within {timeout:g} s ({path} is missing): is rank 0 running "
+                "dtcomm.init() / hvd.init() too?")
+        time.sleep(0.01)

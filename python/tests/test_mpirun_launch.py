@@ -1,0 +1,65 @@
+"""``hvd.init()`` and ``dtcomm.init()`` under a real ``mpirun`` (Open MPI, from Debian's
+``openmpi-bin``) on one host with no rendezvous endpoint: the ranks meet in the job's session
+directory (``dtcomm._mpi_session``), several init/shutdown cycles in one process."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+MPIRUN = shutil.which("mpirun")
+pytestmark = pytest.mark.skipif(
+    MPIRUN is None, reason="Open MPI's mpirun is not installed (scripts/setup.sh installs openmpi-bin)")
+
+HOROVOD = """
+import dtcomm.horovod.torch as hvd
+import torch
+from dtcomm import _config
+print("rdzv from", _config.resolve().endpoint.source, flush=True)
+for cycle in range(3):
+    hvd.init()
+    s = hvd.allreduce(torch.full((4,), float(hvd.rank() + 1)), op=hvd.Sum, name=f"s{cycle}")
+    print(f"cycle {cycle} rank {hvd.rank()} of {hvd.size()} local {hvd.local_rank()}/"
+          f"{hvd.local_size()} sum {s.tolist()}", flush=True)
+    hvd.shutdown()
+"""
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DTCOMM_RDZV_ENDPOINT", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")
+           and not k.startswith(("OMPI_", "PMIX_"))}
+    env.update(DTCOMM_SOCKET_IFNAME="lo", DTCOMM_TIMEOUT="30")
+    return env
+
+
+def test_horovod_scripts_run_under_mpirun_on_one_host() -> None:
+    pytest.importorskip("torch")
+    assert MPIRUN is not None
+    p = subprocess.run([MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "3",
+                        sys.executable, "-c", HOROVOD],
+                       env=_env(), capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stdout + p.stderr
+    for cycle in range(3):
+        for r in range(3):
+            assert (f"cycle {cycle} rank {r} of 3 local {r}/3 sum [6.0, 6.0, 6.0, 6.0]"
+                    in p.stdout), p.stdout + p.stderr
+    assert p.stdout.count("rdzv from Open MPI session directory (one host)") == 3, p.stdout
+
+
+def test_rank_0_missing_is_named_with_the_file() -> None:
+    # Ranks 1 and 2 init; rank 0 never does: they fail at their deadline naming the file.
+    script = ("import os, dtcomm\n"
+              "if os.environ['OMPI_COMM_WORLD_RANK'] != '0':\n"
+              "    dtcomm.init(timeout=2)\n")
+    assert MPIRUN is not None
+    p = subprocess.run([MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "3",
+                        sys.executable, "-c", script],
+                       env=_env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0
+    assert "rank 0 did not leave its store's address" in p.stderr, p.stderr
+    assert "dtcomm-dtcomm-1.endpoint is missing" in p.stderr, p.stderr
