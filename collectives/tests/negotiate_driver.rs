@@ -280,3 +280,20 @@ fn a_joined_rank_contributes_zeros_until_every_rank_joined() {
         assert_eq!(last.counts, vec![1], "rank 1 joined last");
     });
 }
+
+#[test]
+fn cycle_marks_are_recorded_only_while_asked_and_in_order() {
+    group(2, 0, |_, n| {
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(n.take_cycle_marks(), (Vec::new(), 0), "off by default");
+        n.mark_cycles(true);
+        std::thread::sleep(Duration::from_millis(50));
+        let (marks, dropped) = n.take_cycle_marks();
+        assert!(marks.len() >= 5, "{} cycles in 50 ms of 1 ms cycles", marks.len());
+        assert!(marks.windows(2).all(|w| w[0] <= w[1]), "{marks:?}");
+        assert_eq!(dropped, 0);
+        n.mark_cycles(false);
+        std::thread::sleep(Duration::from_millis(10));
+        assert_eq!(n.take_cycle_marks().0, Vec::<u64>::new());
+    });
+}

@@ -143,6 +143,29 @@ impl PyNegotiator {
         Ok((PyBytes::new(py, &out.data), out.counts, out.times))
     }
 
+    /// Starts (or stops) recording when each cycle starts (a timeline's cycle marks).
+    fn mark_cycles(&self, on: bool) {
+        if let Some(n) = self
+            .inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            n.mark_cycles(on);
+        }
+    }
+
+    /// The cycle start times (Unix µs) recorded since the last call, and how many were
+    /// dropped because nobody took them.
+    fn take_cycle_marks(&self) -> (Vec<u64>, u64) {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(Negotiator::take_cycle_marks)
+            .unwrap_or_default()
+    }
+
     /// Stops the cycle thread once every rank has called it.
     fn shutdown(&self, py: Python<'_>) {
         let n = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();

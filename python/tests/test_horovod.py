@@ -146,7 +146,7 @@ else:
 assert last == n - 1, last
 
 # The timeline: Chrome-trace JSON with each operation's negotiation and run.
-import json, os, tempfile
+import json, os, tempfile, time
 path = os.path.join(tempfile.gettempdir(), f"hvd-timeline-{os.getpid()}.json")
 hvd.start_timeline(path)
 hvd.allreduce(torch.ones(3), name="traced")
@@ -156,6 +156,19 @@ events = json.load(open(path))
 names = {e["name"] for e in events}
 assert {"NEGOTIATE_ALLREDUCE", "ALLREDUCE", "NEGOTIATE_ALLGATHER", "ALLGATHER"} <= names, names
 assert any(e.get("args", {}).get("name") == "allreduce.traced" for e in events), events
+assert not any(e["name"] == "CYCLE_START" for e in events), "cycles are marked only when asked"
+# With mark_cycles: an instant CYCLE_START (global scope) per negotiation cycle, in between
+# the operations' own events.
+hvd.start_timeline(path, mark_cycles=True)
+hvd.allreduce(torch.ones(3), name="traced_cycles")
+time.sleep(0.05)
+hvd.stop_timeline()
+events = json.load(open(path))
+marks = [e for e in events if e["name"] == "CYCLE_START"]
+assert len(marks) >= 10 and all(m["ph"] == "i" and m["s"] == "g" for m in marks), len(marks)
+run = [e for e in events if e["name"] == "ALLREDUCE"]
+assert marks[0]["ts"] <= run[-1]["ts"] <= marks[-1]["ts"], (marks[0], run, marks[-1])
+assert sorted(m["ts"] for m in marks) == [m["ts"] for m in marks]
 os.unlink(path)
 
 hvd.barrier()

@@ -122,8 +122,16 @@ struct Local {
     slot: Arc<Slot>,
 }
 
+/// Most cycle marks kept between two [`Negotiator::take_cycle_marks`] calls (about 17
+/// minutes of 1 ms cycles); later ones are dropped and counted.
+const MAX_MARKS: usize = 1 << 20;
+
 #[derive(Default)]
 struct State {
+    /// Cycle start times (Unix µs) while marking (Horovod's timeline `mark_cycles`).
+    marks: Option<Vec<u64>>,
+    /// Marks dropped past [`MAX_MARKS`].
+    marks_dropped: u64,
     /// Submitted since the last cycle.
     new: Vec<Request>,
     /// Submitted and not answered, by name.
@@ -204,6 +212,25 @@ impl Negotiator {
         Ok(Handle(slot))
     }
 
+    /// Starts (or stops) recording when each cycle starts, for a timeline's cycle marks
+    /// (Horovod's `start_timeline(..., mark_cycles=True)`, `HOROVOD_TIMELINE_MARK_CYCLES=1`).
+    pub fn mark_cycles(&self, on: bool) {
+        let mut st = self.shared.lock();
+        st.marks = on.then(Vec::new);
+        st.marks_dropped = 0;
+    }
+
+    /// The cycle start times (Unix µs) recorded since the last call, and how many were
+    /// dropped because nobody took them (at most 2^20 are kept).
+    pub fn take_cycle_marks(&self) -> (Vec<u64>, u64) {
+        let mut st = self.shared.lock();
+        let dropped = std::mem::take(&mut st.marks_dropped);
+        (
+            st.marks.as_mut().map(std::mem::take).unwrap_or_default(),
+            dropped,
+        )
+    }
+
     /// Shuts down: every rank must call it; returns once all have (operations still pending
     /// then fail with [`NegotiateError::Shutdown`]).
     pub fn shutdown(mut self) {
@@ -239,6 +266,12 @@ fn run(comm: Arc<Communicator>, shared: Arc<Shared>, cycle: Duration, threshold:
         std::thread::sleep(cycle);
         let (payload, _stopping) = {
             let mut st = shared.lock();
+            let full = st.marks.as_ref().map(|m| m.len() >= MAX_MARKS);
+            match full {
+                Some(false) => st.marks.as_mut().expect("marking").push(now_us()),
+                Some(true) => st.marks_dropped += 1,
+                None => {}
+            }
             let new = std::mem::take(&mut st.new);
             (wire::encode(st.stopping, &new), st.stopping)
         };

@@ -146,7 +146,16 @@ def init(comm: Any = None, process_sets: Any = None) -> None:
 def _negotiator(comm: _dtcomm.Communicator | None = None) -> _dtcomm.Negotiator:
     cycle = float(os.environ.get("HOROVOD_CYCLE_TIME", "1"))
     threshold = int(os.environ.get("HOROVOD_FUSION_THRESHOLD", str(128 << 20)))
-    return _dtcomm.Negotiator(comm or dtcomm.communicator(), cycle, threshold)
+    n = _dtcomm.Negotiator(comm or dtcomm.communicator(), cycle, threshold)
+    if comm is None and _timeline is not None and _timeline.mark_cycles:
+        n.mark_cycles(True)
+    return n
+
+
+def _take_marks() -> tuple[list[int], int]:
+    """The global negotiator's cycle marks since the last call (for the timeline)."""
+    n = _neg
+    return n.take_cycle_marks() if n is not None else ([], 0)
 
 
 def _reset_sets(neg: _dtcomm.Negotiator | None) -> None:
@@ -281,6 +290,7 @@ def _elastic_reset(reason: str) -> None:
 def shutdown() -> None:
     """Stops the negotiation and leaves the group; ``init()`` may be called again."""
     global _neg
+    stop_timeline()  # (first: its last cycle marks are in the negotiator)
     with _lock:
         if _neg is None:
             return
@@ -288,7 +298,6 @@ def shutdown() -> None:
         _neg.shutdown()
         _neg = None
         _handles.clear()
-    stop_timeline()
     dtcomm.shutdown()
 
 
@@ -618,9 +627,10 @@ def join(device: int = -1) -> int:
 def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
     """Starts writing this rank's timeline (Chrome-trace JSON) to ``file_path``."""
     global _timeline
-    _n()
+    n = _n()
     stop_timeline()
-    _timeline = Timeline(file_path, dtcomm.rank(), mark_cycles)
+    _timeline = Timeline(file_path, dtcomm.rank(), mark_cycles, _take_marks)
+    n.mark_cycles(mark_cycles)
 
 
 def stop_timeline() -> None:
@@ -629,6 +639,8 @@ def stop_timeline() -> None:
     if _timeline is not None:
         _timeline.close()
         _timeline = None
+        if _neg is not None:
+            _neg.mark_cycles(False)
 
 
 def broadcast_parameters(params: Any, root_rank: int, prefix: str | None = None,

@@ -1,19 +1,24 @@
 """Horovod's timeline: a Chrome-trace JSON file (open it in chrome://tracing or Perfetto) with,
 for every operation, its negotiation (``NEGOTIATE_ALLREDUCE``: from this rank's submission until
 every rank had submitted it) and its run (``ALLREDUCE``: until it completed), one row per
-tensor name."""
+tensor name; with ``mark_cycles``, an instant ``CYCLE_START`` event (global scope, as Horovod
+writes them) at the start of every negotiation cycle, recorded by the Rust negotiator."""
 
 from __future__ import annotations
 
 import json
 import threading
-from typing import IO
+from typing import IO, Callable
+
+#: Takes the cycle marks recorded since the last call: (Unix µs list, how many were dropped).
+MarkSource = Callable[[], "tuple[list[int], int]"]
 
 
 class Timeline:
     """An open timeline file; events are appended as operations complete."""
 
-    def __init__(self, path: str, rank: int, mark_cycles: bool = False) -> None:
+    def __init__(self, path: str, rank: int, mark_cycles: bool = False,
+                 marks: MarkSource | None = None) -> None:
         self._f: IO[str] | None = open(path, "w")
         self._f.write("[\n")
         self._first = True
@@ -21,14 +26,26 @@ class Timeline:
         self._tids: dict[str, int] = {}
         self._lock = threading.Lock()
         self.mark_cycles = mark_cycles
+        self._marks = marks if mark_cycles else None
 
     def _event(self, ev: dict[str, object]) -> None:
         assert self._f is not None
         self._f.write(("" if self._first else ",\n") + json.dumps(ev))
         self._first = False
 
+    def _write_marks(self) -> None:
+        if self._marks is None:
+            return
+        ts, dropped = self._marks()
+        for t in ts:
+            self._event({"name": "CYCLE_START", "ph": "i", "ts": t, "s": "g", "pid": self._rank})
+        if dropped:
+            self._event({"name": "CYCLE_MARKS_DROPPED", "ph": "i", "ts": ts[-1] if ts else 0,
+                         "s": "g", "pid": self._rank, "args": {"count": dropped}})
+
     def record(self, name: str, kind: str, times: tuple[int, int, int]) -> None:
-        """One completed operation: its negotiation and its run."""
+        """One completed operation: its negotiation and its run (after the cycle marks
+        recorded so far)."""
         submitted, negotiated, done = times
         if not (submitted and negotiated and done):
             return
@@ -36,6 +53,7 @@ class Timeline:
         with self._lock:
             if self._f is None:
                 return
+            self._write_marks()
             tid = self._tids.setdefault(name, len(self._tids) + 1)
             if tid == len(self._tids):
                 self._event({"name": "thread_name", "ph": "M", "pid": self._rank, "tid": tid,
@@ -51,6 +69,7 @@ class Timeline:
         """Ends the JSON array and closes the file."""
         with self._lock:
             if self._f is not None:
+                self._write_marks()
                 self._f.write("\n]\n")
                 self._f.close()
                 self._f = None
