@@ -289,7 +289,11 @@ fn cycle_marks_are_recorded_only_while_asked_and_in_order() {
         n.mark_cycles(true);
         std::thread::sleep(Duration::from_millis(50));
         let (marks, dropped) = n.take_cycle_marks();
-        assert!(marks.len() >= 5, "{} cycles in 50 ms of 1 ms cycles", marks.len());
+        assert!(
+            marks.len() >= 5,
+            "{} cycles in 50 ms of 1 ms cycles",
+            marks.len()
+        );
         assert!(marks.windows(2).all(|w| w[0] <= w[1]), "{marks:?}");
         assert_eq!(dropped, 0);
         n.mark_cycles(false);

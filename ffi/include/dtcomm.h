@@ -33,6 +33,11 @@ typedef int32_t dtcomm_result_t;
 typedef uint64_t dtcomm_comm_t;
 
 /**
+ * A negotiator handle (0 is never valid).
+ */
+typedef uint64_t dtcomm_negotiator_t;
+
+/**
  * An element type: `DTCOMM_FLOAT32`, ...
  */
 typedef int32_t dtcomm_dtype_t;
@@ -41,6 +46,11 @@ typedef int32_t dtcomm_dtype_t;
  * A reduction: `DTCOMM_SUM`, ...
  */
 typedef int32_t dtcomm_op_t;
+
+/**
+ * A named operation's handle (0 is never valid).
+ */
+typedef uint64_t dtcomm_named_t;
 
 /**
  * A non-blocking call's handle (0 is never valid).
@@ -271,6 +281,134 @@ dtcomm_result_t dtcomm_comm_local_rank(dtcomm_comm_t comm, int *local_rank);
  * write.
  */
 dtcomm_result_t dtcomm_cuda_status(char *buf, size_t len, size_t *needed);
+
+/**
+ * Starts a negotiator over `comm`: a cycle every `cycle_ms` milliseconds (Horovod's
+ * `HOROVOD_CYCLE_TIME`, 1 ms by default there), allreduces fused up to `fusion_threshold`
+ * bytes (0: none; Horovod's default is 128 MiB). Every rank must start one. Until it is shut
+ * down, do not call collectives on `comm` directly.
+ *
+ * # Safety
+ * `out` valid for a write.
+ */
+dtcomm_result_t dtcomm_negotiator_start(dtcomm_comm_t comm, double cycle_ms, uint64_t fusion_threshold, dtcomm_negotiator_t *out);
+
+/**
+ * Shuts the negotiator down: every rank must call it; returns once all have. Operations
+ * still pending then fail with `DTCOMM_SHUTDOWN`. The handle is gone afterwards.
+ */
+dtcomm_result_t dtcomm_negotiator_shutdown(dtcomm_negotiator_t neg);
+
+/**
+ * Submits an allreduce named `name` (its full name is `allreduce.<name>`) of the `ndim`-
+ * dimensional tensor `shape` of `dtype` at `data` (copied), reduced by `op`, multiplied by
+ * `prescale` before and `postscale` after (Horovod's arithmetic).
+ *
+ * # Safety
+ * `name` NUL-terminated; `shape` holds `ndim` entries; `data` the tensor's bytes; `out` valid
+ * for a write.
+ */
+dtcomm_result_t dtcomm_named_allreduce(dtcomm_negotiator_t neg, const char *name, dtcomm_dtype_t dtype, const uint64_t *shape, size_t ndim, const void *data, dtcomm_op_t op, double prescale, double postscale, dtcomm_named_t *out);
+
+/**
+ * Submits an allgather named `name` (`allgather.<name>`): every rank's tensor concatenated
+ * along the first dimension, which may differ per rank (the other dimensions may not).
+ *
+ * # Safety
+ * As for [`dtcomm_named_allreduce`].
+ */
+dtcomm_result_t dtcomm_named_allgather(dtcomm_negotiator_t neg, const char *name, dtcomm_dtype_t dtype, const uint64_t *shape, size_t ndim, const void *data, dtcomm_named_t *out);
+
+/**
+ * Submits a broadcast named `name` (`broadcast.<name>`) from `root`; every rank's result is
+ * the root's tensor.
+ *
+ * # Safety
+ * As for [`dtcomm_named_allreduce`].
+ */
+dtcomm_result_t dtcomm_named_broadcast(dtcomm_negotiator_t neg, const char *name, dtcomm_dtype_t dtype, const uint64_t *shape, size_t ndim, const void *data, int root, dtcomm_named_t *out);
+
+/**
+ * Submits an alltoall named `name` (`alltoall.<name>`): rows of the first dimension go to
+ * each rank as `splits` says (`nsplits` = world size; 0 splits: an equal split).
+ *
+ * # Safety
+ * As for [`dtcomm_named_allreduce`]; `splits` holds `nsplits` entries.
+ */
+dtcomm_result_t dtcomm_named_alltoall(dtcomm_negotiator_t neg, const char *name, dtcomm_dtype_t dtype, const uint64_t *shape, size_t ndim, const void *data, const uint64_t *splits, size_t nsplits, dtcomm_named_t *out);
+
+/**
+ * Submits a reduce-scatter named `name` (`reducescatter.<name>`): the tensor reduced by `op`
+ * (with Horovod's scaling), each rank keeping its rows of the first dimension (the remainder
+ * rows go to the lowest ranks).
+ *
+ * # Safety
+ * As for [`dtcomm_named_allreduce`].
+ */
+dtcomm_result_t dtcomm_named_reducescatter(dtcomm_negotiator_t neg, const char *name, dtcomm_dtype_t dtype, const uint64_t *shape, size_t ndim, const void *data, dtcomm_op_t op, double prescale, double postscale, dtcomm_named_t *out);
+
+/**
+ * Submits a barrier named `name` (`barrier.<name>`): completes once every rank submitted it,
+ * whatever else is pending.
+ *
+ * # Safety
+ * `name` NUL-terminated; `out` valid for a write.
+ */
+dtcomm_result_t dtcomm_named_barrier(dtcomm_negotiator_t neg, const char *name, dtcomm_named_t *out);
+
+/**
+ * Submits a join: this rank has no more data. Until every rank has joined it contributes
+ * zeros to the others' allreduces and takes part in their barriers; the join completes on
+ * every rank once all have joined, its one count (`dtcomm_named_counts`) the rank that joined
+ * last.
+ *
+ * # Safety
+ * `out` valid for a write.
+ */
+dtcomm_result_t dtcomm_named_join(dtcomm_negotiator_t neg, dtcomm_named_t *out);
+
+/**
+ * Writes 1 to `done` if the operation finished (successfully or not), else 0. Never blocks.
+ *
+ * # Safety
+ * `done` valid for a write.
+ */
+dtcomm_result_t dtcomm_named_test(dtcomm_named_t op, int *done);
+
+/**
+ * Waits for the operation; its result: `DTCOMM_SUCCESS`, `DTCOMM_MISMATCH` (the ranks
+ * disagreed about it, or some did not submit it before the communicator's deadline; the
+ * message names them), `DTCOMM_FAILED` (the communicator failed), `DTCOMM_SHUTDOWN`. The
+ * same result on every later wait.
+ */
+dtcomm_result_t dtcomm_named_wait(dtcomm_named_t op);
+
+/**
+ * Copies a finished operation's result (the reduced, gathered, broadcast, exchanged or
+ * scattered tensor) to `out` and writes its size in bytes to `size`. With `capacity` smaller
+ * than the result (or `out` NULL) nothing is copied and `DTCOMM_INVALID_ARGUMENT` is returned,
+ * `size` still written: call with NULL and 0 to learn it.
+ *
+ * # Safety
+ * `out` valid for `capacity` bytes of writes (or NULL); `size` valid for a write.
+ */
+dtcomm_result_t dtcomm_named_result(dtcomm_named_t op, void *out, size_t capacity, size_t *size);
+
+/**
+ * Per-rank element counts of a finished allgather (from each rank) or alltoall (received
+ * from each rank); none for the other kinds. Writes how many there are to `n` and copies up to
+ * `capacity` of them to `counts` (NULL to only learn `n`).
+ *
+ * # Safety
+ * `counts` valid for `capacity` writes (or NULL); `n` valid for a write.
+ */
+dtcomm_result_t dtcomm_named_counts(dtcomm_named_t op, uint64_t *counts, size_t capacity, size_t *n);
+
+/**
+ * Frees the operation's handle and its result. A pending operation still completes (every
+ * rank's submission is needed for it); only the handle goes.
+ */
+dtcomm_result_t dtcomm_named_free(dtcomm_named_t op);
 
 /**
  * Reduces `count` elements of every rank's `send` (NULL: `recv` in place) into every rank's

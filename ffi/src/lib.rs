@@ -15,13 +15,16 @@
 //!   precedence of Python's `dtcomm.init()`) and `dtcomm_comm_init_rank`, destroy, topology;
 //! * `cuda.rs`: `dtcomm_cuda_status`, whether CUDA and NCCL are usable here, as JSON;
 //! * `ops.rs`: every collective, blocking and non-blocking (`dtcomm_i*`);
-//! * `request.rs`: `dtcomm_test`, `dtcomm_wait`, `dtcomm_request_free`.
+//! * `request.rs`: `dtcomm_test`, `dtcomm_wait`, `dtcomm_request_free`;
+//! * `negotiate.rs`: Horovod's model: a negotiator, named operations completing once every
+//!   rank submitted them, fused allreduces (`dtcomm_negotiator_*`, `dtcomm_named_*`).
 
 #![allow(non_camel_case_types)]
 
 mod comm;
 mod cuda;
 mod handles;
+mod negotiate;
 mod ops;
 mod request;
 mod status;
@@ -29,6 +32,7 @@ mod types;
 
 pub use comm::*;
 pub use cuda::*;
+pub use negotiate::*;
 pub use ops::*;
 pub use request::*;
 pub use status::{dtcomm_last_error, dtcomm_result_name};

@@ -16,7 +16,7 @@ use crate::handles::{self, Comm};
 use crate::status::{Fail, guard, invalid};
 use crate::types::*;
 
-fn dtype(func: &str, d: dtcomm_dtype_t) -> Result<DType, Fail> {
+pub(crate) fn dtype(func: &str, d: dtcomm_dtype_t) -> Result<DType, Fail> {
     DType::ALL
         .iter()
         .copied()
@@ -29,7 +29,7 @@ fn dtype(func: &str, d: dtcomm_dtype_t) -> Result<DType, Fail> {
         })
 }
 
-fn redop(func: &str, o: dtcomm_op_t) -> Result<ReduceOp, Fail> {
+pub(crate) fn redop(func: &str, o: dtcomm_op_t) -> Result<ReduceOp, Fail> {
     ReduceOp::ALL
         .iter()
         .copied()

@@ -169,6 +169,21 @@ fn the_c_allreduce_example_runs_at_world_2_and_4() {
 }
 
 #[test]
+fn the_c_negotiate_example_runs_named_operations_at_world_2_and_3() {
+    let exe = compile("negotiate");
+    for world in [2, 3] {
+        let ranks = run_ranks(&exe, world, &format!("c-negotiate-{world}"), &[]);
+        for (r, (code, out, err)) in ranks.iter().enumerate() {
+            assert_eq!(*code, Some(0), "rank {r} of {world}:\n{out}\n{err}");
+            assert!(
+                out.contains(&format!("NEGOTIATE OK rank {r} of {world}")),
+                "{out}"
+            );
+        }
+    }
+}
+
+#[test]
 fn the_c_error_example_gets_a_code_and_a_message_for_every_bad_call() {
     let exe = compile("errors");
     for world in [2, 4] {
