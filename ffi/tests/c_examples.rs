@@ -23,7 +23,11 @@ fn compile(example: &str) -> PathBuf {
         .into_iter()
         .find(|d| d.join("libdtcomm_ffi.so").exists())
         .unwrap_or_else(|| panic!("no libdtcomm_ffi.so in {} or its deps/", top.display()));
-    let out = std::env::temp_dir().join(format!("dtcomm-c-{example}-{}", std::process::id()));
+    // One executable per call: tests compiling the same example run in parallel, and writing
+    // over a binary another test is running fails ("text file busy").
+    static BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let out = std::env::temp_dir().join(format!("dtcomm-c-{example}-{}-{n}", std::process::id()));
     let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
         .args([
             "-std=c11",
