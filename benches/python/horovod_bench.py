@@ -1,0 +1,206 @@
+"""Horovod's DistributedOptimizer on dtcomm, fused and unfused, beside torch DDP on gloo, in the
+same run (interleaved rounds).
+
+    .venv/bin/python benches/python/horovod_bench.py [--rounds 3] [--worlds 2,4]
+        [--steps 10] [--warmup 3] [--out target/bench-horovod]
+
+Two gradient shapes, each one training step (backward, whose hooks submit the gradients, then
+``optimizer.step()``, which waits for them): ``100x4KiB`` (100 parameters of 1024 float32) and
+``1x25MiB`` (one parameter of 6,553,600 float32, a ResNet-50-sized gradient). Three variants:
+``hvd-fused`` (``dtcomm.horovod.torch.DistributedOptimizer``, Horovod's default fusion
+threshold of 128 MiB), ``hvd-unfused`` (``HOROVOD_FUSION_THRESHOLD=0``: one allreduce per
+gradient) and ``ddp-gloo`` (``DistributedDataParallel`` on gloo with its default 25 MiB buckets,
+then SGD). The dtcomm ranks are started by ``dtrun -np N``; the gloo ranks by this script with
+torchrun's variables (rank 0 hosts the TCPStore). Time per step = max over ranks of the median
+of the timed steps. Prints medians over rounds with [min-max], the fused/unfused speed-up and
+gloo / dtcomm (> 1: dtcomm faster); writes every raw result as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+SHAPES = {"100x4KiB": (100, 1024), "1x25MiB": (1, 25 << 18)}
+VARIANTS = ("hvd-fused", "hvd-unfused", "ddp-gloo")
+
+
+# ------------------------------------------------------------------------------------------
+# worker side
+# ------------------------------------------------------------------------------------------
+def model(count: int, numel: int) -> Any:
+    import torch
+
+    class Grads(torch.nn.Module):
+        """``count`` parameters of ``numel`` elements; the loss is linear in each, so backward
+        costs one multiply per element and every gradient is known."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.ps = torch.nn.ParameterList(
+                [torch.nn.Parameter(torch.zeros(numel)) for _ in range(count)])
+
+        def forward(self, xs: list[Any]) -> Any:
+            return sum((p * x).sum() for p, x in zip(self.ps, xs))
+
+    return Grads()
+
+
+def worker(variant: str, shapes: list[str], steps: int, warmup: int) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    if variant.startswith("hvd"):
+        import dtcomm.horovod.torch as hvd
+
+        hvd.init()
+        rank, size = hvd.rank(), hvd.size()
+    else:
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        rank, size = dist.get_rank(), dist.get_world_size()
+    out: dict[str, Any] = {"rank": rank, "world": size, "variant": variant, "steps": {}}
+    for shape in shapes:
+        count, numel = SHAPES[shape]
+        m = model(count, numel)
+        xs = [torch.full((numel,), float(rank + 1)) for _ in range(count)]
+        opt: Any = torch.optim.SGD(m.parameters(), lr=0.0)
+        if variant.startswith("hvd"):
+            opt = hvd.DistributedOptimizer(opt, named_parameters=m.named_parameters())
+            net: Any = m
+        else:
+            from torch.nn.parallel import DistributedDataParallel
+
+            net = DistributedDataParallel(m)
+        times = []
+        for s in range(warmup + steps):
+            t0 = time.perf_counter()
+            opt.zero_grad()
+            net(xs).backward()
+            opt.step()
+            times.append(time.perf_counter() - t0)
+        # Every gradient is the average of (rank + 1) over ranks.
+        want = (size + 1) / 2
+        got = [p.grad[0].item() for p in m.ps]
+        assert all(abs(g - want) < 1e-4 for g in got), (shape, got[:3], want)
+        out["steps"][shape] = statistics.median(times[warmup:])
+        if variant.startswith("hvd"):
+            hvd.barrier()
+        else:
+            dist.barrier()
+    print("RESULT " + json.dumps(out), flush=True)
+    if variant.startswith("hvd"):
+        hvd.shutdown()
+    else:
+        dist.destroy_process_group()
+
+
+# ------------------------------------------------------------------------------------------
+# driver side
+# ------------------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run(variant: str, world: int, shapes: list[str], steps: int, warmup: int) -> list[dict[str, Any]]:
+    args = [__file__, "--worker", variant, "--shapes", ",".join(shapes), "--steps", str(steps),
+            "--warmup", str(warmup)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_", "DTCOMM_RDZV"))}
+    env.update(OMP_NUM_THREADS="1", DTCOMM_SOCKET_IFNAME="lo")
+    if variant.startswith("hvd"):
+        if variant == "hvd-unfused":
+            env["HOROVOD_FUSION_THRESHOLD"] = "0"
+        p = subprocess.run([sys.executable, "-m", "dtcomm", "-np", str(world), *args],
+                           capture_output=True, text=True, timeout=900, env=env)
+        outs = [p.stdout + p.stderr]
+        ok = p.returncode == 0
+    else:
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(world))
+        kids = [subprocess.Popen([sys.executable, *args], env={**env, "RANK": str(r),
+                                                               "LOCAL_RANK": str(r)},
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                for r in range(world)]
+        outs = [k.communicate(timeout=900)[0] for k in kids]
+        ok = all(k.returncode == 0 for k in kids)
+    if not ok:
+        raise SystemExit(f"{variant} at world {world} failed:\n" + "\n".join(outs)[-4000:])
+    # (dtrun prefixes each worker's lines with "[rankN]: ")
+    res = [json.loads(line.split("RESULT ", 1)[1]) for o in outs for line in o.splitlines()
+           if "RESULT {" in line]
+    if len(res) != world:
+        raise SystemExit(f"{variant} at world {world}: {len(res)} results of {world}:\n" + "\n".join(outs)[-4000:])
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--worlds", default="2,4")
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--out", default=str(ROOT / "target" / "bench-horovod"))
+    a = ap.parse_args()
+    shapes = a.shapes.split(",")
+    if a.worker:
+        worker(a.worker, shapes, a.steps, a.warmup)
+        return
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    worlds = [int(w) for w in a.worlds.split(",")]
+    variants = a.variants.split(",")
+    # (variant, world, shape) -> per-round step seconds (max over ranks)
+    rows: dict[tuple[str, int, str], list[float]] = {}
+    raw = []
+    print(f"# load before: {os.getloadavg()}", flush=True)
+    for r in range(a.rounds):
+        for world in worlds:
+            for v in variants:
+                res = run(v, world, shapes, a.steps, a.warmup)
+                raw.append({"round": r, "variant": v, "world": world, "ranks": res})
+                for s in shapes:
+                    t = max(x["steps"][s] for x in res)
+                    rows.setdefault((v, world, s), []).append(t)
+                    print(f"# round {r} world {world} {v} {s}: {t * 1e3:.2f} ms "
+                          f"(load {os.getloadavg()[0]:.2f})", flush=True)
+    (out / "horovod_bench.json").write_text(json.dumps(raw, indent=1))
+
+    def cell(k: tuple[str, int, str]) -> str:
+        v = rows.get(k)
+        if not v:
+            return "-"
+        return f"{statistics.median(v) * 1e3:.2f} [{min(v) * 1e3:.2f}-{max(v) * 1e3:.2f}]"
+
+    def med(k: tuple[str, int, str]) -> float:
+        v = rows.get(k)
+        return statistics.median(v) if v else float("nan")
+
+    print(f"\nstep time in ms, median [min-max] of {a.rounds} interleaved rounds; "
+          f"load after: {os.getloadavg()}")
+    print("| world | gradients | " + " | ".join(variants)
+          + " | unfused / fused | gloo / hvd-fused |")
+    print("|---|---|" + "---|" * (len(variants) + 2))
+    for world in worlds:
+        for s in shapes:
+            ks = {v: (v, world, s) for v in variants}
+            print(f"| {world} | {s} | " + " | ".join(cell(ks[v]) for v in variants)
+                  + f" | {med(('hvd-unfused', world, s)) / med(('hvd-fused', world, s)):.2f}x"
+                  + f" | {med(('ddp-gloo', world, s)) / med(('hvd-fused', world, s)):.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
