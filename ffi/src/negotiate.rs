@@ -510,7 +510,7 @@ pub extern "C" fn dtcomm_named_wait(op: dtcomm_named_t) -> dtcomm_result_t {
     const F: &str = "dtcomm_named_wait";
     guard(F, || {
         let n = named(F, op)?;
-        match n.done.get_or_init(|| n.handle.wait()) {
+        match n.done.get_or_init(|| n.handle.clone().take()) {
             Ok(_) => Ok(()),
             Err(e) => Err(fail(e)),
         }

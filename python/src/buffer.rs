@@ -215,6 +215,17 @@ impl Buf {
         Ok(())
     }
 
+    /// The bytes of the view (valid while this `Buf`, the export, lives).
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        let n = self.count * self.dtype.size();
+        if n == 0 {
+            return &[];
+        }
+        // SAFETY: the export keeps `count` elements of `dtype` at `ptr` alive and readable for
+        // as long as `self` lives.
+        unsafe { std::slice::from_raw_parts(self.ptr, n) }
+    }
+
     /// The byte-level view the engine takes ([`dtcomm::Communicator::run`]): valid while this
     /// `Buf` (the export) lives.
     pub(crate) fn raw(&self) -> RawBuf {

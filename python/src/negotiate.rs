@@ -13,11 +13,13 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
+use crate::buffer::{Access, Buf, Ctx};
 use crate::comm::PyCommunicator;
 
 /// The negotiator over one communicator (see `dtcomm::negotiate`).
 #[pyclass(module = "dtcomm._dtcomm", name = "Negotiator")]
 pub struct PyNegotiator {
+    rank: usize,
     inner: Mutex<Option<Negotiator>>,
     handles: Mutex<HashMap<u64, Handle>>,
     next: AtomicU64,
@@ -58,14 +60,16 @@ impl PyNegotiator {
         let c = comm.shared("Negotiator")?;
         let cycle = Duration::from_secs_f64((cycle_ms.max(0.0)) / 1000.0);
         Ok(Self {
+            rank: c.rank(),
             inner: Mutex::new(Some(Negotiator::start(c, cycle, threshold))),
             handles: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
         })
     }
 
-    /// Submits a named operation with this rank's bytes; returns its handle. A duplicate
-    /// pending name or a buffer of the wrong size raises ValueError.
+    /// Submits a named operation with this rank's data (`bytes`, or a contiguous torch tensor
+    /// or numpy array, read in place and copied once); returns its handle. A duplicate pending
+    /// name or a buffer of the wrong size raises ValueError.
     #[pyo3(signature = (name, kind, dtype, shape, data, *, root=None, op=None, prescale=1.0, postscale=1.0, splits=Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn submit(
@@ -74,7 +78,7 @@ impl PyNegotiator {
         kind: &str,
         dtype: &str,
         shape: Vec<u64>,
-        data: Vec<u8>,
+        data: &Bound<'_, PyAny>,
         root: Option<u32>,
         op: Option<&str>,
         prescale: f64,
@@ -83,6 +87,17 @@ impl PyNegotiator {
     ) -> PyResult<u64> {
         let dtype = DType::parse(dtype)
             .ok_or_else(|| PyValueError::new_err(format!("unsupported dtype {dtype:?}")))?;
+        let data = match data.cast::<PyBytes>() {
+            Ok(b) => b.as_bytes().to_vec(),
+            Err(_) => {
+                let ctx = Ctx {
+                    rank: self.rank,
+                    op: &name,
+                    arg: "tensor",
+                };
+                Buf::extract(data, Access::Read, &ctx)?.as_bytes().to_vec()
+            }
+        };
         let op = op
             .map(|o| {
                 ReduceOp::parse(o)
@@ -139,7 +154,7 @@ impl PyNegotiator {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&handle)
             .ok_or_else(|| PyValueError::new_err(format!("unknown handle {handle}")))?;
-        let out = py.detach(|| h.wait()).map_err(err)?;
+        let out = py.detach(|| h.take()).map_err(err)?;
         Ok((PyBytes::new(py, &out.data), out.counts, out.times))
     }
 

@@ -19,12 +19,12 @@ HOROVOD = """
 import dtcomm.horovod.torch as hvd
 import torch
 from dtcomm import _config
-print("rdzv from", _config.resolve().endpoint.source, flush=True)
 for cycle in range(3):
     hvd.init()
     s = hvd.allreduce(torch.full((4,), float(hvd.rank() + 1)), op=hvd.Sum, name=f"s{cycle}")
     print(f"cycle {cycle} rank {hvd.rank()} of {hvd.size()} local {hvd.local_rank()}/"
-          f"{hvd.local_size()} sum {s.tolist()}", flush=True)
+          f"{hvd.local_size()} sum {s.tolist()} rdzv from {_config.resolve().endpoint.source}",
+          flush=True)
     hvd.shutdown()
 """
 
@@ -46,9 +46,9 @@ def test_horovod_scripts_run_under_mpirun_on_one_host() -> None:
     assert p.returncode == 0, p.stdout + p.stderr
     for cycle in range(3):
         for r in range(3):
-            assert (f"cycle {cycle} rank {r} of 3 local {r}/3 sum [6.0, 6.0, 6.0, 6.0]"
-                    in p.stdout), p.stdout + p.stderr
-    assert p.stdout.count("rdzv from Open MPI session directory (one host)") == 3, p.stdout
+            assert (f"cycle {cycle} rank {r} of 3 local {r}/3 sum [6.0, 6.0, 6.0, 6.0] "
+                    "rdzv from Open MPI session directory (one host)" in p.stdout), (
+                p.stdout + p.stderr)
 
 
 def test_rank_0_missing_is_named_with_the_file() -> None:

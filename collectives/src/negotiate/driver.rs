@@ -106,13 +106,26 @@ impl Handle {
             .is_some()
     }
 
-    /// Waits for it; its result.
+    /// Waits for it; its result (a copy: the result stays for other waits).
     pub fn wait(&self) -> Result<Output, NegotiateError> {
         let mut g = self.0.done.lock().unwrap_or_else(|p| p.into_inner());
         while g.is_none() {
             g = self.0.cv.wait(g).unwrap_or_else(|p| p.into_inner());
         }
         g.clone().expect("done")
+    }
+
+    /// Waits for it and moves its result out, without copying its buffer. A later `wait` or
+    /// `take` on a clone of this handle gets an error saying the result was taken.
+    pub fn take(self) -> Result<Output, NegotiateError> {
+        let mut g = self.0.done.lock().unwrap_or_else(|p| p.into_inner());
+        while g.is_none() {
+            g = self.0.cv.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+        let taken = Err(NegotiateError::BadBuffer(
+            "this operation's result was already taken".into(),
+        ));
+        g.replace(taken).expect("done")
     }
 }
 
@@ -371,6 +384,23 @@ fn execute(comm: &Communicator, shared: &Shared, resp: Response) -> Result<(), C
             }
             let head = locals[0].request.clone();
             match kind {
+                Kind::Allreduce if locals.len() == 1 => {
+                    // Nothing to fuse: reduce the tensor's own buffer, no copies.
+                    let mut l = locals.remove(0);
+                    scale(&mut l.data, head.dtype, head.prescale);
+                    let count = l.data.len() / head.dtype.size();
+                    let op = head.op.expect("an allreduce has an op");
+                    let call = Call::new(Collective::AllReduce { op }).recv(RawBuf::host(
+                        l.data.as_mut_ptr(),
+                        count,
+                        head.dtype,
+                    ));
+                    // SAFETY: `l.data` is a live, exclusively borrowed host buffer of `count`
+                    // elements for the whole blocking call.
+                    unsafe { comm.run(&call)? };
+                    scale(&mut l.data, head.dtype, head.postscale);
+                    l.slot.finish(Ok(Output::of(l.data)));
+                }
                 Kind::Allreduce => {
                     let mut fused: Vec<u8> = Vec::new();
                     for l in &locals {

@@ -417,13 +417,12 @@ def _dtype(t: torch.Tensor) -> str:
         raise ValueError(f"unsupported tensor dtype {t.dtype}") from None
 
 
-def _bytes(t: torch.Tensor) -> bytes:
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    """The tensor as the negotiator takes it: read in place (DLPack) and copied once there."""
     if not t.is_contiguous():
         raise ValueError("tensor must be contiguous")
     t = t.detach()
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().tobytes()
-    return t.numpy().tobytes()
+    return t.view(torch.int16) if t.dtype == torch.bfloat16 else t
 
 
 def _submit_raw(n: _dtcomm.Negotiator, *args: Any, **kw: Any) -> int:
@@ -581,6 +580,12 @@ def synchronize(handle: Any) -> Any:
     _names.pop(handle, None)
     if kind == "barrier":
         return torch.empty(0)
+    if target is not None and target.is_contiguous() and target.numel() > 0:
+        # Straight from the result bytes into the caller's tensor: one copy.
+        view = torch.int16 if dtype == torch.bfloat16 else dtype
+        dst = target.detach().view(view).reshape(-1).numpy()
+        dst[:] = np.frombuffer(data, dtype=dst.dtype)
+        return target
     np_dtype = torch.empty(0, dtype=dtype).numpy().dtype if dtype != torch.bfloat16 else np.int16
     arr = np.frombuffer(data, dtype=np_dtype).copy()
     out = torch.from_numpy(arr)
