@@ -13,25 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(call)                                                                      \
-    do {                                                                                 \
-        dtcomm_result_t r_ = (call);                                                     \
-        if (r_ != DTCOMM_SUCCESS) {                                                      \
-            fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call,           \
-                    dtcomm_result_name(r_), dtcomm_last_error());                        \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
-
-#define EXPECT(cond, ...)                                                                \
-    do {                                                                                 \
-        if (!(cond)) {                                                                   \
-            fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);     \
-            fprintf(stderr, __VA_ARGS__);                                                \
-            fprintf(stderr, "\n");                                                       \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
+#include "check.h"
 
 #define NAMES 6
 
