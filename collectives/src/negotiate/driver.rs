@@ -343,6 +343,26 @@ fn take_present(shared: &Shared, names: &[String]) -> Vec<Local> {
     names.iter().filter_map(|n| st.pending.remove(n)).collect()
 }
 
+/// `data` (elements of `head.dtype`) scaled by `head.prescale`, then allreduced in place by
+/// `head.op` (the caller applies the postscale to what it keeps).
+fn prescaled_allreduce(
+    comm: &Communicator,
+    data: &mut [u8],
+    head: &Request,
+) -> Result<(), CommError> {
+    scale(data, head.dtype, head.prescale);
+    let count = data.len() / head.dtype.size();
+    let op = head.op.expect("an allreduce or reducescatter has an op");
+    let call = Call::new(Collective::AllReduce { op }).recv(RawBuf::host(
+        data.as_mut_ptr(),
+        count,
+        head.dtype,
+    ));
+    // SAFETY: `data` is a live, exclusively borrowed host buffer of `count` elements of
+    // `dtype` for the whole blocking call.
+    unsafe { comm.run(&call) }
+}
+
 fn execute(comm: &Communicator, shared: &Shared, resp: Response) -> Result<(), CommError> {
     match resp {
         Response::Error { name, message } => {
@@ -387,17 +407,7 @@ fn execute(comm: &Communicator, shared: &Shared, resp: Response) -> Result<(), C
                 Kind::Allreduce if locals.len() == 1 => {
                     // Nothing to fuse: reduce the tensor's own buffer, no copies.
                     let mut l = locals.remove(0);
-                    scale(&mut l.data, head.dtype, head.prescale);
-                    let count = l.data.len() / head.dtype.size();
-                    let op = head.op.expect("an allreduce has an op");
-                    let call = Call::new(Collective::AllReduce { op }).recv(RawBuf::host(
-                        l.data.as_mut_ptr(),
-                        count,
-                        head.dtype,
-                    ));
-                    // SAFETY: `l.data` is a live, exclusively borrowed host buffer of `count`
-                    // elements for the whole blocking call.
-                    unsafe { comm.run(&call)? };
+                    prescaled_allreduce(comm, &mut l.data, &head)?;
                     scale(&mut l.data, head.dtype, head.postscale);
                     l.slot.finish(Ok(Output::of(l.data)));
                 }
@@ -406,17 +416,7 @@ fn execute(comm: &Communicator, shared: &Shared, resp: Response) -> Result<(), C
                     for l in &locals {
                         fused.extend_from_slice(&l.data);
                     }
-                    scale(&mut fused, head.dtype, head.prescale);
-                    let count = fused.len() / head.dtype.size();
-                    let op = head.op.expect("an allreduce has an op");
-                    let call = Call::new(Collective::AllReduce { op }).recv(RawBuf::host(
-                        fused.as_mut_ptr(),
-                        count,
-                        head.dtype,
-                    ));
-                    // SAFETY: `fused` is a live, exclusively borrowed host buffer of `count`
-                    // elements of `dtype` for the whole blocking call.
-                    unsafe { comm.run(&call)? };
+                    prescaled_allreduce(comm, &mut fused, &head)?;
                     scale(&mut fused, head.dtype, head.postscale);
                     let mut at = 0;
                     for l in &mut locals {
@@ -493,16 +493,7 @@ fn execute(comm: &Communicator, shared: &Shared, resp: Response) -> Result<(), C
                     // Uneven first dimensions (the remainder rows go to the lowest ranks)
                     // are what Horovod promises: reduce the whole tensor, keep this rank's rows.
                     let mut l = locals.remove(0);
-                    scale(&mut l.data, head.dtype, head.prescale);
-                    let count = l.data.len() / head.dtype.size();
-                    let op = head.op.expect("a reducescatter has an op");
-                    let call = Call::new(Collective::AllReduce { op }).recv(RawBuf::host(
-                        l.data.as_mut_ptr(),
-                        count,
-                        head.dtype,
-                    ));
-                    // SAFETY: as for the allreduce.
-                    unsafe { comm.run(&call)? };
+                    prescaled_allreduce(comm, &mut l.data, &head)?;
                     let (me, world) = (comm.rank() as u64, comm.world() as u64);
                     let rows = head.shape.first().copied().unwrap_or(0);
                     let (q, rem) = (rows / world, rows % world);
