@@ -146,7 +146,7 @@ else:
 assert last == n - 1, last
 
 # The timeline: Chrome-trace JSON with each operation's negotiation and run.
-import json, os, tempfile, time
+import json, os, tempfile
 path = os.path.join(tempfile.gettempdir(), f"hvd-timeline-{os.getpid()}.json")
 hvd.start_timeline(path)
 hvd.allreduce(torch.ones(3), name="traced")
@@ -159,16 +159,21 @@ assert any(e.get("args", {}).get("name") == "allreduce.traced" for e in events),
 assert not any(e["name"] == "CYCLE_START" for e in events), "cycles are marked only when asked"
 # With mark_cycles: an instant CYCLE_START (global scope) per negotiation cycle, in between
 # the operations' own events.
+# Each of 5 operations, submitted after the previous one completed, runs in a later cycle, so
+# there are at least 5 marks whatever the machine's speed.
 hvd.start_timeline(path, mark_cycles=True)
-hvd.allreduce(torch.ones(3), name="traced_cycles")
-time.sleep(0.05)
+for k in range(5):
+    hvd.allreduce(torch.ones(3), name=f"traced_cycles.{k}")
 hvd.stop_timeline()
 events = json.load(open(path))
 marks = [e for e in events if e["name"] == "CYCLE_START"]
-assert len(marks) >= 10 and all(m["ph"] == "i" and m["s"] == "g" for m in marks), len(marks)
-run = [e for e in events if e["name"] == "ALLREDUCE"]
-assert marks[0]["ts"] <= run[-1]["ts"] <= marks[-1]["ts"], (marks[0], run, marks[-1])
+assert len(marks) >= 5 and all(m["ph"] == "i" and m["s"] == "g" for m in marks), len(marks)
 assert sorted(m["ts"] for m in marks) == [m["ts"] for m in marks]
+# Each operation ran in a cycle that started after the previous one ran: a mark in between.
+runs = [e["ts"] for e in events if e["name"] == "ALLREDUCE" and e["ph"] == "B"]
+assert len(runs) == 5 and marks[0]["ts"] <= runs[0], (marks[0], runs)
+for a, b in zip(runs, runs[1:]):
+    assert any(a < m["ts"] <= b for m in marks), (a, b, [m["ts"] for m in marks])
 os.unlink(path)
 
 hvd.barrier()
