@@ -386,16 +386,9 @@ fn execute(comm: &Communicator, shared: &Shared, resp: Response) -> Result<(), C
                 // This rank has joined: it takes part without data.
                 match (kind, head) {
                     (Kind::Allreduce, Some(head)) => {
+                        // (zeros scaled are zeros: the prescale changes nothing here)
                         let mut zeros = vec![0u8; bytes as usize];
-                        let count = zeros.len() / head.dtype.size();
-                        let op = head.op.expect("an allreduce has an op");
-                        let call = Call::new(Collective::AllReduce { op }).recv(RawBuf::host(
-                            zeros.as_mut_ptr(),
-                            count,
-                            head.dtype,
-                        ));
-                        // SAFETY: `zeros` lives, unaliased, for the whole blocking call.
-                        unsafe { comm.run(&call)? };
+                        prescaled_allreduce(comm, &mut zeros, &head)?;
                     }
                     (Kind::Barrier, _) => comm.barrier()?,
                     _ => {}

@@ -417,7 +417,7 @@ def _dtype(t: torch.Tensor) -> str:
         raise ValueError(f"unsupported tensor dtype {t.dtype}") from None
 
 
-def _bytes(t: torch.Tensor) -> torch.Tensor:
+def _payload(t: torch.Tensor) -> torch.Tensor:
     """The tensor as the negotiator takes it: read in place (DLPack) and copied once there."""
     if not t.is_contiguous():
         raise ValueError("tensor must be contiguous")
@@ -452,7 +452,7 @@ def _submit(kind: str, t: torch.Tensor, name: str | None, target: torch.Tensor |
         g = _group(process_set)
         assert g.neg is not None
         full = _name(kind, name, g)
-        h = _submit_raw(g.neg, full, kind, _dtype(t), list(t.shape), _bytes(t), **kw)
+        h = _submit_raw(g.neg, full, kind, _dtype(t), list(t.shape), _payload(t), **kw)
         return _handle(g.neg, h, t.dtype, out_shape, target, kind, full)
 
 
@@ -773,7 +773,7 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: str | None = 
         assert g.neg is not None
         full = _name("alltoall", name, g)
         h = _submit_raw(g.neg, full, "alltoall", _dtype(tensor), list(tensor.shape),
-                        _bytes(tensor), splits=sp)
+                        _payload(tensor), splits=sp)
         return _handle(g.neg, h, tensor.dtype, (-1, *tensor.shape[1:]), None, kind, full)
 
 
@@ -802,7 +802,7 @@ def reducescatter_async(tensor: torch.Tensor, name: str | None = None, compressi
         assert g.neg is not None
         full = _name("reducescatter", name, g)
         h = _submit_raw(g.neg, full, "reducescatter", _dtype(tensor), list(tensor.shape),
-                        _bytes(tensor), op=_OPS[o], prescale=float(prescale_factor),
+                        _payload(tensor), op=_OPS[o], prescale=float(prescale_factor),
                         postscale=float(post))
         return _handle(g.neg, h, tensor.dtype, (mine, *tensor.shape[1:]), None,
                        "reducescatter", full)
