@@ -132,7 +132,36 @@ impl Handle {
 struct Local {
     request: Request,
     data: Vec<u8>,
-    slot: Arc<Slot>,
+    slot: Owed,
+}
+
+/// A submitted operation's slot as the negotiator holds it. Dropped unfinished (a collective
+/// failed while the operation ran, and the error left it behind), it fails the operation, so
+/// its waiter is never left blocked; the error itself fails everything else pending.
+struct Owed(Arc<Slot>, String);
+
+impl std::ops::Deref for Owed {
+    type Target = Slot;
+    fn deref(&self) -> &Slot {
+        &self.0
+    }
+}
+
+impl Drop for Owed {
+    fn drop(&mut self) {
+        let done = self
+            .0
+            .done
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some();
+        if !done {
+            self.0.finish(Err(NegotiateError::Comm(format!(
+                "{}: the communicator failed while it ran",
+                self.1
+            ))));
+        }
+    }
 }
 
 /// Most cycle marks kept between two [`Negotiator::take_cycle_marks`] calls (about 17
@@ -214,12 +243,13 @@ impl Negotiator {
         let slot = Arc::new(Slot::default());
         slot.mark(0);
         st.new.push(request.clone());
+        let name = request.name.clone();
         st.pending.insert(
-            request.name.clone(),
+            name.clone(),
             Local {
                 request,
                 data,
-                slot: slot.clone(),
+                slot: Owed(slot.clone(), name),
             },
         );
         Ok(Handle(slot))
@@ -517,4 +547,29 @@ fn execute(comm: &Communicator, shared: &Shared, resp: Response) -> Result<(), C
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_operation_left_behind_by_a_failed_collective_fails_instead_of_blocking() {
+        let slot = Arc::new(Slot::default());
+        let handle = Handle(slot.clone());
+        let done = Owed(slot.clone(), "allreduce.g".into());
+        done.finish(Ok(Output::default()));
+        drop(done);
+        assert!(handle.wait().is_ok(), "a finished one keeps its result");
+
+        let slot = Arc::new(Slot::default());
+        let handle = Handle(slot.clone());
+        drop(Owed(slot, "allreduce.h".into()));
+        assert!(handle.poll());
+        let e = handle.take().unwrap_err();
+        assert!(
+            matches!(&e, NegotiateError::Comm(m) if m.starts_with("allreduce.h:")),
+            "{e}"
+        );
+    }
 }
