@@ -1,11 +1,12 @@
 //! The negotiator over real communicators (in-memory transport, a thread per rank): operations
 //! complete once every rank submitted them, whatever the order; fused allreduces give each
 //! tensor its own result; scale factors; allgather with a first dimension per rank;
-//! broadcast; a mismatch fails on every rank and later operations work; duplicates refused.
+//! broadcast; a mismatch fails on every rank and later operations work; duplicates refused;
+//! in-place buffers (lone, fused, broadcast) hold their results and are only read otherwise.
 
 use std::time::Duration;
 
-use dtcomm::negotiate::{Kind, NegotiateError, Negotiator, Request};
+use dtcomm::negotiate::{InPlace, Kind, NegotiateError, Negotiator, Payload, Request};
 use dtcomm::{Communicator, DType, Options, ReduceOp};
 
 fn f32s(v: &[f32]) -> Vec<u8> {
@@ -61,6 +62,70 @@ fn names_complete_whatever_order_ranks_submit_them_and_fused_results_are_per_ten
             );
         }
     });
+}
+
+/// `buf` lent in place.
+fn lend(buf: &mut [f32]) -> Payload {
+    // SAFETY: every caller keeps `buf` alive and untouched until the operation is waited for.
+    Payload::InPlace(unsafe { InPlace::new(buf.as_mut_ptr().cast(), std::mem::size_of_val(buf)) })
+}
+
+#[test]
+fn in_place_buffers_hold_the_results_of_lone_fused_and_broadcast_operations() {
+    for threshold in [0, 1 << 20] {
+        group(2, threshold, |rank, n| {
+            let r = rank as f32;
+            let mut a = [r + 1.0; 3];
+            let mut b = [r + 10.0; 2];
+            let mut c = [r; 4];
+            let mut src = [r * 2.0; 5];
+            let ha = n
+                .submit(
+                    Request::allreduce("allreduce.a", DType::F32, &[3], ReduceOp::Sum),
+                    lend(&mut a),
+                )
+                .unwrap();
+            let hb = n
+                .submit(
+                    Request::allreduce("allreduce.b", DType::F32, &[2], ReduceOp::Sum),
+                    lend(&mut b),
+                )
+                .unwrap();
+            let hc = n
+                .submit(
+                    Request {
+                        kind: Kind::Broadcast,
+                        op: None,
+                        root: Some(1),
+                        ..Request::allreduce("broadcast.c", DType::F32, &[4], ReduceOp::Sum)
+                    },
+                    lend(&mut c),
+                )
+                .unwrap();
+            // An allgather only reads the lent buffer.
+            let hg = n
+                .submit(
+                    Request {
+                        kind: Kind::Allgather,
+                        op: None,
+                        ..Request::allreduce("allgather.g", DType::F32, &[5], ReduceOp::Sum)
+                    },
+                    lend(&mut src),
+                )
+                .unwrap();
+            for h in [ha, hb, hc] {
+                assert!(h.wait().unwrap().data.is_empty(), "the result is in place");
+            }
+            assert_eq!(
+                back(&hg.wait().unwrap().data),
+                vec![0., 0., 0., 0., 0., 2., 2., 2., 2., 2.]
+            );
+            assert_eq!(a, [3.0; 3], "threshold {threshold}");
+            assert_eq!(b, [21.0; 2]);
+            assert_eq!(c, [1.0; 4], "rank 1's buffer everywhere");
+            assert_eq!(src, [r * 2.0; 5], "left as it was");
+        });
+    }
 }
 
 #[test]

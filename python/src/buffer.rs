@@ -80,13 +80,14 @@ fn format_dtype(fmt: &str, itemsize: usize) -> Option<DType> {
 }
 
 impl Buf {
-    /// Views `obj`: a torch tensor through DLPack, anything else through the buffer protocol.
+    /// Views `obj`: a torch tensor through DLPack (or a DLPack capsule, consumed), anything
+    /// else through the buffer protocol.
     pub(crate) fn extract(obj: &Bound<'_, PyAny>, access: Access, ctx: &Ctx<'_>) -> PyResult<Buf> {
         // SAFETY: `obj` is a live object; PyObject_CheckBuffer only reads its type.
         if unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) } != 0 {
             return Self::from_buffer(obj, access, ctx);
         }
-        if obj.hasattr(pyo3::intern!(obj.py(), "__dlpack__"))? {
+        if dlpack::is_capsule(obj) || obj.hasattr(pyo3::intern!(obj.py(), "__dlpack__"))? {
             return Self::from_dlpack(obj, access, ctx);
         }
         Err(ctx.type_err(format!(

@@ -1,13 +1,14 @@
 //! `dtcomm._dtcomm.Negotiator`: Horovod-style name-based negotiation and fusion
 //! ([`dtcomm::negotiate`]) for the Horovod front end (`dtcomm.horovod.torch`). Buffers go in
-//! and come out as `bytes`; operations are named by integer handles.
+//! as `bytes` or tensors (copied once, or lent in place) and results come out as `bytes` (or
+//! stay in the lent tensor); operations are named by integer handles.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use dtcomm::negotiate::{Handle, Kind, NegotiateError, Negotiator, Request};
+use dtcomm::negotiate::{Handle, InPlace, Kind, NegotiateError, Negotiator, Payload, Request};
 use dtcomm::{DType, ReduceOp};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -20,8 +21,12 @@ use crate::comm::PyCommunicator;
 #[pyclass(module = "dtcomm._dtcomm", name = "Negotiator")]
 pub struct PyNegotiator {
     rank: usize,
+    // (declared before `handles`, so dropped first: its thread is joined before the in-place
+    // buffers it may still be using are released)
     inner: Mutex<Option<Negotiator>>,
-    handles: Mutex<HashMap<u64, Handle>>,
+    /// Each pending operation, with the export of the caller's memory it works in place (kept
+    /// until the operation is waited for, or the negotiator is gone).
+    handles: Mutex<HashMap<u64, (Handle, Option<Buf>)>>,
     next: AtomicU64,
 }
 
@@ -68,9 +73,12 @@ impl PyNegotiator {
     }
 
     /// Submits a named operation with this rank's data (`bytes`, or a contiguous torch tensor
-    /// or numpy array, read in place and copied once); returns its handle. A duplicate pending
-    /// name or a buffer of the wrong size raises ValueError.
-    #[pyo3(signature = (name, kind, dtype, shape, data, *, root=None, op=None, prescale=1.0, postscale=1.0, splits=Vec::new()))]
+    /// or numpy array, read in place and copied once); returns its handle. `in_place`: the
+    /// operation works in `data`'s own memory, with no copy (an allreduce or broadcast leaves
+    /// its result there and `wait` returns empty bytes); the caller must not touch `data`
+    /// until `wait` returns. A duplicate pending name or a buffer of the wrong size raises
+    /// ValueError.
+    #[pyo3(signature = (name, kind, dtype, shape, data, *, root=None, op=None, prescale=1.0, postscale=1.0, splits=Vec::new(), in_place=false))]
     #[allow(clippy::too_many_arguments)]
     fn submit(
         &self,
@@ -84,19 +92,30 @@ impl PyNegotiator {
         prescale: f64,
         postscale: f64,
         splits: Vec<u64>,
+        in_place: bool,
     ) -> PyResult<u64> {
         let dtype = DType::parse(dtype)
             .ok_or_else(|| PyValueError::new_err(format!("unsupported dtype {dtype:?}")))?;
-        let data = match data.cast::<PyBytes>() {
-            Ok(b) => b.as_bytes().to_vec(),
-            Err(_) => {
-                let ctx = Ctx {
-                    rank: self.rank,
-                    op: &name,
-                    arg: "tensor",
-                };
-                Buf::extract(data, Access::Read, &ctx)?.as_bytes().to_vec()
-            }
+        let ctx = Ctx {
+            rank: self.rank,
+            op: &name,
+            arg: "tensor",
+        };
+        let (data, lent) = if in_place {
+            let buf = Buf::extract(data, Access::Write, &ctx)?;
+            let bytes = buf.as_bytes();
+            // SAFETY: `buf` (the export, which keeps the memory alive) is stored with the
+            // handle until the operation is waited for, and dropped only after the
+            // negotiator's thread is joined otherwise; the caller promises not to touch the
+            // memory meanwhile (Horovod's rule for in-place operations).
+            let lend = unsafe { InPlace::new(bytes.as_ptr().cast_mut(), bytes.len()) };
+            (Payload::InPlace(lend), Some(buf))
+        } else {
+            let owned = match data.cast::<PyBytes>() {
+                Ok(b) => b.as_bytes().to_vec(),
+                Err(_) => Buf::extract(data, Access::Read, &ctx)?.as_bytes().to_vec(),
+            };
+            (Payload::Owned(owned), None)
         };
         let op = op
             .map(|o| {
@@ -125,7 +144,7 @@ impl PyNegotiator {
         self.handles
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(id, h);
+            .insert(id, (h, lent));
         Ok(id)
     }
 
@@ -135,26 +154,30 @@ impl PyNegotiator {
         let h = hs
             .get(&handle)
             .ok_or_else(|| PyValueError::new_err(format!("unknown handle {handle}")))?;
-        Ok(h.poll())
+        Ok(h.0.poll())
     }
 
-    /// Waits for the operation (without the GIL) and returns its result bytes, per-rank
+    /// Waits for the operation (without the GIL) and returns its result bytes (empty for an
+    /// in-place allreduce or broadcast: the result is in the submitted tensor), per-rank
     /// element counts (allgather: from each rank; alltoall: received from each rank; else
-    /// empty) and its times (Unix µs: submitted, negotiated, done); raises RuntimeError if it failed (a mismatch between ranks, a failed
-    /// communicator).
+    /// empty) and its times (Unix µs: submitted, negotiated, done); raises RuntimeError if it
+    /// failed (a mismatch between ranks, a failed communicator).
     #[allow(clippy::type_complexity)]
     fn wait<'py>(
         &self,
         py: Python<'py>,
         handle: u64,
     ) -> PyResult<(Bound<'py, PyBytes>, Vec<u64>, [u64; 3])> {
-        let h = self
+        let (h, lent) = self
             .handles
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&handle)
             .ok_or_else(|| PyValueError::new_err(format!("unknown handle {handle}")))?;
-        let out = py.detach(|| h.take()).map_err(err)?;
+        let out = py.detach(|| h.take());
+        // Completed (or failed): the negotiator is done with the lent memory.
+        drop(lent);
+        let out = out.map_err(err)?;
         Ok((PyBytes::new(py, &out.data), out.counts, out.times))
     }
 

@@ -33,8 +33,12 @@ got = hvd.allreduce(i, op=hvd.Sum, prescale_factor=1.5, postscale_factor=0.5)
 want = int(sum(int((k + 1) * 1.5) for k in range(n)) * 0.5)
 assert got.tolist() == [want] * 3, (got, want)
 y = x.clone()
-hvd.allreduce_(y, op=hvd.Sum)
+assert hvd.allreduce_(y, op=hvd.Sum) is y  # reduced in the tensor's own memory
 assert y[0].item() == n * (n + 1) / 2
+# Out of place: the input is left as it was, the result is a tensor of its own.
+out = hvd.allreduce(x, op=hvd.Sum)
+assert out.data_ptr() != x.data_ptr() and torch.equal(x, torch.full((5,), float(r + 1)))
+assert torch.equal(out, y)
 
 # Names complete in any order: each rank submits them in its own order.
 names = [f"t{k}" for k in range(6)]
@@ -62,8 +66,9 @@ assert g.shape == (n * (n + 1) // 2, 2), g.shape
 assert g[:, 0].tolist() == [float(k) for k in range(n) for _ in range(k + 1)]
 
 # broadcast, in place and not.
-b = hvd.broadcast(torch.full((3,), float(r)), root_rank=n - 1)
-assert b.tolist() == [float(n - 1)] * 3
+src = torch.full((3,), float(r))
+b = hvd.broadcast(src, root_rank=n - 1)
+assert b.tolist() == [float(n - 1)] * 3 and src.tolist() == [float(r)] * 3
 bb = torch.full((3,), float(r))
 hvd.broadcast_(bb, root_rank=0)
 assert bb.tolist() == [0.0] * 3

@@ -13,6 +13,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::coordinator::Coordinator;
+use super::payload::Payload;
 use super::request::{Kind, Request, Response};
 use super::scale::scale;
 use super::wire;
@@ -131,7 +132,7 @@ impl Handle {
 
 struct Local {
     request: Request,
-    data: Vec<u8>,
+    data: Payload,
     slot: Owed,
 }
 
@@ -219,9 +220,15 @@ impl Negotiator {
         }
     }
 
-    /// Submits a named operation with this rank's buffer. A name already pending is refused
-    /// at once; so is a buffer whose length does not match the request.
-    pub fn submit(&self, request: Request, data: Vec<u8>) -> Result<Handle, NegotiateError> {
+    /// Submits a named operation with this rank's buffer (owned bytes, or the caller's memory
+    /// in place: see [`Payload`]). A name already pending is refused at once; so is a buffer
+    /// whose length does not match the request.
+    pub fn submit(
+        &self,
+        request: Request,
+        data: impl Into<Payload>,
+    ) -> Result<Handle, NegotiateError> {
+        let data = data.into();
         let want = request.bytes() as usize;
         if !matches!(request.kind, Kind::Barrier | Kind::Join) && data.len() != want {
             return Err(NegotiateError::BadBuffer(format!(
@@ -430,25 +437,25 @@ fn execute(comm: &Communicator, shared: &Shared, resp: Response) -> Result<(), C
                 Kind::Allreduce if locals.len() == 1 => {
                     // Nothing to fuse: reduce the tensor's own buffer, no copies.
                     let mut l = locals.remove(0);
-                    prescaled_allreduce(comm, &mut l.data, &head)?;
-                    scale(&mut l.data, head.dtype, head.postscale);
-                    l.slot.finish(Ok(Output::of(l.data)));
+                    prescaled_allreduce(comm, l.data.bytes_mut(), &head)?;
+                    scale(l.data.bytes_mut(), head.dtype, head.postscale);
+                    l.slot.finish(Ok(Output::of(l.data.into_result())));
                 }
                 Kind::Allreduce => {
                     let mut fused: Vec<u8> = Vec::new();
                     for l in &locals {
-                        fused.extend_from_slice(&l.data);
+                        fused.extend_from_slice(l.data.bytes());
                     }
                     prescaled_allreduce(comm, &mut fused, &head)?;
                     scale(&mut fused, head.dtype, head.postscale);
                     let mut at = 0;
                     for l in &mut locals {
                         let n = l.data.len();
-                        l.data.copy_from_slice(&fused[at..at + n]);
+                        l.data.bytes_mut().copy_from_slice(&fused[at..at + n]);
                         at += n;
                     }
                     for l in locals {
-                        l.slot.finish(Ok(Output::of(l.data)));
+                        l.slot.finish(Ok(Output::of(l.data.into_result())));
                     }
                 }
                 Kind::Broadcast => {
@@ -456,13 +463,13 @@ fn execute(comm: &Communicator, shared: &Shared, resp: Response) -> Result<(), C
                     let root = head.root.expect("a broadcast has a root") as usize;
                     let count = l.data.len() / head.dtype.size();
                     let call = Call::new(Collective::Broadcast { root }).recv(RawBuf::host(
-                        l.data.as_mut_ptr(),
+                        l.data.bytes_mut().as_mut_ptr(),
                         count,
                         head.dtype,
                     ));
                     // SAFETY: as above, `l.data` for the whole call.
                     unsafe { comm.run(&call)? };
-                    l.slot.finish(Ok(Output::of(l.data)));
+                    l.slot.finish(Ok(Output::of(l.data.into_result())));
                 }
                 Kind::Allgather => {
                     let l = locals.remove(0);
@@ -473,7 +480,7 @@ fn execute(comm: &Communicator, shared: &Shared, resp: Response) -> Result<(), C
                         counts: Some(counts.clone()),
                     })
                     .send(RawBuf::host(
-                        l.data.as_ptr().cast_mut(),
+                        l.data.bytes().as_ptr().cast_mut(),
                         l.data.len() / head.dtype.size(),
                         head.dtype,
                     ))
@@ -501,7 +508,11 @@ fn execute(comm: &Communicator, shared: &Shared, resp: Response) -> Result<(), C
                         send_counts: Some(send),
                         recv_counts: Some(recv.clone()),
                     })
-                    .send(RawBuf::host(l.data.as_ptr().cast_mut(), ns, head.dtype))
+                    .send(RawBuf::host(
+                        l.data.bytes().as_ptr().cast_mut(),
+                        ns,
+                        head.dtype,
+                    ))
                     .recv(RawBuf::host(out.as_mut_ptr(), nr, head.dtype));
                     // SAFETY: `l.data` holds at least `ns` elements (splits never exceed the
                     // rows, checked by the coordinator) and `out` exactly `nr`.
@@ -515,8 +526,11 @@ fn execute(comm: &Communicator, shared: &Shared, resp: Response) -> Result<(), C
                 Kind::Reducescatter => {
                     // Uneven first dimensions (the remainder rows go to the lowest ranks)
                     // are what Horovod promises: reduce the whole tensor, keep this rank's rows.
-                    let mut l = locals.remove(0);
-                    prescaled_allreduce(comm, &mut l.data, &head)?;
+                    // (on a buffer of its own: the caller's tensor is only read)
+                    let l = locals.remove(0);
+                    let slot = l.slot;
+                    let mut data = l.data.into_owned();
+                    prescaled_allreduce(comm, &mut data, &head)?;
                     let (me, world) = (comm.rank() as u64, comm.world() as u64);
                     let rows = head.shape.first().copied().unwrap_or(0);
                     let (q, rem) = (rows / world, rows % world);
@@ -524,9 +538,9 @@ fn execute(comm: &Communicator, shared: &Shared, resp: Response) -> Result<(), C
                     let mine = q + u64::from(me < rem);
                     let row = (head.row_elements() as usize) * head.dtype.size();
                     let mut part =
-                        l.data[first as usize * row..(first + mine) as usize * row].to_vec();
+                        data[first as usize * row..(first + mine) as usize * row].to_vec();
                     scale(&mut part, head.dtype, head.postscale);
-                    l.slot.finish(Ok(Output::of(part)));
+                    slot.finish(Ok(Output::of(part)));
                 }
                 Kind::Barrier => {
                     comm.barrier()?;

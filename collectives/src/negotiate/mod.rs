@@ -1,5 +1,6 @@
 //! Name-based negotiation and tensor fusion, sans-IO: the coordinator of Horovod's model, for
-//! the Horovod-compatible front end (not wired to one yet) and any other that wants it.
+//! the Horovod-compatible front end (`dtcomm.horovod.torch`), the C ABI's `dtcomm_named_*`
+//! calls and any other that wants it.
 //!
 //! Every rank of a process set submits named [`Request`]s as its program reaches them. Each
 //! cycle the ranks' new requests reach the coordinator (rank 0 of the set), which starts an
@@ -13,7 +14,8 @@
 //! * [`Request`], [`Kind`]: what a rank submits;
 //! * [`Coordinator`]: the table of pending names, readiness, validation ([`check`]) and fusion
 //!   ([`fuse`]), one cycle at a time ([`Coordinator::cycle`]);
-//! * [`Response`]: what every rank runs next, in the coordinator's order.
+//! * [`Response`]: what every rank runs next, in the coordinator's order;
+//! * [`Payload`]: a submission's buffer, owned or the caller's memory in place.
 //!
 //! The coordinator has no sockets and no clocks; [`Negotiator`] drives it over a
 //! [`crate::Communicator`]: each cycle every rank all-gathers its new requests and runs the
@@ -23,6 +25,7 @@ mod check;
 mod coordinator;
 mod driver;
 mod fuse;
+mod payload;
 mod request;
 mod scale;
 mod wire;
@@ -31,5 +34,6 @@ pub use check::check;
 pub use coordinator::{Coordinator, Duplicate};
 pub use driver::{Handle, NegotiateError, Negotiator, Output};
 pub use fuse::{DEFAULT_FUSION_THRESHOLD, fuse};
+pub use payload::{InPlace, Payload};
 pub use request::{Kind, Request, Response};
 pub use scale::scale;

@@ -19,10 +19,11 @@ import secrets
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
+from torch.utils.dlpack import to_dlpack
 
 import dtcomm
 from dtcomm import _api, _dtcomm, _state_codec
@@ -102,6 +103,18 @@ class _SetState:
                              f"{self.ps.process_set_id} (ranks {self.ranks})") from None
 
 
+class _Pending(NamedTuple):
+    """An operation the caller holds a handle to."""
+
+    neg: _dtcomm.Negotiator
+    h: int  # its handle in ``neg``
+    dtype: torch.dtype
+    shape: tuple[int, ...] | None  # of the result
+    target: torch.Tensor | None  # where the result goes (or went, ``in_place``)
+    kind: str
+    in_place: bool  # the negotiator works in ``target``'s memory
+
+
 _lock = threading.Lock()
 _neg: _dtcomm.Negotiator | None = None
 # Registered process sets by id; 0 is the global set (its negotiation is ``_neg``).
@@ -109,10 +122,7 @@ _sets: dict[int, _SetState] = {}
 _next_set_id = 1
 _dynamic = False
 _hid = 0
-# handle -> (negotiation, its handle, dtype, shape of the result, in-place target or None,
-# op kind)
-_handles: dict[int, tuple[_dtcomm.Negotiator, int, torch.dtype, tuple[int, ...] | None,
-                          torch.Tensor | None, str]] = {}
+_handles: dict[int, _Pending] = {}
 _names: dict[int, str] = {}
 _timeline: Timeline | None = None
 
@@ -417,12 +427,14 @@ def _dtype(t: torch.Tensor) -> str:
         raise ValueError(f"unsupported tensor dtype {t.dtype}") from None
 
 
-def _payload(t: torch.Tensor) -> torch.Tensor:
-    """The tensor as the negotiator takes it: read in place (DLPack) and copied once there."""
+def _payload(t: torch.Tensor) -> Any:
+    """The tensor as the negotiator takes it: a DLPack capsule of its memory (read in place and
+    copied once there, or lent for an in-place operation). ``to_dlpack`` costs a tenth of
+    ``t.__dlpack__()``, which counts for a step of many small gradients."""
     if not t.is_contiguous():
         raise ValueError("tensor must be contiguous")
     t = t.detach()
-    return t.view(torch.int16) if t.dtype == torch.bfloat16 else t
+    return to_dlpack(t.view(torch.int16) if t.dtype == torch.bfloat16 else t)
 
 
 def _submit_raw(n: _dtcomm.Negotiator, *args: Any, **kw: Any) -> int:
@@ -436,11 +448,11 @@ def _submit_raw(n: _dtcomm.Negotiator, *args: Any, **kw: Any) -> int:
 
 def _handle(neg: _dtcomm.Negotiator, h: int, dtype: torch.dtype,
             shape: tuple[int, ...] | None, target: torch.Tensor | None, kind: str,
-            name: str | None = None) -> int:
+            name: str | None = None, in_place: bool = False) -> int:
     """A handle for the caller (unique across process sets); ``_lock`` is held."""
     global _hid
     _hid += 1
-    _handles[_hid] = (neg, h, dtype, shape, target, kind)
+    _handles[_hid] = _Pending(neg, h, dtype, shape, target, kind, in_place)
     if name is not None:
         _names[_hid] = name
     return _hid
@@ -454,6 +466,28 @@ def _submit(kind: str, t: torch.Tensor, name: str | None, target: torch.Tensor |
         full = _name(kind, name, g)
         h = _submit_raw(g.neg, full, kind, _dtype(t), list(t.shape), _payload(t), **kw)
         return _handle(g.neg, h, t.dtype, out_shape, target, kind, full)
+
+
+def _submit_in_place(kind: str, t: torch.Tensor, name: str | None, process_set: Any = None,
+                     **kw: Any) -> int:
+    """An allreduce or broadcast that works in ``t``'s own memory (no copy in or out); the
+    caller's tensor must not be touched until it is synchronized, as in Horovod."""
+    with _lock:
+        g = _group(process_set)
+        assert g.neg is not None
+        full = _name(kind, name, g)
+        h = _submit_raw(g.neg, full, kind, _dtype(t), list(t.shape), _payload(t),
+                        in_place=True, **kw)
+        return _handle(g.neg, h, t.dtype, tuple(t.shape), t, kind, full, in_place=True)
+
+
+def _fresh(tensor: torch.Tensor, copy: bool = True) -> torch.Tensor:
+    """A new contiguous tensor for an out-of-place result, holding ``tensor``'s values
+    (``copy``) or not (a broadcast's non-root rank)."""
+    if not tensor.is_contiguous():
+        raise ValueError("tensor must be contiguous")
+    t = tensor.detach()
+    return t.clone() if copy else torch.empty_like(t)
 
 
 def _op(op: int | None, average: bool | None) -> int:
@@ -490,8 +524,9 @@ def _allreduce(tensor: torch.Tensor, target: torch.Tensor | None, average: bool 
     o = _op(op, average)
     if o == Average:
         post = post / _group(process_set).size
-    return _submit("allreduce", tensor, name, target, tuple(tensor.shape), process_set,
-                   op=_OPS[o], prescale=float(pre), postscale=float(post))
+    return _submit_in_place("allreduce", target if target is not None else _fresh(tensor),
+                            name, process_set, op=_OPS[o], prescale=float(pre),
+                            postscale=float(post))
 
 
 def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
@@ -527,16 +562,17 @@ def broadcast_async(tensor: torch.Tensor, root_rank: int, name: str | None = Non
                     process_set: Any = None) -> int:
     """Starts a broadcast of ``root_rank``'s ``tensor`` into a new tensor (``root_rank`` is a
     global rank, also with a process set)."""
-    root = _group(process_set).index(root_rank, "root_rank")
-    return _submit("broadcast", tensor, name, None, tuple(tensor.shape), process_set, root=root)
+    g = _group(process_set)
+    root = g.index(root_rank, "root_rank")
+    out = _fresh(tensor, copy=root == g.set_rank)
+    return _submit_in_place("broadcast", out, name, process_set, root=root)
 
 
 def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None = None,
                      process_set: Any = None) -> int:
     """Starts an in-place broadcast of ``root_rank``'s ``tensor``."""
     root = _group(process_set).index(root_rank, "root_rank")
-    return _submit("broadcast", tensor, name, tensor, tuple(tensor.shape), process_set,
-                   root=root)
+    return _submit_in_place("broadcast", tensor, name, process_set, root=root)
 
 
 def broadcast(tensor: torch.Tensor, root_rank: int, name: str | None = None,
@@ -570,7 +606,7 @@ def synchronize(handle: Any) -> Any:
         return handle()
     _n()
     with _lock:
-        n, h, dtype, shape, target, kind = _handles.pop(handle)
+        n, h, dtype, shape, target, kind, in_place = _handles.pop(handle)
     try:
         data, counts, times = n.wait(h)
     except RuntimeError as e:
@@ -580,6 +616,9 @@ def synchronize(handle: Any) -> Any:
     _names.pop(handle, None)
     if kind == "barrier":
         return torch.empty(0)
+    if in_place:
+        assert target is not None
+        return target
     if target is not None and target.is_contiguous() and target.numel() > 0:
         # Straight from the result bytes into the caller's tensor: one copy.
         view = torch.int16 if dtype == torch.bfloat16 else dtype

@@ -39,9 +39,7 @@ def _check_groups(groups: Any) -> None:
                 seen.add(id(p))
 
 
-# A pending reduction: per parameter, or per group (a tuple of parameters) once the whole
-# group's gradients were ready. Each entry: (handle or None, context) for a parameter; a list
-# of those for a group.
+# A submitted reduction: (handle, compression context).
 _Pending = tuple[Any, Any]
 
 
@@ -72,23 +70,25 @@ class _DistributedMixin:
             names = [n for n, _ in named]
             if len(set(names)) != len(names):
                 raise ValueError("Parameter names in named_parameters must be unique")
-            self._names = {p: n for n, p in named}
-            missing = [p for p in params if p not in self._names]
+            self._names = {id(p): n for n, p in named}
+            missing = [p for p in params if id(p) not in self._names]
             if missing:
                 raise ValueError(
                     "named_parameters was specified, but one or more model parameters were not "
                     "named. Python object ids: " + ", ".join(str(id(p)) for p in missing))
         else:
-            self._names = {p: f"allreduce.noname.{i}.{j}"
+            self._names = {id(p): f"allreduce.noname.{i}.{j}"
                            for i, g in enumerate(param_groups) for j, p in enumerate(g["params"])}
+        # Per-parameter tables are keyed by ``id(p)``: a tensor's own ``__hash__`` is Python
+        # code, paid several times per gradient per step otherwise.
         self._handles: dict[Any, Any] = {}
-        self._delay = {p: backward_passes_per_step for p in params}
+        self._delay = {id(p): backward_passes_per_step for p in params}
         self._requires_update = [p for p in params if p.requires_grad]
         self._should_sync = True
         self._synchronized = False
         self._groups = groups
-        self._p_to_group: dict[torch.Tensor, tuple[torch.Tensor, ...]] = {}
-        self._group_counts: dict[tuple[torch.Tensor, ...], int] = {}
+        self._p_to_group: dict[int, tuple[torch.Tensor, ...]] = {}
+        self._group_counts: dict[int, int] = {}  # by id(group)
         self._hooks = []
         if (hvd._group(self._process_set).size > 1
                 or os.environ.get("HOROVOD_ELASTIC") == "1"):
@@ -103,10 +103,10 @@ class _DistributedMixin:
         group per parameter in none of them."""
         p_list = list(self._requires_update)
         root = hvd._group(self._process_set).ranks[0]
-        order = hvd.broadcast_object([self._names[p] for p in p_list], root_rank=root,
+        order = hvd.broadcast_object([self._names[id(p)] for p in p_list], root_rank=root,
                                      name="hvd.optimizer.groups", process_set=self._process_set)
         index = {name: i for i, name in enumerate(order)}
-        p_list.sort(key=lambda p: index[self._names[p]])
+        p_list.sort(key=lambda p: index[self._names[id(p)]])
         if isinstance(self._groups, list):
             ids = {id(p) for p in p_list}
             p_groups = [[p for p in g if id(p) in ids] for g in self._groups]
@@ -119,14 +119,14 @@ class _DistributedMixin:
                 continue
             t = tuple(g)
             for p in t:
-                self._p_to_group[p] = t
-            self._group_counts[t] = 0
+                self._p_to_group[id(p)] = t
+            self._group_counts[id(t)] = 0
 
     def _allreduce_grad_async(self, p: torch.Tensor, name: str | None = None) -> _Pending:
         if p.grad is None:
             # Another rank may have produced this gradient: take part with zeros.
             p.grad = torch.zeros_like(p)
-        name = name or self._names[p]
+        name = name or self._names[id(p)]
         tensor = p.grad
         if tensor.is_sparse:
             if not self.sparse_as_dense:
@@ -147,64 +147,75 @@ class _DistributedMixin:
     def _grouped_allreduce_grad_async(self, group: tuple[torch.Tensor, ...]) -> list[_Pending]:
         # One named operation per tensor (``<first parameter's name>.<i>``), all submitted at
         # once when the whole group is ready; the negotiator fuses them as the threshold allows.
-        base = self._names[group[0]]
+        base = self._names[id(group[0])]
         return [self._allreduce_grad_async(p, f"{base}.{i}") for i, p in enumerate(group)]
 
+    # ``_handles``: ``id(p)`` -> (p, handle or None, context), or ``id(group)`` -> (group,
+    # [(handle, context) per parameter]) once the whole group was submitted.
+
     def _hook(self, p: torch.Tensor) -> None:
-        if p in self._handles and self._handles[p][0] is not None:
-            if self._delay[p] <= 0:
-                raise AssertionError(
-                    "Gradients were computed more than backward_passes_per_step times before "
-                    "call to step(). Increase backward_passes_per_step to accumulate gradients "
-                    "locally.")
-        self._delay[p] -= 1
-        if self._delay[p] == 0:
-            if self._groups is not None:
-                group = self._p_to_group[p]
-                self._group_counts[group] += 1
-                if self._group_counts[group] == len(group):
-                    self._handles[group] = self._grouped_allreduce_grad_async(group)
-                    for gp in group:
-                        self._handles.pop(gp, None)
-                    self._group_counts[group] = 0
-                    return
-                self._handles[p] = (None, None)
-            else:
-                self._handles[p] = self._allreduce_grad_async(p)
+        k = id(p)
+        entry = self._handles.get(k)
+        if entry is not None and entry[1] is not None and self._delay[k] <= 0:
+            raise AssertionError(
+                "Gradients were computed more than backward_passes_per_step times before "
+                "call to step(). Increase backward_passes_per_step to accumulate gradients "
+                "locally.")
+        self._delay[k] -= 1
+        if self._delay[k] != 0:
+            if entry is None:
+                self._handles[k] = (p, None, None)
+            return
+        if self._groups is None:
+            self._handles[k] = (p, *self._allreduce_grad_async(p))
+            return
+        group = self._p_to_group[k]
+        g = id(group)
+        self._group_counts[g] += 1
+        if self._group_counts[g] == len(group):
+            self._handles[g] = (group, self._grouped_allreduce_grad_async(group))
+            for gp in group:
+                self._handles.pop(id(gp), None)
+            self._group_counts[g] = 0
         else:
-            self._handles.setdefault(p, (None, None))
+            self._handles[k] = (p, None, None)
 
     def _write_back(self, p: torch.Tensor, out: torch.Tensor, ctx: Any) -> None:
-        self._delay[p] = self.backward_passes_per_step
-        assert p.grad is not None
-        if p.grad.is_sparse:
+        self._delay[id(p)] = self.backward_passes_per_step
+        grad = p.grad
+        assert grad is not None
+        if grad.is_sparse:
             agg = out if out.is_sparse else self._compression.decompress(out, ctx).to_sparse()
-            p.grad.zero_().add_(agg.to(p.grad.dtype))
-        else:
-            p.grad.copy_(self._compression.decompress(out, ctx).reshape(p.grad.shape))
+            grad.zero_().add_(agg.to(grad.dtype))
+        elif out is not grad:  # (an in-place reduction of the gradient itself is there already)
+            grad.copy_(self._compression.decompress(out, ctx).reshape(grad.shape))
 
     def synchronize(self) -> None:
         """Waits for every gradient's reduction (starting those whose hook did not run: zeros
         for gradients this rank never produced)."""
-        done: set[torch.Tensor] = set()
-        for key in self._handles:
-            done.update(key) if isinstance(key, tuple) else done.add(key)
+        handles = self._handles
+        done: set[int] = set()
+        for key, entry in handles.items():
+            if isinstance(entry[0], tuple):
+                done.update(id(p) for p in entry[0])
+            else:
+                done.add(key)
         for p in self._requires_update:
-            if p not in done:
-                self._handles[p] = self._allreduce_grad_async(p)
-        for key, entry in list(self._handles.items()):
-            if not isinstance(key, tuple) and entry[0] is None:
-                self._handles[key] = self._allreduce_grad_async(key)
-        for key, entry in self._handles.items():
-            if isinstance(key, tuple):
-                for p, (h, ctx) in zip(key, entry):
+            if id(p) not in done:
+                handles[id(p)] = (p, *self._allreduce_grad_async(p))
+        for key, entry in list(handles.items()):
+            if not isinstance(entry[0], tuple) and entry[1] is None:
+                handles[key] = (entry[0], *self._allreduce_grad_async(entry[0]))
+        for entry in handles.values():
+            if isinstance(entry[0], tuple):
+                for p, (h, ctx) in zip(entry[0], entry[1]):
                     self._write_back(p, hvd.synchronize(h), ctx)
             else:
-                h, ctx = entry
-                self._write_back(key, hvd.synchronize(h), ctx)
+                p, h, ctx = entry
+                self._write_back(p, hvd.synchronize(h), ctx)
         for g in self._group_counts:
             self._group_counts[g] = 0
-        self._handles.clear()
+        handles.clear()
         self._synchronized = True
 
     @contextlib.contextmanager
