@@ -264,3 +264,27 @@ fn a_name_some_ranks_never_submit_fails_after_the_stall_limit_naming_them() {
     }
     assert_eq!(c.pending(), 0);
 }
+
+#[test]
+fn early_cycles_answer_ready_names_but_do_not_bring_the_stall_deadline_closer() {
+    let mut c = Coordinator::new(2, 0).with_stall_cycles(2);
+    c.submit(0, ar("allreduce.x", 4)).unwrap();
+    // A waiter woke the cycle thread early, many times: rank 1 is not late by those.
+    for _ in 0..10 {
+        assert!(c.early_cycle().is_empty());
+    }
+    c.submit(0, ar("allreduce.y", 4)).unwrap();
+    c.submit(1, ar("allreduce.y", 4)).unwrap();
+    match &c.early_cycle()[..] {
+        [Response::Run { names, .. }] => assert_eq!(names, &["allreduce.y"]),
+        other => panic!("{other:?}"),
+    }
+    assert!(c.cycle().is_empty(), "one cycle of two");
+    match &c.cycle()[..] {
+        [Response::Error { name, message }] => {
+            assert_eq!(name, "allreduce.x");
+            assert!(message.contains("ranks [1] did not submit it"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -145,7 +145,18 @@ impl Coordinator {
     /// names first arrived: errors for names whose requests disagree, and the others fused.
     pub fn cycle(&mut self) -> Vec<Response> {
         self.cycles += 1;
-        let mut out = self.stalled();
+        let out = self.stalled();
+        self.answer(out)
+    }
+
+    /// A cycle that started before the cycle time was up (a caller waiting for its operations
+    /// woke it): answers what is ready, as [`Coordinator::cycle`], but does not count toward
+    /// the stall deadline, which stays at least the cycle time × the stall cycles.
+    pub fn early_cycle(&mut self) -> Vec<Response> {
+        self.answer(Vec::new())
+    }
+
+    fn answer(&mut self, mut out: Vec<Response>) -> Vec<Response> {
         let joined = &self.joined;
         // Ready: every rank submitted it, or every rank that has not joined did (a joined rank
         // takes part in allreduces with zeros and in barriers; other kinds fail below).

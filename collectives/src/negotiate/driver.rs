@@ -8,7 +8,7 @@
 //! operation completes on a later cycle, once every rank has submitted its name.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -93,9 +93,10 @@ impl Slot {
     }
 }
 
-/// An operation in flight: poll it, or wait for its result buffer.
+/// An operation in flight: poll it, or wait for its result buffer. Waiting for one that has
+/// not completed starts the negotiator's next cycle at once ([`Negotiator::flush`]).
 #[derive(Debug, Clone)]
-pub struct Handle(Arc<Slot>);
+pub struct Handle(Arc<Slot>, Weak<Shared>);
 
 impl Handle {
     /// Whether it has completed (successfully or not).
@@ -107,9 +108,19 @@ impl Handle {
             .is_some()
     }
 
+    /// Wakes the negotiator for its next cycle (its waiter needs it now).
+    fn flush(&self) {
+        if let Some(shared) = self.1.upgrade() {
+            shared.nudge();
+        }
+    }
+
     /// Waits for it; its result (a copy: the result stays for other waits).
     pub fn wait(&self) -> Result<Output, NegotiateError> {
         let mut g = self.0.done.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_none() {
+            self.flush();
+        }
         while g.is_none() {
             g = self.0.cv.wait(g).unwrap_or_else(|p| p.into_inner());
         }
@@ -120,6 +131,9 @@ impl Handle {
     /// `take` on a clone of this handle gets an error saying the result was taken.
     pub fn take(self) -> Result<Output, NegotiateError> {
         let mut g = self.0.done.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_none() {
+            self.flush();
+        }
         while g.is_none() {
             g = self.0.cv.wait(g).unwrap_or_else(|p| p.into_inner());
         }
@@ -179,17 +193,26 @@ struct State {
     new: Vec<Request>,
     /// Submitted and not answered, by name.
     pending: HashMap<String, Local>,
+    /// A caller asked for the next cycle now ([`Negotiator::flush`]).
+    nudged: bool,
     stopping: bool,
     failed: Option<String>,
 }
 
 struct Shared {
     state: Mutex<State>,
+    /// Wakes the cycle thread before its cycle time is up ([`Negotiator::flush`]).
+    wake: Condvar,
 }
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn nudge(&self) {
+        self.lock().nudged = true;
+        self.wake.notify_one();
     }
 }
 
@@ -208,6 +231,7 @@ impl Negotiator {
     pub fn start(comm: Arc<Communicator>, cycle: Duration, threshold: u64) -> Self {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
+            wake: Condvar::new(),
         });
         let s = shared.clone();
         let thread = std::thread::Builder::new()
@@ -259,7 +283,16 @@ impl Negotiator {
                 slot: Owed(slot.clone(), name),
             },
         );
-        Ok(Handle(slot))
+        Ok(Handle(slot, Arc::downgrade(&self.shared)))
+    }
+
+    /// Starts the next cycle now rather than when the cycle time is up: for a caller about to
+    /// wait for operations it submitted (no more are coming from it before they complete, so
+    /// waiting out the cycle time would only add latency). Every rank still meets in the
+    /// cycle; one that wakes early waits there for the others. Cycles started this way do
+    /// not count toward the stall deadline unless some rank waited its whole cycle time.
+    pub fn flush(&self) {
+        self.shared.nudge();
     }
 
     /// Starts (or stops) recording when each cycle starts, for a timeline's cycle marks
@@ -313,9 +346,13 @@ fn run(comm: Arc<Communicator>, shared: Arc<Shared>, cycle: Duration, threshold:
         }
     };
     loop {
-        std::thread::sleep(cycle);
-        let (payload, _stopping) = {
-            let mut st = shared.lock();
+        let payload = {
+            let st = shared.lock();
+            let (mut st, _) = shared
+                .wake
+                .wait_timeout_while(st, cycle, |s| !s.nudged)
+                .unwrap_or_else(|p| p.into_inner());
+            let waited = !std::mem::take(&mut st.nudged);
             let full = st.marks.as_ref().map(|m| m.len() >= MAX_MARKS);
             match full {
                 Some(false) => st.marks.as_mut().expect("marking").push(now_us()),
@@ -323,17 +360,22 @@ fn run(comm: Arc<Communicator>, shared: Arc<Shared>, cycle: Duration, threshold:
                 None => {}
             }
             let new = std::mem::take(&mut st.new);
-            (wire::encode(st.stopping, &new), st.stopping)
+            let flags = wire::Flags {
+                stopping: st.stopping,
+                waited,
+            };
+            wire::encode(flags, &new)
         };
         let gathered = match gather(&comm, &payload) {
             Ok(g) => g,
             Err(e) => return fail_all(e.to_string()),
         };
-        let mut all_stopping = true;
+        let (mut all_stopping, mut any_waited) = (true, false);
         for (rank, bytes) in gathered.iter().enumerate() {
             match wire::decode(bytes) {
-                Ok((stopping, reqs)) => {
-                    all_stopping &= stopping;
+                Ok((flags, reqs)) => {
+                    all_stopping &= flags.stopping;
+                    any_waited |= flags.waited;
                     for r in reqs {
                         // Duplicates were refused at submission, so this cannot fail.
                         let _ = coord.submit(rank as u32, r);
@@ -342,7 +384,13 @@ fn run(comm: Arc<Communicator>, shared: Arc<Shared>, cycle: Duration, threshold:
                 Err(e) => return fail_all(format!("rank {rank}'s negotiation message: {e}")),
             }
         }
-        for resp in coord.cycle() {
+        // Every rank saw the same flags, so all count the same cycles.
+        let responses = if any_waited {
+            coord.cycle()
+        } else {
+            coord.early_cycle()
+        };
+        for resp in responses {
             if let Err(e) = execute(&comm, &shared, resp) {
                 return fail_all(e.to_string());
             }
@@ -570,14 +618,14 @@ mod tests {
     #[test]
     fn an_operation_left_behind_by_a_failed_collective_fails_instead_of_blocking() {
         let slot = Arc::new(Slot::default());
-        let handle = Handle(slot.clone());
+        let handle = Handle(slot.clone(), Weak::new());
         let done = Owed(slot.clone(), "allreduce.g".into());
         done.finish(Ok(Output::default()));
         drop(done);
         assert!(handle.wait().is_ok(), "a finished one keeps its result");
 
         let slot = Arc::new(Slot::default());
-        let handle = Handle(slot.clone());
+        let handle = Handle(slot.clone(), Weak::new());
         drop(Owed(slot, "allreduce.h".into()));
         assert!(handle.poll());
         let e = handle.take().unwrap_err();

@@ -1,5 +1,6 @@
-//! What each rank contributes to a cycle: whether it is shutting down, and the requests it
-//! submitted since the last cycle, as bytes for one all-gather.
+//! What each rank contributes to a cycle: whether it is shutting down, whether it waited the
+//! whole cycle time, and the requests it submitted since the last cycle, as bytes for one
+//! all-gather.
 
 use super::request::{Kind, Request};
 use crate::{DType, ReduceOp};
@@ -19,9 +20,19 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(s.as_bytes());
 }
 
+/// A rank's state at a cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Flags {
+    /// It is shutting down.
+    pub stopping: bool,
+    /// It waited the whole cycle time (rather than being woken early by a caller waiting for
+    /// its operations): the cycle counts toward the stall deadline.
+    pub waited: bool,
+}
+
 /// Encodes one rank's contribution.
-pub(crate) fn encode(stopping: bool, requests: &[Request]) -> Vec<u8> {
-    let mut out = vec![u8::from(stopping)];
+pub(crate) fn encode(flags: Flags, requests: &[Request]) -> Vec<u8> {
+    let mut out = vec![u8::from(flags.stopping) | (u8::from(flags.waited) << 1)];
     out.extend_from_slice(&(requests.len() as u32).to_le_bytes());
     for r in requests {
         put_str(&mut out, &r.name);
@@ -68,9 +79,16 @@ impl Reader<'_> {
 }
 
 /// Decodes one rank's contribution.
-pub(crate) fn decode(bytes: &[u8]) -> Result<(bool, Vec<Request>), String> {
+pub(crate) fn decode(bytes: &[u8]) -> Result<(Flags, Vec<Request>), String> {
     let mut r = Reader(bytes);
-    let stopping = r.take(1)?[0] != 0;
+    let bits = r.take(1)?[0];
+    if bits > 3 {
+        return Err(format!("unknown cycle flags {bits:#x}"));
+    }
+    let flags = Flags {
+        stopping: bits & 1 != 0,
+        waited: bits & 2 != 0,
+    };
     let n = r.u32()?;
     let mut out = Vec::new();
     for _ in 0..n {
@@ -109,5 +127,5 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<(bool, Vec<Request>), String> {
             splits,
         });
     }
-    Ok((stopping, out))
+    Ok((flags, out))
 }
