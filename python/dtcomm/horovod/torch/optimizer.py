@@ -140,6 +140,11 @@ class _DistributedMixin:
         else:
             pre, post, op = 1.0, 1.0, self._op
         compressed, ctx = self._compression.compress(tensor)
+        if hvd._timeline is None:
+            # The gradient path: lent to the negotiator as is, no handle table (the same
+            # name as allreduce_async_ gives it, so ranks may mix both).
+            return hvd._lend_allreduce(compressed, "allreduce." + name, hvd._OPS[op], pre, post,
+                                       self._process_set), ctx
         h = hvd.allreduce_async_(compressed, name=name, op=op, prescale_factor=pre,
                                  postscale_factor=post, process_set=self._process_set)
         return h, ctx
