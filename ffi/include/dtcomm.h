@@ -232,6 +232,20 @@ dtcomm_result_t dtcomm_comm_init(dtcomm_comm_t *comm);
 dtcomm_result_t dtcomm_comm_init_rank(dtcomm_comm_t *comm, int rank, int world, const char *endpoint, const char *run_id);
 
 /**
+ * Collective over `comm`: a communicator of `nranks` of its ranks, `ranks[i]` becoming rank
+ * `i` of the new one (a Horovod process set: start a negotiator on it with
+ * [`dtcomm_negotiator_start`](crate::negotiate::dtcomm_negotiator_start)). Every rank of
+ * `comm` calls it with the same list; a rank not in it gets 0 in `out` (no communicator). A
+ * list that differs between ranks, is empty, repeats a rank or names one outside `comm`
+ * fails on every rank, naming the ranks. Its local rank is the process's own (as `comm`'s).
+ * Destroy the new communicator as any other.
+ *
+ * # Safety
+ * `ranks` valid for `nranks` reads; `out` valid for a write.
+ */
+dtcomm_result_t dtcomm_comm_subset(dtcomm_comm_t comm, const int *ranks, size_t nranks, dtcomm_comm_t *out);
+
+/**
  * Finishes queued calls, says goodbye to the peers and frees the communicator. Its handle is
  * invalid afterwards (a second destroy returns `DTCOMM_INVALID_ARGUMENT`).
  */

@@ -253,6 +253,61 @@ pub unsafe extern "C" fn dtcomm_comm_init_rank(
     })
 }
 
+/// Collective over `comm`: a communicator of `nranks` of its ranks, `ranks[i]` becoming rank
+/// `i` of the new one (a Horovod process set: start a negotiator on it with
+/// [`dtcomm_negotiator_start`](crate::negotiate::dtcomm_negotiator_start)). Every rank of
+/// `comm` calls it with the same list; a rank not in it gets 0 in `out` (no communicator). A
+/// list that differs between ranks, is empty, repeats a rank or names one outside `comm`
+/// fails on every rank, naming the ranks. Its local rank is the process's own (as `comm`'s).
+/// Destroy the new communicator as any other.
+///
+/// # Safety
+/// `ranks` valid for `nranks` reads; `out` valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dtcomm_comm_subset(
+    comm: dtcomm_comm_t,
+    ranks: *const c_int,
+    nranks: usize,
+    out: *mut dtcomm_comm_t,
+) -> dtcomm_result_t {
+    const F: &str = "dtcomm_comm_subset";
+    guard(F, || {
+        if out.is_null() || (ranks.is_null() && nranks > 0) {
+            return Err(invalid(F, "ranks or out is NULL"));
+        }
+        let parent = get(F, comm)?;
+        let list: Vec<c_int> = if nranks == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: non-null and `nranks` long by the caller's contract.
+            unsafe { std::slice::from_raw_parts(ranks, nranks) }.to_vec()
+        };
+        let list = list
+            .iter()
+            .map(|r| usize::try_from(*r).map_err(|_| invalid(F, format!("rank {r} is negative"))))
+            .collect::<Result<Vec<usize>, Fail>>()?;
+        let name = format!(
+            "subset.{}",
+            list.iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(".")
+        );
+        let h = match parent.comm.subset(&list, &name)? {
+            // Its local rank stays the process's own (the GPU it drives does not change).
+            Some(c) => handles::add_comm(Comm {
+                comm: Arc::new(c),
+                local_rank: parent.local_rank,
+                _server: None,
+            }),
+            None => 0,
+        };
+        // SAFETY: checked non-null.
+        unsafe { out.write(h) };
+        Ok(())
+    })
+}
+
 /// Finishes queued calls, says goodbye to the peers and frees the communicator. Its handle is
 /// invalid afterwards (a second destroy returns `DTCOMM_INVALID_ARGUMENT`).
 #[unsafe(no_mangle)]

@@ -188,6 +188,23 @@ fn the_c_negotiate_example_runs_named_operations_at_world_2_and_3() {
 }
 
 #[test]
+fn the_c_process_set_example_reduces_on_the_even_ranks_at_world_2_and_3() {
+    let exe = compile("process_set");
+    for world in [2, 3] {
+        let ranks = run_ranks(&exe, world, &format!("c-process-set-{world}"), &[]);
+        for (r, (code, out, err)) in ranks.iter().enumerate() {
+            assert_eq!(*code, Some(0), "rank {r} of {world}:\n{out}\n{err}");
+            assert!(
+                out.contains(&format!("PROCESS SET OK rank {r} of {world}")),
+                "{out}"
+            );
+            // Every rank names a rank whose list differs from its own.
+            assert!(out.contains("gave ranks ["), "{out}");
+        }
+    }
+}
+
+#[test]
 fn the_c_error_example_gets_a_code_and_a_message_for_every_bad_call() {
     let exe = compile("errors");
     for world in [2, 4] {

@@ -75,6 +75,17 @@ impl DataListener {
         Ok(DataListener { bound, config })
     }
 
+    /// Listens as a communicator built with `config` would (its interface, timeouts and
+    /// transport settings): for a communicator of some of its ranks
+    /// ([`Communicator::subset`]).
+    pub(crate) fn bind_like(config: &Config) -> Result<DataListener, CommError> {
+        let bound = bind(0, config)?;
+        Ok(DataListener {
+            bound,
+            config: config.clone(),
+        })
+    }
+
     /// The address peers connect to.
     pub fn addr(&self) -> SocketAddr {
         self.bound.addr
