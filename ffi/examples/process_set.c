@@ -1,8 +1,8 @@
 /*
  * Horovod's process sets from C: every rank builds a communicator of the even ranks
- * (dtcomm_comm_subset, collective over the parent), its members start a negotiator on it and
- * allreduce there, while the global negotiator keeps working beside it; a list that differs
- * between ranks fails on every rank. Rank, world size and the rendezvous come from the
+ * (dtcomm_comm_subset, collective over the parent, built before any negotiator runs there),
+ * its members start a negotiator on it and allreduce there, the parent keeps working; a list
+ * that differs between ranks fails on every rank. Rank, world size and the rendezvous come from the
  * launcher's environment (as in allreduce.c):
  *
  *   DTCOMM_RANK=0 DTCOMM_WORLD_SIZE=3 DTCOMM_RDZV_ENDPOINT=host:29400 ./process_set

@@ -238,7 +238,8 @@ dtcomm_result_t dtcomm_comm_init_rank(dtcomm_comm_t *comm, int rank, int world, 
  * `comm` calls it with the same list; a rank not in it gets 0 in `out` (no communicator). A
  * list that differs between ranks, is empty, repeats a rank or names one outside `comm`
  * fails on every rank, naming the ranks. Its local rank is the process's own (as `comm`'s).
- * Destroy the new communicator as any other.
+ * Destroy the new communicator as any other. It runs collectives on `comm`: call it while no
+ * negotiator runs there (build the sets first, as Horovod's `hvd.init(process_sets=...)`).
  *
  * # Safety
  * `ranks` valid for `nranks` reads; `out` valid for a write.

@@ -108,19 +108,21 @@ impl Handle {
             .is_some()
     }
 
-    /// Wakes the negotiator for its next cycle (its waiter needs it now).
-    fn flush(&self) {
-        if let Some(shared) = self.1.upgrade() {
+    /// Wakes the negotiator for its next cycle when the operation is not done (its waiter
+    /// needs it now). Not under the slot's lock: the cycle thread takes the state's lock, then
+    /// a slot's (failing or shutting down), so the other order could deadlock.
+    fn flush_unless_done(&self) {
+        if !self.poll()
+            && let Some(shared) = self.1.upgrade()
+        {
             shared.nudge();
         }
     }
 
     /// Waits for it; its result (a copy: the result stays for other waits).
     pub fn wait(&self) -> Result<Output, NegotiateError> {
+        self.flush_unless_done();
         let mut g = self.0.done.lock().unwrap_or_else(|p| p.into_inner());
-        if g.is_none() {
-            self.flush();
-        }
         while g.is_none() {
             g = self.0.cv.wait(g).unwrap_or_else(|p| p.into_inner());
         }
@@ -130,10 +132,8 @@ impl Handle {
     /// Waits for it and moves its result out, without copying its buffer. A later `wait` or
     /// `take` on a clone of this handle gets an error saying the result was taken.
     pub fn take(self) -> Result<Output, NegotiateError> {
+        self.flush_unless_done();
         let mut g = self.0.done.lock().unwrap_or_else(|p| p.into_inner());
-        if g.is_none() {
-            self.flush();
-        }
         while g.is_none() {
             g = self.0.cv.wait(g).unwrap_or_else(|p| p.into_inner());
         }
