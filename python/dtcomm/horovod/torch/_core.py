@@ -110,9 +110,8 @@ class _Pending(NamedTuple):
     h: int  # its handle in ``neg``
     dtype: torch.dtype
     shape: tuple[int, ...] | None  # of the result
-    target: torch.Tensor | None  # where the result goes (or went, ``in_place``)
+    target: torch.Tensor | None  # the tensor the operation works in (in place), or None
     kind: str
-    in_place: bool  # the negotiator works in ``target``'s memory
 
 
 _lock = threading.Lock()
@@ -448,24 +447,25 @@ def _submit_raw(n: _dtcomm.Negotiator, *args: Any, **kw: Any) -> int:
 
 def _handle(neg: _dtcomm.Negotiator, h: int, dtype: torch.dtype,
             shape: tuple[int, ...] | None, target: torch.Tensor | None, kind: str,
-            name: str | None = None, in_place: bool = False) -> int:
+            name: str | None = None) -> int:
     """A handle for the caller (unique across process sets); ``_lock`` is held."""
     global _hid
     _hid += 1
-    _handles[_hid] = _Pending(neg, h, dtype, shape, target, kind, in_place)
+    _handles[_hid] = _Pending(neg, h, dtype, shape, target, kind)
     if name is not None:
         _names[_hid] = name
     return _hid
 
 
-def _submit(kind: str, t: torch.Tensor, name: str | None, target: torch.Tensor | None,
-            out_shape: tuple[int, ...] | None, process_set: Any = None, **kw: Any) -> int:
+def _submit(kind: str, t: torch.Tensor, name: str | None, out_shape: tuple[int, ...] | None,
+            process_set: Any = None, **kw: Any) -> int:
+    """An operation whose result comes back as new bytes (``t`` is copied in once)."""
     with _lock:
         g = _group(process_set)
         assert g.neg is not None
         full = _name(kind, name, g)
         h = _submit_raw(g.neg, full, kind, _dtype(t), list(t.shape), _payload(t), **kw)
-        return _handle(g.neg, h, t.dtype, out_shape, target, kind, full)
+        return _handle(g.neg, h, t.dtype, out_shape, None, kind, full)
 
 
 def _submit_in_place(kind: str, t: torch.Tensor, name: str | None, process_set: Any = None,
@@ -478,7 +478,7 @@ def _submit_in_place(kind: str, t: torch.Tensor, name: str | None, process_set: 
         full = _name(kind, name, g)
         h = _submit_raw(g.neg, full, kind, _dtype(t), list(t.shape), _payload(t),
                         in_place=True, **kw)
-        return _handle(g.neg, h, t.dtype, tuple(t.shape), t, kind, full, in_place=True)
+        return _handle(g.neg, h, t.dtype, tuple(t.shape), t, kind, full)
 
 
 class _Lent:
@@ -508,13 +508,8 @@ def _lend_allreduce(t: torch.Tensor, full_name: str, op: str, pre: float, post: 
     names it, ``post`` already divided for an average); ``synchronize`` it, or call it."""
     neg = _group(process_set).neg
     assert neg is not None
-    try:
-        h = neg.submit(full_name, "allreduce", _dtype(t), list(t.shape), _payload(t), op=op,
-                       prescale=pre, postscale=post, in_place=True)
-    except ValueError:
-        raise
-    except RuntimeError as e:  # the negotiation failed earlier (e.g. a peer was lost)
-        raise _internal(e)
+    h = _submit_raw(neg, full_name, "allreduce", _dtype(t), list(t.shape), _payload(t), op=op,
+                    prescale=pre, postscale=post, in_place=True)
     return _Lent(neg, h, t)
 
 
@@ -586,7 +581,7 @@ def allgather_async(tensor: torch.Tensor, name: str | None = None,
                     process_set: Any = None) -> int:
     """Starts an allgather (concatenation along dimension 0, which may differ per rank)."""
     t = tensor if tensor.dim() > 0 else tensor.reshape(1)
-    return _submit("allgather", t, name, None, (-1, *t.shape[1:]), process_set)
+    return _submit("allgather", t, name, (-1, *t.shape[1:]), process_set)
 
 
 def allgather(tensor: torch.Tensor, name: str | None = None,
@@ -643,7 +638,7 @@ def synchronize(handle: Any) -> Any:
         return handle()
     _n()
     with _lock:
-        n, h, dtype, shape, target, kind, in_place = _handles.pop(handle)
+        n, h, dtype, shape, target, kind = _handles.pop(handle)
     try:
         data, counts, times = n.wait(h)
     except RuntimeError as e:
@@ -653,14 +648,7 @@ def synchronize(handle: Any) -> Any:
     _names.pop(handle, None)
     if kind == "barrier":
         return torch.empty(0)
-    if in_place:
-        assert target is not None
-        return target
-    if target is not None and target.is_contiguous() and target.numel() > 0:
-        # Straight from the result bytes into the caller's tensor: one copy.
-        view = torch.int16 if dtype == torch.bfloat16 else dtype
-        dst = target.detach().view(view).reshape(-1).numpy()
-        dst[:] = np.frombuffer(data, dtype=dst.dtype)
+    if target is not None:  # worked in place: the result is there
         return target
     np_dtype = torch.empty(0, dtype=dtype).numpy().dtype if dtype != torch.bfloat16 else np.int16
     arr = np.frombuffer(data, dtype=np_dtype).copy()
@@ -668,9 +656,6 @@ def synchronize(handle: Any) -> Any:
     if dtype == torch.bfloat16:
         out = out.view(torch.bfloat16)
     out = out.reshape(shape) if shape is not None else out
-    if target is not None:
-        target.copy_(out.reshape(target.shape))
-        return target
     if kind == "alltoall_splits":
         row = 1
         for d in (shape or (-1,))[1:]:
