@@ -113,14 +113,23 @@ impl fmt::Display for CallDesc {
     }
 }
 
-/// Where a buffer's memory lives. Host memory today; device memory (with its stream) is the
-/// slot the CUDA/NCCL path fills, which is why the enum is non-exhaustive.
+/// Where a buffer's memory lives: host memory, or a GPU's with the stream the call is ordered
+/// on (see [`device`](crate::device)). Non-exhaustive: other kinds may come.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum Memory {
     /// Ordinary host memory the CPU reads and writes.
     #[default]
     Host,
+    /// Memory of CUDA device `device`. The call is ordered after the work queued so far on
+    /// `stream` (a `CUstream`/`cudaStream_t` as an integer; `0` is the legacy default stream),
+    /// and work queued on `stream` after the call is ordered after it.
+    Device {
+        /// CUDA device ordinal.
+        device: i32,
+        /// The caller's stream.
+        stream: u64,
+    },
 }
 
 /// A buffer of the caller's: pointer, element count, dtype and memory kind. It borrows nothing
@@ -152,6 +161,17 @@ impl RawBuf {
             count,
             dtype,
             memory: Memory::Host,
+        }
+    }
+
+    /// A buffer of `count` elements of `dtype` at device address `ptr` on CUDA device `device`,
+    /// ordered on `stream` (see [`Memory::Device`]). The host never dereferences it.
+    pub fn device(ptr: *mut u8, count: usize, dtype: DType, device: i32, stream: u64) -> RawBuf {
+        RawBuf {
+            ptr,
+            count,
+            dtype,
+            memory: Memory::Device { device, stream },
         }
     }
 

@@ -6,6 +6,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+pub use crate::device::CudaMode;
+
 /// Which algorithm family the engine uses (`DTCOMM_ALGO`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Algo {
@@ -128,6 +130,12 @@ pub struct Options {
     /// through the segment, which measured twice as fast on the (virtualised) machines we
     /// benchmark on; see docs/shared-memory.md.
     pub shm_single_copy: Option<bool>,
+    /// How device buffers are carried (`DTCOMM_CUDA`: `auto`, `nccl`, `stage`, `off`).
+    pub cuda: Option<CudaMode>,
+    /// Before each NCCL call, compare (op, dtype, count, root, seq) across ranks over dtcomm's
+    /// links, since NCCL hangs on a mismatch (`DTCOMM_NCCL_CHECK=1`; default off: it costs
+    /// one small all-gather per call).
+    pub nccl_check: Option<bool>,
 }
 
 /// Where a resolved value came from.
@@ -189,6 +197,10 @@ pub struct Config {
     pub host_id: Setting<Option<String>>,
     /// See [`Options::shm_single_copy`].
     pub shm_single_copy: Setting<bool>,
+    /// See [`Options::cuda`].
+    pub cuda: Setting<CudaMode>,
+    /// See [`Options::nccl_check`].
+    pub nccl_check: Setting<bool>,
 }
 
 fn pick<T>(
@@ -215,6 +227,14 @@ fn pick<T>(
             value: default,
             source: Source::Default,
         }),
+    }
+}
+
+fn flag(s: &str) -> Result<bool, String> {
+    match s {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err("must be 0 or 1".into()),
     }
 }
 
@@ -302,16 +322,9 @@ impl Config {
                 |s| Ok(Some(s.to_owned())),
                 None,
             )?,
-            shm_single_copy: pick(
-                opts.shm_single_copy,
-                "DTCOMM_SHM_SINGLE_COPY",
-                |s| match s {
-                    "1" | "true" | "yes" | "on" => Ok(true),
-                    "0" | "false" | "no" | "off" => Ok(false),
-                    _ => Err("must be 0 or 1".into()),
-                },
-                false,
-            )?,
+            shm_single_copy: pick(opts.shm_single_copy, "DTCOMM_SHM_SINGLE_COPY", flag, false)?,
+            cuda: pick(opts.cuda, "DTCOMM_CUDA", CudaMode::from_str, CudaMode::Auto)?,
+            nccl_check: pick(opts.nccl_check, "DTCOMM_NCCL_CHECK", flag, false)?,
         })
     }
 }
@@ -323,7 +336,7 @@ impl fmt::Display for Config {
             "timeout={:?} ({}) algo={} ({}) socket_ifname={} ({}) nsocks_perpeer={} ({}) \
              socket_bufsize={} ({}) spin={:?} ({}) tree_threshold={} ({}) store_prefix={} ({}) \
              transport={} ({}) shm_chunk={} ({}) shm_dir={} ({}) host_id={} ({}) \
-             shm_single_copy={} ({})",
+             shm_single_copy={} ({}) cuda={} ({}) nccl_check={} ({})",
             self.timeout.value,
             self.timeout.source,
             self.algo.value,
@@ -352,6 +365,10 @@ impl fmt::Display for Config {
             self.host_id.source,
             u8::from(self.shm_single_copy.value),
             self.shm_single_copy.source,
+            self.cuda.value,
+            self.cuda.source,
+            u8::from(self.nccl_check.value),
+            self.nccl_check.source,
         )
     }
 }

@@ -291,7 +291,14 @@ impl Engine {
         })
     }
 
-    fn fail(&mut self, e: EngineError, call: &CallDesc, deadline: &Deadline) -> CommError {
+    /// The error a failed call returns: aborts are passed on, a lost peer is reported, and
+    /// the peers are told.
+    pub(crate) fn fail(
+        &mut self,
+        e: EngineError,
+        call: &CallDesc,
+        deadline: &Deadline,
+    ) -> CommError {
         let elapsed = deadline.elapsed();
         let rank = self.rank;
         let err = match e {

@@ -159,6 +159,21 @@ pub enum CommError {
         /// How long the caller waited.
         waited: Duration,
     },
+    /// A device call failed in CUDA or NCCL, or the ranks could not agree on a path for device
+    /// buffers. `detail` carries NCCL's code, its name and its last-error text where NCCL
+    /// failed. When the path could not be agreed the communicator stays usable for host calls
+    /// (every rank got the same answer); any other device failure fails it and tells the peers.
+    #[error("rank {rank}: {call} on the device failed after {elapsed:?}: {detail}")]
+    Device {
+        /// This rank.
+        rank: usize,
+        /// The call.
+        call: CallDesc,
+        /// Time since the call started.
+        elapsed: Duration,
+        /// What failed.
+        detail: String,
+    },
     /// An earlier call failed; the communicator refuses further work.
     #[error("communicator is failed since an earlier call: {0}")]
     Failed(Box<CommError>),
@@ -199,6 +214,8 @@ pub enum ErrorCode {
     /// The membership service ended the communicator's round: [`CommError::RoundEnded`]. (11
     /// is the C ABI's "still in progress", never an error.)
     RoundEnded = 12,
+    /// CUDA or NCCL failed, or no path for device buffers: [`CommError::Device`].
+    Device = 13,
 }
 
 impl ErrorCode {
@@ -217,6 +234,7 @@ impl ErrorCode {
             ErrorCode::Shutdown => "shutdown",
             ErrorCode::Internal => "internal",
             ErrorCode::RoundEnded => "round_ended",
+            ErrorCode::Device => "device",
         }
     }
 }
@@ -238,6 +256,7 @@ impl CommError {
             CommError::InvalidArgument { .. } => ErrorCode::InvalidArgument,
             CommError::Shutdown { .. } => ErrorCode::Shutdown,
             CommError::Failed(_) => ErrorCode::Failed,
+            CommError::Device { .. } => ErrorCode::Device,
         }
     }
 

@@ -5,8 +5,8 @@
 //! in-memory transport), between ranks that find each other through a
 //! [`Store`](dt_rdzv::store::Store).
 //!
-//! It does not do shared memory or GPUs yet (the [`Memory`] kind of a buffer is the slot for
-//! device memory). Its front ends live in other crates of the workspace: the Python binding
+//! Buffers may be host memory or GPU memory ([`Memory::Device`]): device calls run on NCCL when
+//! every rank can, else by host staging ([`device`]). Its front ends live in other crates of the workspace: the Python binding
 //! (`python/`) and the C ABI (`ffi/`), both over the byte-level [`Call`].
 //!
 //! Contents, in the order data flows:
@@ -23,8 +23,10 @@
 //! * `bootstrap/`: the TCP mesh and its authenticated handshake (`handshake.rs`); peers'
 //!   addresses through a store (`store.rs`) or a native round's `Welcome` (`welcome.rs`);
 //! * [`launch`]: rank, world and rendezvous from launchers' variables (as `dtcomm.init()`);
-//! * [`cuda`]: whether CUDA and NCCL (loaded at run time, feature `cuda`) are usable here
-//!   ([`cuda::cuda_status`]), and with the feature thin stream, event and copy wrappers;
+//! * [`device`]: device buffers (path agreement, staging, NCCL calls) over two narrow
+//!   interfaces with in-memory twins; [`cuda`]: whether CUDA and NCCL (loaded at run time,
+//!   feature `cuda`) are usable here ([`cuda::cuda_status`]), and with the feature the real
+//!   implementations of those interfaces;
 //! * [`dtype`], [`op`], `reduce.rs` and `half_conv.rs` (vectorised kernels), [`error`]
 //!   (with stable [`ErrorCode`]s), `fork.rs` (calls from a forked child are refused).
 //!
@@ -38,6 +40,7 @@ pub mod call;
 mod communicator;
 pub mod config;
 pub mod cuda;
+pub mod device;
 pub mod dtype;
 mod engine;
 pub mod error;

@@ -126,6 +126,12 @@ typedef uint64_t dtcomm_request_t;
 #define DTCOMM_ROUND_ENDED 12
 
 /**
+ * A call on device buffers failed in CUDA or NCCL (the error text carries NCCL's code and
+ * last-error text), or the ranks found no path for device buffers.
+ */
+#define DTCOMM_DEVICE 13
+
+/**
  * 32-bit IEEE float.
  */
 #define DTCOMM_FLOAT32 1

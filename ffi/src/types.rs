@@ -44,6 +44,9 @@ pub const DTCOMM_IN_PROGRESS: dtcomm_result_t = 11;
 /// The membership service ended the communicator's round (a member was lost or left, the job
 /// was stopped); build the next round's communicator.
 pub const DTCOMM_ROUND_ENDED: dtcomm_result_t = 12;
+/// A call on device buffers failed in CUDA or NCCL (the error text carries NCCL's code and
+/// last-error text), or the ranks found no path for device buffers.
+pub const DTCOMM_DEVICE: dtcomm_result_t = 13;
 
 /// 32-bit IEEE float.
 pub const DTCOMM_FLOAT32: dtcomm_dtype_t = 1;
@@ -93,6 +96,7 @@ mod tests {
             (DTCOMM_SHUTDOWN, ErrorCode::Shutdown),
             (DTCOMM_INTERNAL, ErrorCode::Internal),
             (DTCOMM_ROUND_ENDED, ErrorCode::RoundEnded),
+            (DTCOMM_DEVICE, ErrorCode::Device),
         ];
         for (c, e) in codes {
             assert_eq!(c, e as i32, "{e:?}");

@@ -53,6 +53,13 @@ pyo3::create_exception!(
 
 pyo3::create_exception!(
     _dtcomm,
+    DeviceError,
+    DtcommError,
+    "A call on CUDA tensors failed in CUDA or NCCL (the message carries NCCL's code, its name and its last-error text), or the ranks found no path for device buffers."
+);
+
+pyo3::create_exception!(
+    _dtcomm,
     RdzvError,
     DtcommError,
     "The native rendezvous (dt-rdzv serve's QUIC port) failed; the message names job and member."
@@ -104,6 +111,7 @@ pub(crate) fn to_py(e: CommError) -> PyErr {
         ErrorCode::Setup => SetupError::new_err(msg),
         ErrorCode::Shutdown => ShutdownError::new_err(msg),
         ErrorCode::InvalidArgument => pyo3::exceptions::PyValueError::new_err(msg),
+        ErrorCode::Device => DeviceError::new_err(msg),
         _ => DtcommError::new_err(msg),
     };
     Python::attach(|py| {
@@ -144,6 +152,7 @@ pub(crate) fn to_py(e: CommError) -> PyErr {
                 CommError::Protocol {
                     rank, peer, call, ..
                 } => (*rank, Some(*peer), Some(*call), vec![]),
+                CommError::Device { rank, call, .. } => (*rank, None, Some(*call), vec![]),
                 CommError::Setup { rank, .. }
                 | CommError::InvalidArgument { rank, .. }
                 | CommError::Shutdown { rank, .. }
@@ -172,6 +181,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MismatchError", py.get_type::<MismatchError>())?;
     m.add("SetupError", py.get_type::<SetupError>())?;
     m.add("ShutdownError", py.get_type::<ShutdownError>())?;
+    m.add("DeviceError", py.get_type::<DeviceError>())?;
     m.add("RdzvError", py.get_type::<RdzvError>())?;
     m.add("RdzvConnectError", py.get_type::<RdzvConnectError>())?;
     m.add("RdzvRefusedError", py.get_type::<RdzvRefusedError>())?;

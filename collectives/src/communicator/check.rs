@@ -8,13 +8,6 @@ use crate::error::CommError;
 
 impl Inner {
     fn check_buf(&self, op: &'static str, what: &str, b: &RawBuf) -> Result<(), CommError> {
-        #[allow(unreachable_patterns)]
-        match b.memory() {
-            Memory::Host => {}
-            other => {
-                return Err(self.invalid(op, format!("{what}: {other:?} memory is not supported")));
-            }
-        }
         let Some(len) = b.byte_len().filter(|l| *l <= isize::MAX as usize) else {
             return Err(self.invalid(
                 op,
@@ -43,6 +36,52 @@ impl Inner {
             ));
         }
         Ok(())
+    }
+
+    /// A call's buffers are all host memory, or all on one device and stream, and device
+    /// buffers need a device runtime and `DTCOMM_CUDA` other than `off`.
+    fn check_memory(
+        &self,
+        op: &'static str,
+        send: Option<&RawBuf>,
+        recv: Option<&RawBuf>,
+    ) -> Result<(), CommError> {
+        let (Some(s), Some(r)) = (send, recv) else {
+            return self.check_device(op, send.or(recv).map(RawBuf::memory));
+        };
+        if s.memory() != r.memory() {
+            return Err(self.invalid(
+                op,
+                format!(
+                    "send is {:?} memory but recv is {:?}: a call's buffers must all be on the \
+                     host or all on one device and stream",
+                    s.memory(),
+                    r.memory()
+                ),
+            ));
+        }
+        self.check_device(op, Some(s.memory()))
+    }
+
+    fn check_device(&self, op: &'static str, memory: Option<Memory>) -> Result<(), CommError> {
+        let Some(Memory::Device { device, .. }) = memory else {
+            return Ok(());
+        };
+        if self.config.cuda.value == crate::device::CudaMode::Off {
+            return Err(self.invalid(
+                op,
+                format!(
+                    "device buffers are refused ({}=off)",
+                    self.config.cuda.source
+                ),
+            ));
+        }
+        if device < 0 {
+            return Err(self.invalid(op, format!("device ordinal {device} is negative")));
+        }
+        self.device_runtime()
+            .map(|_| ())
+            .map_err(|why| self.invalid(op, format!("device buffers cannot be used here: {why}")))
     }
 
     fn need<'c>(
@@ -126,6 +165,7 @@ impl Inner {
         }
         let (rank, world) = (self.rank, self.world);
         let (send, recv) = (call.send.as_ref(), call.recv.as_ref());
+        self.check_memory(op, send, recv)?;
         match &call.collective {
             Collective::AllReduce { .. } | Collective::Broadcast { .. } => {
                 let r = self.need(op, "recv", recv)?;

@@ -233,6 +233,10 @@ impl Inner {
                 e => CommError::Failed(Box::new(e.clone())),
             });
         }
+        if let Some((device, stream)) = crate::device::plan::device_of(call) {
+            // SAFETY: as for this function.
+            return unsafe { self.execute_device(st, call, device, stream) };
+        }
         // SAFETY: as for this function.
         if let Some(r) = unsafe { self.execute_local(st, call) } {
             return r;

@@ -8,8 +8,10 @@
 //! * `typed.rs`: the safe typed API (`all_reduce<T>` and friends), a thin layer over `run`.
 
 mod check;
+mod device;
 mod execute;
 mod local;
+mod nccl;
 mod typed;
 
 use std::any::Any;
@@ -36,6 +38,7 @@ pub(crate) struct State {
     send_seq: Vec<u64>,
     recv_seq: Vec<u64>,
     failed: Option<CommError>,
+    device: device::DeviceState,
 }
 
 /// What a communicator's calls share with the progress thread.
@@ -53,6 +56,8 @@ pub(crate) struct Inner {
     fork_gen: u64,
     /// The engine's round fence (here too: read without the state lock a running call holds).
     fence: Arc<RoundFence>,
+    /// CUDA and NCCL for device buffers (or why there are none), set on first use.
+    device_rt: OnceLock<Result<crate::device::DeviceRuntime, String>>,
 }
 
 /// A group of `world` ranks that run collectives together. Every rank calls the same
@@ -179,6 +184,7 @@ impl Communicator {
             send_seq: vec![0; world],
             recv_seq: vec![0; world],
             failed: None,
+            device: device::DeviceState::default(),
         };
         Communicator {
             inner: Arc::new(Inner {
@@ -191,6 +197,7 @@ impl Communicator {
                 describe,
                 fork_gen: crate::fork::generation(),
                 fence,
+                device_rt: OnceLock::new(),
             }),
             progress: OnceLock::new(),
         }
@@ -229,6 +236,14 @@ impl Communicator {
     /// Waits for a call in progress on another thread.
     pub fn linked_peers(&self) -> Vec<usize> {
         lock(&self.inner.state).engine.transport.linked()
+    }
+
+    /// Uses `runtime` for device buffers instead of the CUDA and NCCL found in this process
+    /// (the in-memory twins of [`device::twin`](crate::device::twin), or another NCCL). Only
+    /// before the first call on device buffers; afterwards the runtime in use stays and this
+    /// returns `false`.
+    pub fn set_device_runtime(&self, runtime: crate::device::DeviceRuntime) -> bool {
+        self.inner.device_rt.set(Ok(runtime)).is_ok()
     }
 
     /// The error that failed this communicator, if one did.

@@ -6,19 +6,31 @@
 //! every build; without the cargo feature `cuda` it answers that dtcomm was built without
 //! CUDA support. See `docs/cuda.md`.
 //!
-//! With the feature, [`stream`] and [`memory`] are thin wrappers over cudarc's driver API
-//! (contexts, streams, events, device memory copies). They need a GPU and are **not tested**
-//! by the test suite, which runs without one.
+//! With the feature, `runtime.rs` is the real [`DeviceRuntime`](crate::device::DeviceRuntime)
+//! the engine's device path uses (see [`crate::device`]): cudarc's raw driver calls for
+//! streams, events and copies, `dtcomm-nccl-sys` for NCCL. It needs a GPU and is **not run** by
+//! the test suite, which drives the same path through the in-memory twins.
 
 #[cfg(feature = "cuda")]
 mod driver;
 mod json;
 #[cfg(feature = "cuda")]
-pub mod memory;
-#[cfg(feature = "cuda")]
 mod nccl;
-mod status;
 #[cfg(feature = "cuda")]
-pub mod stream;
+mod runtime;
+mod status;
 
 pub use status::{CudaStatus, LibStatus, NOT_BUILT, StatusOptions, cuda_status, cuda_status_with};
+
+/// The device runtime of this process: CUDA and NCCL loaded at run time (feature `cuda`), or
+/// why there is none.
+pub(crate) fn default_runtime() -> Result<crate::device::DeviceRuntime, String> {
+    #[cfg(feature = "cuda")]
+    {
+        runtime::load()
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        Err("dtcomm was built without CUDA support (cargo feature `cuda`)".into())
+    }
+}

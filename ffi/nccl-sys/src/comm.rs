@@ -176,6 +176,28 @@ impl Nccl {
         self.check("ncclReduceScatter", rc)
     }
 
+    /// `ncclReduce` of `count` elements to rank `root` (only the root's `recv` is written).
+    ///
+    /// # Safety
+    /// See the module docs.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn reduce(
+        &self,
+        send: *const c_void,
+        recv: *mut c_void,
+        count: usize,
+        datatype: ncclDataType_t,
+        op: ncclRedOp_t,
+        root: c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> NcclResult<Status> {
+        let reduce = self.optional("ncclReduce", self.symbols().reduce)?;
+        // SAFETY: the caller upholds NCCL's contract.
+        let rc = unsafe { reduce(send, recv, count, datatype, op, root, comm, stream) };
+        self.check("ncclReduce", rc)
+    }
+
     /// `ncclBroadcast` of `count` elements from rank `root`.
     ///
     /// # Safety

@@ -68,6 +68,17 @@ pub type ReduceFn = unsafe extern "C" fn(
     ncclComm_t,
     cudaStream_t,
 ) -> ncclResult_t;
+/// `ncclReduce(sendbuff, recvbuff, count, datatype, op, root, comm, stream)`.
+pub type ReduceRootFn = unsafe extern "C" fn(
+    *const c_void,
+    *mut c_void,
+    usize,
+    ncclDataType_t,
+    ncclRedOp_t,
+    c_int,
+    ncclComm_t,
+    cudaStream_t,
+) -> ncclResult_t;
 /// `ncclBroadcast(sendbuff, recvbuff, count, datatype, root, comm, stream)`.
 pub type BroadcastFn = unsafe extern "C" fn(
     *const c_void,
@@ -203,6 +214,7 @@ symbol_table! {
     }
     optional {
         reduce_scatter: ReduceFn = "ncclReduceScatter" since (2, 0),
+        reduce: ReduceRootFn = "ncclReduce" since (2, 0),
         group_start: GroupFn = "ncclGroupStart" since (2, 0),
         group_end: GroupFn = "ncclGroupEnd" since (2, 0),
         send: SendFn = "ncclSend" since (2, 7),

@@ -1,0 +1,255 @@
+//! Calls on device buffers: the path every rank agrees on before the first one, and host
+//! staging (copy to host memory on the caller's stream, the host collective over dtcomm's own
+//! links, copy back). The NCCL path is `nccl.rs`; the pure parts are in `crate::device`.
+
+use std::time::{Duration, Instant};
+
+use super::{Inner, State};
+use crate::call::{Call, CallDesc, Collective, RawBuf};
+use crate::device::api::{DevPtr, DeviceError, DeviceRuntime, HostMemory, StreamHandle};
+use crate::device::path::{self, DevicePath, PROBE_LEN, Probe};
+use crate::device::plan;
+use crate::error::CommError;
+
+/// A device buffer of a call and the host memory staging it.
+type Staged = Option<(RawBuf, Box<dyn HostMemory>)>;
+
+/// One communicator's device state, under its state lock.
+#[derive(Default)]
+pub(crate) struct DeviceState {
+    /// The agreed path, or the error every rank got (agreed once per communicator).
+    path: Option<Result<DevicePath, String>>,
+    /// The NCCL communicator, once the first NCCL call made it.
+    pub(super) nccl: Option<super::nccl::Session>,
+}
+
+/// The [`CallDesc`] errors of a device call name (its `seq` is the one it takes).
+pub(super) fn describe(call: &Call, seq: u64) -> CallDesc {
+    let (send, recv) = (call.send.as_ref(), call.recv.as_ref());
+    let (redop, root) = match call.collective {
+        Collective::AllReduce { op } | Collective::ReduceScatter { op } => (Some(op), None),
+        Collective::Reduce { op, root } => (Some(op), Some(root)),
+        Collective::Broadcast { root }
+        | Collective::Gather { root }
+        | Collective::Scatter { root } => (None, Some(root)),
+        _ => (None, None),
+    };
+    let counted = match call.collective {
+        Collective::Reduce { .. } | Collective::Gather { .. } => send.or(recv),
+        _ => recv.or(send),
+    };
+    CallDesc {
+        op: call.collective.kind(),
+        dtype: counted.map_or(crate::dtype::DType::U8, RawBuf::dtype),
+        redop,
+        count: counted.map_or(0, |b| b.count() as u64),
+        root,
+        seq,
+    }
+}
+
+impl Inner {
+    /// The device runtime: the one set with `Communicator::set_device_runtime`, else the real
+    /// CUDA and NCCL (feature `cuda`), else why there is none.
+    pub(crate) fn device_runtime(&self) -> Result<&DeviceRuntime, String> {
+        self.device_rt
+            .get_or_init(crate::cuda::default_runtime)
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// Runs a checked call whose buffers are on `device`, ordered on `stream`.
+    ///
+    /// # Safety
+    /// As for `execute`: the buffers are valid device memory for their counts.
+    pub(super) unsafe fn execute_device(
+        &self,
+        st: &mut State,
+        call: &Call,
+        device: i32,
+        stream: StreamHandle,
+    ) -> Result<(), CommError> {
+        let rt = self
+            .device_runtime()
+            .map_err(|why| self.invalid(call.collective.name(), why))?;
+        if st.device.path.is_none() {
+            let agreed = self.agree(st, rt, device)?;
+            st.device.path = Some(agreed);
+        }
+        let path = st.device.path.clone().expect("agreed above");
+        let path = path.map_err(|detail| CommError::Device {
+            rank: self.rank,
+            call: describe(call, st.seq),
+            elapsed: Duration::ZERO,
+            detail,
+        })?;
+        match (path, plan::nccl_op(call)) {
+            // SAFETY: the caller's contract.
+            (DevicePath::Nccl, Some(op)) => unsafe {
+                self.run_nccl(st, rt, call, op, device, stream)
+            },
+            // SAFETY: the caller's contract.
+            _ => unsafe { self.stage(st, rt, call, device, stream) },
+        }
+    }
+
+    /// Every rank's [`Probe`] all-gathered over the host links, and the path [`path::decide`]s
+    /// from them (the same on every rank), logged once.
+    fn agree(
+        &self,
+        st: &mut State,
+        rt: &DeviceRuntime,
+        device: i32,
+    ) -> Result<Result<DevicePath, String>, CommError> {
+        let visible = rt.api.device_count();
+        let (nccl, note) = match (&rt.nccl, &visible) {
+            (_, Err(e)) => (false, format!("no CUDA devices: {e}")),
+            (_, Ok(n)) if device as usize >= *n => {
+                (false, format!("device {device} asked for, {n} visible"))
+            }
+            (Ok(n), _) => (true, n.describe()),
+            (Err(why), _) => (false, why.clone()),
+        };
+        let host = crate::shm::host::HostId::current(self.config.host_id.value.as_deref());
+        let mine = Probe {
+            mode: self.config.cuda.value,
+            nccl,
+            device,
+            host: host.digest,
+            note,
+        }
+        .encode();
+        let mut all = vec![0u8; PROBE_LEN * self.world];
+        let gather = Call::new(Collective::AllGather { counts: None })
+            .send(RawBuf::of(&mine[..]))
+            .recv(RawBuf::of_mut(&mut all));
+        // SAFETY: host buffers of this frame, valid for the call.
+        unsafe { self.execute(st, &gather)? };
+        let decided = all
+            .chunks(PROBE_LEN)
+            .enumerate()
+            .map(|(r, c)| Probe::decode(c).map_err(|e| format!("rank {r}'s device probe: {e}")))
+            .collect::<Result<Vec<_>, _>>()
+            .and_then(|ps| path::decide(&ps));
+        let rank = self.rank;
+        match &decided {
+            Ok((DevicePath::Nccl, why)) => {
+                tracing::info!(rank, "dtcomm: device buffers go by NCCL: {why}");
+            }
+            Ok((DevicePath::Stage, why)) if self.config.cuda.value == path::CudaMode::Stage => {
+                tracing::info!(rank, "dtcomm: device buffers go by host staging: {why}");
+            }
+            Ok((DevicePath::Stage, why)) => {
+                tracing::warn!(
+                    rank,
+                    "dtcomm: device buffers go by host staging (copies through host memory, \
+                     slower than NCCL): {why}"
+                );
+            }
+            Err(e) => tracing::error!(rank, "dtcomm: no path for device buffers: {e}"),
+        }
+        Ok(decided.map(|(p, _)| p))
+    }
+
+    /// A device failure of this rank: the communicator fails and the peers are told.
+    pub(super) fn device_failure(
+        &self,
+        st: &mut State,
+        call: CallDesc,
+        started: Instant,
+        detail: String,
+    ) -> CommError {
+        let e = CommError::Device {
+            rank: self.rank,
+            call,
+            elapsed: started.elapsed(),
+            detail,
+        };
+        tracing::error!(rank = self.rank, "dtcomm: {e}");
+        st.engine.transport.abort(None, &e.to_string());
+        st.failed = Some(e.clone());
+        e
+    }
+
+    /// Host staging: the inputs copied to host memory on the caller's stream, the host
+    /// collective, the output copied back on the caller's stream (this returns once it is
+    /// there).
+    ///
+    /// # Safety
+    /// As for [`execute_device`](Self::execute_device).
+    unsafe fn stage(
+        &self,
+        st: &mut State,
+        rt: &DeviceRuntime,
+        call: &Call,
+        device: i32,
+        stream: StreamHandle,
+    ) -> Result<(), CommError> {
+        let started = Instant::now();
+        let api = &*rt.api;
+        let desc = describe(call, st.seq);
+        let fail = |st: &mut State, e: DeviceError| {
+            self.device_failure(st, desc, started, format!("host staging: {e}"))
+        };
+        let host_of = |b: Option<&RawBuf>| -> Result<Staged, DeviceError> {
+            b.map(|b| Ok((*b, api.host_memory(b.byte_len().unwrap_or(0))?)))
+                .transpose()
+        };
+        let staged =
+            host_of(call.send.as_ref()).and_then(|s| Ok((s, host_of(call.recv.as_ref())?)));
+        let (mut send, mut recv) = match staged {
+            Ok(v) => v,
+            Err(e) => return Err(fail(st, e)),
+        };
+        let view = |x: &mut Staged| {
+            x.as_mut()
+                .map(|(b, m)| RawBuf::host(m.bytes().as_mut_ptr(), b.count(), b.dtype()))
+        };
+        let (hsend, hrecv) = (view(&mut send), view(&mut recv));
+        let copy_in = |from: Option<&RawBuf>, to: Option<RawBuf>| -> Result<(), DeviceError> {
+            if let (Some(d), Some(h)) = (from, to) {
+                let len = d.byte_len().unwrap_or(0);
+                if len > 0 {
+                    // SAFETY: `h` is staging memory of `len` bytes kept until the stream is synced.
+                    unsafe { api.to_host(device, stream, DevPtr(d.ptr() as u64), h.ptr(), len)? };
+                }
+            }
+            Ok(())
+        };
+        let copied = copy_in(call.send.as_ref(), hsend)
+            .and_then(|()| {
+                if plan::reads_recv(call) {
+                    copy_in(call.recv.as_ref(), hrecv)
+                } else {
+                    Ok(())
+                }
+            })
+            .and_then(|()| api.sync(device, stream));
+        if let Err(e) = copied {
+            return Err(fail(st, e));
+        }
+        let host = Call {
+            collective: call.collective.clone(),
+            send: hsend,
+            recv: hrecv,
+            deadline: call.deadline,
+        };
+        // SAFETY: host staging buffers sized like the device ones.
+        unsafe { self.execute(st, &host)? };
+        if plan::writes_recv(call, self.rank)
+            && let (Some(d), Some(h)) = (call.recv.as_ref(), hrecv)
+            && d.count() > 0
+        {
+            let len = d.byte_len().unwrap_or(0);
+            // SAFETY: `h` lives until the sync below.
+            let back =
+                unsafe { api.to_device(device, stream, h.ptr(), DevPtr(d.ptr() as u64), len) }
+                    .and_then(|()| api.sync(device, stream));
+            if let Err(e) = back {
+                return Err(fail(st, e));
+            }
+        }
+        drop((send, recv));
+        Ok(())
+    }
+}

@@ -1,0 +1,271 @@
+//! Device calls on NCCL: the communicator made at the first one (rank 0's unique id broadcast
+//! over dtcomm's links, a non-blocking set-up polled against the deadline), the optional
+//! cross-rank check of each call (`DTCOMM_NCCL_CHECK=1`), and the call itself: queued on this
+//! communicator's own stream, ordered after the caller's stream by an event and the caller's
+//! stream after it by another. This thread then watches the call to its end: NCCL's async
+//! error, the control plane (a peer that failed or vanished), and the deadline; on any of
+//! them it aborts the NCCL communicator and every rank fails naming the rank, the call, its
+//! sequence number and NCCL's code and texts.
+
+use std::time::{Duration, Instant};
+
+use super::{Inner, State};
+use crate::call::{Call, CallDesc, Collective, RawBuf};
+use crate::device::api::{DeviceRuntime, InitState, NcclComm, NcclOp, StreamHandle};
+use crate::device::plan::{self, CHECK_WORDS};
+use crate::engine::EngineError;
+use crate::error::CommError;
+use crate::watchdog::{Deadline, Phase, suspects};
+
+/// This rank's NCCL communicator, its device and its own stream.
+pub(crate) struct Session {
+    comm: Box<dyn NcclComm>,
+    device: i32,
+    stream: StreamHandle,
+}
+
+/// What the wait loop watches for.
+enum Watch<'a> {
+    /// The set-up to finish.
+    Init,
+    /// This event to complete.
+    Done(&'a dyn crate::device::api::DeviceEvent),
+}
+
+impl Inner {
+    /// # Safety
+    /// As for `execute_device`.
+    pub(super) unsafe fn run_nccl(
+        &self,
+        st: &mut State,
+        rt: &DeviceRuntime,
+        call: &Call,
+        op: NcclOp,
+        device: i32,
+        stream: StreamHandle,
+    ) -> Result<(), CommError> {
+        let started = Instant::now();
+        let name = call.collective.name();
+        if st.device.nccl.is_none() {
+            self.open_nccl(st, rt, call, device)?;
+        }
+        let on = st.device.nccl.as_ref().map_or(device, |s| s.device);
+        if on != device {
+            return Err(self.invalid(
+                name,
+                format!(
+                    "this communicator's NCCL is on device {on}; the buffers are on device {device}"
+                ),
+            ));
+        }
+        if self.config.nccl_check.value {
+            // The check's own all-gather takes a sequence number; the call takes the next.
+            let desc = super::device::describe(call, st.seq + 1);
+            let mine = plan::check_record(&desc).map(|w| w as i64);
+            let mut all = vec![[0i64; CHECK_WORDS]; self.world];
+            let gather = Call::new(Collective::AllGather { counts: None })
+                .send(RawBuf::of(&mine[..]))
+                .recv(RawBuf::of_mut(all.as_flattened_mut()));
+            // SAFETY: host buffers of this frame.
+            unsafe { self.execute(st, &gather)? };
+            let all: Vec<[u64; CHECK_WORDS]> = all.iter().map(|r| r.map(|w| w as u64)).collect();
+            if let Some((peer, theirs)) = plan::first_mismatch(&desc, &all) {
+                let e = CommError::Mismatch {
+                    rank: self.rank,
+                    peer,
+                    ours: desc,
+                    theirs,
+                };
+                tracing::error!(
+                    rank = self.rank,
+                    "dtcomm: {e} (found by DTCOMM_NCCL_CHECK before NCCL ran it)"
+                );
+                st.failed = Some(e.clone());
+                return Err(e);
+            }
+        }
+        let desc = super::device::describe(call, st.seq);
+        st.seq += 1;
+        let api = &*rt.api;
+        let s = st.device.nccl.as_mut().expect("opened above");
+        let queued = api
+            .record(device, stream)
+            .and_then(|before| api.wait(device, s.stream, &*before))
+            .map_err(|e| e.to_string())
+            .and_then(|()| {
+                s.comm
+                    .enqueue(&op, desc.dtype, s.stream)
+                    .map_err(|e| e.to_string())
+            })
+            .and_then(|()| api.record(device, s.stream).map_err(|e| e.to_string()));
+        let done = match queued {
+            Ok(ev) => ev,
+            Err(detail) => {
+                s.comm.abort();
+                return Err(self.device_failure(st, desc, started, detail));
+            }
+        };
+        if let Err(e) = api.wait(device, stream, &*done) {
+            s.comm.abort();
+            return Err(self.device_failure(st, desc, started, e.to_string()));
+        }
+        let timeout = call.deadline.unwrap_or(self.config.timeout.value);
+        self.watch(st, &desc, timeout, Watch::Done(&*done))
+    }
+
+    /// Makes the NCCL communicator: rank 0's unique id over the host links, then the
+    /// non-blocking set-up on every rank, watched to its end.
+    fn open_nccl(
+        &self,
+        st: &mut State,
+        rt: &DeviceRuntime,
+        call: &Call,
+        device: i32,
+    ) -> Result<(), CommError> {
+        let started = Instant::now();
+        let desc = super::device::describe(call, st.seq);
+        let nccl = match &rt.nccl {
+            Ok(n) => n.clone(),
+            Err(why) => return Err(self.device_failure(st, desc, started, why.clone())),
+        };
+        // 128 bytes of id and a flag saying rank 0 has one.
+        let mut id = [0u8; 129];
+        let mut made = None;
+        if self.rank == 0 {
+            match nccl.unique_id() {
+                Ok(u) => {
+                    id[..128].copy_from_slice(&u.0);
+                    id[128] = 1;
+                }
+                Err(e) => made = Some(e.to_string()),
+            }
+        }
+        let bcast = Call::new(Collective::Broadcast { root: 0 }).recv(RawBuf::of_mut(&mut id[..]));
+        // SAFETY: a host buffer of this frame.
+        unsafe { self.execute(st, &bcast)? };
+        let desc = super::device::describe(call, st.seq);
+        if id[128] != 1 {
+            let detail = made.unwrap_or_else(|| "rank 0 could not make an NCCL unique id".into());
+            return Err(self.device_failure(st, desc, started, detail));
+        }
+        let uid = crate::device::api::UniqueId(id[..128].try_into().expect("128 bytes"));
+        let opened = rt
+            .api
+            .new_stream(device)
+            .map_err(|e| e.to_string())
+            .and_then(|stream| {
+                nccl.init(&uid, self.world, self.rank, device)
+                    .map(|comm| Session {
+                        comm,
+                        device,
+                        stream,
+                    })
+                    .map_err(|e| e.to_string())
+            });
+        match opened {
+            Ok(s) => st.device.nccl = Some(s),
+            Err(detail) => {
+                return Err(self.device_failure(
+                    st,
+                    desc,
+                    started,
+                    format!("NCCL set-up: {detail}"),
+                ));
+            }
+        }
+        self.watch(st, &desc, self.config.timeout.value, Watch::Init)
+            .inspect(|()| {
+                tracing::info!(
+                    rank = self.rank,
+                    "dtcomm: NCCL communicator of {} ranks ready on device {device} after {:?} ({})",
+                    self.world,
+                    started.elapsed(),
+                    nccl.describe()
+                );
+            })
+            .inspect_err(|_| st.device.nccl = None)
+    }
+
+    /// Waits for `what`, watching NCCL's async error, the control plane and the deadline; on
+    /// any failure aborts the NCCL communicator and fails the communicator (telling the peers).
+    fn watch(
+        &self,
+        st: &mut State,
+        desc: &CallDesc,
+        timeout: Duration,
+        what: Watch<'_>,
+    ) -> Result<(), CommError> {
+        let mut deadline = Deadline::new(self.rank, timeout);
+        let others: Vec<usize> = (0..self.world).filter(|&r| r != self.rank).collect();
+        let mut idle = 0u32;
+        loop {
+            let s = st
+                .device
+                .nccl
+                .as_mut()
+                .expect("watching an open communicator");
+            let state = s.comm.state();
+            let finished = match (&what, &state) {
+                (_, Err(_)) => false,
+                (Watch::Init, Ok(s)) => *s == InitState::Ready,
+                (Watch::Done(ev), Ok(_)) => match ev.done() {
+                    Ok(d) => d,
+                    Err(e) => {
+                        s.comm.abort();
+                        return Err(self.device_failure(
+                            st,
+                            *desc,
+                            Instant::now() - deadline.elapsed(),
+                            e.to_string(),
+                        ));
+                    }
+                },
+            };
+            if finished {
+                return Ok(());
+            }
+            if let Err(e) = state {
+                s.comm.abort();
+                let start = Instant::now() - deadline.elapsed();
+                return Err(self.device_failure(st, *desc, start, e.to_string()));
+            }
+            if let Err(link) = st.engine.transport.check() {
+                s.comm.abort();
+                let e = st.engine.fail(EngineError::Link(link), desc, &deadline);
+                tracing::error!(rank = self.rank, "dtcomm: {e}");
+                st.failed = Some(e.clone());
+                return Err(e);
+            }
+            match deadline.check(desc, &others) {
+                Phase::Half(_) => {
+                    st.engine
+                        .transport
+                        .report_stall(desc.op as u8, desc.seq, &others);
+                }
+                Phase::Expired(elapsed) => {
+                    s.comm.abort();
+                    let reports = st.engine.transport.stalls(desc.op as u8, desc.seq);
+                    let e = CommError::Timeout {
+                        rank: self.rank,
+                        call: *desc,
+                        elapsed,
+                        waiting_for: others.clone(),
+                        suspects: suspects(self.rank, &others, &reports),
+                    };
+                    tracing::error!(rank = self.rank, "dtcomm: {e} (NCCL communicator aborted)");
+                    st.engine.transport.abort(None, &e.to_string());
+                    st.failed = Some(e.clone());
+                    return Err(e);
+                }
+                Phase::Wait(_) => {}
+            }
+            // Spin a little (short calls), then back off to a millisecond.
+            idle += 1;
+            if idle < 64 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(u64::from(idle.min(1000))));
+            }
+        }
+    }
+}

@@ -1,0 +1,23 @@
+//! Device (GPU) buffers in the engine.
+//!
+//! A [`Call`](crate::Call) whose buffers are [`Memory::Device`](crate::Memory::Device) runs on
+//! NCCL when every rank can use it, or else by host staging (copy to host memory, run the host
+//! collective over dtcomm's own links, copy back). The ranks agree on the path before the first
+//! device call ([`path`]); collectives NCCL lacks are staged on either path ([`plan`]). The
+//! engine side is `communicator/device.rs`.
+//!
+//! Everything here is written against two narrow interfaces ([`api`]): [`DeviceApi`] for the
+//! few CUDA calls used and [`NcclApi`] for NCCL. The real ones live in [`crate::cuda`] (cargo
+//! feature `cuda`); the in-memory twins in [`twin`] drive the same path in tests without a
+//! GPU. See `docs/cuda.md`.
+
+pub mod api;
+pub mod path;
+pub(crate) mod plan;
+pub mod twin;
+
+pub use api::{
+    DevPtr, DeviceApi, DeviceError, DeviceEvent, DeviceRuntime, HostMemory, InitState, NcclApi,
+    NcclComm, NcclError, NcclOp, StreamHandle, UniqueId,
+};
+pub use path::{CudaMode, DevicePath};

@@ -1,0 +1,304 @@
+//! Which path device buffers take, agreed by every rank before the first device call: each rank
+//! describes itself in a fixed [`Probe`] record (its `DTCOMM_CUDA` mode, whether NCCL loaded,
+//! its device, its host), the records are all-gathered over dtcomm's own links, and every rank
+//! runs the same pure [`decide`] on the same records, so all take the same path (or all fail
+//! with the same words).
+
+use std::fmt;
+use std::str::FromStr;
+
+/// How device buffers are carried (`DTCOMM_CUDA`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CudaMode {
+    /// NCCL when every rank can use it, host staging otherwise (with one warning line).
+    #[default]
+    Auto,
+    /// NCCL, or fail saying which ranks cannot.
+    Nccl,
+    /// Always host staging: copy to host memory, run the host collective, copy back.
+    Stage,
+    /// Refuse device buffers.
+    Off,
+}
+
+impl FromStr for CudaMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" | "" => Ok(CudaMode::Auto),
+            "nccl" => Ok(CudaMode::Nccl),
+            "stage" | "staging" | "host" => Ok(CudaMode::Stage),
+            "off" | "0" | "none" => Ok(CudaMode::Off),
+            other => Err(format!("unknown mode {other:?} (auto, nccl, stage, off)")),
+        }
+    }
+}
+
+impl fmt::Display for CudaMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CudaMode::Auto => "auto",
+            CudaMode::Nccl => "nccl",
+            CudaMode::Stage => "stage",
+            CudaMode::Off => "off",
+        })
+    }
+}
+
+impl CudaMode {
+    fn tag(self) -> u8 {
+        match self {
+            CudaMode::Off => 0,
+            CudaMode::Auto => 1,
+            CudaMode::Nccl => 2,
+            CudaMode::Stage => 3,
+        }
+    }
+
+    fn from_tag(t: u8) -> Option<CudaMode> {
+        [
+            CudaMode::Off,
+            CudaMode::Auto,
+            CudaMode::Nccl,
+            CudaMode::Stage,
+        ]
+        .into_iter()
+        .find(|m| m.tag() == t)
+    }
+}
+
+/// Bytes of an encoded [`Probe`].
+pub(crate) const PROBE_LEN: usize = 256;
+const MAGIC: &[u8; 4] = b"DTDV";
+
+/// What one rank says about itself before the first device call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Probe {
+    /// Its `DTCOMM_CUDA`.
+    pub mode: CudaMode,
+    /// Whether NCCL loaded there.
+    pub nccl: bool,
+    /// The device of its buffers.
+    pub device: i32,
+    /// Its host's identity digest (ranks of one host may not share a GPU under NCCL).
+    pub host: [u8; 16],
+    /// Why NCCL cannot be used there (or what it is), cut to fit.
+    pub note: String,
+}
+
+impl Probe {
+    /// The fixed-size record.
+    pub fn encode(&self) -> [u8; PROBE_LEN] {
+        let mut r = [0u8; PROBE_LEN];
+        r[..4].copy_from_slice(MAGIC);
+        r[4] = self.mode.tag();
+        r[5] = u8::from(self.nccl);
+        r[8..12].copy_from_slice(&self.device.to_le_bytes());
+        r[16..32].copy_from_slice(&self.host);
+        let mut note = self.note.as_bytes();
+        let room = PROBE_LEN - 32;
+        if note.len() > room {
+            let mut cut = room;
+            while !self.note.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            note = &note[..cut];
+        }
+        r[32..32 + note.len()].copy_from_slice(note);
+        r
+    }
+
+    /// A record back, or what is wrong with it.
+    pub fn decode(r: &[u8]) -> Result<Probe, String> {
+        if r.len() != PROBE_LEN || &r[..4] != MAGIC {
+            return Err("not a device probe record (a different dtcomm version?)".into());
+        }
+        let mode = CudaMode::from_tag(r[4]).ok_or_else(|| format!("unknown mode tag {}", r[4]))?;
+        let note = &r[32..];
+        let end = note.iter().position(|b| *b == 0).unwrap_or(note.len());
+        Ok(Probe {
+            mode,
+            nccl: r[5] != 0,
+            device: i32::from_le_bytes(r[8..12].try_into().expect("4 bytes")),
+            host: r[16..32].try_into().expect("16 bytes"),
+            note: String::from_utf8_lossy(&note[..end]).into_owned(),
+        })
+    }
+}
+
+/// The path every rank takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DevicePath {
+    /// Collectives NCCL has run on NCCL; the rest by host staging.
+    Nccl,
+    /// Every call by host staging.
+    Stage,
+}
+
+impl fmt::Display for DevicePath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DevicePath::Nccl => "nccl",
+            DevicePath::Stage => "host staging",
+        })
+    }
+}
+
+/// Names ranks compactly: `0, 2 and 5` (at most eight, then a count).
+fn ranks(list: &[usize]) -> String {
+    let shown: Vec<String> = list.iter().take(8).map(|r| r.to_string()).collect();
+    let more = list.len().saturating_sub(8);
+    let mut s = shown.join(", ");
+    if more > 0 {
+        s.push_str(&format!(" and {more} more"));
+    }
+    s
+}
+
+/// The path for these records (element `r` is rank `r`'s), with the reason to log, or the
+/// error every rank reports. Pure: every rank gets the same answer from the same records.
+pub(crate) fn decide(probes: &[Probe]) -> Result<(DevicePath, String), String> {
+    let Some(first) = probes.first() else {
+        return Err("no ranks".into());
+    };
+    let differ: Vec<String> = probes
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.mode != first.mode)
+        .map(|(r, p)| format!("rank {r} has {}", p.mode))
+        .collect();
+    if !differ.is_empty() {
+        return Err(format!(
+            "ranks disagree on DTCOMM_CUDA: rank 0 has {}, {}",
+            first.mode,
+            differ.join(", ")
+        ));
+    }
+    match first.mode {
+        CudaMode::Off => {
+            return Err("DTCOMM_CUDA=off: device buffers are refused".into());
+        }
+        CudaMode::Stage => return Ok((DevicePath::Stage, "DTCOMM_CUDA=stage".into())),
+        CudaMode::Auto | CudaMode::Nccl => {}
+    }
+    let mut why: Vec<String> = Vec::new();
+    let without: Vec<usize> = (0..probes.len()).filter(|&r| !probes[r].nccl).collect();
+    if let Some(&r) = without.first() {
+        why.push(format!(
+            "rank{} {} cannot use NCCL (rank {r}: {})",
+            if without.len() > 1 { "s" } else { "" },
+            ranks(&without),
+            probes[r].note
+        ));
+    }
+    // NCCL refuses two ranks of one communicator on the same GPU ("duplicate GPU").
+    let mut shared: Vec<String> = Vec::new();
+    for (a, pa) in probes.iter().enumerate() {
+        if let Some(b) =
+            (0..a).find(|&b| probes[b].host == pa.host && probes[b].device == pa.device)
+        {
+            shared.push(format!("{b} and {a} (device {})", pa.device));
+        }
+    }
+    if !shared.is_empty() {
+        let n = shared.len();
+        shared.truncate(4);
+        why.push(format!(
+            "ranks {}{} share a GPU, which NCCL refuses",
+            shared.join(", "),
+            if n > 4 {
+                format!(" and {} more pairs", n - 4)
+            } else {
+                String::new()
+            }
+        ));
+    }
+    match (why.is_empty(), first.mode) {
+        (true, _) => Ok((
+            DevicePath::Nccl,
+            format!("every rank has NCCL ({})", first.note),
+        )),
+        (false, CudaMode::Nccl) => Err(format!("DTCOMM_CUDA=nccl but {}", why.join("; "))),
+        (false, _) => Ok((DevicePath::Stage, why.join("; "))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn probe(mode: CudaMode, nccl: bool, device: i32, host: u8) -> Probe {
+        Probe {
+            mode,
+            nccl,
+            device,
+            host: [host; 16],
+            note: if nccl {
+                "NCCL 2.30.3".into()
+            } else {
+                "libnccl.so.2 not found".into()
+            },
+        }
+    }
+
+    #[test]
+    fn records_round_trip_and_long_notes_are_cut_on_a_character() {
+        let mut p = probe(CudaMode::Nccl, true, 7, 3);
+        p.note = "é".repeat(200);
+        let back = Probe::decode(&p.encode()).unwrap();
+        assert_eq!(
+            (back.mode, back.nccl, back.device, back.host),
+            (p.mode, true, 7, [3; 16])
+        );
+        assert!(back.note.len() <= PROBE_LEN - 32 && back.note.chars().all(|c| c == 'é'));
+        assert!(Probe::decode(&[0u8; PROBE_LEN]).is_err());
+    }
+
+    #[test]
+    fn nccl_when_every_rank_has_it_on_its_own_gpu() {
+        let ps: Vec<_> = (0..4)
+            .map(|r| probe(CudaMode::Auto, true, r % 2, r as u8 / 2))
+            .collect();
+        assert_eq!(decide(&ps).unwrap().0, DevicePath::Nccl);
+    }
+
+    #[test]
+    fn auto_stages_when_a_rank_lacks_nccl_or_gpus_are_shared_and_says_why() {
+        let mut ps: Vec<_> = (0..3).map(|r| probe(CudaMode::Auto, true, r, 0)).collect();
+        ps[2] = probe(CudaMode::Auto, false, 2, 0);
+        let (path, why) = decide(&ps).unwrap();
+        assert_eq!(path, DevicePath::Stage);
+        assert!(
+            why.contains("rank 2 cannot use NCCL (rank 2: libnccl.so.2 not found)"),
+            "{why}"
+        );
+        let ps: Vec<_> = (0..3).map(|_| probe(CudaMode::Auto, true, 0, 0)).collect();
+        let (path, why) = decide(&ps).unwrap();
+        assert_eq!(path, DevicePath::Stage);
+        assert!(
+            why.contains("ranks 0 and 1 (device 0), 0 and 2 (device 0) share a GPU"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn nccl_mode_fails_instead_of_staging_and_modes_must_agree() {
+        let mut ps: Vec<_> = (0..2).map(|r| probe(CudaMode::Nccl, true, r, 0)).collect();
+        ps[1].nccl = false;
+        let e = decide(&ps).unwrap_err();
+        assert!(
+            e.starts_with("DTCOMM_CUDA=nccl but rank 1 cannot use NCCL"),
+            "{e}"
+        );
+        ps[1].mode = CudaMode::Stage;
+        let e = decide(&ps).unwrap_err();
+        assert_eq!(
+            e,
+            "ranks disagree on DTCOMM_CUDA: rank 0 has nccl, rank 1 has stage"
+        );
+        let ps: Vec<_> = (0..2).map(|r| probe(CudaMode::Stage, true, r, 0)).collect();
+        assert_eq!(decide(&ps).unwrap().0, DevicePath::Stage);
+        let ps: Vec<_> = (0..2).map(|r| probe(CudaMode::Off, true, r, 0)).collect();
+        assert!(decide(&ps).unwrap_err().contains("refused"));
+    }
+}

@@ -1,0 +1,383 @@
+//! [`MemNccl`]: an in-memory twin of NCCL over [`MemGpu`]. Communicators of one unique id form a
+//! group; set-up is ready once every rank joined (a rank that never calls init leaves the others
+//! in progress forever, as NCCL does); a collective is a task on the caller's stream that
+//! deposits this rank's input and waits, like a kernel, until every rank's is there, then
+//! writes its output. Calls whose kinds or sizes differ between ranks never complete, and
+//! nothing completes after an abort: both as with the real thing. Faults can be injected: an
+//! init that fails on a rank, an async error after some collectives, two ranks on one GPU
+//! ("duplicate GPU").
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use super::gpu::MemGpu;
+use crate::device::api::{
+    DevPtr, InitState, NcclApi, NcclComm, NcclError, NcclOp, StreamHandle, UniqueId,
+};
+use crate::dtype::DType;
+use crate::reduce::{divide_bytes, reduce_bytes};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// NCCL's result codes the twin uses, with their names.
+const CODES: [(u32, &str, &str); 7] = [
+    (
+        1,
+        "ncclUnhandledCudaError",
+        "unhandled cuda error (run with NCCL_DEBUG=INFO for details)",
+    ),
+    (
+        2,
+        "ncclSystemError",
+        "unhandled system error (run with NCCL_DEBUG=INFO for details)",
+    ),
+    (
+        3,
+        "ncclInternalError",
+        "internal error - please report this issue to the NCCL developers",
+    ),
+    (
+        4,
+        "ncclInvalidArgument",
+        "invalid argument (run with NCCL_DEBUG=WARN for details)",
+    ),
+    (
+        5,
+        "ncclInvalidUsage",
+        "invalid usage (run with NCCL_DEBUG=WARN for details)",
+    ),
+    (
+        6,
+        "ncclRemoteError",
+        "remote process exited or there was a network error",
+    ),
+    (7, "ncclInProgress", "NCCL operation in progress"),
+];
+
+/// An error as the twin's NCCL reports it.
+pub fn twin_error(call: &'static str, code: u32, last: &str) -> NcclError {
+    let (name, text) = CODES
+        .iter()
+        .find(|c| c.0 == code)
+        .map_or(("unknown", "unknown result code"), |c| (c.1, c.2));
+    NcclError {
+        call,
+        code,
+        name,
+        text: text.into(),
+        last: (!last.is_empty()).then(|| last.to_owned()),
+    }
+}
+
+/// One collective as deposited: its shape, and each rank's input.
+struct Slot {
+    shape: (std::mem::Discriminant<NcclOp>, usize, DType),
+    inputs: Vec<Option<Vec<u8>>>,
+    mismatched: bool,
+    taken: usize,
+}
+
+#[derive(Default)]
+struct GroupState {
+    joined: Vec<Option<i32>>,
+    slots: HashMap<u64, Slot>,
+}
+
+struct Group {
+    world: usize,
+    state: Mutex<GroupState>,
+    cv: Condvar,
+}
+
+#[derive(Default)]
+struct Faults {
+    fail_init: Vec<usize>,
+    async_error_after: HashMap<usize, usize>,
+}
+
+/// The in-memory twin of NCCL for the ranks of one process. Clones share the groups.
+#[derive(Clone)]
+pub struct MemNccl {
+    gpu: MemGpu,
+    groups: Arc<Mutex<HashMap<[u8; 128], Arc<Group>>>>,
+    faults: Arc<Mutex<Faults>>,
+}
+
+impl MemNccl {
+    /// NCCL over the twin GPUs `gpu`.
+    pub fn new(gpu: &MemGpu) -> MemNccl {
+        MemNccl {
+            gpu: gpu.clone(),
+            groups: Arc::default(),
+            faults: Arc::default(),
+        }
+    }
+
+    /// Rank `rank`'s communicator set-up will fail (`ncclUnhandledCudaError`, as with no
+    /// driver).
+    pub fn fail_init(&self, rank: usize) {
+        lock(&self.faults).fail_init.push(rank);
+    }
+
+    /// Rank `rank`'s first `n` collectives run; the next one never completes and the
+    /// communicator reports an async error (`ncclRemoteError`) from then on.
+    pub fn async_error_after(&self, rank: usize, n: usize) {
+        lock(&self.faults).async_error_after.insert(rank, n);
+    }
+}
+
+impl NcclApi for MemNccl {
+    fn describe(&self) -> String {
+        "in-memory NCCL twin".into()
+    }
+
+    fn unique_id(&self) -> Result<UniqueId, NcclError> {
+        let mut id = [0u8; 128];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut id)
+            .map_err(|_| twin_error("ncclGetUniqueId", 2, "no randomness"))?;
+        Ok(UniqueId(id))
+    }
+
+    fn init(
+        &self,
+        id: &UniqueId,
+        world: usize,
+        rank: usize,
+        device: i32,
+    ) -> Result<Box<dyn NcclComm>, NcclError> {
+        let call = "ncclCommInitRankConfig";
+        if lock(&self.faults).fail_init.contains(&rank) {
+            return Err(twin_error(
+                call,
+                1,
+                "Cuda failure 'CUDA driver version is insufficient for CUDA runtime version'",
+            ));
+        }
+        if rank >= world {
+            return Err(twin_error(call, 4, &format!("rank {rank} of {world}")));
+        }
+        let group = lock(&self.groups)
+            .entry(id.0)
+            .or_insert_with(|| {
+                Arc::new(Group {
+                    world,
+                    state: Mutex::new(GroupState {
+                        joined: vec![None; world],
+                        slots: HashMap::new(),
+                    }),
+                    cv: Condvar::new(),
+                })
+            })
+            .clone();
+        {
+            let mut st = lock(&group.state);
+            if group.world != world {
+                return Err(twin_error(
+                    call,
+                    5,
+                    &format!("world {world} but the id's group has {}", group.world),
+                ));
+            }
+            if let Some(other) = st.joined.iter().position(|d| *d == Some(device)) {
+                return Err(twin_error(
+                    call,
+                    5,
+                    &format!(
+                        "Duplicate GPU detected : rank {rank} and rank {other} both on CUDA device {device}"
+                    ),
+                ));
+            }
+            st.joined[rank] = Some(device);
+        }
+        group.cv.notify_all();
+        let error_after = lock(&self.faults).async_error_after.get(&rank).copied();
+        Ok(Box::new(MemComm {
+            gpu: self.gpu.clone(),
+            group,
+            rank,
+            device,
+            seq: 0,
+            aborted: Arc::new(AtomicBool::new(false)),
+            error_after,
+        }))
+    }
+}
+
+struct MemComm {
+    gpu: MemGpu,
+    group: Arc<Group>,
+    rank: usize,
+    device: i32,
+    seq: u64,
+    aborted: Arc<AtomicBool>,
+    error_after: Option<usize>,
+}
+
+fn parts(op: &NcclOp) -> (DevPtr, DevPtr, usize) {
+    match *op {
+        NcclOp::AllReduce {
+            send, recv, count, ..
+        }
+        | NcclOp::Broadcast {
+            send, recv, count, ..
+        }
+        | NcclOp::Reduce {
+            send, recv, count, ..
+        }
+        | NcclOp::AllGather { send, recv, count }
+        | NcclOp::ReduceScatter {
+            send, recv, count, ..
+        } => (send, recv, count),
+    }
+}
+
+/// Rank `rank`'s output of `op` from every rank's input, or `None` when it writes nothing.
+fn output(op: &NcclOp, dtype: DType, rank: usize, inputs: &[Vec<u8>]) -> Option<Vec<u8>> {
+    let world = inputs.len();
+    let reduce = |op: crate::op::ReduceOp| {
+        let mut acc = inputs[0].clone();
+        for x in &inputs[1..] {
+            reduce_bytes(dtype, op.combine(), &mut acc, x);
+        }
+        if op == crate::op::ReduceOp::Avg {
+            divide_bytes(dtype, &mut acc, world);
+        }
+        acc
+    };
+    match *op {
+        NcclOp::AllReduce { op, .. } => Some(reduce(op)),
+        NcclOp::Broadcast { root, .. } => Some(inputs[root].clone()),
+        NcclOp::Reduce { op, root, .. } => (rank == root).then(|| reduce(op)),
+        NcclOp::AllGather { .. } => Some(inputs.concat()),
+        NcclOp::ReduceScatter { op, count, .. } => {
+            let b = count * dtype.size();
+            Some(reduce(op)[rank * b..(rank + 1) * b].to_vec())
+        }
+    }
+}
+
+impl NcclComm for MemComm {
+    fn state(&mut self) -> Result<InitState, NcclError> {
+        if self.aborted.load(Ordering::Acquire) {
+            return Err(twin_error(
+                "ncclCommGetAsyncError",
+                5,
+                "communicator was aborted",
+            ));
+        }
+        if let Some(n) = self.error_after
+            && self.seq > n as u64
+        {
+            return Err(twin_error(
+                "ncclCommGetAsyncError",
+                6,
+                "NET/Socket : peer closed the connection (injected)",
+            ));
+        }
+        let st = lock(&self.group.state);
+        Ok(if st.joined.iter().all(Option::is_some) {
+            InitState::Ready
+        } else {
+            InitState::InProgress
+        })
+    }
+
+    fn enqueue(
+        &mut self,
+        op: &NcclOp,
+        dtype: DType,
+        stream: StreamHandle,
+    ) -> Result<(), NcclError> {
+        let call = "ncclGroupEnd";
+        if self.state()? != InitState::Ready {
+            return Err(twin_error(call, 5, "communicator is not initialized yet"));
+        }
+        let (send, recv, count) = parts(op);
+        let world = self.group.world;
+        let in_len = match op {
+            NcclOp::ReduceScatter { .. } => world * count,
+            _ => count,
+        } * dtype.size();
+        let seq = self.seq;
+        self.seq += 1;
+        let stuck = self.error_after.is_some_and(|n| seq >= n as u64);
+        let (gpu, group, rank, device, aborted) = (
+            self.gpu.clone(),
+            self.group.clone(),
+            self.rank,
+            self.device,
+            self.aborted.clone(),
+        );
+        let op = *op;
+        let shape = (std::mem::discriminant(&op), count, dtype);
+        let task = move || {
+            if stuck {
+                // The injected error: this rank's kernel never contributes.
+                while !aborted.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                return;
+            }
+            let input = match gpu.read(send, in_len, Some(device)) {
+                Ok(b) => b,
+                Err(e) => panic!("twin NCCL kernel fault on rank {rank}: {e}"),
+            };
+            let mut st = lock(&group.state);
+            let slot = st.slots.entry(seq).or_insert_with(|| Slot {
+                shape,
+                inputs: vec![None; world],
+                mismatched: false,
+                taken: 0,
+            });
+            if slot.shape != shape {
+                slot.mismatched = true;
+            }
+            slot.inputs[rank] = Some(input);
+            group.cv.notify_all();
+            loop {
+                if aborted.load(Ordering::Acquire) {
+                    return;
+                }
+                let slot = st
+                    .slots
+                    .get(&seq)
+                    .expect("held until every rank took its output");
+                if !slot.mismatched && slot.inputs.iter().all(Option::is_some) {
+                    break;
+                }
+                st = group
+                    .cv
+                    .wait_timeout(st, Duration::from_millis(20))
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+            let slot = st.slots.get_mut(&seq).expect("present");
+            let inputs: Vec<Vec<u8>> = slot
+                .inputs
+                .iter()
+                .map(|i| i.clone().expect("all in"))
+                .collect();
+            slot.taken += 1;
+            if slot.taken == world {
+                st.slots.remove(&seq);
+            }
+            drop(st);
+            if let Some(out) = output(&op, dtype, rank, &inputs) {
+                gpu.write(recv, &out)
+                    .expect("twin NCCL output within the buffer");
+            }
+        };
+        self.gpu
+            .queue(self.device, stream, Box::new(task))
+            .map_err(|e| twin_error(call, 1, &e.to_string()))
+    }
+
+    fn abort(&mut self) {
+        self.aborted.store(true, Ordering::Release);
+        self.group.cv.notify_all();
+    }
+}

@@ -1,0 +1,629 @@
+//! The engine's device path, driven by the in-memory twins of CUDA and NCCL (`dtcomm::device::
+//! twin`) with every rank a thread of this process: the ranks agree on NCCL or host staging,
+//! calls run on the path agreed (results checked against values computed here), the caller's
+//! stream orders the call, and failures (an NCCL set-up or async error on one rank, a rank that
+//! never calls, a mismatched call under `DTCOMM_NCCL_CHECK`) fail every rank fast with an
+//! error naming the rank, the call and its sequence number.
+
+use std::time::{Duration, Instant};
+
+use dtcomm::device::twin::{self, MemGpu, MemNccl};
+use dtcomm::device::{CudaMode, DevPtr, DeviceApi, StreamHandle};
+use dtcomm::{
+    Call, Collective, CommError, Communicator, DType, ErrorCode, Options, RawBuf, ReduceOp,
+};
+
+/// Runs `body` on every rank of an in-memory group of `world` whose ranks use `rt(rank)`.
+fn group<R: Send>(
+    world: usize,
+    opts: Options,
+    rt: impl Fn(usize) -> dtcomm::device::DeviceRuntime,
+    body: impl Fn(usize, &Communicator) -> R + Sync,
+) -> Vec<R> {
+    let comms = Communicator::in_memory(world, opts).unwrap();
+    for (r, c) in comms.iter().enumerate() {
+        assert!(c.set_device_runtime(rt(r)));
+    }
+    std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .iter()
+            .enumerate()
+            .map(|(r, c)| {
+                let body = &body;
+                s.spawn(move || body(r, c))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+fn dev(p: DevPtr, n: usize, dtype: DType, device: i32, stream: StreamHandle) -> RawBuf {
+    RawBuf::device(p.0 as *mut u8, n, dtype, device, stream.0)
+}
+
+fn quick() -> Options {
+    Options {
+        timeout: Some(Duration::from_secs(20)),
+        ..Options::default()
+    }
+}
+
+/// Every NCCL collective at world 1..=9, each rank on its own GPU: NCCL runs them (no host
+/// copies at all) and the results are the reductions computed here.
+#[test]
+fn nccl_path_runs_every_collective_nccl_has_for_worlds_1_to_9() {
+    for world in 1..=9usize {
+        let gpu = MemGpu::new(world);
+        let nccl = MemNccl::new(&gpu);
+        let n = 5usize;
+        group(
+            world,
+            quick(),
+            |_| twin::runtime(&gpu, Some(&nccl)),
+            |rank, c| {
+                let d = rank as i32;
+                let s = gpu.new_stream(d).unwrap();
+                let mine: Vec<f32> = (0..n).map(|i| (rank * 10 + i) as f32).collect();
+                // all_reduce in place, Sum and Avg
+                let p = gpu.upload(d, &mine);
+                let call = Call::new(Collective::AllReduce { op: ReduceOp::Sum }).recv(dev(
+                    p,
+                    n,
+                    DType::F32,
+                    d,
+                    s,
+                ));
+                unsafe { c.run(&call) }.unwrap();
+                gpu.sync(d, s).unwrap();
+                let want: Vec<f32> = (0..n)
+                    .map(|i| (0..world).map(|r| (r * 10 + i) as f32).sum())
+                    .collect();
+                assert_eq!(
+                    gpu.download::<f32>(p, n),
+                    want,
+                    "world {world} rank {rank} sum"
+                );
+                // all_reduce out of place, i64 Max
+                let xs: Vec<i64> = (0..n as i64).map(|i| i * (rank as i64 + 1) - 7).collect();
+                let (a, b) = (gpu.upload(d, &xs), gpu.alloc(d, n * 8));
+                let call = Call::new(Collective::AllReduce { op: ReduceOp::Max })
+                    .send(dev(a, n, DType::I64, d, s))
+                    .recv(dev(b, n, DType::I64, d, s));
+                unsafe { c.run(&call) }.unwrap();
+                gpu.sync(d, s).unwrap();
+                let want: Vec<i64> = (0..n as i64).map(|i| i * world as i64 - 7).collect();
+                assert_eq!(gpu.download::<i64>(b, n), want, "world {world} max");
+                // broadcast from the last rank
+                let root = world - 1;
+                let p = gpu.upload(d, &mine);
+                let call =
+                    Call::new(Collective::Broadcast { root }).recv(dev(p, n, DType::F32, d, s));
+                unsafe { c.run(&call) }.unwrap();
+                gpu.sync(d, s).unwrap();
+                let want: Vec<f32> = (0..n).map(|i| (root * 10 + i) as f32).collect();
+                assert_eq!(gpu.download::<f32>(p, n), want, "broadcast");
+                // reduce (Avg) to rank 0, out of place: the others' outputs untouched
+                let (a, b) = (gpu.upload(d, &mine), gpu.upload(d, &vec![-1.0f32; n]));
+                let call = Call::new(Collective::Reduce {
+                    op: ReduceOp::Avg,
+                    root: 0,
+                })
+                .send(dev(a, n, DType::F32, d, s))
+                .recv(dev(b, n, DType::F32, d, s));
+                unsafe { c.run(&call) }.unwrap();
+                gpu.sync(d, s).unwrap();
+                let avg: Vec<f32> = (0..n)
+                    .map(|i| (0..world).map(|r| (r * 10 + i) as f32).sum::<f32>() / world as f32)
+                    .collect();
+                let got = gpu.download::<f32>(b, n);
+                if rank == 0 {
+                    assert_eq!(got, avg, "reduce avg");
+                } else {
+                    assert_eq!(got, vec![-1.0; n], "a non-root's recv is left alone");
+                }
+                // all_gather and reduce_scatter
+                let (a, g) = (gpu.upload(d, &mine), gpu.alloc(d, n * world * 4));
+                let call = Call::new(Collective::AllGather { counts: None })
+                    .send(dev(a, n, DType::F32, d, s))
+                    .recv(dev(g, n * world, DType::F32, d, s));
+                unsafe { c.run(&call) }.unwrap();
+                gpu.sync(d, s).unwrap();
+                let all: Vec<f32> = (0..world)
+                    .flat_map(|r| (0..n).map(move |i| (r * 10 + i) as f32))
+                    .collect();
+                assert_eq!(gpu.download::<f32>(g, n * world), all, "all_gather");
+                let full: Vec<i32> = (0..(n * world) as i32).map(|i| i + rank as i32).collect();
+                let (a, o) = (gpu.upload(d, &full), gpu.alloc(d, n * 4));
+                let call = Call::new(Collective::ReduceScatter { op: ReduceOp::Sum })
+                    .send(dev(a, n * world, DType::I32, d, s))
+                    .recv(dev(o, n, DType::I32, d, s));
+                unsafe { c.run(&call) }.unwrap();
+                gpu.sync(d, s).unwrap();
+                let tri = (0..world as i32).sum::<i32>();
+                let want: Vec<i32> = (0..n as i32)
+                    .map(|i| (rank * n) as i32 * world as i32 + i * world as i32 + tri)
+                    .collect();
+                assert_eq!(gpu.download::<i32>(o, n), want, "reduce_scatter");
+            },
+        );
+        assert_eq!(
+            gpu.copies(),
+            0,
+            "world {world}: NCCL's path copies nothing through the host"
+        );
+    }
+}
+
+/// A rank without NCCL: every rank agrees on host staging, and the results are the same.
+/// Collectives NCCL lacks (all-gather with counts per rank, all-to-all, gather, send/recv) are
+/// staged on the NCCL path too.
+#[test]
+fn staging_when_a_rank_lacks_nccl_and_for_what_nccl_lacks() {
+    for world in [1usize, 2, 3, 5, 9] {
+        for without in [None, Some(world - 1)] {
+            let gpu = MemGpu::new(world);
+            let nccl = MemNccl::new(&gpu);
+            let rt = |r| {
+                twin::runtime(
+                    &gpu,
+                    if Some(r) == without {
+                        None
+                    } else {
+                        Some(&nccl)
+                    },
+                )
+            };
+            group(world, quick(), rt, |rank, c| {
+                let d = rank as i32;
+                let s = StreamHandle(0);
+                let mine = vec![rank as f64 + 0.5; 3];
+                let p = gpu.upload(d, &mine);
+                let call = Call::new(Collective::AllReduce { op: ReduceOp::Sum }).recv(dev(
+                    p,
+                    3,
+                    DType::F64,
+                    d,
+                    s,
+                ));
+                unsafe { c.run(&call) }.unwrap();
+                let sum: f64 = (0..world).map(|r| r as f64 + 0.5).sum();
+                assert_eq!(gpu.download::<f64>(p, 3), vec![sum; 3]);
+                // all_gather_v: rank r gives r + 1 elements
+                let counts: Vec<usize> = (1..=world).collect();
+                let total: usize = counts.iter().sum();
+                let a = gpu.upload(d, &vec![rank as i32; rank + 1]);
+                let g = gpu.alloc(d, total * 4);
+                let call = Call::new(Collective::AllGather {
+                    counts: Some(counts),
+                })
+                .send(dev(a, rank + 1, DType::I32, d, s))
+                .recv(dev(g, total, DType::I32, d, s));
+                unsafe { c.run(&call) }.unwrap();
+                let want: Vec<i32> = (0..world).flat_map(|r| vec![r as i32; r + 1]).collect();
+                assert_eq!(gpu.download::<i32>(g, total), want, "all_gather_v");
+                // all_to_all: block p of rank r holds 100 r + p
+                let send: Vec<i32> = (0..world as i32).map(|p| 100 * rank as i32 + p).collect();
+                let (a, b) = (gpu.upload(d, &send), gpu.alloc(d, world * 4));
+                let call = Call::new(Collective::AllToAll {
+                    send_counts: None,
+                    recv_counts: None,
+                })
+                .send(dev(a, world, DType::I32, d, s))
+                .recv(dev(b, world, DType::I32, d, s));
+                unsafe { c.run(&call) }.unwrap();
+                let want: Vec<i32> = (0..world as i32).map(|p| 100 * p + rank as i32).collect();
+                assert_eq!(gpu.download::<i32>(b, world), want, "all_to_all");
+                // gather to rank 0: the others pass no recv
+                let a = gpu.upload(d, &[rank as u8 + 1]);
+                let mut call =
+                    Call::new(Collective::Gather { root: 0 }).send(dev(a, 1, DType::U8, d, s));
+                let g = gpu.alloc(d, world);
+                if rank == 0 {
+                    call = call.recv(dev(g, world, DType::U8, d, s));
+                }
+                unsafe { c.run(&call) }.unwrap();
+                if rank == 0 {
+                    assert_eq!(
+                        gpu.download::<u8>(g, world),
+                        (1..=world as u8).collect::<Vec<_>>()
+                    );
+                }
+            });
+            assert!(gpu.copies() > 0, "staging copies through the host");
+        }
+    }
+}
+
+/// Two ranks on one GPU: NCCL would refuse ("duplicate GPU"), so `auto` stages; `nccl` fails
+/// on every rank saying why, and host calls still work after.
+#[test]
+fn a_shared_gpu_stages_under_auto_and_fails_every_rank_under_nccl() {
+    let gpu = MemGpu::new(1);
+    let nccl = MemNccl::new(&gpu);
+    group(
+        3,
+        quick(),
+        |_| twin::runtime(&gpu, Some(&nccl)),
+        |rank, c| {
+            let s = gpu.new_stream(0).unwrap();
+            let p = gpu.upload(0, &[rank as f32]);
+            unsafe {
+                c.run(
+                    &Call::new(Collective::AllReduce { op: ReduceOp::Sum }).recv(dev(
+                        p,
+                        1,
+                        DType::F32,
+                        0,
+                        s,
+                    )),
+                )
+            }
+            .unwrap();
+            assert_eq!(gpu.download::<f32>(p, 1), vec![3.0]);
+        },
+    );
+    let opts = Options {
+        cuda: Some(CudaMode::Nccl),
+        ..quick()
+    };
+    let errs = group(
+        2,
+        opts,
+        |_| twin::runtime(&gpu, Some(&nccl)),
+        |rank, c| {
+            let p = gpu.upload(0, &[rank as f32]);
+            let call = Call::new(Collective::AllReduce { op: ReduceOp::Sum }).recv(dev(
+                p,
+                1,
+                DType::F32,
+                0,
+                StreamHandle(0),
+            ));
+            let e = unsafe { c.run(&call) }.unwrap_err();
+            let again = unsafe { c.run(&call) }.unwrap_err().to_string();
+            let mut v = [1.0f32];
+            c.all_reduce(&mut v, ReduceOp::Sum).unwrap();
+            assert_eq!(v, [2.0], "host calls still work");
+            (e, again)
+        },
+    );
+    for (rank, (e, again)) in errs.iter().enumerate() {
+        assert_eq!(e.code(), ErrorCode::Device, "{e}");
+        let m = e.to_string();
+        assert!(
+            m.starts_with(&format!("rank {rank}: all_reduce(seq 1")),
+            "{m}"
+        );
+        assert!(
+            m.contains(
+                "DTCOMM_CUDA=nccl but ranks 0 and 1 (device 0) share a GPU, which NCCL refuses"
+            ),
+            "{m}"
+        );
+        assert!(
+            again.contains("share a GPU"),
+            "the same answer later: {again}"
+        );
+    }
+}
+
+/// The caller's stream orders the call: a copy queued behind a long kernel on that stream is
+/// what the all-reduce reduces, on both paths.
+#[test]
+fn the_call_waits_for_work_queued_before_it_on_the_callers_stream() {
+    for mode in [CudaMode::Nccl, CudaMode::Stage] {
+        let gpu = MemGpu::new(4);
+        let nccl = MemNccl::new(&gpu);
+        let opts = Options {
+            cuda: Some(mode),
+            ..quick()
+        };
+        group(
+            4,
+            opts,
+            |_| twin::runtime(&gpu, Some(&nccl)),
+            |rank, c| {
+                let d = rank as i32;
+                let s = gpu.new_stream(d).unwrap();
+                let p = gpu.alloc(d, 16);
+                gpu.busy(d, s, Duration::from_millis(150));
+                gpu.write_async(d, s, p, &[rank as i32 + 1; 4]);
+                let call = Call::new(Collective::AllReduce { op: ReduceOp::Sum }).recv(dev(
+                    p,
+                    4,
+                    DType::I32,
+                    d,
+                    s,
+                ));
+                let w = unsafe { c.submit(call) };
+                w.wait().unwrap();
+                gpu.sync(d, s).unwrap();
+                assert_eq!(gpu.download::<i32>(p, 4), vec![10; 4], "{mode}");
+            },
+        );
+    }
+}
+
+fn assert_fast(started: Instant, what: &str) {
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{what} took {:?}: not fast",
+        started.elapsed()
+    );
+}
+
+/// NCCL's set-up failing on one rank: that rank names NCCL's code and text, every other rank
+/// fails at once naming it (not at the deadline).
+#[test]
+fn an_nccl_setup_failure_on_one_rank_fails_every_rank_fast() {
+    for world in [2usize, 4, 9] {
+        let gpu = MemGpu::new(world);
+        let nccl = MemNccl::new(&gpu);
+        let bad = world / 2;
+        nccl.fail_init(bad);
+        let opts = Options {
+            timeout: Some(Duration::from_secs(60)),
+            ..Options::default()
+        };
+        let started = Instant::now();
+        let errs = group(
+            world,
+            opts,
+            |_| twin::runtime(&gpu, Some(&nccl)),
+            |rank, c| {
+                let d = rank as i32;
+                let p = gpu.upload(d, &[1.0f32; 8]);
+                let call = Call::new(Collective::AllReduce { op: ReduceOp::Sum }).recv(dev(
+                    p,
+                    8,
+                    DType::F32,
+                    d,
+                    StreamHandle(0),
+                ));
+                unsafe { c.run(&call) }.unwrap_err()
+            },
+        );
+        assert_fast(started, "the set-up failure");
+        for (rank, e) in errs.iter().enumerate() {
+            let m = e.to_string();
+            if rank == bad {
+                assert_eq!(e.code(), ErrorCode::Device, "{m}");
+                assert!(m.contains(&format!("rank {bad}: all_reduce(seq")), "{m}");
+                assert!(
+                    m.contains("ncclUnhandledCudaError (1)")
+                        && m.contains("CUDA driver version is insufficient"),
+                    "{m}"
+                );
+            } else {
+                assert!(
+                    matches!(e, CommError::Aborted { origin, .. } if *origin == bad),
+                    "rank {rank}: {m}"
+                );
+                assert!(
+                    m.contains("ncclUnhandledCudaError"),
+                    "the cause travels: {m}"
+                );
+            }
+        }
+    }
+}
+
+/// An async error in NCCL on one rank mid-training (its collective never completes): that rank
+/// aborts its NCCL communicator and names NCCL's error; the others abort theirs and fail naming
+/// it, with the call's sequence number, long before the deadline.
+#[test]
+fn an_async_nccl_error_aborts_every_rank_naming_the_rank_and_call() {
+    for world in [2usize, 3, 8] {
+        let gpu = MemGpu::new(world);
+        let nccl = MemNccl::new(&gpu);
+        nccl.async_error_after(1, 2);
+        let opts = Options {
+            timeout: Some(Duration::from_secs(60)),
+            ..Options::default()
+        };
+        let started = Instant::now();
+        let errs = group(
+            world,
+            opts,
+            |_| twin::runtime(&gpu, Some(&nccl)),
+            |rank, c| {
+                let d = rank as i32;
+                let p = gpu.upload(d, &[1i32; 4]);
+                let call = Call::new(Collective::AllReduce { op: ReduceOp::Sum }).recv(dev(
+                    p,
+                    4,
+                    DType::I32,
+                    d,
+                    StreamHandle(0),
+                ));
+                for i in 0..2 {
+                    unsafe { c.run(&call) }
+                        .unwrap_or_else(|e| panic!("call {i} on rank {rank}: {e}"));
+                }
+                let e = unsafe { c.run(&call) }.unwrap_err();
+                let later = unsafe { c.run(&call) }.unwrap_err();
+                assert_eq!(later.code(), ErrorCode::Failed, "later calls fail at once");
+                e
+            },
+        );
+        assert_fast(started, "the async error");
+        for (rank, e) in errs.iter().enumerate() {
+            let m = e.to_string();
+            if rank == 1 {
+                assert!(
+                    m.contains("ncclRemoteError (6)") && m.contains("peer closed the connection"),
+                    "{m}"
+                );
+            } else {
+                assert!(
+                    matches!(e, CommError::Aborted { origin: 1, .. }),
+                    "rank {rank}: {m}"
+                );
+            }
+            // seq: 0 agreement, 1 unique id, 2 and 3 the calls that worked, 4 this one.
+            assert!(
+                m.contains("all_reduce(seq 4, int32 x 4, sum)"),
+                "rank {rank}: {m}"
+            );
+        }
+    }
+}
+
+/// A rank that never makes the call: NCCL would wait forever; dtcomm's deadline aborts the
+/// NCCL communicator and names the rank that did not enter the call.
+#[test]
+fn a_rank_that_never_calls_is_named_at_the_deadline() {
+    let world = 4;
+    let gpu = MemGpu::new(world);
+    let nccl = MemNccl::new(&gpu);
+    let opts = Options {
+        timeout: Some(Duration::from_secs(2)),
+        ..Options::default()
+    };
+    let errs = group(
+        world,
+        opts,
+        |_| twin::runtime(&gpu, Some(&nccl)),
+        |rank, c| {
+            let d = rank as i32;
+            let p = gpu.upload(d, &[1i32; 4]);
+            let call = Call::new(Collective::AllReduce { op: ReduceOp::Sum }).recv(dev(
+                p,
+                4,
+                DType::I32,
+                d,
+                StreamHandle(0),
+            ));
+            unsafe { c.run(&call) }.unwrap();
+            if rank == 2 {
+                std::thread::sleep(Duration::from_secs(4));
+                return None;
+            }
+            Some(unsafe { c.run(&call) }.unwrap_err())
+        },
+    );
+    for (rank, e) in errs.iter().enumerate() {
+        let Some(e) = e else { continue };
+        let m = e.to_string();
+        match e {
+            CommError::Timeout { suspects, .. } => {
+                assert_eq!(suspects, &vec![2], "rank {rank}: {m}");
+            }
+            // A rank may hear of another's timeout first.
+            CommError::Aborted { reason, .. } => assert!(
+                reason.contains("ranks [2] appear not to have entered"),
+                "{m}"
+            ),
+            e => panic!("rank {rank}: {e}"),
+        }
+    }
+}
+
+/// `DTCOMM_NCCL_CHECK=1`: ranks calling with different counts fail on every rank, naming the
+/// rank that differs and both calls, before NCCL runs anything (it would hang).
+#[test]
+fn the_nccl_check_turns_a_mismatch_into_an_error_on_every_rank() {
+    let world = 3;
+    let gpu = MemGpu::new(world);
+    let nccl = MemNccl::new(&gpu);
+    let opts = Options {
+        nccl_check: Some(true),
+        ..quick()
+    };
+    let errs = group(
+        world,
+        opts,
+        |_| twin::runtime(&gpu, Some(&nccl)),
+        |rank, c| {
+            let d = rank as i32;
+            let n = if rank == 2 { 6 } else { 4 };
+            let p = gpu.upload(d, &vec![1.0f32; n]);
+            let ok = Call::new(Collective::AllReduce { op: ReduceOp::Sum }).recv(dev(
+                p,
+                4,
+                DType::F32,
+                d,
+                StreamHandle(0),
+            ));
+            unsafe { c.run(&ok) }.unwrap();
+            let call = Call::new(Collective::AllReduce { op: ReduceOp::Sum }).recv(dev(
+                p,
+                n,
+                DType::F32,
+                d,
+                StreamHandle(0),
+            ));
+            unsafe { c.run(&call) }.unwrap_err()
+        },
+    );
+    for (rank, e) in errs.iter().enumerate() {
+        let CommError::Mismatch {
+            peer, ours, theirs, ..
+        } = e
+        else {
+            panic!("rank {rank}: {e}")
+        };
+        assert_eq!(*peer, if rank == 2 { 0 } else { 2 }, "{e}");
+        assert_eq!(
+            (ours.count, theirs.count),
+            if rank == 2 { (6, 4) } else { (4, 6) },
+            "{e}"
+        );
+        assert_eq!(ours.seq, theirs.seq);
+    }
+}
+
+/// Bad device calls are refused before anything is sent, and the communicator stays usable.
+#[test]
+fn device_buffers_are_refused_with_reasons_and_nothing_is_lost() {
+    // No runtime: the crate without the `cuda` feature has none.
+    let c = Communicator::in_memory(1, Options::default())
+        .unwrap()
+        .remove(0);
+    let call = Call::new(Collective::AllReduce { op: ReduceOp::Sum }).recv(RawBuf::device(
+        0x1000 as *mut u8,
+        4,
+        DType::F32,
+        0,
+        0,
+    ));
+    if !cfg!(feature = "cuda") {
+        let e = unsafe { c.run(&call) }.unwrap_err();
+        assert_eq!(e.code(), ErrorCode::InvalidArgument, "{e}");
+        assert!(e.to_string().contains("built without CUDA support"), "{e}");
+    }
+    // DTCOMM_CUDA=off
+    let c = Communicator::in_memory(
+        1,
+        Options {
+            cuda: Some(CudaMode::Off),
+            ..Options::default()
+        },
+    )
+    .unwrap()
+    .remove(0);
+    let gpu = MemGpu::new(1);
+    c.set_device_runtime(twin::runtime(&gpu, None));
+    let e = unsafe { c.run(&call) }.unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("device buffers are refused (explicit=off)"),
+        "{e}"
+    );
+    // Host and device buffers in one call.
+    let c = Communicator::in_memory(1, Options::default())
+        .unwrap()
+        .remove(0);
+    c.set_device_runtime(twin::runtime(&gpu, None));
+    let mut host = [0f32; 4];
+    let mixed = call.clone().send(RawBuf::of_mut(&mut host));
+    let e = unsafe { c.run(&mixed) }.unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("must all be on the host or all on one device"),
+        "{e}"
+    );
+    let mut v = [2.0f32];
+    c.all_reduce(&mut v, ReduceOp::Sum).unwrap();
+    assert_eq!(v, [2.0]);
+}
