@@ -33,11 +33,6 @@ typedef int32_t dtcomm_result_t;
 typedef uint64_t dtcomm_comm_t;
 
 /**
- * A negotiator handle (0 is never valid).
- */
-typedef uint64_t dtcomm_negotiator_t;
-
-/**
  * An element type: `DTCOMM_FLOAT32`, ...
  */
 typedef int32_t dtcomm_dtype_t;
@@ -48,14 +43,19 @@ typedef int32_t dtcomm_dtype_t;
 typedef int32_t dtcomm_op_t;
 
 /**
- * A named operation's handle (0 is never valid).
- */
-typedef uint64_t dtcomm_named_t;
-
-/**
  * A non-blocking call's handle (0 is never valid).
  */
 typedef uint64_t dtcomm_request_t;
+
+/**
+ * A negotiator handle (0 is never valid).
+ */
+typedef uint64_t dtcomm_negotiator_t;
+
+/**
+ * A named operation's handle (0 is never valid).
+ */
+typedef uint64_t dtcomm_named_t;
 
 /**
  * Success.
@@ -302,6 +302,73 @@ dtcomm_result_t dtcomm_comm_local_rank(dtcomm_comm_t comm, int *local_rank);
  * write.
  */
 dtcomm_result_t dtcomm_cuda_status(char *buf, size_t len, size_t *needed);
+
+/**
+ * [`dtcomm_all_reduce`](crate::ops::dtcomm_all_reduce) on device memory of `device`, ordered
+ * on `stream`; `req` NULL blocks until done on the device.
+ *
+ * # Safety
+ * Device buffers valid for `count` elements until the call is done on the device; `stream` a
+ * stream of `device` or NULL; `req` NULL or valid for a write.
+ */
+dtcomm_result_t dtcomm_cuda_all_reduce(dtcomm_comm_t comm, const void *send, void *recv, size_t count, dtcomm_dtype_t dtype, dtcomm_op_t op, int device, void *stream, dtcomm_request_t *req);
+
+/**
+ * [`dtcomm_broadcast`](crate::ops::dtcomm_broadcast) on device memory.
+ *
+ * # Safety
+ * As for [`dtcomm_cuda_all_reduce`].
+ */
+dtcomm_result_t dtcomm_cuda_broadcast(dtcomm_comm_t comm, const void *send, void *recv, size_t count, dtcomm_dtype_t dtype, int root, int device, void *stream, dtcomm_request_t *req);
+
+/**
+ * [`dtcomm_reduce`](crate::ops::dtcomm_reduce) on device memory.
+ *
+ * # Safety
+ * As for [`dtcomm_cuda_all_reduce`].
+ */
+dtcomm_result_t dtcomm_cuda_reduce(dtcomm_comm_t comm, const void *send, void *recv, size_t count, dtcomm_dtype_t dtype, dtcomm_op_t op, int root, int device, void *stream, dtcomm_request_t *req);
+
+/**
+ * [`dtcomm_all_gather`](crate::ops::dtcomm_all_gather) on device memory.
+ *
+ * # Safety
+ * As for [`dtcomm_cuda_all_reduce`] (`recv` holds `sendcount * size` elements).
+ */
+dtcomm_result_t dtcomm_cuda_all_gather(dtcomm_comm_t comm, const void *send, void *recv, size_t sendcount, dtcomm_dtype_t dtype, int device, void *stream, dtcomm_request_t *req);
+
+/**
+ * [`dtcomm_reduce_scatter`](crate::ops::dtcomm_reduce_scatter) on device memory.
+ *
+ * # Safety
+ * As for [`dtcomm_cuda_all_reduce`] (`send` holds `recvcount * size` elements).
+ */
+dtcomm_result_t dtcomm_cuda_reduce_scatter(dtcomm_comm_t comm, const void *send, void *recv, size_t recvcount, dtcomm_dtype_t dtype, dtcomm_op_t op, int device, void *stream, dtcomm_request_t *req);
+
+/**
+ * [`dtcomm_all_to_all`](crate::ops::dtcomm_all_to_all) on device memory (host staging: NCCL
+ * has no all-to-all collective).
+ *
+ * # Safety
+ * As for [`dtcomm_cuda_all_reduce`] (`count * size` elements each way).
+ */
+dtcomm_result_t dtcomm_cuda_all_to_all(dtcomm_comm_t comm, const void *send, void *recv, size_t count, dtcomm_dtype_t dtype, int device, void *stream, dtcomm_request_t *req);
+
+/**
+ * [`dtcomm_send`](crate::ops::dtcomm_send) from device memory (host staging).
+ *
+ * # Safety
+ * As for [`dtcomm_cuda_all_reduce`].
+ */
+dtcomm_result_t dtcomm_cuda_send(dtcomm_comm_t comm, const void *buf, size_t count, dtcomm_dtype_t dtype, int peer, int device, void *stream, dtcomm_request_t *req);
+
+/**
+ * [`dtcomm_recv`](crate::ops::dtcomm_recv) into device memory (host staging).
+ *
+ * # Safety
+ * As for [`dtcomm_cuda_all_reduce`].
+ */
+dtcomm_result_t dtcomm_cuda_recv(dtcomm_comm_t comm, void *buf, size_t count, dtcomm_dtype_t dtype, int peer, int device, void *stream, dtcomm_request_t *req);
 
 /**
  * Starts a negotiator over `comm`: a cycle every `cycle_ms` milliseconds (Horovod's

@@ -23,6 +23,7 @@
 
 mod comm;
 mod cuda;
+mod cuda_ops;
 mod handles;
 mod negotiate;
 mod ops;

@@ -71,7 +71,7 @@ fn counts(func: &str, what: &str, p: *const usize, world: usize) -> Result<Vec<u
 }
 
 /// Runs `call` now (`req` NULL) or submits it and writes its request handle.
-fn go(
+pub(crate) fn go(
     func: &str,
     comm: dtcomm_comm_t,
     req: Option<*mut dtcomm_request_t>,
@@ -99,7 +99,7 @@ fn go(
     })
 }
 
-fn all_reduce(
+pub(crate) fn all_reduce(
     f: &str,
     send: *const c_void,
     recv: *mut c_void,
@@ -153,7 +153,7 @@ pub unsafe extern "C" fn dtcomm_iall_reduce(
     })
 }
 
-fn broadcast(
+pub(crate) fn broadcast(
     f: &str,
     send: *const c_void,
     recv: *mut c_void,
@@ -208,7 +208,7 @@ pub unsafe extern "C" fn dtcomm_ibroadcast(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn reduce(
+pub(crate) fn reduce(
     f: &str,
     send: *const c_void,
     recv: *mut c_void,
@@ -272,7 +272,7 @@ pub unsafe extern "C" fn dtcomm_ireduce(
     })
 }
 
-fn all_gather(
+pub(crate) fn all_gather(
     f: &str,
     c: &Comm,
     send: *const c_void,
@@ -385,7 +385,7 @@ pub unsafe extern "C" fn dtcomm_iall_gather_v(
     })
 }
 
-fn reduce_scatter(
+pub(crate) fn reduce_scatter(
     f: &str,
     c: &Comm,
     send: *const c_void,
@@ -554,7 +554,7 @@ pub unsafe extern "C" fn dtcomm_iscatter(
     })
 }
 
-fn all_to_all(
+pub(crate) fn all_to_all(
     f: &str,
     c: &Comm,
     send: *const c_void,
@@ -701,7 +701,7 @@ pub unsafe extern "C" fn dtcomm_ibarrier(
     })
 }
 
-fn p2p(
+pub(crate) fn p2p(
     f: &str,
     send: bool,
     p: *const c_void,
