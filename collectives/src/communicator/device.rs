@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::nccl::Inflight;
 use super::{Inner, State};
 use crate::call::{Call, CallDesc, Collective, RawBuf};
 use crate::device::api::{DevPtr, DeviceError, DeviceRuntime, HostMemory, StreamHandle};
@@ -58,7 +59,8 @@ impl Inner {
             .map_err(Clone::clone)
     }
 
-    /// Runs a checked call whose buffers are on `device`, ordered on `stream`.
+    /// Runs a checked call whose buffers are on `device`, ordered on `stream`, to its end
+    /// while holding the state lock.
     ///
     /// # Safety
     /// As for `execute`: the buffers are valid device memory for their counts.
@@ -69,6 +71,26 @@ impl Inner {
         device: i32,
         stream: StreamHandle,
     ) -> Result<(), CommError> {
+        // SAFETY: the caller's contract.
+        match unsafe { self.enqueue_device(st, call, device, stream) }? {
+            None => Ok(()),
+            Some(mut f) => self.watch(st, &mut f),
+        }
+    }
+
+    /// Starts a checked device call: the path agreed first if it was not; a staged call runs
+    /// to its end here (`None`), an NCCL call is queued on the device and returned to be
+    /// watched (the caller's stream is ordered after it already).
+    ///
+    /// # Safety
+    /// As for [`execute_device`](Self::execute_device), until the call is over.
+    pub(super) unsafe fn enqueue_device(
+        &self,
+        st: &mut State,
+        call: &Call,
+        device: i32,
+        stream: StreamHandle,
+    ) -> Result<Option<Inflight>, CommError> {
         let rt = self
             .device_runtime()
             .map_err(|why| self.invalid(call.collective.name(), why))?;
@@ -84,12 +106,12 @@ impl Inner {
             detail,
         })?;
         match (path, plan::nccl_op(call)) {
+            (DevicePath::Nccl, Some(op)) => {
+                // SAFETY: the caller's contract.
+                unsafe { self.enqueue_nccl(st, rt, call, op, device, stream) }.map(Some)
+            }
             // SAFETY: the caller's contract.
-            (DevicePath::Nccl, Some(op)) => unsafe {
-                self.run_nccl(st, rt, call, op, device, stream)
-            },
-            // SAFETY: the caller's contract.
-            _ => unsafe { self.stage(st, rt, call, device, stream) },
+            _ => unsafe { self.stage(st, rt, call, device, stream) }.map(|()| None),
         }
     }
 

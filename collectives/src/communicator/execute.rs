@@ -198,41 +198,7 @@ impl Inner {
     /// `call` passed [`check`](Self::check); its buffers are valid as `Communicator::run`
     /// requires.
     pub(super) unsafe fn execute(&self, st: &mut State, call: &Call) -> Result<(), CommError> {
-        if st.failed.is_none()
-            && let Some(end) = st.engine.fence.ended()
-        {
-            // The round ended between calls: this one fails before sending anything.
-            let (send, recv) = (call.send.as_ref(), call.recv.as_ref());
-            let e = CommError::RoundEnded {
-                rank: self.rank,
-                call: CallDesc {
-                    op: call.collective.kind(),
-                    dtype: recv.or(send).map_or(DType::U8, |b| b.dtype()),
-                    redop: None,
-                    count: recv.or(send).map_or(0, |b| b.count() as u64),
-                    root: None,
-                    seq: st.seq,
-                },
-                elapsed: std::time::Duration::ZERO,
-                round: end.round,
-                lost: end.lost,
-                cause: end.cause,
-                removed: end.removed,
-            };
-            tracing::error!(rank = self.rank, "dtcomm: {e}");
-            st.failed = Some(e.clone());
-            return Err(e);
-        }
-        if let Some(e) = &st.failed {
-            return Err(match e {
-                CommError::Shutdown { detail, .. } => CommError::Shutdown {
-                    rank: self.rank,
-                    op: call.collective.name(),
-                    detail: detail.clone(),
-                },
-                e => CommError::Failed(Box::new(e.clone())),
-            });
-        }
+        self.refuse_if_over(st, call)?;
         if let Some((device, stream)) = crate::device::plan::device_of(call) {
             // SAFETY: as for this function.
             return unsafe { self.execute_device(st, call, device, stream) };
@@ -562,6 +528,47 @@ impl Inner {
                     source.set(peer);
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Fails a call before it starts when the round ended or the communicator failed or was
+    /// shut down.
+    pub(super) fn refuse_if_over(&self, st: &mut State, call: &Call) -> Result<(), CommError> {
+        if st.failed.is_none()
+            && let Some(end) = st.engine.fence.ended()
+        {
+            // The round ended between calls: this one fails before sending anything.
+            let (send, recv) = (call.send.as_ref(), call.recv.as_ref());
+            let e = CommError::RoundEnded {
+                rank: self.rank,
+                call: CallDesc {
+                    op: call.collective.kind(),
+                    dtype: recv.or(send).map_or(DType::U8, |b| b.dtype()),
+                    redop: None,
+                    count: recv.or(send).map_or(0, |b| b.count() as u64),
+                    root: None,
+                    seq: st.seq,
+                },
+                elapsed: std::time::Duration::ZERO,
+                round: end.round,
+                lost: end.lost,
+                cause: end.cause,
+                removed: end.removed,
+            };
+            tracing::error!(rank = self.rank, "dtcomm: {e}");
+            st.failed = Some(e.clone());
+            return Err(e);
+        }
+        if let Some(e) = &st.failed {
+            return Err(match e {
+                CommError::Shutdown { detail, .. } => CommError::Shutdown {
+                    rank: self.rank,
+                    op: call.collective.name(),
+                    detail: detail.clone(),
+                },
+                e => CommError::Failed(Box::new(e.clone())),
+            });
         }
         Ok(())
     }

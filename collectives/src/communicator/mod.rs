@@ -51,6 +51,9 @@ pub(crate) struct Inner {
     drained: Condvar,
     /// Calls submitted to the progress thread and not finished yet.
     pending: AtomicUsize,
+    /// Of those, device calls already queued on the device that are only being watched (a
+    /// device call may start while they run; a host call waits for them).
+    watching: AtomicUsize,
     describe: String,
     /// The fork generation this communicator was built in.
     fork_gen: u64,
@@ -194,6 +197,7 @@ impl Communicator {
                 state: Mutex::new(state),
                 drained: Condvar::new(),
                 pending: AtomicUsize::new(0),
+                watching: AtomicUsize::new(0),
                 describe,
                 fork_gen: crate::fork::generation(),
                 fence,
@@ -263,28 +267,14 @@ impl Communicator {
         let inner = &self.inner;
         inner.usable(call)?;
         inner.check(call)?;
-        let mut st = lock(&inner.state);
-        // Calls queued before this one go first.
-        let start = Instant::now();
-        while inner.pending.load(Ordering::Acquire) > 0 {
-            let ahead = inner.pending.load(Ordering::Acquire) as u32;
-            let limit = inner.config.timeout.value * (ahead + 1);
-            if start.elapsed() > limit {
-                // The calls before this one are stuck past their own deadlines: this rank can
-                // no longer keep the same call order as its peers, so the communicator fails.
-                let e = CommError::WaitTimeout {
-                    rank: inner.rank,
-                    op: call.collective.name(),
-                    waited: start.elapsed(),
-                };
-                st.failed.get_or_insert_with(|| e.clone());
-                return Err(e);
-            }
-            st = inner
-                .drained
-                .wait_timeout(st, Duration::from_millis(100))
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+        let device = crate::device::plan::device_of(call);
+        let mut st = inner.drained_for(call, device.is_some())?;
+        if let Some((device, stream)) = device {
+            inner.refuse_if_over(&mut st, call)?;
+            // SAFETY: the caller's contract.
+            let started = unsafe { inner.enqueue_device(&mut st, call, device, stream) }?;
+            drop(st);
+            return started.map_or(Ok(()), |f| inner.watch_unlocked(f));
         }
         // SAFETY: the caller's contract.
         unsafe { inner.execute(&mut st, call) }
@@ -313,6 +303,10 @@ impl Communicator {
         keep: Option<Box<dyn Any + Send>>,
         on_done: Option<OnDone>,
     ) -> Work {
+        if let Some((device, stream)) = crate::device::plan::device_of(&call) {
+            // SAFETY: the caller's contract.
+            return unsafe { self.submit_device(call, keep, on_done, device, stream) };
+        }
         let inner = self.inner.clone();
         let op = call.collective.name();
         let spin = inner.config.spin.value;
@@ -348,6 +342,83 @@ impl Communicator {
             };
             finish(&job_inner, r);
         });
+        self.to_progress(job);
+        work
+    }
+
+    /// A device call submitted: started on this thread (so the caller's stream is ordered after
+    /// it when this returns: torch's and NCCL's stream semantics), then, on NCCL, watched to
+    /// its end by the progress thread; a staged call runs to its end here.
+    ///
+    /// # Safety
+    /// As for [`submit`](Self::submit).
+    unsafe fn submit_device(
+        &self,
+        call: Call,
+        keep: Option<Box<dyn Any + Send>>,
+        on_done: Option<OnDone>,
+        device: i32,
+        stream: crate::device::StreamHandle,
+    ) -> Work {
+        let inner = self.inner.clone();
+        let op = call.collective.name();
+        let done = Completion::new(keep);
+        let timeout = inner.config.timeout.value;
+        let default_wait = 2 * timeout + call.deadline.unwrap_or(timeout);
+        let work = Work::new(
+            done.clone(),
+            inner.rank,
+            op,
+            inner.config.spin.value,
+            default_wait,
+        );
+        let started = inner
+            .usable(&call)
+            .and_then(|()| inner.check(&call))
+            .and_then(|()| inner.drained_for(&call, true))
+            .and_then(|mut st| {
+                inner.refuse_if_over(&mut st, &call)?;
+                // SAFETY: the caller's contract.
+                unsafe { inner.enqueue_device(&mut st, &call, device, stream) }
+            });
+        let report = move |r: Result<(), CommError>| {
+            let for_callback = on_done.as_ref().map(|_| r.clone());
+            done.set(r);
+            if let (Some(f), Some(r)) = (on_done, for_callback) {
+                f(&r);
+            }
+        };
+        let inflight = match started {
+            Ok(Some(f)) => f,
+            Ok(None) => {
+                report(Ok(()));
+                return work;
+            }
+            Err(e) => {
+                report(Err(e));
+                return work;
+            }
+        };
+        inner.pending.fetch_add(1, Ordering::AcqRel);
+        inner.watching.fetch_add(1, Ordering::AcqRel);
+        let job_inner = inner.clone();
+        let job: Job = Box::new(move || {
+            let r = job_inner.watch_unlocked(inflight);
+            job_inner.watching.fetch_sub(1, Ordering::AcqRel);
+            job_inner.pending.fetch_sub(1, Ordering::AcqRel);
+            drop(lock(&job_inner.state));
+            job_inner.drained.notify_all();
+            report(r);
+        });
+        self.to_progress(job);
+        work
+    }
+
+    /// Hands `job` to the progress thread (started on first use), or runs it here when there
+    /// is none.
+    fn to_progress(&self, job: Job) {
+        let inner = &self.inner;
+        let spin = inner.config.spin.value;
         let progress = self.progress.get_or_init(|| {
             let p = Progress::start(inner.rank, spin).unwrap_or_else(|e| {
                 tracing::error!(rank = inner.rank, "dtcomm: no progress thread: {e}");
@@ -359,7 +430,6 @@ impl Communicator {
             // No progress thread: run it here rather than lose it.
             job();
         }
-        work
     }
 
     /// Finishes the queued calls, says goodbye to the peers (so they know this is no crash)
@@ -397,6 +467,55 @@ impl Inner {
 
     fn forked(&self) -> bool {
         crate::fork::generation() != self.fork_gen
+    }
+
+    /// The state lock, once the calls queued before `call` are out of the way: all of them,
+    /// or for a device call only host calls (device calls that are only watched run on).
+    /// Fails the communicator when they stay stuck past their own deadlines: this rank could
+    /// no longer keep the same call order as its peers.
+    fn drained_for(&self, call: &Call, device: bool) -> Result<MutexGuard<'_, State>, CommError> {
+        let mut st = lock(&self.state);
+        let start = Instant::now();
+        let ahead = || {
+            let p = self.pending.load(Ordering::Acquire);
+            if device {
+                p.saturating_sub(self.watching.load(Ordering::Acquire))
+            } else {
+                p
+            }
+        };
+        while ahead() > 0 {
+            let limit = self.config.timeout.value * (ahead() as u32 + 1);
+            if start.elapsed() > limit {
+                let e = CommError::WaitTimeout {
+                    rank: self.rank,
+                    op: call.collective.name(),
+                    waited: start.elapsed(),
+                };
+                st.failed.get_or_insert_with(|| e.clone());
+                return Err(e);
+            }
+            st = self
+                .drained
+                .wait_timeout(st, Duration::from_millis(100))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        Ok(st)
+    }
+
+    /// Watches a device call to its end, taking the state lock only for each look.
+    fn watch_unlocked(&self, mut f: nccl::Inflight) -> Result<(), CommError> {
+        loop {
+            let r = {
+                let mut st = lock(&self.state);
+                self.poll(&mut st, &mut f)
+            };
+            if let Some(r) = r {
+                return r;
+            }
+            f.pause();
+        }
     }
 
     /// Refuses calls from a forked child.

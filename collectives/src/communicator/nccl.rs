@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::{Inner, State};
 use crate::call::{Call, CallDesc, Collective, RawBuf};
-use crate::device::api::{DeviceRuntime, InitState, NcclComm, NcclOp, StreamHandle};
+use crate::device::api::{DeviceEvent, DeviceRuntime, InitState, NcclComm, NcclOp, StreamHandle};
 use crate::device::plan::{self, CHECK_WORDS};
 use crate::engine::EngineError;
 use crate::error::CommError;
@@ -25,17 +25,53 @@ pub(crate) struct Session {
 }
 
 /// What the wait loop watches for.
-enum Watch<'a> {
+enum Watch {
     /// The set-up to finish.
     Init,
     /// This event to complete.
-    Done(&'a dyn crate::device::api::DeviceEvent),
+    Done(Box<dyn DeviceEvent>),
+}
+
+/// An NCCL call queued on the device and not known to be finished: what its watch polls.
+pub(crate) struct Inflight {
+    desc: CallDesc,
+    what: Watch,
+    deadline: Deadline,
+    others: Vec<usize>,
+    idle: u32,
+}
+
+impl Inflight {
+    fn new(inner: &Inner, desc: CallDesc, timeout: Duration, what: Watch) -> Inflight {
+        Inflight {
+            desc,
+            what,
+            deadline: Deadline::new(inner.rank, timeout),
+            others: (0..inner.world).filter(|&r| r != inner.rank).collect(),
+            idle: 0,
+        }
+    }
+
+    /// Sleeps a little between polls: spins first (short calls), then backs off to a
+    /// millisecond.
+    pub(super) fn pause(&mut self) {
+        self.idle += 1;
+        if self.idle < 64 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(u64::from(self.idle.min(1000))));
+        }
+    }
 }
 
 impl Inner {
+    /// Queues `call` on NCCL (making the communicator first if needed), ordered after the
+    /// caller's stream and the caller's stream after it; returns what [`poll`](Self::poll)
+    /// watches to its end.
+    ///
     /// # Safety
     /// As for `execute_device`.
-    pub(super) unsafe fn run_nccl(
+    pub(super) unsafe fn enqueue_nccl(
         &self,
         st: &mut State,
         rt: &DeviceRuntime,
@@ -43,7 +79,7 @@ impl Inner {
         op: NcclOp,
         device: i32,
         stream: StreamHandle,
-    ) -> Result<(), CommError> {
+    ) -> Result<Inflight, CommError> {
         let started = Instant::now();
         let name = call.collective.name();
         if st.device.nccl.is_none() {
@@ -110,7 +146,7 @@ impl Inner {
             return Err(self.device_failure(st, desc, started, e.to_string()));
         }
         let timeout = call.deadline.unwrap_or(self.config.timeout.value);
-        self.watch(st, &desc, timeout, Watch::Done(&*done))
+        Ok(Inflight::new(self, desc, timeout, Watch::Done(done)))
     }
 
     /// Makes the NCCL communicator: rank 0's unique id over the host links, then the
@@ -173,7 +209,8 @@ impl Inner {
                 ));
             }
         }
-        self.watch(st, &desc, self.config.timeout.value, Watch::Init)
+        let mut init = Inflight::new(self, desc, self.config.timeout.value, Watch::Init);
+        self.watch(st, &mut init)
             .inspect(|()| {
                 tracing::info!(
                     rank = self.rank,
@@ -186,86 +223,81 @@ impl Inner {
             .inspect_err(|_| st.device.nccl = None)
     }
 
-    /// Waits for `what`, watching NCCL's async error, the control plane and the deadline; on
-    /// any failure aborts the NCCL communicator and fails the communicator (telling the peers).
-    fn watch(
-        &self,
-        st: &mut State,
-        desc: &CallDesc,
-        timeout: Duration,
-        what: Watch<'_>,
-    ) -> Result<(), CommError> {
-        let mut deadline = Deadline::new(self.rank, timeout);
-        let others: Vec<usize> = (0..self.world).filter(|&r| r != self.rank).collect();
-        let mut idle = 0u32;
+    /// Watches `f` to its end holding the state lock (the set-up, and calls run by a thread
+    /// that holds it anyway).
+    pub(super) fn watch(&self, st: &mut State, f: &mut Inflight) -> Result<(), CommError> {
         loop {
-            let s = st
-                .device
-                .nccl
-                .as_mut()
-                .expect("watching an open communicator");
-            let state = s.comm.state();
-            let finished = match (&what, &state) {
-                (_, Err(_)) => false,
-                (Watch::Init, Ok(s)) => *s == InitState::Ready,
-                (Watch::Done(ev), Ok(_)) => match ev.done() {
-                    Ok(d) => d,
-                    Err(e) => {
-                        s.comm.abort();
-                        return Err(self.device_failure(
-                            st,
-                            *desc,
-                            Instant::now() - deadline.elapsed(),
-                            e.to_string(),
-                        ));
-                    }
-                },
-            };
-            if finished {
-                return Ok(());
+            if let Some(r) = self.poll(st, f) {
+                return r;
             }
-            if let Err(e) = state {
-                s.comm.abort();
-                let start = Instant::now() - deadline.elapsed();
-                return Err(self.device_failure(st, *desc, start, e.to_string()));
-            }
-            if let Err(link) = st.engine.transport.check() {
-                s.comm.abort();
-                let e = st.engine.fail(EngineError::Link(link), desc, &deadline);
-                tracing::error!(rank = self.rank, "dtcomm: {e}");
-                st.failed = Some(e.clone());
-                return Err(e);
-            }
-            match deadline.check(desc, &others) {
-                Phase::Half(_) => {
-                    st.engine
-                        .transport
-                        .report_stall(desc.op as u8, desc.seq, &others);
-                }
-                Phase::Expired(elapsed) => {
-                    s.comm.abort();
-                    let reports = st.engine.transport.stalls(desc.op as u8, desc.seq);
-                    let e = CommError::Timeout {
-                        rank: self.rank,
-                        call: *desc,
-                        elapsed,
-                        waiting_for: others.clone(),
-                        suspects: suspects(self.rank, &others, &reports),
-                    };
-                    tracing::error!(rank = self.rank, "dtcomm: {e} (NCCL communicator aborted)");
-                    st.engine.transport.abort(None, &e.to_string());
-                    st.failed = Some(e.clone());
-                    return Err(e);
-                }
-                Phase::Wait(_) => {}
-            }
-            // Spin a little (short calls), then back off to a millisecond.
-            idle += 1;
-            if idle < 64 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(u64::from(idle.min(1000))));
-            }
+            f.pause();
         }
+    }
+
+    /// One look at `f`: `Some` once it finished or failed. Watches NCCL's async error, the
+    /// control plane and the deadline; on any failure aborts the NCCL communicator and fails
+    /// the communicator (telling the peers).
+    pub(super) fn poll(&self, st: &mut State, f: &mut Inflight) -> Option<Result<(), CommError>> {
+        let desc = f.desc;
+        let start = Instant::now() - f.deadline.elapsed();
+        if let Some(e) = &st.failed {
+            // Failed meanwhile (by another call's watch): this call is over too.
+            if let Some(s) = st.device.nccl.as_mut() {
+                s.comm.abort();
+            }
+            return Some(Err(CommError::Failed(Box::new(e.clone()))));
+        }
+        let s = st
+            .device
+            .nccl
+            .as_mut()
+            .expect("watching an open communicator");
+        let state = s.comm.state();
+        let finished = match (&f.what, &state) {
+            (_, Err(_)) => Ok(false),
+            (Watch::Init, Ok(s)) => Ok(*s == InitState::Ready),
+            (Watch::Done(ev), Ok(_)) => ev.done().map_err(|e| e.to_string()),
+        };
+        let failed = match (finished, state) {
+            (Ok(true), _) => return Some(Ok(())),
+            (Err(e), _) => Some(e),
+            (_, Err(e)) => Some(e.to_string()),
+            (Ok(false), Ok(_)) => None,
+        };
+        if let Some(detail) = failed {
+            s.comm.abort();
+            return Some(Err(self.device_failure(st, desc, start, detail)));
+        }
+        if let Err(link) = st.engine.transport.check() {
+            s.comm.abort();
+            let e = st.engine.fail(EngineError::Link(link), &desc, &f.deadline);
+            tracing::error!(rank = self.rank, "dtcomm: {e}");
+            st.failed = Some(e.clone());
+            return Some(Err(e));
+        }
+        match f.deadline.check(&desc, &f.others) {
+            Phase::Half(_) => {
+                st.engine
+                    .transport
+                    .report_stall(desc.op as u8, desc.seq, &f.others);
+            }
+            Phase::Expired(elapsed) => {
+                s.comm.abort();
+                let reports = st.engine.transport.stalls(desc.op as u8, desc.seq);
+                let e = CommError::Timeout {
+                    rank: self.rank,
+                    call: desc,
+                    elapsed,
+                    waiting_for: f.others.clone(),
+                    suspects: suspects(self.rank, &f.others, &reports),
+                };
+                tracing::error!(rank = self.rank, "dtcomm: {e} (NCCL communicator aborted)");
+                st.engine.transport.abort(None, &e.to_string());
+                st.failed = Some(e.clone());
+                return Some(Err(e));
+            }
+            Phase::Wait(_) => {}
+        }
+        None
     }
 }
