@@ -25,13 +25,16 @@ fi
 #   chromium     the status page's browser test (driven by Playwright from PyPI; no download)
 #   etcd-server  real etcd 3.4: the reference the etcd v2 door is compared with, and the
 #                backend of the tests where several dt-rdzv share jobs (--backend etcd://)
-#   protobuf-compiler  protoc, which the etcd v3 client (dt-rdzv's `etcd` feature) builds with
+#   protobuf-compiler  protoc, which the etcd v3 client (dt-rdzv's `etcd` feature) builds with,
+#   libprotobuf-dev    and protobuf's well-known .proto files it imports (only Recommended by
+#                      protobuf-compiler, so --no-install-recommends leaves them out)
 #   openmpi-bin  a real `mpirun`: Horovod scripts and the C examples launched by it with no
 #                rendezvous endpoint (the benchmarks' Open MPI comes from scripts/setup_bench.sh)
 apt_want=()
 command -v chromium >/dev/null || apt_want+=(chromium)
 command -v etcd >/dev/null || apt_want+=(etcd-server)
 command -v protoc >/dev/null || apt_want+=(protobuf-compiler)
+[ -f /usr/include/google/protobuf/descriptor.proto ] || apt_want+=(libprotobuf-dev)
 command -v mpirun >/dev/null || apt_want+=(openmpi-bin)
 if [ ${#apt_want[@]} -gt 0 ] && command -v apt-get >/dev/null; then
   sudo=(); [ "$(id -u)" = 0 ] || sudo=(sudo -n)

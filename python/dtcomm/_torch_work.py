@@ -34,10 +34,16 @@ def torch_words(exc: BaseException) -> BaseException:
 
 
 class DtcommWork(dist._Work):
-    """One or more native calls; done when all of them are."""
+    """One or more native calls; done when all of them are.
 
-    def __init__(self, result: list[torch.Tensor], rank: int, op: str) -> None:
+    On CUDA tensors (`stream`: torch's current stream when the call was made) the caller's
+    stream is ordered after the native calls already, so ``wait()`` does not block the host
+    unless a finishing step (copies out of a temporary) must run first; that step runs on
+    `stream`."""
+
+    def __init__(self, result: list[torch.Tensor], rank: int, op: str, stream: Any = None) -> None:
         super().__init__()
+        self._stream = stream
         self._result = result
         self._rank = rank
         self._op = op
@@ -79,7 +85,11 @@ class DtcommWork(dist._Work):
     def _complete(self) -> None:
         if self._error is None and self._finish is not None:
             try:
-                self._finish()
+                if self._stream is not None:
+                    with torch.cuda.stream(self._stream):
+                        self._finish()
+                else:
+                    self._finish()
             except BaseException as e:  # noqa: BLE001 - reported through the future
                 self._error = e
         if self._error is not None:
@@ -89,6 +99,12 @@ class DtcommWork(dist._Work):
 
     def wait(self, timeout: timedelta = timedelta(0)) -> bool:
         secs = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout or 0)
+        if self._stream is not None and self._finish is None:
+            # The stream is ordered after the calls: nothing to wait for on the host. An error
+            # known by now is raised; a later one fails the communicator's next call.
+            if self._error is not None:
+                raise self._error
+            return True
         try:
             for n in self._natives:
                 n.wait(secs if secs > 0 else None)
@@ -97,6 +113,11 @@ class DtcommWork(dist._Work):
         # The native calls are done; the future completes right after, on the worker thread.
         self._fut.wait()
         return True
+
+    @property
+    def stream(self) -> Any:
+        """torch's CUDA stream the call was made on (None for CPU tensors)."""
+        return self._stream
 
     def is_completed(self) -> bool:
         return self._fut.done()

@@ -1,10 +1,15 @@
-"""dtcomm as a ``torch.distributed`` backend for CPU tensors.
+"""dtcomm as a ``torch.distributed`` backend for CPU and CUDA tensors.
 
 ``init_process_group("dtcomm")`` finds it through the ``torch.distributed.backends`` entry
 point (``register``), so scripts need no ``import dtcomm``. Each process group (WORLD and every
 ``new_group``) gets its own native communicator, built through the store torch hands the
 creator. Every call is queued to dtcomm's worker thread in order and returns a
 :class:`DtcommWork`; the tensors are used in place (DLPack, zero copy).
+
+CUDA tensors go to the engine's device path (NCCL when every rank can use it, else host
+staging; ``docs/device-buffers.md``) on torch's current stream: the call is ordered after the
+work queued on it, and work queued on it afterwards sees the result, without the host waiting.
+Nothing here calls ``torch.cuda`` unless a tensor is on a CUDA device.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from ._torch_monitored import monitored_barrier
 from ._torch_work import DtcommWork, patch_work_is_completed, set_source, torch_words
 
 NAME = "dtcomm"
+DEVICES = ["cpu", "cuda"]
 _TORCH_DEFAULT_TIMEOUT = timedelta(minutes=30)
 _BITWISE = ("BAND", "BOR", "BXOR")
 
@@ -44,6 +50,15 @@ def _redop(rank: int, op: Any) -> int | str:
         if op == getattr(dist.ReduceOp, name):
             return name
     raise ValueError(f"rank {rank}: dtcomm does not support reduce op {op} (PREMUL_SUM is NCCL-only)")
+
+
+def cuda_stream(tensors: list[torch.Tensor]) -> Any:
+    """torch's current stream of the first CUDA tensor's device, or None for CPU tensors (so
+    ``torch.cuda`` is only touched when a tensor is on a CUDA device)."""
+    for t in tensors:
+        if t.device.type == "cuda":
+            return torch.cuda.current_stream(t.device)
+    return None
 
 
 def _check(rank: int, op: str, tensors: list[torch.Tensor]) -> None:
@@ -118,7 +133,7 @@ class DtcommBackend(_C10dBackend):
     # --- plumbing ----------------------------------------------------------------------------
     def _work(self, op: str, result: list[torch.Tensor], batched: bool = False) -> DtcommWork:
         self._seq += 1
-        w = DtcommWork(result, self._rank, op)
+        w = DtcommWork(result, self._rank, op, cuda_stream(result))
         if self._batch is not None and not batched:
             # a collective inside a coalescing region (torch's functional collectives wait
             # only on end_coalescing's Work): that Work covers it
@@ -131,7 +146,7 @@ class DtcommBackend(_C10dBackend):
         """One native call: `start(callback)` submits it. A blocking torch call
         (``opts.asyncOp`` False) runs it here, without the GIL, and raises its error at once."""
         w = self._work(op, result)
-        if opts is not None and not opts.asyncOp:
+        if opts is not None and not opts.asyncOp and w.stream is None:
             try:
                 start(None)
             except BaseException as e:
@@ -157,7 +172,7 @@ class DtcommBackend(_C10dBackend):
         if t.is_floating_point():
             raise ValueError(f"rank {self._rank}: all_reduce {name} needs an integer tensor, got {t.dtype}")
         flat = t.contiguous().view(-1)
-        out = torch.empty((self._size, flat.numel()), dtype=t.dtype)
+        out = torch.empty((self._size, flat.numel()), dtype=t.dtype, device=t.device)
         fn = {"BAND": torch.bitwise_and, "BOR": torch.bitwise_or, "BXOR": torch.bitwise_xor}[name]
 
         def finish() -> None:
@@ -200,7 +215,7 @@ class DtcommBackend(_C10dBackend):
         parts = [t.detach().contiguous().reshape(-1).view(torch.uint8) for t in inputs]
         sizes = [p.numel() for p in parts]
         flat = torch.cat(parts) if parts else torch.empty(0, dtype=torch.uint8)
-        out = torch.empty(flat.numel() * self._size, dtype=torch.uint8)
+        out = torch.empty(flat.numel() * self._size, dtype=torch.uint8, device=flat.device)
 
         def finish() -> None:
             for lst, row in zip(outputs, out.split(flat.numel()) if flat.numel() else [out] * self._size):
@@ -250,7 +265,7 @@ class DtcommBackend(_C10dBackend):
         if len(outs) != self._size:
             raise ValueError(f"rank {self._rank}: all_gather: {len(outs)} outputs for a world of {self._size}")
         counts = [o.numel() for o in outs]
-        flat = torch.empty(sum(counts), dtype=x.dtype)
+        flat = torch.empty(sum(counts), dtype=x.dtype, device=x.device)
 
         def finish() -> None:
             for o, part in zip(outs, flat.split(counts)):
@@ -350,7 +365,7 @@ class DtcommBackend(_C10dBackend):
         sc = [t.numel() for t in inputs]
         rc = [t.numel() for t in outputs]
         src = torch.cat([t.detach().reshape(-1) for t in inputs])
-        dst = torch.empty(sum(rc), dtype=src.dtype)
+        dst = torch.empty(sum(rc), dtype=src.dtype, device=src.device)
 
         def finish() -> None:
             for o, part in zip(outputs, dst.split(rc)):
@@ -368,7 +383,7 @@ class DtcommBackend(_C10dBackend):
         if self._rank != root:
             return self._one("gather", [], lambda cb: self._comm.gather(x, None, root, callback=cb), opts=opts)
         outs = outputs[0]
-        flat = torch.empty(x.numel() * self._size, dtype=x.dtype)
+        flat = torch.empty(x.numel() * self._size, dtype=x.dtype, device=x.device)
 
         def finish() -> None:
             for o, part in zip(outs, flat.split(x.numel())):
@@ -478,9 +493,9 @@ def _create(store: Any, rank: int, size: int, timeout: timedelta) -> DtcommBacke
 
 
 def register() -> None:
-    """Registers ``dtcomm`` with ``torch.distributed`` for CPU tensors (idempotent). The
-    ``torch.distributed.backends`` entry point calls this."""
+    """Registers ``dtcomm`` with ``torch.distributed`` for CPU and CUDA tensors (idempotent).
+    The ``torch.distributed.backends`` entry point calls this."""
     patch_work_is_completed()
     if getattr(dist.Backend, NAME.upper(), None) is not None:
         return
-    dist.Backend.register_backend(NAME, _create, devices=["cpu"])
+    dist.Backend.register_backend(NAME, _create, devices=DEVICES)

@@ -4,7 +4,7 @@
 
 use std::os::raw::c_int;
 
-use dtcomm::{DType, RawBuf};
+use dtcomm::{DType, Memory, RawBuf};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -30,6 +30,8 @@ pub(crate) struct Buf {
     pub count: usize,
     /// Element type.
     pub dtype: DType,
+    /// Host memory, or a CUDA device's with the stream the call is ordered on.
+    pub memory: Memory,
     owner: Option<Owner>,
 }
 
@@ -140,6 +142,7 @@ impl Buf {
             ptr,
             count: 0,
             dtype: DType::U8,
+            memory: Memory::Host,
             owner: Some(buf_owner),
         };
         let Some(dtype) = format_dtype(&fmt, itemsize) else {
@@ -161,26 +164,39 @@ impl Buf {
 
     fn from_dlpack(obj: &Bound<'_, PyAny>, access: Access, ctx: &Ctx<'_>) -> PyResult<Buf> {
         let _ = access; // DLPack has no read-only flag in its legacy form; torch tensors are writable.
-        let m = dlpack::Managed::from_object(obj, ctx).map_err(|e| {
-            let dev = device_name(obj);
-            if dev != "cpu" && dev != "?" {
-                ctx.value_err(format!(
-                    "is on device {dev}; dtcomm's collectives take CPU tensors (use \
-                     backend=\"cpu:dtcomm,cuda:nccl\" for CUDA tensors)"
-                ))
-            } else {
-                e
-            }
-        })?;
+        // A CUDA tensor is used on torch's current stream of its device: `__dlpack__` is told
+        // so (DLPack numbers the legacy default stream 1), and the call is ordered on it.
+        let stream = cuda_stream(obj)?;
+        let m = dlpack::Managed::from_object(obj, ctx, stream.map(|s| if s == 0 { 1 } else { s }))
+            .map_err(|e| {
+                let dev = device_name(obj);
+                if dev != "cpu" && dev != "?" && !dev.starts_with("cuda") {
+                    ctx.value_err(format!(
+                        "is on device {dev}; dtcomm takes CPU and CUDA tensors"
+                    ))
+                } else {
+                    e
+                }
+            })?;
         let t = m.tensor();
-        if t.device_type != dlpack::DEVICE_CPU {
-            return Err(ctx.value_err(format!(
-                "is on device {} (DLPack device type {}); dtcomm's collectives take CPU tensors \
-                 (use backend=\"cpu:dtcomm,cuda:nccl\" for CUDA)",
-                device_name(obj),
-                t.device_type
-            )));
-        }
+        let memory = match t.device_type {
+            dlpack::DEVICE_CPU => Memory::Host,
+            dlpack::DEVICE_CUDA => Memory::Device {
+                device: t.device_id,
+                stream: match stream {
+                    Some(s) => s,
+                    // A capsule exported already: the current stream of its device.
+                    None => current_stream(obj.py(), t.device_id)?,
+                },
+            },
+            other => {
+                return Err(ctx.value_err(format!(
+                    "is on device {} (DLPack device type {other}); dtcomm takes CPU and CUDA \
+                     tensors",
+                    device_name(obj),
+                )));
+            }
+        };
         let Some(dtype) = dlpack::dtype(t.code, t.bits, t.lanes) else {
             return Err(ctx.type_err(format!(
                 "has an unsupported dtype {}; dtcomm takes float32, float64, float16, bfloat16, \
@@ -199,6 +215,7 @@ impl Buf {
             ptr: t.data,
             count: t.shape.iter().product::<i64>() as usize,
             dtype,
+            memory,
             owner: Some(Owner::DlPack(m)),
         };
         b.check_aligned(ctx)?;
@@ -216,8 +233,23 @@ impl Buf {
         Ok(())
     }
 
-    /// The bytes of the view (valid while this `Buf`, the export, lives).
+    /// Refuses device memory, for the calls that read the bytes on the host.
+    pub(crate) fn host_only(self, ctx: &Ctx<'_>) -> PyResult<Buf> {
+        match self.memory {
+            Memory::Host => Ok(self),
+            _ => Err(ctx.value_err(
+                "is a CUDA tensor; this call takes CPU tensors (copy it with .cpu() first)",
+            )),
+        }
+    }
+
+    /// The bytes of the view (valid while this `Buf`, the export, lives). Host memory only
+    /// (see [`host_only`](Self::host_only)).
     pub(crate) fn as_bytes(&self) -> &[u8] {
+        assert!(
+            self.memory == Memory::Host,
+            "as_bytes on device memory (a caller skipped host_only)"
+        );
         let n = self.count * self.dtype.size();
         if n == 0 {
             return &[];
@@ -230,7 +262,12 @@ impl Buf {
     /// The byte-level view the engine takes ([`dtcomm::Communicator::run`]): valid while this
     /// `Buf` (the export) lives.
     pub(crate) fn raw(&self) -> RawBuf {
-        RawBuf::host(self.ptr, self.count, self.dtype)
+        match self.memory {
+            Memory::Device { device, stream } => {
+                RawBuf::device(self.ptr, self.count, self.dtype, device, stream)
+            }
+            _ => RawBuf::host(self.ptr, self.count, self.dtype),
+        }
     }
 }
 
@@ -270,6 +307,41 @@ fn is_readonly(obj: &Bound<'_, PyAny>) -> bool {
         .and_then(|w| w.extract::<bool>())
         .map(|w| !w)
         .unwrap_or(false)
+}
+
+/// For an object whose `__dlpack_device__` says CUDA: torch's current stream of that device
+/// (`None` for anything else; torch is only asked about CUDA tensors, so a CPU-only process
+/// never touches `torch.cuda`).
+fn cuda_stream(obj: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
+    let py = obj.py();
+    if dlpack::is_capsule(obj) || !obj.hasattr(pyo3::intern!(py, "__dlpack_device__"))? {
+        return Ok(None);
+    }
+    // A device DLPack cannot describe (torch's meta) raises here: `__dlpack__` then fails
+    // too, and that error names the device.
+    let Ok((kind, id)) = obj
+        .call_method0(pyo3::intern!(py, "__dlpack_device__"))
+        .and_then(|d| d.extract::<(i32, i32)>())
+    else {
+        return Ok(None);
+    };
+    if kind != dlpack::DEVICE_CUDA {
+        return Ok(None);
+    }
+    current_stream(py, id).map(Some)
+}
+
+/// `torch.cuda.current_stream(device).cuda_stream`, or 0 (the legacy default stream) when
+/// torch is not there.
+fn current_stream(py: Python<'_>, device: i32) -> PyResult<u64> {
+    let Ok(torch) = py.import("torch") else {
+        return Ok(0);
+    };
+    torch
+        .getattr("cuda")?
+        .call_method1("current_stream", (device,))?
+        .getattr("cuda_stream")?
+        .extract()
 }
 
 fn device_name(obj: &Bound<'_, PyAny>) -> String {

@@ -175,9 +175,17 @@ impl PyCommunicator {
                 })
             });
             let n = bufs.len();
+            let device = [call.send.as_ref(), call.recv.as_ref()]
+                .into_iter()
+                .flatten()
+                .any(|b| b.memory() != dtcomm::Memory::Host);
+            let keep: Box<dyn std::any::Any + Send> = Box::new(bufs);
             // SAFETY: `call` points into the exports in `bufs`, which the executor keeps until
             // the call finished; Python may not resize or free an exported buffer.
-            let work = unsafe { comm.submit_with(call, Some(Box::new(bufs)), on_done) };
+            let submit = move || unsafe { comm.submit_with(call, Some(keep), on_done) };
+            // A device call starts on this thread (it may wait for host calls queued before
+            // it, whose callbacks take the GIL): without the GIL.
+            let work = if device { py.detach(submit) } else { submit() };
             return Ok(Some(Work::new(work, n)));
         }
         // SAFETY: as above; `bufs` lives until `run` returned.

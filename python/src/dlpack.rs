@@ -13,6 +13,8 @@ use crate::buffer::Ctx;
 
 /// `kDLCPU`.
 pub(crate) const DEVICE_CPU: i32 = 1;
+/// `kDLCUDA`.
+pub(crate) const DEVICE_CUDA: i32 = 2;
 
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -60,6 +62,7 @@ unsafe impl Send for Managed {}
 pub(crate) struct Info {
     pub data: *mut u8,
     pub device_type: i32,
+    pub device_id: i32,
     pub code: u8,
     pub bits: u8,
     pub lanes: u16,
@@ -69,15 +72,28 @@ pub(crate) struct Info {
 }
 
 impl Managed {
-    /// Calls `obj.__dlpack__()` and takes ownership of the tensor in the capsule.
-    pub(crate) fn from_object(obj: &Bound<'_, PyAny>, ctx: &Ctx<'_>) -> PyResult<Managed> {
+    /// Calls `obj.__dlpack__()` (with `stream`, DLPack's number for the stream the consumer
+    /// will use, for device tensors) and takes ownership of the tensor in the capsule.
+    pub(crate) fn from_object(
+        obj: &Bound<'_, PyAny>,
+        ctx: &Ctx<'_>,
+        stream: Option<u64>,
+    ) -> PyResult<Managed> {
         // A capsule already (`torch.utils.dlpack.to_dlpack(t)`: a tenth of the cost of
         // `t.__dlpack__()`, for callers on a hot path), or an object that exports one.
         let capsule = if is_capsule(obj) {
             obj.clone()
         } else {
-            obj.call_method0(pyo3::intern!(obj.py(), "__dlpack__"))
-                .map_err(|e| ctx.value_err(format!("cannot be exported through DLPack: {e}")))?
+            let py = obj.py();
+            match stream {
+                None => obj.call_method0(pyo3::intern!(py, "__dlpack__")),
+                Some(s) => {
+                    let kw = pyo3::types::PyDict::new(py);
+                    kw.set_item("stream", s)?;
+                    obj.call_method(pyo3::intern!(py, "__dlpack__"), (), Some(&kw))
+                }
+            }
+            .map_err(|e| ctx.value_err(format!("cannot be exported through DLPack: {e}")))?
         };
         let cap = capsule.as_ptr();
         // SAFETY: `cap` is a live object; the capsule API checks its type and name.
@@ -130,6 +146,7 @@ impl Managed {
             // SAFETY: byte_offset stays within the producer's allocation.
             data: unsafe { t.data.cast::<u8>().add(t.byte_offset as usize) },
             device_type: t.device.device_type,
+            device_id: t.device.device_id,
             code: t.dtype.code,
             bits: t.dtype.bits,
             lanes: t.dtype.lanes,

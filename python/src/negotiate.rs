@@ -102,7 +102,7 @@ impl PyNegotiator {
             arg: "tensor",
         };
         let (data, lent) = if in_place {
-            let buf = Buf::extract(data, Access::Write, &ctx)?;
+            let buf = Buf::extract(data, Access::Write, &ctx)?.host_only(&ctx)?;
             let bytes = buf.as_bytes();
             // SAFETY: `buf` (the export, which keeps the memory alive) is stored with the
             // handle until the operation is waited for, and dropped only after the
@@ -113,7 +113,10 @@ impl PyNegotiator {
         } else {
             let owned = match data.cast::<PyBytes>() {
                 Ok(b) => b.as_bytes().to_vec(),
-                Err(_) => Buf::extract(data, Access::Read, &ctx)?.as_bytes().to_vec(),
+                Err(_) => Buf::extract(data, Access::Read, &ctx)?
+                    .host_only(&ctx)?
+                    .as_bytes()
+                    .to_vec(),
             };
             (Payload::Owned(owned), None)
         };
