@@ -8,7 +8,7 @@ NCCL modes (dtcomm with ``DTCOMM_CUDA=nccl`` and torch ``nccl``) run at ``--worl
 per GPU (default: the number of GPUs; world 1 on a one-GPU machine, where the time per call is
 the per-call overhead over NCCL's own). Staging (``DTCOMM_CUDA=stage``, copies included) and
 gloo (host tensors, no copies) run at ``--stage-world`` ranks sharing the GPUs. float32 sum in
-place; per size a warm-up, then a timed loop ended by ``torch.cuda.synchronize()``; time per
+place; per size the incumbents' schedule of warm-up and timed iterations, the loop ended by ``torch.cuda.synchronize()``; time per
 call = max over ranks. Prints nccl-tests columns per mode (median over rounds, with range) and
 writes every raw result as JSON.
 """
@@ -26,24 +26,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-KiB, MiB = 1 << 10, 1 << 20
-
-
-def parse_size(s: str) -> int:
-    s = s.strip().upper()
-    for suf, m in (("M", MiB), ("K", KiB)):
-        if s.endswith(suf):
-            return int(s[:-1]) * m
-    return int(s)
-
-
-def iters_for(nbytes: int) -> tuple[int, int]:
-    """(warm-up, timed) iterations for a message size."""
-    if nbytes <= 64 * KiB:
-        return 20, 200
-    if nbytes <= 4 * MiB:
-        return 5, 50
-    return 3, 20
+sys.path.insert(0, str(ROOT / "benches" / "incumbents"))
+from common import busbw_factor, parse_size, schedule  # noqa: E402  (shared with the incumbents)
 
 
 def worker(mode: str, sizes: list[int]) -> None:
@@ -60,7 +44,7 @@ def worker(mode: str, sizes: list[int]) -> None:
     out = []
     for nbytes in sizes:
         x = torch.ones(nbytes // 4, device=dev)
-        warm, iters = iters_for(nbytes)
+        warm, iters = schedule(nbytes)
         for _ in range(warm):
             dist.all_reduce(x)
         if on_gpu:
@@ -136,7 +120,7 @@ def main() -> None:
             us = [r[i]["us"] for r in raw[mode]]
             med = statistics.median(us)
             algbw = nbytes / med / 1e3
-            busbw = algbw * (2 * (w - 1) / w) if w > 1 else 0.0
+            busbw = algbw * busbw_factor("allreduce", w)
             print(f"  {nbytes:>12} {nbytes // 4:>12} {'float':>6} {'sum':>6} {med:>10.1f} {algbw:>8.2f} {busbw:>8.2f}"
                   f"  [{min(us):.1f}-{max(us):.1f}]")
     Path(a.out).mkdir(parents=True, exist_ok=True)

@@ -276,6 +276,7 @@ class NativeClient:
         server_name: str = "localhost",
         timeout: float = 30.0,
         reconnect: float | None = 60.0,
+        job: str | None = None,
     ) -> None: ...
     @property
     def endpoint(self) -> str: ...

@@ -198,6 +198,7 @@ class Settings:
             server_name=self.server_name,
             timeout=timeout,
             reconnect=self.reconnect.value or None,
+            job=self.job.value,
         )
 
     def spec(self) -> dict[str, object]:

@@ -398,10 +398,12 @@ impl NativeClient {
     /// its certificate `fingerprint` (`sha256:...`, printed by `dt-rdzv serve`) or a `cacert`
     /// PEM file. `timeout` (seconds) bounds the connection and every request's answer. A
     /// member whose server goes away (a restart) reconnects for up to `reconnect` seconds and
-    /// resumes its round (`None`: the loss is an error at once).
+    /// resumes its round (`None`: the loss is an error at once). `job`, when the connection is
+    /// for one job: with several endpoints every member of the job tries them in the same
+    /// order (by the job), so they meet on one server instead of being redirected.
     #[new]
     #[pyo3(signature = (endpoint, token="", *, fingerprint=None, cacert=None,
-                        server_name="localhost", timeout=30.0, reconnect=Some(60.0)))]
+                        server_name="localhost", timeout=30.0, reconnect=Some(60.0), job=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -412,6 +414,7 @@ impl NativeClient {
         server_name: &str,
         timeout: f64,
         reconnect: Option<f64>,
+        job: Option<String>,
     ) -> PyResult<Self> {
         let trust = match (fingerprint, cacert) {
             (Some(f), None) => Trust::Fingerprint(f),
@@ -433,6 +436,7 @@ impl NativeClient {
         cfg.server_name = server_name.to_string();
         cfg.timeout = dur("timeout", timeout)?;
         cfg.reconnect = reconnect.map(|s| dur("reconnect", s)).transpose()?;
+        cfg.affinity = job;
         let client = py
             .detach(|| BlockingNativeClient::connect(&cfg))
             .map_err(|e| to_py(py, "", e))?;

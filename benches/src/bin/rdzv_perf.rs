@@ -37,6 +37,7 @@ use dt_bench::rdzv::{
     run_kill_one, run_native_herd, start_dt_rdzv, start_group, start_torch_store,
 };
 use dt_bench::stats::{median, median_range};
+use dt_rdzv::native::ClientConfig;
 
 #[derive(Parser)]
 #[command(about = "store-barrier rendezvous: dt-rdzv serve beside torch's TCPStore")]
@@ -96,6 +97,11 @@ struct Args {
     /// all (what one `DTCOMM_RDZV_ENDPOINT` for every member gives).
     #[arg(long, requires = "backend")]
     rotate: bool,
+    /// With --backend: members connect without naming their job, so each tries the servers
+    /// in the order it was given (before clients ordered them by the job, every member of a
+    /// job meeting on one server).
+    #[arg(long, requires = "backend")]
+    no_affinity: bool,
 }
 
 struct Sample {
@@ -340,10 +346,12 @@ fn native_main(
         if let Some((_, _, url)) = &group {
             println!(
                 "# group: three dt-rdzv sharing jobs through {url}; {}",
-                if args.rotate {
-                    "members get the servers in three rotated orders (2/3 redirected)"
-                } else {
-                    "every member gets the servers in one order"
+                match (args.rotate, args.no_affinity) {
+                    (true, true) =>
+                        "members get the servers in three rotated orders and try them so (2/3 redirected)",
+                    (true, false) =>
+                        "members get the servers in three rotated orders and order them by the job (affinity)",
+                    (false, _) => "every member gets the servers in one order",
                 }
             );
         }
@@ -384,10 +392,19 @@ fn native_main(
             quic.push(r.quic);
             std::thread::sleep(Duration::from_millis(200));
             if let Some((_, cfgs, _)) = &group {
+                let job = format!("group-n{n}-r{round}");
+                // As dtrun's and dtcomm's members do: the job named before connecting.
+                let cfgs: Vec<_> = cfgs
+                    .iter()
+                    .map(|c| ClientConfig {
+                        affinity: (!args.no_affinity).then(|| job.clone()),
+                        ..c.clone()
+                    })
+                    .collect();
                 let g = rt.block_on(run_native_herd(
-                    cfgs,
+                    &cfgs,
                     n,
-                    &format!("group-n{n}-r{round}"),
+                    &job,
                     timeout,
                     args.in_flight,
                     args.preconnect,
@@ -426,7 +443,7 @@ fn native_main(
                     "herd_quic": quic,
                     "client_threads": args.client_threads.unwrap_or(2),
                     "preconnect": args.preconnect,
-                    "group_seconds": g, "group_seconds_all": group_s, "group_rotated": args.rotate,
+                    "group_seconds": g, "group_seconds_all": group_s, "group_rotated": args.rotate, "group_affinity": !args.no_affinity,
                     "ratio_group_over_single": g.map(|g| g / s),
                     "etcd_rss_bytes": etcd.as_ref().map(EtcdCluster::rss),
                     "group_rss_bytes": group.as_ref().map(|(servers, _, _)| servers.iter().map(|x| x.rss().0).sum::<u64>()),

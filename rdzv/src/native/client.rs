@@ -42,6 +42,12 @@ pub struct ClientConfig {
     /// restart, a network failure) keeps reconnecting to rejoin and resume its round; `None`:
     /// it does not, and the loss is an error at once.
     pub reconnect: Option<Duration>,
+    /// The job these connections are for, when known before joining. With several endpoints,
+    /// every client of one job then tries the servers in the same order (highest random
+    /// weight of job and address), whatever order each was given them in, so the members of
+    /// a job meet on one server (which claims the job) instead of being redirected to its
+    /// owner with a second handshake. `None`: the order given.
+    pub affinity: Option<String>,
 }
 
 impl ClientConfig {
@@ -54,6 +60,7 @@ impl ClientConfig {
             server_name: "localhost".into(),
             timeout: Duration::from_secs(30),
             reconnect: Some(Duration::from_secs(60)),
+            affinity: None,
         }
     }
 }

@@ -100,10 +100,29 @@ pub(crate) async fn resolve_all(endpoints: &str) -> Result<Vec<SocketAddr>, Nati
     }
 }
 
+/// Orders `addrs` by rendezvous (highest-random-weight) hashing of `job` and each address:
+/// the same order for every client of one job, whatever order it was given, spread evenly over
+/// the servers across jobs. FNV-1a, so the order is the same in every build and process.
+pub(crate) fn by_affinity(job: &str, addrs: &mut [SocketAddr]) {
+    fn weight(job: &str, a: &SocketAddr) -> u64 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in job.bytes().chain([0]).chain(a.to_string().into_bytes()) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        // FNV's low bits mix poorly for short inputs: finish with a murmur-style avalanche.
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^ (h >> 33)
+    }
+    addrs.sort_by_key(|a| std::cmp::Reverse(weight(job, a)));
+}
+
 /// Opens a connection and its stream within `deadline`, trying the servers of the endpoint
 /// list in order from `start` (wrapping around); with several, each but the last gets at most
-/// [`PER_SERVER`] of the deadline, so that a vanished one costs little. Returns the index of
-/// the server that answered.
+/// [`PER_SERVER`] of the deadline, so that a vanished one costs little (in the order of
+/// [`by_affinity`] when the config names the job). Returns the index of the server that
+/// answered.
 pub(crate) async fn open(
     endpoint: &quinn::Endpoint,
     cfg: &ClientConfig,
@@ -118,7 +137,10 @@ pub(crate) async fn open(
     ),
     NativeError,
 > {
-    let addrs = resolve_all(&cfg.endpoint).await?;
+    let mut addrs = resolve_all(&cfg.endpoint).await?;
+    if let Some(job) = &cfg.affinity {
+        by_affinity(job, &mut addrs);
+    }
     let n = addrs.len();
     let until = Instant::now() + deadline;
     let mut errors = Vec::new();
@@ -564,5 +586,42 @@ impl Session {
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_secs(1));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::by_affinity;
+    use std::net::SocketAddr;
+
+    fn servers() -> Vec<SocketAddr> {
+        ["10.0.0.1:29401", "10.0.0.2:29401", "10.0.0.3:29401"]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn every_client_of_a_job_gets_one_order_whatever_order_it_was_given() {
+        let mut a = servers();
+        by_affinity("job-7", &mut a);
+        for rot in 1..3 {
+            let mut b = servers();
+            b.rotate_left(rot);
+            by_affinity("job-7", &mut b);
+            assert_eq!(a, b, "rotation {rot}");
+        }
+    }
+
+    #[test]
+    fn jobs_spread_over_the_servers() {
+        let mut firsts = [0usize; 3];
+        let all = servers();
+        for j in 0..300 {
+            let mut a = servers();
+            by_affinity(&format!("job-{j}"), &mut a);
+            firsts[all.iter().position(|s| *s == a[0]).unwrap()] += 1;
+        }
+        assert!(firsts.iter().all(|&n| n > 60), "{firsts:?}");
     }
 }
