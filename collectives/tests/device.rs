@@ -687,3 +687,51 @@ fn submitted_nccl_calls_return_at_once_and_order_the_callers_stream() {
         },
     );
 }
+
+/// Host staging waits for the caller's stream against the call's deadline: a stream stuck
+/// behind a kernel longer than that fails the call on this rank, naming the stream, and the
+/// peer (already in the host collective) is told at once.
+#[test]
+fn staging_behind_a_stuck_stream_fails_at_the_deadline_and_tells_the_peers() {
+    let gpu = MemGpu::new(2);
+    let opts = Options {
+        cuda: Some(CudaMode::Stage),
+        timeout: Some(Duration::from_secs(1)),
+        ..Options::default()
+    };
+    let errs = group(
+        2,
+        opts,
+        |_| twin::runtime(&gpu, None),
+        |rank, c| {
+            let d = rank as i32;
+            let s = gpu.new_stream(d).unwrap();
+            let p = gpu.upload(d, &[1.0f32; 4]);
+            if rank == 0 {
+                gpu.busy(d, s, Duration::from_secs(3));
+            }
+            let call = Call::new(Collective::AllReduce { op: ReduceOp::Sum }).recv(dev(
+                p,
+                4,
+                DType::F32,
+                d,
+                s,
+            ));
+            unsafe { c.run(&call) }.unwrap_err()
+        },
+    );
+    let m = errs[0].to_string();
+    assert_eq!(errs[0].code(), ErrorCode::Device, "{m}");
+    assert!(
+        m.contains("host staging") && m.contains("did not finish within the call's deadline"),
+        "{m}"
+    );
+    let CommError::Aborted { reason, .. } = &errs[1] else {
+        panic!("rank 1: {}", errs[1])
+    };
+    assert!(
+        reason.starts_with("rank 0: all_reduce(seq 1"),
+        "{}",
+        errs[1]
+    );
+}

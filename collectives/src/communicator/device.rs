@@ -7,10 +7,52 @@ use std::time::{Duration, Instant};
 use super::nccl::Inflight;
 use super::{Inner, State};
 use crate::call::{Call, CallDesc, Collective, RawBuf};
-use crate::device::api::{DevPtr, DeviceError, DeviceRuntime, HostMemory, StreamHandle};
+use crate::device::api::{DevPtr, DeviceApi, DeviceError, DeviceRuntime, HostMemory, StreamHandle};
 use crate::device::path::{self, DevicePath, PROBE_LEN, Probe};
 use crate::device::plan;
 use crate::error::CommError;
+
+/// Polling with back-off: spins a little (short waits), then sleeps up to a millisecond.
+#[derive(Default)]
+pub(super) struct Backoff(u32);
+
+impl Backoff {
+    /// One pause between polls.
+    pub(super) fn pause(&mut self) {
+        self.0 += 1;
+        if self.0 < 64 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(u64::from(self.0.min(1000))));
+        }
+    }
+}
+
+/// Waits until the work queued so far on `stream` is done, polling an event, until `deadline`.
+fn settle(
+    api: &dyn DeviceApi,
+    device: i32,
+    stream: StreamHandle,
+    deadline: Instant,
+    waited: Duration,
+) -> Result<(), DeviceError> {
+    let ev = api.record(device, stream)?;
+    let mut backoff = Backoff::default();
+    while !ev.done()? {
+        if Instant::now() >= deadline {
+            return Err(DeviceError {
+                call: "cuEventQuery",
+                detail: format!(
+                    "the work queued on stream {:#x} of device {device} did not finish within \
+                     the call's deadline ({waited:?})",
+                    stream.0
+                ),
+            });
+        }
+        backoff.pause();
+    }
+    Ok(())
+}
 
 /// A device buffer of a call and the host memory staging it.
 type Staged = Option<(RawBuf, Box<dyn HostMemory>)>;
@@ -195,7 +237,7 @@ impl Inner {
 
     /// Host staging: the inputs copied to host memory on the caller's stream, the host
     /// collective, the output copied back on the caller's stream (this returns once it is
-    /// there).
+    /// there). The waits for the stream poll an event against the call's deadline.
     ///
     /// # Safety
     /// As for [`execute_device`](Self::execute_device).
@@ -210,6 +252,8 @@ impl Inner {
         let started = Instant::now();
         let api = &*rt.api;
         let desc = describe(call, st.seq);
+        let timeout = call.deadline.unwrap_or(self.config.timeout.value);
+        let deadline = started + timeout;
         let fail = |st: &mut State, e: DeviceError| {
             self.device_failure(st, desc, started, format!("host staging: {e}"))
         };
@@ -246,7 +290,7 @@ impl Inner {
                     Ok(())
                 }
             })
-            .and_then(|()| api.sync(device, stream));
+            .and_then(|()| settle(api, device, stream, deadline, timeout));
         if let Err(e) = copied {
             return Err(fail(st, e));
         }
@@ -266,7 +310,7 @@ impl Inner {
             // SAFETY: `h` lives until the sync below.
             let back =
                 unsafe { api.to_device(device, stream, h.ptr(), DevPtr(d.ptr() as u64), len) }
-                    .and_then(|()| api.sync(device, stream));
+                    .and_then(|()| settle(api, device, stream, deadline, timeout));
             if let Err(e) = back {
                 return Err(fail(st, e));
             }

@@ -9,6 +9,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::device::Backoff;
 use super::{Inner, State};
 use crate::call::{Call, CallDesc, Collective, RawBuf};
 use crate::device::api::{DeviceEvent, DeviceRuntime, InitState, NcclComm, NcclOp, StreamHandle};
@@ -38,7 +39,7 @@ pub(crate) struct Inflight {
     what: Watch,
     deadline: Deadline,
     others: Vec<usize>,
-    idle: u32,
+    backoff: Backoff,
 }
 
 impl Inflight {
@@ -48,19 +49,13 @@ impl Inflight {
             what,
             deadline: Deadline::new(inner.rank, timeout),
             others: (0..inner.world).filter(|&r| r != inner.rank).collect(),
-            idle: 0,
+            backoff: Backoff::default(),
         }
     }
 
-    /// Sleeps a little between polls: spins first (short calls), then backs off to a
-    /// millisecond.
+    /// Sleeps a little between polls.
     pub(super) fn pause(&mut self) {
-        self.idle += 1;
-        if self.idle < 64 {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(Duration::from_micros(u64::from(self.idle.min(1000))));
-        }
+        self.backoff.pause();
     }
 }
 
