@@ -5,7 +5,9 @@
 //! * `check.rs`: a [`Call`]'s arguments checked before anything is sent;
 //! * `execute.rs`: a checked call turned into a schedule the engine runs (the choice of
 //!   algorithm, the local pre- and post-processing, the sequence number);
-//! * `typed.rs`: the safe typed API (`all_reduce<T>` and friends), a thin layer over `run`.
+//! * `typed.rs`: the safe typed API (`all_reduce<T>` and friends), a thin layer over `run`;
+//! * `device.rs` and `nccl.rs`: calls on device buffers (the path the ranks agree on, host
+//!   staging, NCCL set-up, calls and their watch; see `crate::device`).
 
 mod check;
 mod device;
