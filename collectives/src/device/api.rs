@@ -16,13 +16,6 @@ use crate::op::ReduceOp;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct DevPtr(pub u64);
 
-impl DevPtr {
-    /// The address `bytes` further on.
-    pub fn offset(self, bytes: usize) -> DevPtr {
-        DevPtr(self.0 + bytes as u64)
-    }
-}
-
 /// A stream handle as the caller's framework holds it (`CUstream` / `cudaStream_t`, as torch's
 /// `Stream.cuda_stream` gives it); `0` is the device's legacy default stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

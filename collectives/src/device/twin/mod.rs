@@ -9,7 +9,7 @@ mod nccl;
 use std::sync::Arc;
 
 pub use gpu::MemGpu;
-pub use nccl::{MemNccl, twin_error};
+pub use nccl::MemNccl;
 
 use super::api::DeviceRuntime;
 

@@ -59,7 +59,7 @@ const CODES: [(u32, &str, &str); 7] = [
 ];
 
 /// An error as the twin's NCCL reports it.
-pub fn twin_error(call: &'static str, code: u32, last: &str) -> NcclError {
+fn twin_error(call: &'static str, code: u32, last: &str) -> NcclError {
     let (name, text) = CODES
         .iter()
         .find(|c| c.0 == code)
