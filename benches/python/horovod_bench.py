@@ -14,6 +14,12 @@ then SGD). The dtcomm ranks are started by ``dtrun -np N``; the gloo ranks by th
 torchrun's variables (rank 0 hosts the TCPStore). Time per step = max over ranks of the median
 of the timed steps. Prints medians over rounds with [min-max], the fused/unfused speed-up and
 gloo / dtcomm (> 1: dtcomm faster); writes every raw result as JSON.
+
+With ``--emu RATE/DELAY`` (e.g. ``10gbit/50us``; needs root) every rank runs on a host of its
+own in the emulated cluster of ``scripts/emu_cluster.sh`` (a network namespace per host, links
+limited by ``tc netem`` to RATE with DELAY each way), so each operation crosses a network as
+between real hosts: every variant's ranks then start with torchrun's variables, rank 0 on
+``dtc-h0`` hosting the store.
 """
 
 from __future__ import annotations
@@ -114,14 +120,29 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run(variant: str, world: int, shapes: list[str], steps: int, warmup: int) -> list[dict[str, Any]]:
+EMU = ROOT / "scripts" / "emu_cluster.sh"
+
+
+def run(variant: str, world: int, shapes: list[str], steps: int, warmup: int,
+        emu: bool = False) -> list[dict[str, Any]]:
     args = [__file__, "--worker", variant, "--shapes", ",".join(shapes), "--steps", str(steps),
             "--warmup", str(warmup)]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_", "DTCOMM_RDZV"))}
     env.update(OMP_NUM_THREADS="1", DTCOMM_SOCKET_IFNAME="lo")
-    if variant.startswith("hvd"):
-        if variant == "hvd-unfused":
-            env["HOROVOD_FUSION_THRESHOLD"] = "0"
+    if variant == "hvd-unfused":
+        env["HOROVOD_FUSION_THRESHOLD"] = "0"
+    if emu:
+        # One rank per emulated host: torchrun's variables, rank 0's host serving the store.
+        env.update(MASTER_ADDR="10.77.0.1", MASTER_PORT=str(29500 + world), WORLD_SIZE=str(world),
+                   DTCOMM_SOCKET_IFNAME="eth0", GLOO_SOCKET_IFNAME="eth0",
+                   LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
+        kids = [subprocess.Popen([str(EMU), "exec", str(r), sys.executable, *args],
+                                 env={**env, "RANK": str(r), "GROUP_RANK": str(r)},
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                for r in range(world)]
+        outs = [k.communicate(timeout=900)[0] for k in kids]
+        ok = all(k.returncode == 0 for k in kids)
+    elif variant.startswith("hvd"):
         p = subprocess.run([sys.executable, "-m", "dtcomm", "-np", str(world), *args],
                            capture_output=True, text=True, timeout=900, env=env)
         outs = [p.stdout + p.stderr]
@@ -154,6 +175,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--out", default=str(ROOT / "target" / "bench-horovod"))
+    ap.add_argument("--emu", metavar="RATE/DELAY",
+                    help="one emulated host per rank (scripts/emu_cluster.sh), e.g. 10gbit/50us")
     a = ap.parse_args()
     shapes = a.shapes.split(",")
     if a.worker:
@@ -167,18 +190,35 @@ def main() -> None:
     rows: dict[tuple[str, int, str], list[float]] = {}
     raw = []
     print(f"# load before: {os.getloadavg()}", flush=True)
+    if a.emu:
+        rate, delay = a.emu.split("/")
+        subprocess.run([str(EMU), "up", str(max(worlds)), rate, delay], check=True)
+        print(f"# emulated hosts: one per rank, links {rate} with {delay} each way", flush=True)
+    try:
+        rounds(a, worlds, variants, shapes, rows, raw)
+    finally:
+        if a.emu:
+            subprocess.run([str(EMU), "down"], check=False)
+    (out / "horovod_bench.json").write_text(json.dumps(raw, indent=1))
+    report(a.rounds, worlds, variants, shapes, rows)
+
+
+def rounds(a: Any, worlds: list[int], variants: list[str], shapes: list[str],
+           rows: dict[tuple[str, int, str], list[float]], raw: list[Any]) -> None:
     for r in range(a.rounds):
         for world in worlds:
             for v in variants:
-                res = run(v, world, shapes, a.steps, a.warmup)
+                res = run(v, world, shapes, a.steps, a.warmup, emu=bool(a.emu))
                 raw.append({"round": r, "variant": v, "world": world, "ranks": res})
                 for s in shapes:
                     t = max(x["steps"][s] for x in res)
                     rows.setdefault((v, world, s), []).append(t)
                     print(f"# round {r} world {world} {v} {s}: {t * 1e3:.2f} ms "
                           f"(load {os.getloadavg()[0]:.2f})", flush=True)
-    (out / "horovod_bench.json").write_text(json.dumps(raw, indent=1))
 
+
+def report(n_rounds: int, worlds: list[int], variants: list[str], shapes: list[str],
+           rows: dict[tuple[str, int, str], list[float]]) -> None:
     def cell(k: tuple[str, int, str]) -> str:
         v = rows.get(k)
         if not v:
@@ -189,7 +229,7 @@ def main() -> None:
         v = rows.get(k)
         return statistics.median(v) if v else float("nan")
 
-    print(f"\nstep time in ms, median [min-max] of {a.rounds} interleaved rounds; "
+    print(f"\nstep time in ms, median [min-max] of {n_rounds} interleaved rounds; "
           f"load after: {os.getloadavg()}")
     print("| world | gradients | " + " | ".join(variants)
           + " | unfused / fused | gloo / hvd-fused |")
