@@ -735,3 +735,44 @@ fn staging_behind_a_stuck_stream_fails_at_the_deadline_and_tells_the_peers() {
         errs[1]
     );
 }
+
+/// Point to point on device buffers involves two ranks only, so it is staged without the
+/// all-rank path agreement: a first device call that is a send/recv between two ranks of three
+/// completes (the third makes no call), and later collectives still agree and use NCCL.
+#[test]
+fn device_send_recv_as_the_first_device_call_needs_no_other_rank() {
+    let world = 3;
+    let gpu = MemGpu::new(world);
+    let nccl = MemNccl::new(&gpu);
+    group(
+        world,
+        quick(),
+        |_| twin::runtime(&gpu, Some(&nccl)),
+        |rank, c| {
+            let d = rank as i32;
+            let s = StreamHandle(0);
+            let p = gpu.upload(d, &[rank as i64 * 10; 3]);
+            let b = dev(p, 3, DType::I64, d, s);
+            match rank {
+                0 => unsafe { c.run(&Call::new(Collective::Send { peer: 1 }).send(b)) }.unwrap(),
+                1 => {
+                    unsafe { c.run(&Call::new(Collective::Recv { peer: 0 }).recv(b)) }.unwrap();
+                    assert_eq!(gpu.download::<i64>(p, 3), vec![0; 3]);
+                }
+                _ => {}
+            }
+            // Rank 2 reaches this host barrier with no device call made: had the send/recv
+            // run the all-rank agreement, ranks 0 and 1 would be in an all-gather here.
+            c.barrier().unwrap();
+            let call = Call::new(Collective::AllReduce { op: ReduceOp::Sum }).recv(b);
+            unsafe { c.run(&call) }.unwrap();
+            // rank 1 holds rank 0's 0 now: 0 + 0 + 20
+            assert_eq!(gpu.download::<i64>(p, 3), vec![20; 3], "rank {rank}");
+        },
+    );
+    assert_eq!(
+        gpu.copies(),
+        2,
+        "the send's copy out and the receive's copy in; NCCL after"
+    );
+}

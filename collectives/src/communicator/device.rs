@@ -136,6 +136,12 @@ impl Inner {
         let rt = self
             .device_runtime()
             .map_err(|why| self.invalid(call.collective.name(), why))?;
+        if plan::point_to_point(call) {
+            // Only two ranks make the call: no all-rank agreement (or NCCL set-up) can run
+            // here, and host staging needs none.
+            // SAFETY: the caller's contract.
+            return unsafe { self.stage(st, rt, call, device, stream) }.map(|()| None);
+        }
         if st.device.path.is_none() {
             let agreed = self.agree(st, rt, device)?;
             st.device.path = Some(agreed);

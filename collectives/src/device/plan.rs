@@ -81,6 +81,15 @@ pub(crate) fn nccl_op(call: &Call) -> Option<NcclOp> {
     })
 }
 
+/// Whether `call` is point to point (send, receive): made by two ranks, not all of them, so
+/// it can take part in nothing collective (the path agreement, NCCL's set-up); it is staged.
+pub(crate) fn point_to_point(call: &Call) -> bool {
+    matches!(
+        call.collective,
+        Collective::Send { .. } | Collective::Recv { .. } | Collective::RecvAny { .. }
+    )
+}
+
 /// Whether this rank's `recv` is written by `call` (the non-roots of reduce and gather keep
 /// theirs), i.e. whether staging copies it back.
 pub(crate) fn writes_recv(call: &Call, rank: usize) -> bool {
