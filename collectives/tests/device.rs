@@ -48,8 +48,9 @@ fn quick() -> Options {
     }
 }
 
-/// Every NCCL collective at world 1..=9, each rank on its own GPU: NCCL runs them (no host
-/// copies at all) and the results are the reductions computed here.
+/// Every NCCL collective (all-to-all as grouped sends and receives) at world 1..=9, each rank
+/// on its own GPU: NCCL runs them (no host copies at all) and the results are the ones
+/// computed here.
 #[test]
 fn nccl_path_runs_every_collective_nccl_has_for_worlds_1_to_9() {
     for world in 1..=9usize {
@@ -144,6 +145,23 @@ fn nccl_path_runs_every_collective_nccl_has_for_worlds_1_to_9() {
                     .map(|i| (rank * n) as i32 * world as i32 + i * world as i32 + tri)
                     .collect();
                 assert_eq!(gpu.download::<i32>(o, n), want, "reduce_scatter");
+                // all_to_all, two elements per peer: block p of rank r holds 100 r + p
+                let send: Vec<i64> = (0..world as i64)
+                    .flat_map(|p| [100 * rank as i64 + p; 2])
+                    .collect();
+                let (a, b) = (gpu.upload(d, &send), gpu.alloc(d, 2 * world * 8));
+                let call = Call::new(Collective::AllToAll {
+                    send_counts: None,
+                    recv_counts: None,
+                })
+                .send(dev(a, 2 * world, DType::I64, d, s))
+                .recv(dev(b, 2 * world, DType::I64, d, s));
+                unsafe { c.run(&call) }.unwrap();
+                gpu.sync(d, s).unwrap();
+                let want: Vec<i64> = (0..world as i64)
+                    .flat_map(|p| [100 * p + rank as i64; 2])
+                    .collect();
+                assert_eq!(gpu.download::<i64>(b, 2 * world), want, "all_to_all");
             },
         );
         assert_eq!(
@@ -155,8 +173,8 @@ fn nccl_path_runs_every_collective_nccl_has_for_worlds_1_to_9() {
 }
 
 /// A rank without NCCL: every rank agrees on host staging, and the results are the same.
-/// Collectives NCCL lacks (all-gather with counts per rank, all-to-all, gather, send/recv) are
-/// staged on the NCCL path too.
+/// What NCCL lacks (all-gather with counts per rank, gather) is staged on the NCCL path too;
+/// all-to-all goes by NCCL there.
 #[test]
 fn staging_when_a_rank_lacks_nccl_and_for_what_nccl_lacks() {
     for world in [1usize, 2, 3, 5, 9] {

@@ -346,8 +346,8 @@ dtcomm_result_t dtcomm_cuda_all_gather(dtcomm_comm_t comm, const void *send, voi
 dtcomm_result_t dtcomm_cuda_reduce_scatter(dtcomm_comm_t comm, const void *send, void *recv, size_t recvcount, dtcomm_dtype_t dtype, dtcomm_op_t op, int device, void *stream, dtcomm_request_t *req);
 
 /**
- * [`dtcomm_all_to_all`](crate::ops::dtcomm_all_to_all) on device memory (host staging: NCCL
- * has no all-to-all collective).
+ * [`dtcomm_all_to_all`](crate::ops::dtcomm_all_to_all) on device memory (on NCCL, a group of
+ * sends and receives).
  *
  * # Safety
  * As for [`dtcomm_cuda_all_reduce`] (`count * size` elements each way).

@@ -177,8 +177,8 @@ pub unsafe extern "C" fn dtcomm_cuda_reduce_scatter(
     })
 }
 
-/// [`dtcomm_all_to_all`](crate::ops::dtcomm_all_to_all) on device memory (host staging: NCCL
-/// has no all-to-all collective).
+/// [`dtcomm_all_to_all`](crate::ops::dtcomm_all_to_all) on device memory (on NCCL, a group of
+/// sends and receives).
 ///
 /// # Safety
 /// As for [`dtcomm_cuda_all_reduce`] (`count * size` elements each way).

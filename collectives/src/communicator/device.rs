@@ -153,7 +153,7 @@ impl Inner {
             elapsed: Duration::ZERO,
             detail,
         })?;
-        match (path, plan::nccl_op(call)) {
+        match (path, plan::nccl_op(call, self.world)) {
             (DevicePath::Nccl, Some(op)) => {
                 // SAFETY: the caller's contract.
                 unsafe { self.enqueue_nccl(st, rt, call, op, device, stream) }.map(Some)

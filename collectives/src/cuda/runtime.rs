@@ -341,6 +341,7 @@ impl NcclApi for NcclLib {
         Ok(Box::new(RealComm {
             nccl: self.0.clone(),
             comm,
+            world,
             aborted: false,
         }))
     }
@@ -349,6 +350,7 @@ impl NcclApi for NcclLib {
 struct RealComm {
     nccl: Arc<Nccl>,
     comm: ncclComm_t,
+    world: usize,
     aborted: bool,
 }
 
@@ -415,6 +417,20 @@ impl NcclComm for RealComm {
                 ),
                 NcclOp::AllGather { send, recv, count } => {
                     n.all_gather(p(send), p(recv), count, t, self.comm, s)
+                }
+                NcclOp::AllToAll { send, recv, count } => {
+                    let bytes = count * dtype.size();
+                    let block = |d: DevPtr, r: usize| p(DevPtr(d.0 + (r * bytes) as u64));
+                    n.group_start().and_then(|_| {
+                        let each = (0..self.world).try_for_each(|r| {
+                            n.send(block(send, r), count, t, r as i32, self.comm, s)?;
+                            n.recv(block(recv, r), count, t, r as i32, self.comm, s)
+                                .map(|_| ())
+                        });
+                        // The group is closed whatever happened inside it.
+                        let end = n.group_end();
+                        each.and(end)
+                    })
                 }
                 NcclOp::ReduceScatter {
                     send,

@@ -184,6 +184,16 @@ pub enum NcclOp {
         /// Elements per rank.
         count: usize,
     },
+    /// All-to-all (a group of `ncclSend`/`ncclRecv`, one pair per rank): block p of `send`
+    /// (`count` elements) goes to rank p, block p of `recv` comes from rank p.
+    AllToAll {
+        /// Input (`world * count`).
+        send: DevPtr,
+        /// Output (`world * count`).
+        recv: DevPtr,
+        /// Elements per rank.
+        count: usize,
+    },
     /// `ncclReduceScatter`: `count` elements of the result land on each rank.
     ReduceScatter {
         /// Input (`world * count`).

@@ -21,9 +21,10 @@ fn ptr(b: &RawBuf) -> DevPtr {
     DevPtr(b.ptr() as u64)
 }
 
-/// The NCCL collective for `call`, or `None` when NCCL has none (all-gather with differing
-/// counts, gather, scatter, all-to-all, point to point): those are staged through the host.
-pub(crate) fn nccl_op(call: &Call) -> Option<NcclOp> {
+/// The NCCL collective for `call` among `world` ranks, or `None` when NCCL has none
+/// (all-gather and all-to-all with counts that differ, gather, scatter, point to point): those
+/// are staged through the host.
+pub(crate) fn nccl_op(call: &Call, world: usize) -> Option<NcclOp> {
     let (send, recv) = (call.send.as_ref(), call.recv.as_ref());
     Some(match &call.collective {
         Collective::AllReduce { op } => {
@@ -75,6 +76,23 @@ pub(crate) fn nccl_op(call: &Call) -> Option<NcclOp> {
                 recv: ptr(r),
                 count: r.count(),
                 op: *op,
+            }
+        }
+        Collective::AllToAll {
+            send_counts,
+            recv_counts,
+        } => {
+            let (s, r) = (send?, recv?);
+            let count = s.count() / world;
+            let equal =
+                |c: &Option<Vec<usize>>| c.as_ref().is_none_or(|c| c.iter().all(|&n| n == count));
+            if !equal(send_counts) || !equal(recv_counts) {
+                return None;
+            }
+            NcclOp::AllToAll {
+                send: ptr(s),
+                recv: ptr(r),
+                count,
             }
         }
         _ => return None,
@@ -159,7 +177,7 @@ mod tests {
         let c = Call::new(Collective::AllReduce { op: ReduceOp::Avg }).recv(dev(64, 10));
         assert_eq!(device_of(&c), Some((1, StreamHandle(7))));
         assert_eq!(
-            nccl_op(&c),
+            nccl_op(&c, 2),
             Some(NcclOp::AllReduce {
                 send: DevPtr(64),
                 recv: DevPtr(64),
@@ -172,18 +190,35 @@ mod tests {
         })
         .send(dev(64, 2))
         .recv(dev(128, 5));
-        assert_eq!(nccl_op(&v), None, "all_gather_v has no NCCL collective");
+        assert_eq!(nccl_op(&v, 2), None, "all_gather_v has no NCCL collective");
         let eq = Call::new(Collective::AllGather {
             counts: Some(vec![2, 2]),
         })
         .send(dev(64, 2))
         .recv(dev(128, 4));
         assert!(matches!(
-            nccl_op(&eq),
+            nccl_op(&eq, 2),
             Some(NcclOp::AllGather { count: 2, .. })
         ));
+        let a = Call::new(Collective::AllToAll {
+            send_counts: None,
+            recv_counts: None,
+        })
+        .send(dev(64, 8))
+        .recv(dev(128, 8));
+        assert!(matches!(
+            nccl_op(&a, 2),
+            Some(NcclOp::AllToAll { count: 4, .. })
+        ));
+        let av = Call::new(Collective::AllToAll {
+            send_counts: Some(vec![3, 5]),
+            recv_counts: None,
+        })
+        .send(dev(64, 8))
+        .recv(dev(128, 8));
+        assert_eq!(nccl_op(&av, 2), None, "all_to_all_v is staged");
         let g = Call::new(Collective::Gather { root: 0 }).send(dev(64, 2));
-        assert_eq!(nccl_op(&g), None);
+        assert_eq!(nccl_op(&g, 2), None);
         assert!(!writes_recv(&g, 1));
         let r = Call::new(Collective::Reduce {
             op: ReduceOp::Sum,
@@ -191,7 +226,7 @@ mod tests {
         })
         .send(dev(64, 4));
         assert_eq!(
-            nccl_op(&r),
+            nccl_op(&r, 2),
             Some(NcclOp::Reduce {
                 send: DevPtr(64),
                 recv: DevPtr(64),

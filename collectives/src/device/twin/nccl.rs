@@ -229,6 +229,7 @@ fn parts(op: &NcclOp) -> (DevPtr, DevPtr, usize) {
             send, recv, count, ..
         }
         | NcclOp::AllGather { send, recv, count }
+        | NcclOp::AllToAll { send, recv, count }
         | NcclOp::ReduceScatter {
             send, recv, count, ..
         } => (send, recv, count),
@@ -253,6 +254,15 @@ fn output(op: &NcclOp, dtype: DType, rank: usize, inputs: &[Vec<u8>]) -> Option<
         NcclOp::Broadcast { root, .. } => Some(inputs[root].clone()),
         NcclOp::Reduce { op, root, .. } => (rank == root).then(|| reduce(op)),
         NcclOp::AllGather { .. } => Some(inputs.concat()),
+        NcclOp::AllToAll { count, .. } => {
+            let b = count * dtype.size();
+            Some(
+                inputs
+                    .iter()
+                    .flat_map(|x| x[rank * b..(rank + 1) * b].to_vec())
+                    .collect(),
+            )
+        }
         NcclOp::ReduceScatter { op, count, .. } => {
             let b = count * dtype.size();
             Some(reduce(op)[rank * b..(rank + 1) * b].to_vec())
@@ -299,7 +309,7 @@ impl NcclComm for MemComm {
         let (send, recv, count) = parts(op);
         let world = self.group.world;
         let in_len = match op {
-            NcclOp::ReduceScatter { .. } => world * count,
+            NcclOp::ReduceScatter { .. } | NcclOp::AllToAll { .. } => world * count,
             _ => count,
         } * dtype.size();
         let seq = self.seq;
