@@ -94,6 +94,31 @@ int main(void) {
         CHECK(dtcomm_named_free(b));
     }
 
+    /* In place (Horovod's allreduce_async_ and broadcast_): the buffers are lent, not copied,
+     * and hold the results once the operations complete; the results report 0 bytes. */
+    {
+        float v[3] = {(float)(rank + 1), 2.0f, 0.0f};
+        int64_t w[2] = {rank, 3 * rank + 1};
+        const uint64_t wshape[1] = {2};
+        dtcomm_named_t a, b;
+        CHECK(dtcomm_named_allreduce_inplace(neg, "lent", DTCOMM_FLOAT32, shape, 1, v, DTCOMM_SUM,
+                                             1.0, 1.0, &a));
+        CHECK(dtcomm_named_broadcast_inplace(neg, "lent", DTCOMM_INT64, wshape, 1, w, world - 1,
+                                             &b));
+        CHECK(dtcomm_named_wait(a));
+        CHECK(dtcomm_named_wait(b));
+        EXPECT(v[0] == sum_ranks && v[1] == 2.0f * (float)world && v[2] == 0.0f, "%g %g %g", v[0],
+               v[1], v[2]);
+        EXPECT(w[0] == world - 1 && w[1] == 3 * (world - 1) + 1, "%lld %lld", (long long)w[0],
+               (long long)w[1]);
+        float unused;
+        size_t size = 99;
+        CHECK(dtcomm_named_result(a, &unused, sizeof unused, &size));
+        EXPECT(size == 0, "an in-place result reports %zu bytes", size);
+        CHECK(dtcomm_named_free(a));
+        CHECK(dtcomm_named_free(b));
+    }
+
     /* A name the ranks disagree about (rank 0 sends 4 elements, the others 3): every rank
      * gets DTCOMM_MISMATCH naming the ranks, and the next name works. */
     {

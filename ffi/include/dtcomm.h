@@ -399,6 +399,17 @@ dtcomm_result_t dtcomm_negotiator_shutdown(dtcomm_negotiator_t neg);
 dtcomm_result_t dtcomm_named_allreduce(dtcomm_negotiator_t neg, const char *name, dtcomm_dtype_t dtype, const uint64_t *shape, size_t ndim, const void *data, dtcomm_op_t op, double prescale, double postscale, dtcomm_named_t *out);
 
 /**
+ * [`dtcomm_named_allreduce`] in place: `data` is lent, not copied, and holds the result once
+ * the operation completed (`dtcomm_named_result` then reports 0 bytes). Horovod's
+ * `allreduce_async_`.
+ *
+ * # Safety
+ * As for [`dtcomm_named_allreduce`], and `data` stays valid for writes and untouched by the
+ * caller until `dtcomm_named_wait` or `dtcomm_named_test` reported the operation complete.
+ */
+dtcomm_result_t dtcomm_named_allreduce_inplace(dtcomm_negotiator_t neg, const char *name, dtcomm_dtype_t dtype, const uint64_t *shape, size_t ndim, void *data, dtcomm_op_t op, double prescale, double postscale, dtcomm_named_t *out);
+
+/**
  * Submits an allgather named `name` (`allgather.<name>`): every rank's tensor concatenated
  * along the first dimension, which may differ per rank (the other dimensions may not).
  *
@@ -415,6 +426,15 @@ dtcomm_result_t dtcomm_named_allgather(dtcomm_negotiator_t neg, const char *name
  * As for [`dtcomm_named_allreduce`].
  */
 dtcomm_result_t dtcomm_named_broadcast(dtcomm_negotiator_t neg, const char *name, dtcomm_dtype_t dtype, const uint64_t *shape, size_t ndim, const void *data, int root, dtcomm_named_t *out);
+
+/**
+ * [`dtcomm_named_broadcast`] in place: `data` is lent, not copied, and holds the root's tensor
+ * once the operation completed (`dtcomm_named_result` then reports 0 bytes).
+ *
+ * # Safety
+ * As for [`dtcomm_named_allreduce_inplace`].
+ */
+dtcomm_result_t dtcomm_named_broadcast_inplace(dtcomm_negotiator_t neg, const char *name, dtcomm_dtype_t dtype, const uint64_t *shape, size_t ndim, void *data, int root, dtcomm_named_t *out);
 
 /**
  * Submits an alltoall named `name` (`alltoall.<name>`): rows of the first dimension go to

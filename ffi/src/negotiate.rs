@@ -14,7 +14,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use dtcomm::negotiate::{Handle, Kind, NegotiateError, Negotiator, Output, Request};
+use dtcomm::negotiate::{
+    Handle, InPlace, Kind, NegotiateError, Negotiator, Output, Payload, Request,
+};
 use dtcomm::{DType, ReduceOp};
 
 use crate::comm::get;
@@ -148,6 +150,8 @@ struct Spec {
     op: Option<dtcomm_op_t>,
     scale: (f64, f64),
     splits: (*const u64, usize),
+    /// `data` is lent (the result lands there) instead of copied.
+    in_place: bool,
 }
 
 impl Spec {
@@ -161,6 +165,7 @@ impl Spec {
             op: None,
             scale: (1.0, 1.0),
             splits: (std::ptr::null(), 0),
+            in_place: false,
         }
     }
 }
@@ -236,11 +241,17 @@ unsafe fn submit(
         if bytes > 0 && spec.data.is_null() {
             return Err(invalid(func, format!("data is NULL for {bytes} bytes")));
         }
-        let data = if bytes == 0 {
-            Vec::new()
+        let data = if spec.in_place {
+            // SAFETY: the caller lends `bytes` writable bytes at `data` until the operation
+            // is waited for (or freed), touching them meanwhile not at all (documented).
+            Payload::InPlace(unsafe { InPlace::new(spec.data.cast_mut().cast(), bytes) })
+        } else if bytes == 0 {
+            Payload::from(Vec::new())
         } else {
             // SAFETY: the caller passes a buffer of the shape's bytes (documented).
-            unsafe { std::slice::from_raw_parts(spec.data.cast::<u8>(), bytes) }.to_vec()
+            Payload::from(
+                unsafe { std::slice::from_raw_parts(spec.data.cast::<u8>(), bytes) }.to_vec(),
+            )
         };
         let n = negotiator(func, neg)?;
         let g = n.lock().unwrap_or_else(|p| p.into_inner());
@@ -292,6 +303,46 @@ pub unsafe extern "C" fn dtcomm_named_allreduce(
     unsafe {
         submit(
             "dtcomm_named_allreduce",
+            neg,
+            name,
+            Kind::Allreduce,
+            spec,
+            out,
+        )
+    }
+}
+
+/// [`dtcomm_named_allreduce`] in place: `data` is lent, not copied, and holds the result once
+/// the operation completed (`dtcomm_named_result` then reports 0 bytes). Horovod's
+/// `allreduce_async_`.
+///
+/// # Safety
+/// As for [`dtcomm_named_allreduce`], and `data` stays valid for writes and untouched by the
+/// caller until `dtcomm_named_wait` or `dtcomm_named_test` reported the operation complete.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn dtcomm_named_allreduce_inplace(
+    neg: dtcomm_negotiator_t,
+    name: *const c_char,
+    dtype: dtcomm_dtype_t,
+    shape: *const u64,
+    ndim: usize,
+    data: *mut c_void,
+    op: dtcomm_op_t,
+    prescale: f64,
+    postscale: f64,
+    out: *mut dtcomm_named_t,
+) -> dtcomm_result_t {
+    let spec = Spec {
+        op: Some(op),
+        scale: (prescale, postscale),
+        in_place: true,
+        ..Spec::plain(dtype, shape, ndim, data)
+    };
+    // SAFETY: the caller's contract, passed on.
+    unsafe {
+        submit(
+            "dtcomm_named_allreduce_inplace",
             neg,
             name,
             Kind::Allreduce,
@@ -355,6 +406,41 @@ pub unsafe extern "C" fn dtcomm_named_broadcast(
     unsafe {
         submit(
             "dtcomm_named_broadcast",
+            neg,
+            name,
+            Kind::Broadcast,
+            spec,
+            out,
+        )
+    }
+}
+
+/// [`dtcomm_named_broadcast`] in place: `data` is lent, not copied, and holds the root's tensor
+/// once the operation completed (`dtcomm_named_result` then reports 0 bytes).
+///
+/// # Safety
+/// As for [`dtcomm_named_allreduce_inplace`].
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn dtcomm_named_broadcast_inplace(
+    neg: dtcomm_negotiator_t,
+    name: *const c_char,
+    dtype: dtcomm_dtype_t,
+    shape: *const u64,
+    ndim: usize,
+    data: *mut c_void,
+    root: c_int,
+    out: *mut dtcomm_named_t,
+) -> dtcomm_result_t {
+    let spec = Spec {
+        root: Some(root),
+        in_place: true,
+        ..Spec::plain(dtype, shape, ndim, data)
+    };
+    // SAFETY: the caller's contract, passed on.
+    unsafe {
+        submit(
+            "dtcomm_named_broadcast_inplace",
             neg,
             name,
             Kind::Broadcast,
