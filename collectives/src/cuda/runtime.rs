@@ -216,13 +216,6 @@ impl DeviceApi for CudaApi {
             .map_err(driver("cuMemcpyHtoDAsync"))
     }
 
-    fn sync(&self, device: i32, stream: StreamHandle) -> Result<(), DeviceError> {
-        self.bind(device)?;
-        // SAFETY: the caller's stream.
-        unsafe { result::stream::synchronize(stream_of(stream)) }
-            .map_err(driver("cuStreamSynchronize"))
-    }
-
     fn host_memory(&self, bytes: usize) -> Result<Box<dyn HostMemory>, DeviceError> {
         if bytes == 0 {
             return Ok(Box::new(Vec::<u64>::new()));

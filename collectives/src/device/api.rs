@@ -58,7 +58,8 @@ impl HostMemory for Vec<u64> {
 }
 
 /// The CUDA calls the device path makes. Copies and waits are queued on a stream and return at
-/// once; [`DeviceEvent::done`] and [`sync`](DeviceApi::sync) observe completion.
+/// once; [`DeviceEvent::done`] observes completion (polled against the call's deadline: there is
+/// no blocking wait here, since a blocked wait would have none).
 pub trait DeviceApi: Send + Sync {
     /// A short description for logs (`cuda 13.0, 8 devices`).
     fn describe(&self) -> String;
@@ -103,8 +104,6 @@ pub trait DeviceApi: Send + Sync {
         dst: DevPtr,
         len: usize,
     ) -> Result<(), DeviceError>;
-    /// Blocks the host until the work queued on `stream` is done.
-    fn sync(&self, device: i32, stream: StreamHandle) -> Result<(), DeviceError>;
     /// Host memory of at least `bytes` for staging copies (pinned when possible).
     fn host_memory(&self, bytes: usize) -> Result<Box<dyn HostMemory>, DeviceError> {
         Ok(Box::new(vec![0u64; bytes.div_ceil(8)]))

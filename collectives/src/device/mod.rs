@@ -3,7 +3,7 @@
 //! A [`Call`](crate::Call) whose buffers are [`Memory::Device`](crate::Memory::Device) runs on
 //! NCCL when every rank can use it, or else by host staging (copy to host memory, run the host
 //! collective over dtcomm's own links, copy back). The ranks agree on the path before the first
-//! device call ([`path`]); collectives NCCL lacks are staged on either path ([`plan`]). The
+//! device call ([`path`]); collectives NCCL lacks are staged on either path (`plan.rs`). The
 //! engine side is `communicator/device.rs`.
 //!
 //! Everything here is written against two narrow interfaces ([`api`]): [`DeviceApi`] for the

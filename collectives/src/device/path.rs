@@ -1,7 +1,7 @@
 //! Which path device buffers take, agreed by every rank before the first device call: each rank
-//! describes itself in a fixed [`Probe`] record (its `DTCOMM_CUDA` mode, whether NCCL loaded,
+//! describes itself in a fixed `Probe` record (its `DTCOMM_CUDA` mode, whether NCCL loaded,
 //! its device, its host), the records are all-gathered over dtcomm's own links, and every rank
-//! runs the same pure [`decide`] on the same records, so all take the same path (or all fail
+//! runs the same pure `decide` on the same records, so all take the same path (or all fail
 //! with the same words).
 
 use std::fmt;

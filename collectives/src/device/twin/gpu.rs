@@ -150,6 +150,34 @@ impl MemGpu {
         .expect("a valid device");
     }
 
+    /// Blocks until the work queued so far on `(device, stream)` is done, as
+    /// `cuStreamSynchronize` (for tests; the engine polls events against its deadlines).
+    /// Gives up after a minute: a stream stuck that long is a stuck test.
+    pub fn sync(&self, device: i32, stream: StreamHandle) -> Result<(), DeviceError> {
+        let ev = Arc::new(MemEvent::default());
+        let e = ev.clone();
+        self.queue(device, stream, Box::new(move || e.set()))?;
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let mut d = lock(&ev.done);
+        while !*d {
+            if std::time::Instant::now() >= deadline {
+                return Err(DeviceError {
+                    call: "sync",
+                    detail: format!(
+                        "stream {:#x} of device {device} still busy after 60 s",
+                        stream.0
+                    ),
+                });
+            }
+            d = ev
+                .cv
+                .wait_timeout(d, Duration::from_millis(100))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        Ok(())
+    }
+
     /// Host-device copies queued so far (staging shows up here, NCCL's path does not).
     pub fn copies(&self) -> usize {
         self.shared.copies.load(Ordering::Relaxed)
@@ -326,21 +354,5 @@ impl DeviceApi for MemGpu {
                 me.write(dst, data).expect("checked when queued");
             }),
         )
-    }
-
-    fn sync(&self, device: i32, stream: StreamHandle) -> Result<(), DeviceError> {
-        let ev = Arc::new(MemEvent::default());
-        let e = ev.clone();
-        self.queue(device, stream, Box::new(move || e.set()))?;
-        // The twin's streams never fail; a stuck one is a stuck kernel, as on a GPU.
-        let mut d = lock(&ev.done);
-        while !*d {
-            d = ev
-                .cv
-                .wait_timeout(d, Duration::from_millis(100))
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
-        Ok(())
     }
 }
