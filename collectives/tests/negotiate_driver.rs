@@ -366,3 +366,32 @@ fn cycle_marks_are_recorded_only_while_asked_and_in_order() {
         assert_eq!(n.take_cycle_marks().0, Vec::<u64>::new());
     });
 }
+
+#[test]
+fn bursts_larger_than_a_negotiation_slot_arrive_whole_on_every_rank() {
+    // Rank r submits 150 names at once, long ones, in its own order, while rank 0 also
+    // submits a few short ones alone: contributions far past the first slot (256 bytes) and
+    // of different sizes per rank take the overflow round, then the grown slot; every
+    // operation still completes with every rank's data.
+    group(3, 1 << 20, |rank, n| {
+        for round in 0..3 {
+            let mut order: Vec<usize> = (0..150).collect();
+            order.rotate_left(rank * 37);
+            let handles: Vec<_> = order
+                .iter()
+                .map(|&i| {
+                    let name = format!("allreduce.round{round}.a-rather-long-parameter-name.{i}");
+                    let r = Request::allreduce(name, DType::F32, &[2], ReduceOp::Sum);
+                    (i, n.submit(r, f32s(&[(rank + i) as f32; 2])).unwrap())
+                })
+                .collect();
+            for (i, h) in handles {
+                // (0 + i) + (1 + i) + (2 + i)
+                assert_eq!(back(&h.wait().unwrap().data), vec![(3 + 3 * i) as f32; 2]);
+            }
+            let r = Request::allreduce(format!("small.{round}"), DType::F32, &[1], ReduceOp::Max);
+            let h = n.submit(r, f32s(&[rank as f32])).unwrap();
+            assert_eq!(back(&h.wait().unwrap().data), vec![2.0]);
+        }
+    });
+}

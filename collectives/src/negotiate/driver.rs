@@ -16,6 +16,7 @@ use super::coordinator::Coordinator;
 use super::payload::Payload;
 use super::request::{Kind, Request, Response};
 use super::scale::scale;
+use super::slot::Slots;
 use super::wire;
 use crate::call::{Call, Collective, RawBuf};
 use crate::{CommError, Communicator};
@@ -345,6 +346,7 @@ fn run(comm: Arc<Communicator>, shared: Arc<Shared>, cycle: Duration, threshold:
             l.slot.finish(Err(NegotiateError::Comm(why.clone())));
         }
     };
+    let mut slots = Slots::default();
     loop {
         let payload = {
             let st = shared.lock();
@@ -366,7 +368,7 @@ fn run(comm: Arc<Communicator>, shared: Arc<Shared>, cycle: Duration, threshold:
             };
             wire::encode(flags, &new)
         };
-        let gathered = match gather(&comm, &payload) {
+        let gathered = match gather(&comm, &mut slots, &payload) {
             Ok(g) => g,
             Err(e) => return fail_all(e.to_string()),
         };
@@ -405,19 +407,31 @@ fn run(comm: Arc<Communicator>, shared: Arc<Shared>, cycle: Duration, threshold:
     }
 }
 
-/// Every rank's bytes, in rank order.
-fn gather(comm: &Communicator, payload: &[u8]) -> Result<Vec<Vec<u8>>, CommError> {
-    let mut sizes = vec![0i64; comm.world()];
-    comm.all_gather(&[payload.len() as i64], &mut sizes)?;
-    let counts: Vec<usize> = sizes.iter().map(|s| *s as usize).collect();
-    let mut all = vec![0u8; counts.iter().sum()];
-    comm.all_gather_v(payload, &mut all, &counts)?;
-    let mut out = Vec::with_capacity(counts.len());
-    let mut at = 0;
-    for c in counts {
-        out.push(all[at..at + c].to_vec());
-        at += c;
+/// Every rank's bytes, in rank order: one all-gather of fixed-size slots, and a second of
+/// the overflows only when some rank's bytes did not fit (see [`Slots`]).
+fn gather(
+    comm: &Communicator,
+    slots: &mut Slots,
+    payload: &[u8],
+) -> Result<Vec<Vec<u8>>, CommError> {
+    let mine = slots.pack(payload);
+    let mut all = vec![0u8; mine.len() * comm.world()];
+    comm.all_gather(&mine, &mut all)?;
+    let heads = slots.unpack(&all);
+    let lens: Vec<usize> = heads.iter().map(|(l, _)| *l).collect();
+    let mut out: Vec<Vec<u8>> = heads.iter().map(|(_, h)| h.to_vec()).collect();
+    let over = slots.overflow(&lens);
+    if over.iter().any(|&o| o > 0) {
+        let tail = &payload[payload.len() - over[comm.rank()]..];
+        let mut rest = vec![0u8; over.iter().sum()];
+        comm.all_gather_v(tail, &mut rest, &over)?;
+        let mut at = 0;
+        for (o, n) in out.iter_mut().zip(&over) {
+            o.extend_from_slice(&rest[at..at + n]);
+            at += n;
+        }
     }
+    slots.settle(&lens);
     Ok(out)
 }
 

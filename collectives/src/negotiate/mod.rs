@@ -20,6 +20,8 @@
 //! The coordinator has no sockets and no clocks; [`Negotiator`] drives it over a
 //! [`crate::Communicator`]: each cycle every rank all-gathers its new requests and runs the
 //! same coordinator on them, so every rank computes the same responses without a broadcast.
+//! The all-gather is one round trip: contributions travel in fixed-size slots sized from the
+//! previous cycles (`slot`), and only what overflows takes a second round.
 
 mod check;
 mod coordinator;
@@ -28,6 +30,7 @@ mod fuse;
 mod payload;
 mod request;
 mod scale;
+mod slot;
 mod wire;
 
 pub use check::check;
