@@ -16,10 +16,11 @@ of the timed steps. Prints medians over rounds with [min-max], the fused/unfused
 gloo / dtcomm (> 1: dtcomm faster); writes every raw result as JSON.
 
 With ``--emu RATE/DELAY`` (e.g. ``10gbit/50us``; needs root) every rank runs on a host of its
-own in the emulated cluster of ``scripts/emu_cluster.sh`` (a network namespace per host, links
-limited by ``tc netem`` to RATE with DELAY each way), so each operation crosses a network as
-between real hosts: every variant's ranks then start with torchrun's variables, rank 0 on
-``dtc-h0`` hosting the store.
+own in the emulated cluster of ``scripts/emu_cluster.sh`` (a network namespace per host, each
+NIC limited to RATE with DELAY each way: by ``tc netem``, or by ``emu_wire`` where the kernel
+has no netem), so each operation crosses a network as between real hosts: every variant's
+ranks then start with torchrun's variables, rank 0 on ``dtc-h0`` hosting the store. The
+measured host-to-host round trip is printed first.
 """
 
 from __future__ import annotations
@@ -165,6 +166,42 @@ def run(variant: str, world: int, shapes: list[str], steps: int, warmup: int,
     return res
 
 
+PING = """
+import socket, statistics, sys, time
+if sys.argv[1] == "serve":
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", 29399)); s.listen(1); c, _ = s.accept()
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    while (b := c.recv(1)):
+        c.sendall(b)
+else:
+    for _ in range(100):
+        try:
+            c = socket.create_connection((sys.argv[2], 29399)); break
+        except OSError:
+            time.sleep(0.05)
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    ts = []
+    for _ in range(500):
+        t = time.perf_counter(); c.sendall(b"x"); c.recv(1); ts.append(time.perf_counter() - t)
+    ts.sort()
+    print(f"{ts[len(ts) // 2] * 1e6:.0f} [{ts[len(ts) // 10] * 1e6:.0f}-{ts[len(ts) * 9 // 10] * 1e6:.0f}]")
+"""
+
+
+def emu_rtt() -> str:
+    """Median [p10-p90] round trip (us) of one byte over TCP between emulated hosts 0 and 1,
+    Python to Python: what a small message costs on these links, the wire's overhead included."""
+    srv = subprocess.Popen([str(EMU), "exec", "1", sys.executable, "-c", PING, "serve"])
+    try:
+        out = subprocess.run([str(EMU), "exec", "0", sys.executable, "-c", PING, "ping",
+                              "10.77.0.2"], capture_output=True, text=True, timeout=60)
+        return out.stdout.strip() or out.stderr.strip()[-200:]
+    finally:
+        srv.kill()
+        srv.wait()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -193,7 +230,8 @@ def main() -> None:
     if a.emu:
         rate, delay = a.emu.split("/")
         subprocess.run([str(EMU), "up", str(max(worlds)), rate, delay], check=True)
-        print(f"# emulated hosts: one per rank, links {rate} with {delay} each way", flush=True)
+        print(f"# emulated hosts: one per rank, links {rate} with {delay} each way; "
+              f"host-to-host TCP round trip (us, Python): {emu_rtt()}", flush=True)
     try:
         rounds(a, worlds, variants, shapes, rows, raw)
     finally:

@@ -14,10 +14,10 @@ pub enum Algo {
     /// Choose by message size and world size.
     Auto,
     /// Bandwidth-optimal: ring allreduce (reduce-scatter + allgather), pipelined chain
-    /// broadcast.
+    /// broadcast, ring allgather.
     Ring,
     /// Latency-optimal: recursive-doubling allreduce (what `Auto` picks for small messages),
-    /// binomial-tree broadcast.
+    /// binomial-tree broadcast, Bruck's allgather.
     Doubling,
     /// Tree allreduce: binomial reduce to rank 0 then binomial broadcast (a real tree; half the
     /// links of doubling per step); binomial-tree broadcast.

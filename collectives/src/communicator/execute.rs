@@ -49,6 +49,29 @@ pub(super) fn allreduce_schedule(
     }
 }
 
+/// The allgather `auto` picks: Bruck's (log2 steps) up to the threshold on more than two
+/// ranks (at two both are one exchange), the ring above it; `ring` forces the ring and
+/// `doubling` Bruck's; `tree` and `direct` choose as `auto`.
+fn allgather_schedule(
+    cfg: &Config,
+    rank: usize,
+    world: usize,
+    counts: &[usize],
+    dtype: DType,
+) -> Schedule {
+    let bytes = counts.iter().sum::<usize>().saturating_mul(dtype.size());
+    let bruck = match cfg.algo.value {
+        Algo::Ring => false,
+        Algo::Doubling => true,
+        _ => bytes <= cfg.tree_threshold.value && world > 2,
+    };
+    if bruck {
+        doubling::allgather(rank, world, counts, true)
+    } else {
+        ring::allgather(rank, world, counts, true)
+    }
+}
+
 fn broadcast_schedule(
     cfg: &Config,
     rank: usize,
@@ -334,7 +357,7 @@ impl Inner {
                 let s = send.expect("checked");
                 let counts = counts.clone().unwrap_or_else(|| vec![s.count(); world]);
                 let total = counts.iter().sum();
-                let sched = ring::allgather(rank, world, &counts, true);
+                let sched = allgather_schedule(cfg, rank, world, &counts, dtype);
                 let i = unsafe { input(send, recv, &mut copy) };
                 let w = unsafe { bytes_mut(recv) };
                 run(

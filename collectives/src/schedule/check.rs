@@ -198,22 +198,52 @@ fn reduce_scatter_allgather_gather_scatter_alltoall() {
                     "reduce_scatter world {world} rank {r}"
                 );
             }
-            // allgather(v) from Input.
-            let scheds: Vec<_> = (0..world)
-                .map(|r| ring::allgather(r, world, &counts, true))
-                .collect();
-            let mut ranks = ranks_with(
-                world,
-                total,
-                |r| (0..counts[r]).map(|i| val(r, i)).collect(),
-                |_| vec![-1; total],
-            );
-            simulate(&scheds, &mut ranks);
+            // allgather(v), ring and Bruck, from Input and in place.
             let want: Vec<i64> = (0..world)
                 .flat_map(|q| (0..counts[q]).map(move |i| val(q, i)))
                 .collect();
-            for rk in &ranks {
-                assert_eq!(rk.work, want, "allgather world {world}");
+            let b = blocks(&counts);
+            for bruck in [false, true] {
+                for from_input in [true, false] {
+                    let scheds: Vec<_> = (0..world)
+                        .map(|r| {
+                            if bruck {
+                                doubling::allgather(r, world, &counts, from_input)
+                            } else {
+                                ring::allgather(r, world, &counts, from_input)
+                            }
+                        })
+                        .collect();
+                    let mut ranks = ranks_with(
+                        world,
+                        total,
+                        |r| (0..counts[r]).map(|i| val(r, i)).collect(),
+                        |r| {
+                            let mut w = vec![-1; total];
+                            if !from_input {
+                                w[b[r].0..b[r].0 + b[r].1]
+                                    .copy_from_slice(&want[b[r].0..b[r].0 + b[r].1]);
+                            }
+                            w
+                        },
+                    );
+                    simulate(&scheds, &mut ranks);
+                    for rk in &ranks {
+                        assert_eq!(
+                            rk.work, want,
+                            "allgather world {world} bruck {bruck} from_input {from_input}"
+                        );
+                    }
+                    if bruck {
+                        let steps = scheds[0].steps.len();
+                        let log = (usize::BITS - (world - 1).leading_zeros()) as usize;
+                        assert_eq!(
+                            steps,
+                            log + 1,
+                            "ceil(log2 {world}) exchanges and the unrotation"
+                        );
+                    }
+                }
             }
             for root in 0..world {
                 // gather

@@ -144,3 +144,78 @@ pub(crate) fn barrier(rank: usize, world: usize) -> Schedule {
     }
     s
 }
+
+/// Bruck's allgather into Work (blocks of `counts`, which may differ per rank): ceil(log2
+/// world) steps instead of the ring's world - 1, for messages small enough that latency is
+/// the cost. Scratch holds the blocks rotated so that this rank's own comes first (block `j`
+/// is rank `rank + j`'s); at distance `d` each rank sends its first `min(d, world - d)`
+/// blocks to `rank - d` and receives as many after its first `d` from `rank + d`, all
+/// contiguous; a last step copies the rotation into place. This rank's block comes from Input
+/// at 0 when `from_input`, else from its place in Work.
+///
+/// ```text
+/// world 5, scratch of rank 0 (blocks by owner)
+/// start:   [0]
+/// dist 1:  [0 1]          (1 sent [1] to 0)
+/// dist 2:  [0 1 2 3]      (2 sent [2 3] to 0)
+/// dist 4:  [0 1 2 3 4]    (4 sent [4] to 0)
+/// ```
+pub(crate) fn allgather(rank: usize, world: usize, counts: &[usize], from_input: bool) -> Schedule {
+    let b = super::blocks(counts);
+    let total: usize = counts.iter().sum();
+    // offsets of the rotated blocks in scratch; rot[world] = total
+    let mut rot = vec![0usize; world + 1];
+    for j in 0..world {
+        rot[j + 1] = rot[j] + counts[(rank + j) % world];
+    }
+    let mut s = Schedule {
+        steps: Vec::new(),
+        scratch: total,
+    };
+    let own = if from_input {
+        Region::input(0, counts[rank])
+    } else {
+        Region::work(b[rank].0, counts[rank])
+    };
+    let mut first = vec![LocalOp {
+        src: own,
+        dst: Region::scratch(0, counts[rank]),
+        reduce: false,
+    }];
+    let mut dist = 1;
+    while dist < world {
+        let m = dist.min(world - dist);
+        s.push(Step {
+            locals: std::mem::take(&mut first),
+            sends: vec![SendOp {
+                peer: sub_mod(rank, dist, world),
+                src: Region::scratch(0, rot[m]),
+            }],
+            recvs: vec![RecvOp {
+                peer: (rank + dist) % world,
+                dst: Region::scratch(rot[dist], rot[dist + m] - rot[dist]),
+                reduce: false,
+                with: None,
+            }],
+        });
+        dist <<= 1;
+    }
+    // Unrotate: blocks 0..world-rank are ranks rank..world, the rest ranks 0..rank.
+    let head = total - b[rank].0;
+    let mut last = first; // (still holds the first copy when world == 1)
+    last.push(LocalOp {
+        src: Region::scratch(0, head),
+        dst: Region::work(b[rank].0, head),
+        reduce: false,
+    });
+    last.push(LocalOp {
+        src: Region::scratch(head, b[rank].0),
+        dst: Region::work(0, b[rank].0),
+        reduce: false,
+    });
+    s.push(Step {
+        locals: last,
+        ..Step::default()
+    });
+    s
+}
