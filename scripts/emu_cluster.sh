@@ -29,6 +29,7 @@ BR=dtcbr0
 NET=10.77.0
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 WIRE_PID=${TMPDIR:-/tmp}/dtc-emu-wire.pid
+WIRE_LOG=${TMPDIR:-/tmp}/dtc-emu-wire.log
 
 need() { command -v "$1" >/dev/null || { echo "emu_cluster: '$1' not found (apt-get install -y iproute2)" >&2; exit 3; }; }
 down() {
@@ -86,10 +87,11 @@ wire_up() {
   local ports=()
   for ((i = 0; i < n; i++)); do ports+=("dtct$i"); done
   ports+=("$BR")
-  "$wire" --rate "$rate" --delay "$delay" "${ports[@]}" 2>/dev/null &
+  # (its output to a log, not to our caller's pipes, which it would hold open)
+  "$wire" --rate "$rate" --delay "$delay" "${ports[@]}" </dev/null >"$WIRE_LOG" 2>&1 &
   echo $! >"$WIRE_PID"
   for _ in $(seq 100); do ip link show "$BR" >/dev/null 2>&1 && break; sleep 0.05; done
-  ip link show "$BR" >/dev/null 2>&1 || { echo "emu_cluster: emu_wire did not make its interfaces" >&2; down; exit 3; }
+  ip link show "$BR" >/dev/null 2>&1 || { echo "emu_cluster: emu_wire did not make its interfaces: $(cat "$WIRE_LOG")" >&2; down; exit 3; }
   ip link set "$BR" mtu "$mtu"
   ip addr add "$NET.254/24" dev "$BR"
   ip link set "$BR" up
