@@ -794,3 +794,58 @@ fn device_send_recv_as_the_first_device_call_needs_no_other_rank() {
         "the send's copy out and the receive's copy in; NCCL after"
     );
 }
+
+/// Staged calls keep their host memory for the next ones (pinned memory is slow to get): a
+/// run of calls of one size allocates once per buffer, a smaller call reuses it, a larger one
+/// allocates again; the results stay right throughout.
+#[test]
+fn staged_calls_reuse_their_host_memory() {
+    let world = 3;
+    let gpu = MemGpu::new(world);
+    let rt = |_| twin::runtime(&gpu, None);
+    let allreduce = |c: &Communicator, rank: usize, n: usize| {
+        let d = rank as i32;
+        let s = StreamHandle(0);
+        let p = gpu.upload(d, &vec![rank as f32 + 1.0; n]);
+        let call = Call::new(Collective::AllReduce { op: ReduceOp::Sum }).recv(dev(
+            p,
+            n,
+            DType::F32,
+            d,
+            s,
+        ));
+        unsafe { c.run(&call) }.unwrap();
+        assert_eq!(gpu.download::<f32>(p, n), vec![6.0; n]);
+    };
+    group(world, quick(), rt, |rank, c| {
+        allreduce(c, rank, 1000);
+        c.barrier().unwrap();
+    });
+    let first = gpu.host_allocs();
+    assert!(
+        (1..=2 * world).contains(&first),
+        "{first} host buffers for one call on {world} ranks"
+    );
+    group(world, quick(), rt, |rank, c| {
+        for _ in 0..20 {
+            allreduce(c, rank, 1000);
+        }
+        allreduce(c, rank, 10);
+    });
+    // (a new group: new communicators, so each rank allocates once more, then never)
+    assert_eq!(
+        gpu.host_allocs(),
+        2 * first,
+        "20 calls of one size and a smaller one"
+    );
+    group(world, quick(), rt, |rank, c| {
+        allreduce(c, rank, 1000);
+        allreduce(c, rank, 100_000);
+        allreduce(c, rank, 100_000);
+    });
+    assert_eq!(
+        gpu.host_allocs(),
+        4 * first,
+        "a larger call allocates once more"
+    );
+}

@@ -10,6 +10,7 @@ use crate::call::{Call, CallDesc, Collective, RawBuf};
 use crate::device::api::{DevPtr, DeviceApi, DeviceError, DeviceRuntime, HostMemory, StreamHandle};
 use crate::device::path::{self, DevicePath, PROBE_LEN, Probe};
 use crate::device::plan;
+use crate::device::pool::StagingPool;
 use crate::error::CommError;
 
 /// Polling with back-off: spins a little (short waits), then sleeps up to a millisecond.
@@ -64,6 +65,8 @@ pub(crate) struct DeviceState {
     path: Option<Result<DevicePath, String>>,
     /// The NCCL communicator, once the first NCCL call made it.
     pub(super) nccl: Option<super::nccl::Session>,
+    /// Host memory staged calls used, lent again to later ones.
+    staging: StagingPool,
 }
 
 /// The [`CallDesc`] errors of a device call name (its `seq` is the one it takes).
@@ -263,9 +266,12 @@ impl Inner {
         let fail = |st: &mut State, e: DeviceError| {
             self.device_failure(st, desc, started, format!("host staging: {e}"))
         };
-        let host_of = |b: Option<&RawBuf>| -> Result<Staged, DeviceError> {
-            b.map(|b| Ok((*b, api.host_memory(b.byte_len().unwrap_or(0))?)))
-                .transpose()
+        let mut host_of = |b: Option<&RawBuf>| -> Result<Staged, DeviceError> {
+            b.map(|b| {
+                let bytes = b.byte_len().unwrap_or(0);
+                Ok((*b, st.device.staging.take(bytes, |n| api.host_memory(n))?))
+            })
+            .transpose()
         };
         let staged =
             host_of(call.send.as_ref()).and_then(|s| Ok((s, host_of(call.recv.as_ref())?)));
@@ -321,7 +327,11 @@ impl Inner {
                 return Err(fail(st, e));
             }
         }
-        drop((send, recv));
+        // Kept for the next staged call only once this one is over: on an error above they
+        // are dropped, since a copy may still be queued on the stream.
+        for (_, m) in [send, recv].into_iter().flatten() {
+            st.device.staging.give(m);
+        }
         Ok(())
     }
 }

@@ -14,6 +14,7 @@
 pub mod api;
 pub mod path;
 pub(crate) mod plan;
+pub(crate) mod pool;
 pub mod twin;
 
 pub use api::{

@@ -36,6 +36,7 @@ pub(crate) struct GpuShared {
     streams: Mutex<HashMap<(i32, u64), Sender<Task>>>,
     next_stream: AtomicU64,
     copies: AtomicUsize,
+    host_allocs: AtomicUsize,
 }
 
 /// An event of the twin: set once its stream reached it.
@@ -93,6 +94,7 @@ impl MemGpu {
                 streams: Mutex::new(HashMap::new()),
                 next_stream: AtomicU64::new(1),
                 copies: AtomicUsize::new(0),
+                host_allocs: AtomicUsize::new(0),
             }),
         }
     }
@@ -183,6 +185,11 @@ impl MemGpu {
         self.shared.copies.load(Ordering::Relaxed)
     }
 
+    /// Staging host memory handed out so far ([`DeviceApi::host_memory`]).
+    pub fn host_allocs(&self) -> usize {
+        self.shared.host_allocs.load(Ordering::Relaxed)
+    }
+
     fn find<R>(
         &self,
         p: DevPtr,
@@ -270,6 +277,11 @@ impl MemGpu {
 impl DeviceApi for MemGpu {
     fn describe(&self) -> String {
         format!("in-memory GPU twin, {} devices", self.shared.devices)
+    }
+
+    fn host_memory(&self, bytes: usize) -> Result<Box<dyn crate::device::HostMemory>, DeviceError> {
+        self.shared.host_allocs.fetch_add(1, Ordering::Relaxed);
+        Ok(Box::new(vec![0u64; bytes.div_ceil(8)]))
     }
 
     fn device_count(&self) -> Result<usize, DeviceError> {
