@@ -121,8 +121,12 @@ fn run(a: &Args) -> std::io::Result<()> {
             return Err(e);
         }
         if fds.iter().all(|f| f.revents & libc::POLLIN == 0) && rc > 0 {
-            // Only errors: an interface is down (before the script sets it up). Not a spin.
-            std::thread::sleep(Duration::from_millis(1));
+            // Only errors: an interface is down (before the script sets it up). Not a spin,
+            // and no later than the next frame is due.
+            let nap = line
+                .next_at()
+                .map_or(1_000_000, |at| at.saturating_sub(now()));
+            std::thread::sleep(Duration::from_nanos(nap.min(1_000_000)));
         }
         for from in 0..n {
             if fds[from].revents & libc::POLLIN == 0 {
