@@ -10,11 +10,13 @@
 //! variables. An endpoint on dt-rdzv's native port (29401, or `DTCOMM_RDZV_BACKEND=native`, or
 //! a pinned fingerprint) asks for the native rendezvous, which assigns the ranks. Under
 //! `mpirun` on one host with no endpoint, the ranks meet in Open MPI's session directory
-//! ([`mpi_session`]).
+//! ([`mpi_session`]); across hosts, through the job's PMIx server ([`mpi_hosts`]).
 
 use std::fmt;
 
+pub mod mpi_hosts;
 pub mod mpi_session;
+pub mod pmix;
 
 /// The TCPStore port (torchrun's default).
 pub const STORE_PORT: u16 = 29400;
@@ -319,6 +321,14 @@ pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<La
                 )),
                 "Open MPI session directory (one host)",
             ),
+            (None, None) if mpi_hosts::namespace(env).is_some() => s(
+                Some(format!(
+                    "{}{}",
+                    mpi_hosts::MPI_PMIX,
+                    mpi_hosts::namespace(env).expect("checked")
+                )),
+                "Open MPI's PMIx server (across hosts)",
+            ),
             (None, None) if oci == "MAIN" => s(
                 Some(format!("0.0.0.0:{STORE_PORT}")),
                 "OCI__MODE=MAIN hosts it",
@@ -339,8 +349,9 @@ pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<La
     };
     if endpoint.value.is_none() && world.value > 1 {
         let hint = if rank.source == "OMPI_COMM_WORLD_RANK" {
-            " (mpirun across hosts: pass it to every rank, e.g. mpirun -x \
-             DTCOMM_RDZV_ENDPOINT=host:port, with a dt-rdzv serve there)"
+            " (mpirun across hosts without a PMIx server, PMIX_NAMESPACE unset: pass it to \
+             every rank, e.g. mpirun -x DTCOMM_RDZV_ENDPOINT=host:port, with a dt-rdzv serve \
+             there)"
         } else {
             ""
         };

@@ -9,7 +9,7 @@ use std::time::Duration;
 use dt_rdzv::client::TcpStoreClient;
 use dt_rdzv::server::{BackgroundServer, ServeConfig};
 use dt_rdzv::store::{PrefixStore, Store};
-use dtcomm::launch::{self, Explicit, Launch, STORE_PORT, mpi_session};
+use dtcomm::launch::{self, Explicit, Launch, STORE_PORT, mpi_hosts, mpi_session};
 use dtcomm::{CommError, Communicator, Config, Options};
 
 use crate::handles::{self, Comm};
@@ -79,10 +79,14 @@ fn join(l: Launch) -> Result<Comm, Fail> {
             _server: None,
         });
     };
-    let (endpoint, session_server) = match endpoint.strip_prefix(mpi_session::MPI_SESSION) {
-        Some(dir) => meet_in_session(dir, &l, wait)?,
-        None => (endpoint, None),
-    };
+    let (endpoint, session_server) =
+        if let Some(dir) = endpoint.strip_prefix(mpi_session::MPI_SESSION) {
+            meet_in_session(dir, &l, wait)?
+        } else if endpoint.starts_with(mpi_hosts::MPI_PMIX) {
+            meet_through_pmix(&l, &cfg, wait)?
+        } else {
+            (endpoint, None)
+        };
     let server = if session_server.is_some() {
         session_server
     } else if l.host_store.value {
@@ -142,6 +146,37 @@ fn join(l: Launch) -> Result<Comm, Fail> {
     })
 }
 
+/// How many times this process has met its peers under `mpirun` (the n-th init meets under
+/// the n-th name, never an address an earlier init already shut down).
+fn next_meeting() -> u64 {
+    static INITS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    INITS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1
+}
+
+/// Under `mpirun` across hosts: rank 0 hosts the store on the address its data plane
+/// advertises and passes it to the others through the job's PMIx server ([`mpi_hosts`]).
+fn meet_through_pmix(
+    l: &Launch,
+    cfg: &Config,
+    wait: std::time::Duration,
+) -> Result<(String, Option<BackgroundServer>), Fail> {
+    let n = next_meeting();
+    let rank = l
+        .rank
+        .value
+        .ok_or_else(|| setup("meeting through PMIx needs OMPI_COMM_WORLD_RANK"))?;
+    if rank != 0 {
+        let ep = mpi_hosts::meet(rank, &l.run_id.value, n, None, wait).map_err(setup)?;
+        return Ok((ep, None));
+    }
+    let ip = mpi_hosts::advertised_ip(cfg.socket_ifname.value.as_deref()).map_err(setup)?;
+    let server = BackgroundServer::start(ServeConfig::embedded_store(ip, 0))
+        .map_err(|e| setup(format!("hosting the store on {ip}: {e}")))?;
+    let endpoint = server.endpoint();
+    mpi_hosts::meet(0, &l.run_id.value, n, Some(&endpoint), wait).map_err(setup)?;
+    Ok((endpoint, Some(server)))
+}
+
 /// Under `mpirun` on one host: rank 0 hosts the store on loopback and leaves its address in
 /// Open MPI's session directory; the others read it there ([`mpi_session`]).
 fn meet_in_session(
@@ -149,8 +184,7 @@ fn meet_in_session(
     l: &Launch,
     wait: std::time::Duration,
 ) -> Result<(String, Option<BackgroundServer>), Fail> {
-    static INITS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = INITS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+    let n = next_meeting();
     let path = mpi_session::endpoint_file(dir, &l.run_id.value, n);
     match l.rank.value {
         Some(0) => {

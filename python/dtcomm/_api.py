@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import sys
 import time
 from typing import Any
@@ -94,7 +95,7 @@ def init(
         _group = _init_horovod_kv(cfg, endpoint, algo=algo, socket_ifname=socket_ifname,
                                   verbose=verbose)
         return
-    wait = cfg.timeout.value if cfg.timeout.value is not None else 300.0
+    wait = _setup_wait(cfg)
     if endpoint is None:
         # A world of one: a private in-process store.
         server = _dtcomm.RdzvServer("127.0.0.1", 0)
@@ -106,6 +107,12 @@ def init(
             raise _config.ConfigError("Open MPI's session directory needs OMPI_COMM_WORLD_RANK")
         endpoint, server = meet(endpoint[len(_config.MPI_SESSION):], cfg.rank.value,
                                 cfg.run_id.value, wait)
+    elif endpoint.startswith(_config.MPI_PMIX):
+        from ._mpi_session import meet_pmix
+
+        if cfg.rank.value is None:
+            raise _config.ConfigError("meeting through PMIx needs OMPI_COMM_WORLD_RANK")
+        endpoint, server = meet_pmix(cfg.rank.value, cfg.run_id.value, wait, socket_ifname)
     elif cfg.host_store.value:
         host, port = endpoint.rsplit(":", 1)
         server = _dtcomm.RdzvServer("::" if not host.startswith("127.") else host, int(port))
@@ -138,6 +145,19 @@ def init(
         _say(f"dtcomm: {cfg.log_line()} generation={gen}; engine: {comm.config()}; {comm.transport()}")
 
 
+def _setup_wait(cfg: _config.Resolved) -> float:
+    """Seconds a meeting before the engine's may wait: the explicit timeout, else
+    ``DTCOMM_TIMEOUT`` (as the engine reads it; the engine names a bad value), else its
+    default of 300."""
+    if cfg.timeout.value is not None:
+        return cfg.timeout.value
+    try:
+        secs = float(os.environ.get("DTCOMM_TIMEOUT", "300"))
+    except ValueError:
+        return 300.0
+    return secs if 0 < secs < float("inf") else 300.0
+
+
 def _init_horovod_kv(cfg: _config.Resolved, endpoint: str, *, algo: str | None,
                      socket_ifname: str | None, verbose: bool) -> _Group:
     """Under a real ``horovodrun --gloo``: the addresses meet in its HTTP key-value server
@@ -145,7 +165,7 @@ def _init_horovod_kv(cfg: _config.Resolved, endpoint: str, *, algo: str | None,
     from ._horovod_kv import HorovodKVStore
 
     addr, port = endpoint[len(_config.HOROVOD_KV):].rsplit(":", 1)
-    wait = cfg.timeout.value if cfg.timeout.value is not None else 300.0
+    wait = _setup_wait(cfg)
     store = HorovodKVStore(addr.strip("[]"), int(port), wait)
     me = cfg.rank.value
     if me is None:

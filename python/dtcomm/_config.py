@@ -8,7 +8,8 @@ then OCI Data Science (``OCI__MODE``, ``OCI__WORKER_COUNT``, ``OCI__TIMEOUT``), 
 The rendezvous: ``DTCOMM_RDZV_ENDPOINT``, torchrun's ``MASTER_ADDR``/``MASTER_PORT``,
 ``horovodrun --gloo``'s HTTP key-value server (``HOROVOD_GLOO_RENDEZVOUS_ADDR``/``_PORT``,
 ``dtcomm._horovod_kv``), or, under ``mpirun`` on one host, the job's session directory: rank 0
-hosts a store on loopback and leaves its address there (``dtcomm._mpi_session``).
+hosts a store on loopback and leaves its address there (``dtcomm._mpi_session``); across hosts
+the job's PMIx server passes it (``dtcomm._mpi_session.meet_pmix``).
 
 With ``DTCOMM_RDZV_ENDPOINT`` on dt-rdzv's native port (``dtcomm._native``), the native
 rendezvous assigns rank, world size and local rank, unless a launcher already did (a rank pair
@@ -156,6 +157,9 @@ def _endpoint(env: Mapping[str, str]) -> Value[str | None]:
     # `mpirun` on one host: rank 0's address, met in the job's session directory.
     if (session := mpi_session_dir(env)) is not None:
         return Value(f"{MPI_SESSION}{session}", "Open MPI session directory (one host)")
+    # `mpirun` across hosts: rank 0's address, passed by the job's PMIx server.
+    if (nspace := mpi_pmix_namespace(env)) is not None:
+        return Value(f"{MPI_PMIX}{nspace}", "Open MPI's PMIx server (across hosts)")
     return Value(None, "default")
 
 
@@ -169,10 +173,21 @@ def mpi_session_dir(env: Mapping[str, str]) -> str | None:
     return _set(env, "OMPI_MCA_orte_jobfam_session_dir") or _set(env, "PMIX_SERVER_TMPDIR")
 
 
+def mpi_pmix_namespace(env: Mapping[str, str]) -> str | None:
+    """The PMIx namespace of an Open MPI job whose ranks span hosts (``PMIX_NAMESPACE``), or
+    ``None`` when the job is not Open MPI's, fits on one host, or has no PMIx server."""
+    size, local = _set(env, "OMPI_COMM_WORLD_SIZE"), _set(env, "OMPI_COMM_WORLD_LOCAL_SIZE")
+    if size is None or local is None or size.strip() == local.strip():
+        return None
+    return _set(env, "PMIX_NAMESPACE")
+
+
 #: How an endpoint names horovodrun's HTTP key-value server.
 HOROVOD_KV = "horovod-kv://"
 #: How an endpoint names an Open MPI session directory where rank 0 leaves its address.
 MPI_SESSION = "mpi-session://"
+#: How an endpoint names the PMIx meeting of an Open MPI job across hosts.
+MPI_PMIX = "mpi-pmix://"
 
 
 def _truthy(text: str | None) -> bool:
@@ -264,8 +279,9 @@ def resolve(
     if ep.value is None and w.value > 1:
         hint = ""
         if r.source == "OMPI_COMM_WORLD_RANK":
-            hint = (" (mpirun across hosts: pass it to every rank, e.g. "
-                    "mpirun -x DTCOMM_RDZV_ENDPOINT=host:port, with a dt-rdzv serve there)")
+            hint = (" (mpirun across hosts without a PMIx server, PMIX_NAMESPACE unset: pass it "
+                    "to every rank, e.g. mpirun -x DTCOMM_RDZV_ENDPOINT=host:port, with a dt-rdzv "
+                    "serve there)")
         raise ConfigError(
             f"rank {r.value}: a world of {w.value} ({w.source}) needs a rendezvous endpoint: set "
             "DTCOMM_RDZV_ENDPOINT=host:port (or MASTER_ADDR and MASTER_PORT), or launch with dtrun"

@@ -6,6 +6,10 @@ removed when it ends. Rank 0 hosts a store on loopback and leaves its address th
 (written whole, then renamed into place); the others read it, polling until the deadline. Each
 process numbers its own ``init()`` calls, so the n-th ``init()`` of every rank reads the n-th
 address, never a store an earlier ``init()`` already shut down.
+
+Across hosts there is no shared directory: the job's PMIx server (the one beside every rank of
+an Open MPI job) carries rank 0's address instead (``meet_pmix``, the engine's
+``dtcomm::launch::mpi_hosts``).
 """
 
 from __future__ import annotations
@@ -56,3 +60,16 @@ def meet(session: str, rank: int, run_id: str,
                 f"directory within {timeout:g} s ({path} is missing): is rank 0 running "
                 "dtcomm.init() / hvd.init() too?")
         time.sleep(0.01)
+
+
+def meet_pmix(rank: int, run_id: str, timeout: float,
+              socket_ifname: str | None) -> tuple[str, _dtcomm.RdzvServer | None]:
+    """Across hosts: rank 0 hosts a store on the address its data plane advertises and passes
+    ``host:port`` through PMIx; returns it, and the server when this rank hosts it."""
+    global _inits
+    _inits += 1
+    if rank != 0:
+        return _dtcomm.pmix_meet(rank, run_id, _inits, None, timeout), None
+    ifname = socket_ifname or os.environ.get("DTCOMM_SOCKET_IFNAME")
+    server = _dtcomm.RdzvServer(_dtcomm.advertised_ip(ifname), 0)
+    return _dtcomm.pmix_meet(0, run_id, _inits, server.endpoint, timeout), server

@@ -52,3 +52,40 @@ pub(crate) fn resolve_launch<'py>(
     put(&d, "native", &l.native)?;
     Ok(d)
 }
+
+/// Under `mpirun` across hosts: the n-th meeting of run `run_id` through the job's PMIx
+/// server ([`dtcomm::launch::mpi_hosts::meet`]). Rank 0 passes its store's `host:port` as
+/// `mine`; every rank gets rank 0's. Raises TimeoutError when a rank does not arrive in time,
+/// RuntimeError for the other failures, naming the rank.
+#[pyfunction]
+#[pyo3(signature = (rank, run_id, n, mine, timeout))]
+pub(crate) fn pmix_meet(
+    py: Python<'_>,
+    rank: usize,
+    run_id: String,
+    n: u64,
+    mine: Option<String>,
+    timeout: f64,
+) -> PyResult<String> {
+    let wait = std::time::Duration::try_from_secs_f64(timeout)
+        .map_err(|e| PyValueError::new_err(format!("timeout {timeout}: {e}")))?;
+    py.detach(|| dtcomm::launch::mpi_hosts::meet(rank, &run_id, n, mine.as_deref(), wait))
+        .map_err(|e| {
+            if e.contains("within") {
+                pyo3::exceptions::PyTimeoutError::new_err(e)
+            } else {
+                pyo3::exceptions::PyRuntimeError::new_err(e)
+            }
+        })
+}
+
+/// The address rank 0's store listens on when the ranks meet through PMIx: the one its data
+/// plane advertises (`socket_ifname` in NCCL's syntax, else the first interface that is up
+/// and not loopback).
+#[pyfunction]
+#[pyo3(signature = (socket_ifname=None))]
+pub(crate) fn advertised_ip(socket_ifname: Option<String>) -> PyResult<String> {
+    dtcomm::launch::mpi_hosts::advertised_ip(socket_ifname.as_deref())
+        .map(|ip| ip.to_string())
+        .map_err(pyo3::exceptions::PyRuntimeError::new_err)
+}

@@ -245,3 +245,17 @@ def test_dtrun_horovod_runs_an_unmodified_horovod_script(tmp_path: Path) -> None
     # Without --horovod there is no `horovod` module (nothing named horovod is installed).
     q = subprocess.run([sys.executable, "-c", "import horovod"], capture_output=True, text=True)
     assert q.returncode != 0
+
+
+def test_the_cross_communicator_is_horovods_on_uneven_hosts() -> None:
+    from dtcomm.horovod.torch._core import cross_of
+
+    # Two ranks on host A (local 0, 1), one on host B (local 0).
+    local = [(0, 2), (1, 2), (0, 1)]
+    assert [tuple(cross_of(r, local)) for r in range(3)] == [(0, 2, False), (0, 1, False),
+                                                             (1, 2, False)]
+    # Two hosts of two, ranks interleaved by host (round robin placement).
+    even = [(0, 2), (0, 2), (1, 2), (1, 2)]
+    assert [tuple(cross_of(r, even)) for r in range(4)] == [(0, 2, True), (1, 2, True),
+                                                            (0, 2, True), (1, 2, True)]
+    assert tuple(cross_of(0, [(0, 1)])) == (0, 1, True)

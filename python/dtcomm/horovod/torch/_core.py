@@ -116,6 +116,33 @@ class _Pending(NamedTuple):
 
 _lock = threading.Lock()
 _neg: _dtcomm.Negotiator | None = None
+
+
+class _Cross(NamedTuple):
+    """Where this rank sits among the ranks of the same local rank on other hosts."""
+
+    rank: int
+    size: int
+    homogeneous: bool
+
+
+_cross: _Cross | None = None
+
+
+def cross_of(me: int, local: list[tuple[int, int]]) -> _Cross:
+    """Horovod's cross communicator from every rank's ``(local_rank, local_size)``: the ranks
+    sharing this rank's local rank, one per host, in rank order; homogeneous when every host
+    runs as many ranks."""
+    mine = local[me][0]
+    peers = [r for r, (lr, _) in enumerate(local) if lr == mine]
+    return _Cross(peers.index(me), len(peers), len({ls for _, ls in local}) == 1)
+
+
+def _learn_cross() -> _Cross:
+    """Every rank's local rank and size, all-gathered once per ``init``."""
+    mine = np.array([dtcomm.local_rank(), dtcomm.local_size()], dtype=np.int64)
+    every = dtcomm.all_gather(mine)
+    return cross_of(dtcomm.rank(), [(int(a), int(b)) for a, b in every])
 # Registered process sets by id; 0 is the global set (its negotiation is ``_neg``).
 _sets: dict[int, _SetState] = {}
 _next_set_id = 1
@@ -133,12 +160,13 @@ def init(comm: Any = None, process_sets: Any = None) -> None:
     list of :class:`ProcessSet` to register (every rank passes the same list), or
     ``"dynamic"`` (as ``HOROVOD_DYNAMIC_PROCESS_SETS=1``) to allow ``add_process_set`` and
     ``remove_process_set`` later."""
-    global _neg, _dynamic
+    global _neg, _dynamic, _cross
     with _lock:
         if _neg is not None:
             return
         if not dtcomm.is_initialized():
             dtcomm.init(verbose=False)
+        _cross = _learn_cross()
         _neg = _negotiator()
         _handles.clear()
         _reset_sets(_neg)
@@ -281,7 +309,7 @@ def _elastic_reset(reason: str) -> None:
     joins the native rendezvous's next round (``dtcomm.elastic``'s renewal: survivors keep
     their ranks; the job is not left) and negotiates on its communicator. Unnamed operations
     count from zero again, as after ``init``."""
-    global _neg
+    global _neg, _cross
     with _lock:
         old, _neg = _neg, None
         _handles.clear()
@@ -291,7 +319,9 @@ def _elastic_reset(reason: str) -> None:
     if old is not None:
         old.shutdown()  # returns at once when the round's communicator failed
     _api._renew(reason)
+    cross = _learn_cross()
     with _lock:
+        _cross = cross
         _neg = _negotiator()
         _reset_sets(_neg)
 
@@ -345,19 +375,26 @@ def local_size() -> int:
     return dtcomm.local_size()
 
 
+def _x() -> _Cross:
+    _n()
+    if _cross is None:
+        raise ValueError("Horovod has not been initialized; use hvd.init().")
+    return _cross
+
+
 def cross_rank() -> int:
-    """Index of this host."""
-    return rank() // max(local_size(), 1)
+    """This rank's index among the ranks of the same local rank (one per host)."""
+    return _x().rank
 
 
 def cross_size() -> int:
-    """Hosts in the job."""
-    return max(size() // max(local_size(), 1), 1)
+    """Ranks of this rank's local rank across hosts (the hosts, when every host runs as many)."""
+    return _x().size
 
 
 def is_homogeneous() -> bool:
     """Whether every host runs the same number of processes."""
-    return size() % max(local_size(), 1) == 0
+    return _x().homogeneous
 
 
 def mpi_built() -> bool:

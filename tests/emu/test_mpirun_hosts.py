@@ -1,0 +1,118 @@
+"""``hvd.init()`` under a real ``mpirun`` (Open MPI) across two emulated hosts with no
+rendezvous endpoint: the ranks share no session directory, so rank 0's address travels through
+the job's PMIx server (``dtcomm::launch::mpi_hosts``). The hosts are network namespaces made by
+``scripts/emu_cluster.sh`` (``EMU_WIRE=1``); ``mpirun`` starts its daemon on the second host
+through an ``ssh`` stand-in that enters the namespace (``plm_rsh_agent``). Skips without root,
+/dev/net/tun, iproute2 or ``mpirun``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EMU = ROOT / "scripts" / "emu_cluster.sh"
+MPIRUN = shutil.which("mpirun")
+
+# Open MPI runs `AGENT host cmd...` for each remote daemon, as it would run ssh.
+AGENT = """#!/bin/sh
+host=$1; shift
+exec ip netns exec "dtc-h$(( ${host##*.} - 1 ))" /bin/sh -c "$*"
+"""
+
+HOROVOD = """
+import socket
+import dtcomm.horovod.torch as hvd
+import torch
+from dtcomm import _config
+for cycle in range(3):
+    hvd.init()
+    s = hvd.allreduce(torch.full((4,), float(hvd.rank() + 1)), op=hvd.Sum, name=f"s{cycle}")
+    g = hvd.allgather(torch.tensor([hvd.rank()] * (hvd.rank() + 1)), name=f"g{cycle}")
+    print(f"cycle {cycle} rank {hvd.rank()} of {hvd.size()} local {hvd.local_rank()}/"
+          f"{hvd.local_size()} cross {hvd.cross_rank()}/{hvd.cross_size()} "
+          f"homogeneous {hvd.is_homogeneous()} sum {s.tolist()} gather {g.tolist()} "
+          f"rdzv from {_config.resolve().endpoint.source}", flush=True)
+    hvd.shutdown()
+"""
+
+
+def wire_bin() -> Path:
+    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+    subprocess.run(["cargo", "build", "-q", "-p", "dt-bench", "--bin", "emu_wire"], cwd=ROOT,
+                   check=True, timeout=600)
+    return target / "debug" / "emu_wire"
+
+
+@pytest.fixture
+def hosts(tmp_path: Path) -> Iterator[list[str]]:
+    """Two emulated hosts; yields the mpirun command prefix that runs from the first."""
+    if os.geteuid() != 0 or not Path("/dev/net/tun").exists() or shutil.which("ip") is None:
+        pytest.skip("needs root, /dev/net/tun and iproute2 for network namespaces and TAPs")
+    if MPIRUN is None:
+        pytest.skip("Open MPI's mpirun is not installed (scripts/setup.sh installs openmpi-bin)")
+    pytest.importorskip("torch")
+    env = {**os.environ, "EMU_WIRE": "1", "EMU_WIRE_BIN": str(wire_bin())}
+    up = subprocess.run([str(EMU), "up", "2", "10gbit", "50us"], env=env,
+                        capture_output=True, text=True, timeout=120)
+    if up.returncode == 3:
+        pytest.skip(f"emu_cluster cannot make hosts here: {up.stderr.strip()}")
+    assert up.returncode == 0, up.stderr
+    agent = tmp_path / "netns_rsh"
+    agent.write_text(AGENT)
+    agent.chmod(0o755)
+    try:
+        yield ["ip", "netns", "exec", "dtc-h0", MPIRUN, "--allow-run-as-root",
+               "--mca", "plm_rsh_agent", str(agent), "-x", "PATH", "-x", "DTCOMM_TIMEOUT"]
+    finally:
+        subprocess.run([str(EMU), "down"], env=env, timeout=120)
+
+
+def _env(timeout: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DTCOMM_RDZV_ENDPOINT", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE",
+                        "DTCOMM_SOCKET_IFNAME")
+           and not k.startswith(("OMPI_", "PMIX_"))}
+    env["DTCOMM_TIMEOUT"] = timeout
+    return env
+
+
+def test_horovod_meets_across_hosts_through_pmix(hosts: list[str]) -> None:
+    # Two ranks on the first host, one on the second: heterogeneous, so the cross
+    # communicator differs per local rank.
+    p = subprocess.run([*hosts, "-H", "10.77.0.1:2,10.77.0.2:1", "-np", "3",
+                        sys.executable, "-c", HOROVOD],
+                       env=_env("60"), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    expect = {0: "local 0/2 cross 0/2", 1: "local 1/2 cross 0/1", 2: "local 0/1 cross 1/2"}
+    for cycle in range(3):
+        for r in range(3):
+            line = (f"cycle {cycle} rank {r} of 3 {expect[r]} homogeneous False "
+                    "sum [6.0, 6.0, 6.0, 6.0] gather [0, 1, 1, 2, 2, 2] "
+                    "rdzv from Open MPI's PMIx server (across hosts)")
+            assert line in p.stdout, p.stdout + p.stderr
+
+
+def test_a_rank_that_never_inits_fails_the_others_at_their_deadline(
+        hosts: list[str]) -> None:
+    script = ("import os, time, dtcomm\n"
+              "if os.environ['OMPI_COMM_WORLD_RANK'] == '2':\n"
+              "    time.sleep(30)\n"
+              "else:\n"
+              "    dtcomm.init()\n")
+    t = time.monotonic()
+    p = subprocess.run([*hosts, "-H", "10.77.0.1:2,10.77.0.2:1", "-np", "3",
+                        sys.executable, "-c", script],
+                       env=_env("4"), capture_output=True, text=True, timeout=120)
+    took = time.monotonic() - t
+    assert p.returncode != 0
+    assert "meeting rank 0 through PMIx" in p.stderr, p.stderr
+    assert "not every rank reached its init" in p.stderr, p.stderr
+    assert took < 30, f"the others waited {took:.0f} s, past their 4 s deadline"
