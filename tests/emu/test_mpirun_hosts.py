@@ -1,4 +1,5 @@
-"""``hvd.init()`` under a real ``mpirun`` (Open MPI) across two emulated hosts with no
+"""``hvd.init()`` and the C ABI's ``dtcomm_comm_init`` under a real ``mpirun`` (Open MPI) across
+two emulated hosts with no
 rendezvous endpoint: the ranks share no session directory, so rank 0's address travels through
 the job's PMIx server (``dtcomm::launch::mpi_hosts``). The hosts are network namespaces made by
 ``scripts/emu_cluster.sh`` (``EMU_WIRE=1``); ``mpirun`` starts its daemon on the second host
@@ -116,3 +117,21 @@ def test_a_rank_that_never_inits_fails_the_others_at_their_deadline(
     assert "meeting rank 0 through PMIx" in p.stderr, p.stderr
     assert "not every rank reached its init" in p.stderr, p.stderr
     assert took < 30, f"the others waited {took:.0f} s, past their 4 s deadline"
+
+
+def test_the_c_abi_meets_across_hosts_through_pmix(hosts: list[str], tmp_path: Path) -> None:
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "debug"
+    subprocess.run(["cargo", "build", "-q", "-p", "dtcomm-ffi"], cwd=ROOT, check=True,
+                   timeout=600)
+    exe = tmp_path / "allreduce"
+    subprocess.run(["cc", "-std=c11", "-D_GNU_SOURCE", "-O2", "-I", str(ROOT / "ffi" / "include"),
+                    str(ROOT / "ffi" / "examples" / "allreduce.c"), "-L", str(target),
+                    f"-Wl,-rpath,{target}", "-ldtcomm_ffi", "-o", str(exe)], check=True)
+    p = subprocess.run([*hosts, "-H", "10.77.0.1:2,10.77.0.2:1", "-np", "3", str(exe)],
+                       env=_env("60"), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    for r in range(3):
+        assert f"ALLREDUCE OK rank {r} of 3" in p.stdout, p.stdout + p.stderr
+    assert "Open MPI's PMIx server (across hosts)" in p.stderr, p.stderr
