@@ -8,7 +8,7 @@ use super::nccl::Inflight;
 use super::{Inner, State};
 use crate::call::{Call, CallDesc, Collective, RawBuf};
 use crate::device::api::{DevPtr, DeviceApi, DeviceError, DeviceRuntime, HostMemory, StreamHandle};
-use crate::device::path::{self, DevicePath, PROBE_LEN, Probe};
+use crate::device::path::{self, Agreed, DevicePath, PROBE_LEN, Probe};
 use crate::device::plan;
 use crate::device::pool::StagingPool;
 use crate::error::CommError;
@@ -61,8 +61,9 @@ type Staged = Option<(RawBuf, Box<dyn HostMemory>)>;
 /// One communicator's device state, under its state lock.
 #[derive(Default)]
 pub(crate) struct DeviceState {
-    /// The agreed path, or the error every rank got (agreed once per communicator).
-    path: Option<Result<DevicePath, String>>,
+    /// The agreed path and whether every rank's NCCL has `ncclSend`/`ncclRecv`, or the error
+    /// every rank got (agreed once per communicator).
+    path: Option<Result<(DevicePath, bool), String>>,
     /// The NCCL communicator, once the first NCCL call made it.
     pub(super) nccl: Option<super::nccl::Session>,
     /// Host memory staged calls used, lent again to later ones.
@@ -150,14 +151,26 @@ impl Inner {
             st.device.path = Some(agreed);
         }
         let path = st.device.path.clone().expect("agreed above");
-        let path = path.map_err(|detail| CommError::Device {
+        let (path, p2p) = path.map_err(|detail| CommError::Device {
             rank: self.rank,
             call: describe(call, st.seq),
             elapsed: Duration::ZERO,
             detail,
         })?;
-        match (path, plan::nccl_op(call, self.world)) {
+        match (path, plan::nccl_op(call, self.rank, self.world, p2p)) {
             (DevicePath::Nccl, Some(op)) => {
+                let size = call.send.or(call.recv).map_or(1, |b| b.dtype().size());
+                if let Some((s, r)) = plan::overlap(&op, size) {
+                    // The other ranks are entering NCCL: fail them too, at once.
+                    let detail = format!(
+                        "send and recv overlap ({} elements at {:#x} to rank {} and {} from rank \
+                         {} at {:#x}): NCCL's grouped sends and receives may overwrite data \
+                         before it is sent; use separate buffers (or DTCOMM_CUDA=stage)",
+                        s.count, s.ptr.0, s.peer, r.count, r.peer, r.ptr.0
+                    );
+                    let desc = describe(call, st.seq);
+                    return Err(self.device_failure(st, desc, Instant::now(), detail));
+                }
                 // SAFETY: the caller's contract.
                 unsafe { self.enqueue_nccl(st, rt, call, op, device, stream) }.map(Some)
             }
@@ -173,20 +186,23 @@ impl Inner {
         st: &mut State,
         rt: &DeviceRuntime,
         device: i32,
-    ) -> Result<Result<DevicePath, String>, CommError> {
+    ) -> Result<Result<(DevicePath, bool), String>, CommError> {
         let visible = rt.api.device_count();
-        let (nccl, note) = match (&rt.nccl, &visible) {
-            (_, Err(e)) => (false, format!("no CUDA devices: {e}")),
-            (_, Ok(n)) if device as usize >= *n => {
-                (false, format!("device {device} asked for, {n} visible"))
-            }
-            (Ok(n), _) => (true, n.describe()),
-            (Err(why), _) => (false, why.clone()),
+        let (nccl, p2p, note) = match (&rt.nccl, &visible) {
+            (_, Err(e)) => (false, false, format!("no CUDA devices: {e}")),
+            (_, Ok(n)) if device as usize >= *n => (
+                false,
+                false,
+                format!("device {device} asked for, {n} visible"),
+            ),
+            (Ok(n), _) => (true, n.has_p2p(), n.describe()),
+            (Err(why), _) => (false, false, why.clone()),
         };
         let host = crate::shm::host::HostId::current(self.config.host_id.value.as_deref());
         let mine = Probe {
             mode: self.config.cuda.value,
             nccl,
+            p2p,
             device,
             host: host.digest,
             note,
@@ -206,13 +222,16 @@ impl Inner {
             .and_then(|ps| path::decide(&ps));
         let rank = self.rank;
         match &decided {
-            Ok((DevicePath::Nccl, why)) => {
-                tracing::info!(rank, "dtcomm: device buffers go by NCCL: {why}");
+            Ok(a) if a.path == DevicePath::Nccl && a.p2p => {
+                tracing::info!(rank, "dtcomm: device buffers go by NCCL: {}", a.why);
             }
-            Ok((DevicePath::Stage, why)) if self.config.cuda.value == path::CudaMode::Stage => {
-                tracing::info!(rank, "dtcomm: device buffers go by host staging: {why}");
+            Ok(a) if a.path == DevicePath::Nccl => {
+                tracing::warn!(rank, "dtcomm: device buffers go by NCCL: {}", a.why);
             }
-            Ok((DevicePath::Stage, why)) => {
+            Ok(a) if self.config.cuda.value == path::CudaMode::Stage => {
+                tracing::info!(rank, "dtcomm: device buffers go by host staging: {}", a.why);
+            }
+            Ok(Agreed { why, .. }) => {
                 tracing::warn!(
                     rank,
                     "dtcomm: device buffers go by host staging (copies through host memory, \
@@ -221,7 +240,7 @@ impl Inner {
             }
             Err(e) => tracing::error!(rank, "dtcomm: no path for device buffers: {e}"),
         }
-        Ok(decided.map(|(p, _)| p))
+        Ok(decided.map(|a| (a.path, a.p2p)))
     }
 
     /// A device failure of this rank: the communicator fails and the peers are told.

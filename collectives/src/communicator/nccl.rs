@@ -91,7 +91,7 @@ impl Inner {
         }
         if self.config.nccl_check.value {
             // The check's own all-gather takes a sequence number; the call takes the next.
-            let desc = super::device::describe(call, st.seq + 1);
+            let desc = plan::check_desc(call, super::device::describe(call, st.seq + 1));
             let mine = plan::check_record(&desc).map(|w| w as i64);
             let mut all = vec![[0i64; CHECK_WORDS]; self.world];
             let gather = Call::new(Collective::AllGather { counts: None })

@@ -285,6 +285,12 @@ impl NcclApi for NcclLib {
         format!("NCCL {} from {}", self.0.version(), self.0.path().display())
     }
 
+    fn has_p2p(&self) -> bool {
+        ["ncclSend", "ncclRecv", "ncclGroupStart", "ncclGroupEnd"]
+            .iter()
+            .all(|f| self.0.has(f))
+    }
+
     fn unique_id(&self) -> Result<UniqueId, NcclError> {
         let id = self.0.unique_id().map_err(nccl_error)?;
         Ok(UniqueId(dtcomm_nccl_sys::unique_id_to_bytes(&id)))
@@ -334,7 +340,6 @@ impl NcclApi for NcclLib {
         Ok(Box::new(RealComm {
             nccl: self.0.clone(),
             comm,
-            world,
             aborted: false,
         }))
     }
@@ -343,7 +348,6 @@ impl NcclApi for NcclLib {
 struct RealComm {
     nccl: Arc<Nccl>,
     comm: ncclComm_t,
-    world: usize,
     aborted: bool,
 }
 
@@ -411,20 +415,24 @@ impl NcclComm for RealComm {
                 NcclOp::AllGather { send, recv, count } => {
                     n.all_gather(p(send), p(recv), count, t, self.comm, s)
                 }
-                NcclOp::AllToAll { send, recv, count } => {
-                    let bytes = count * dtype.size();
-                    let block = |d: DevPtr, r: usize| p(DevPtr(d.0 + (r * bytes) as u64));
-                    n.group_start().and_then(|_| {
-                        let each = (0..self.world).try_for_each(|r| {
-                            n.send(block(send, r), count, t, r as i32, self.comm, s)?;
-                            n.recv(block(recv, r), count, t, r as i32, self.comm, s)
+                NcclOp::Exchange {
+                    ref sends,
+                    ref recvs,
+                } => n.group_start().and_then(|_| {
+                    let sent = sends.iter().try_for_each(|b| {
+                        n.send(p(b.ptr), b.count, t, b.peer as i32, self.comm, s)
+                            .map(|_| ())
+                    });
+                    let each = sent.and_then(|()| {
+                        recvs.iter().try_for_each(|b| {
+                            n.recv(p(b.ptr), b.count, t, b.peer as i32, self.comm, s)
                                 .map(|_| ())
-                        });
-                        // The group is closed whatever happened inside it.
-                        let end = n.group_end();
-                        each.and(end)
-                    })
-                }
+                        })
+                    });
+                    // The group is closed whatever happened inside it.
+                    let end = n.group_end();
+                    each.and(end)
+                }),
                 NcclOp::ReduceScatter {
                     send,
                     recv,

@@ -137,7 +137,7 @@ pub struct NcclError {
 }
 
 /// One NCCL collective with its device buffers, as the device path enqueues it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NcclOp {
     /// `ncclAllReduce` (`count` elements; `send == recv` in place).
     AllReduce {
@@ -183,15 +183,16 @@ pub enum NcclOp {
         /// Elements per rank.
         count: usize,
     },
-    /// All-to-all (a group of `ncclSend`/`ncclRecv`, one pair per rank): block p of `send`
-    /// (`count` elements) goes to rank p, block p of `recv` comes from rank p.
-    AllToAll {
-        /// Input (`world * count`).
-        send: DevPtr,
-        /// Output (`world * count`).
-        recv: DevPtr,
-        /// Elements per rank.
-        count: usize,
+    /// A point-to-point exchange: one group of `ncclSend`/`ncclRecv` (`ncclGroupStart` ..
+    /// `ncclGroupEnd`), as torch's NCCL backend runs all-to-all(v), all-gather with per-rank
+    /// counts, gather and scatter. Every block is posted (none has count 0); a block to or from
+    /// this rank itself is a send and a receive to itself, which NCCL pairs within the group.
+    /// The blocks to and from one peer pair in order with the peer's.
+    Exchange {
+        /// What this rank sends, to whom.
+        sends: Vec<Block>,
+        /// What this rank receives, from whom.
+        recvs: Vec<Block>,
     },
     /// `ncclReduceScatter`: `count` elements of the result land on each rank.
     ReduceScatter {
@@ -204,6 +205,38 @@ pub enum NcclOp {
         /// Reduction.
         op: ReduceOp,
     },
+}
+
+impl NcclOp {
+    /// The NCCL call(s) that run it (`ncclAllReduce`, ..., `ncclSend/ncclRecv`), for logs and
+    /// the twin's counters.
+    pub fn name(&self) -> &'static str {
+        match self {
+            NcclOp::AllReduce { .. } => "ncclAllReduce",
+            NcclOp::Broadcast { .. } => "ncclBroadcast",
+            NcclOp::Reduce { .. } => "ncclReduce",
+            NcclOp::AllGather { .. } => "ncclAllGather",
+            NcclOp::Exchange { .. } => "ncclSend/ncclRecv",
+            NcclOp::ReduceScatter { .. } => "ncclReduceScatter",
+        }
+    }
+
+    /// Whether it needs `ncclSend`/`ncclRecv` ([`NcclApi::has_p2p`]).
+    pub fn needs_p2p(&self) -> bool {
+        matches!(self, NcclOp::Exchange { .. })
+    }
+}
+
+/// One block of an [`NcclOp::Exchange`]: `count` elements at `ptr`, sent to or received from
+/// rank `peer`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Block {
+    /// The rank at the other end (this rank itself for its own block).
+    pub peer: usize,
+    /// Where the elements are (sends) or go (receives).
+    pub ptr: DevPtr,
+    /// Elements (never 0: empty blocks are not posted).
+    pub count: usize,
 }
 
 /// Where a non-blocking communicator set-up stands.
@@ -230,6 +263,11 @@ pub trait NcclApi: Send + Sync {
         rank: usize,
         device: i32,
     ) -> Result<Box<dyn NcclComm>, NcclError>;
+    /// Whether this library has point-to-point calls (`ncclSend`, `ncclRecv`, the group calls;
+    /// NCCL 2.7 and later), which [`NcclOp::Exchange`] needs. Every rank reports it in the
+    /// path agreement; where any rank lacks them, the calls that would be exchanges are staged
+    /// on every rank.
+    fn has_p2p(&self) -> bool;
 }
 
 /// One rank's NCCL communicator.

@@ -1,6 +1,6 @@
 //! Which path device buffers take, agreed by every rank before the first device call: each rank
-//! describes itself in a fixed `Probe` record (its `DTCOMM_CUDA` mode, whether NCCL loaded,
-//! its device, its host), the records are all-gathered over dtcomm's own links, and every rank
+//! describes itself in a fixed `Probe` record (its `DTCOMM_CUDA` mode, whether NCCL loaded and
+//! has `ncclSend`/`ncclRecv`, its device, its host), the records are all-gathered over dtcomm's own links, and every rank
 //! runs the same pure `decide` on the same records, so all take the same path (or all fail
 //! with the same words).
 
@@ -78,6 +78,8 @@ pub(crate) struct Probe {
     pub mode: CudaMode,
     /// Whether NCCL loaded there.
     pub nccl: bool,
+    /// Whether that NCCL has `ncclSend`/`ncclRecv` ([`NcclApi::has_p2p`](super::NcclApi::has_p2p)).
+    pub p2p: bool,
     /// The device of its buffers.
     pub device: i32,
     /// Its host's identity digest (ranks of one host may not share a GPU under NCCL).
@@ -93,6 +95,7 @@ impl Probe {
         r[..4].copy_from_slice(MAGIC);
         r[4] = self.mode.tag();
         r[5] = u8::from(self.nccl);
+        r[6] = u8::from(self.p2p);
         r[8..12].copy_from_slice(&self.device.to_le_bytes());
         r[16..32].copy_from_slice(&self.host);
         let mut note = self.note.as_bytes();
@@ -119,6 +122,7 @@ impl Probe {
         Ok(Probe {
             mode,
             nccl: r[5] != 0,
+            p2p: r[6] != 0,
             device: i32::from_le_bytes(r[8..12].try_into().expect("4 bytes")),
             host: r[16..32].try_into().expect("16 bytes"),
             note: String::from_utf8_lossy(&note[..end]).into_owned(),
@@ -155,9 +159,22 @@ fn ranks(list: &[usize]) -> String {
     s
 }
 
+/// What every rank agreed on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Agreed {
+    /// The path.
+    pub path: DevicePath,
+    /// On the NCCL path: whether every rank's NCCL has `ncclSend`/`ncclRecv`, so the calls
+    /// planned as a point-to-point exchange (all-to-all(v), all-gather with per-rank counts,
+    /// gather, scatter) run on NCCL; without, they are staged on every rank.
+    pub p2p: bool,
+    /// The reason, to log.
+    pub why: String,
+}
+
 /// The path for these records (element `r` is rank `r`'s), with the reason to log, or the
 /// error every rank reports. Pure: every rank gets the same answer from the same records.
-pub(crate) fn decide(probes: &[Probe]) -> Result<(DevicePath, String), String> {
+pub(crate) fn decide(probes: &[Probe]) -> Result<Agreed, String> {
     let Some(first) = probes.first() else {
         return Err("no ranks".into());
     };
@@ -178,7 +195,7 @@ pub(crate) fn decide(probes: &[Probe]) -> Result<(DevicePath, String), String> {
         CudaMode::Off => {
             return Err("DTCOMM_CUDA=off: device buffers are refused".into());
         }
-        CudaMode::Stage => return Ok((DevicePath::Stage, "DTCOMM_CUDA=stage".into())),
+        CudaMode::Stage => return Ok(staged("DTCOMM_CUDA=stage".into())),
         CudaMode::Auto | CudaMode::Nccl => {}
     }
     let mut why: Vec<String> = Vec::new();
@@ -214,12 +231,34 @@ pub(crate) fn decide(probes: &[Probe]) -> Result<(DevicePath, String), String> {
         ));
     }
     match (why.is_empty(), first.mode) {
-        (true, _) => Ok((
-            DevicePath::Nccl,
-            format!("every rank has NCCL ({})", first.note),
-        )),
+        (true, _) => {
+            let old: Vec<usize> = (0..probes.len()).filter(|&r| !probes[r].p2p).collect();
+            let mut why = format!("every rank has NCCL ({})", first.note);
+            if let Some(&r) = old.first() {
+                why.push_str(&format!(
+                    "; all_to_all, all_gather_v, gather and scatter are staged: the NCCL of \
+                     rank{} {} has no ncclSend/ncclRecv (rank {r}: {})",
+                    if old.len() > 1 { "s" } else { "" },
+                    ranks(&old),
+                    probes[r].note
+                ));
+            }
+            Ok(Agreed {
+                path: DevicePath::Nccl,
+                p2p: old.is_empty(),
+                why,
+            })
+        }
         (false, CudaMode::Nccl) => Err(format!("DTCOMM_CUDA=nccl but {}", why.join("; "))),
-        (false, _) => Ok((DevicePath::Stage, why.join("; "))),
+        (false, _) => Ok(staged(why.join("; "))),
+    }
+}
+
+fn staged(why: String) -> Agreed {
+    Agreed {
+        path: DevicePath::Stage,
+        p2p: false,
+        why,
     }
 }
 
@@ -231,6 +270,7 @@ mod tests {
         Probe {
             mode,
             nccl,
+            p2p: nccl,
             device,
             host: [host; 16],
             note: if nccl {
@@ -247,9 +287,11 @@ mod tests {
         p.note = "é".repeat(200);
         let back = Probe::decode(&p.encode()).unwrap();
         assert_eq!(
-            (back.mode, back.nccl, back.device, back.host),
-            (p.mode, true, 7, [3; 16])
+            (back.mode, back.nccl, back.p2p, back.device, back.host),
+            (p.mode, true, true, 7, [3; 16])
         );
+        p.p2p = false;
+        assert!(!Probe::decode(&p.encode()).unwrap().p2p);
         assert!(back.note.len() <= PROBE_LEN - 32 && back.note.chars().all(|c| c == 'é'));
         assert!(Probe::decode(&[0u8; PROBE_LEN]).is_err());
     }
@@ -259,21 +301,38 @@ mod tests {
         let ps: Vec<_> = (0..4)
             .map(|r| probe(CudaMode::Auto, true, r % 2, r as u8 / 2))
             .collect();
-        assert_eq!(decide(&ps).unwrap().0, DevicePath::Nccl);
+        let agreed = decide(&ps).unwrap();
+        assert_eq!((agreed.path, agreed.p2p), (DevicePath::Nccl, true));
+    }
+
+    #[test]
+    fn one_rank_without_ncclsend_stages_the_exchanges_on_every_rank() {
+        let mut ps: Vec<_> = (0..4).map(|r| probe(CudaMode::Nccl, true, r, 0)).collect();
+        ps[2].p2p = false;
+        ps[2].note = "NCCL 2.6.4".into();
+        let agreed = decide(&ps).unwrap();
+        assert_eq!((agreed.path, agreed.p2p), (DevicePath::Nccl, false));
+        assert!(
+            agreed
+                .why
+                .ends_with("the NCCL of rank 2 has no ncclSend/ncclRecv (rank 2: NCCL 2.6.4)"),
+            "{}",
+            agreed.why
+        );
     }
 
     #[test]
     fn auto_stages_when_a_rank_lacks_nccl_or_gpus_are_shared_and_says_why() {
         let mut ps: Vec<_> = (0..3).map(|r| probe(CudaMode::Auto, true, r, 0)).collect();
         ps[2] = probe(CudaMode::Auto, false, 2, 0);
-        let (path, why) = decide(&ps).unwrap();
+        let Agreed { path, why, .. } = decide(&ps).unwrap();
         assert_eq!(path, DevicePath::Stage);
         assert!(
             why.contains("rank 2 cannot use NCCL (rank 2: libnccl.so.2 not found)"),
             "{why}"
         );
         let ps: Vec<_> = (0..3).map(|_| probe(CudaMode::Auto, true, 0, 0)).collect();
-        let (path, why) = decide(&ps).unwrap();
+        let Agreed { path, why, .. } = decide(&ps).unwrap();
         assert_eq!(path, DevicePath::Stage);
         assert!(
             why.contains("ranks 0 and 1 (device 0), 0 and 2 (device 0) share a GPU"),
@@ -297,7 +356,7 @@ mod tests {
             "ranks disagree on DTCOMM_CUDA: rank 0 has nccl, rank 1 has stage"
         );
         let ps: Vec<_> = (0..2).map(|r| probe(CudaMode::Stage, true, r, 0)).collect();
-        assert_eq!(decide(&ps).unwrap().0, DevicePath::Stage);
+        assert_eq!(decide(&ps).unwrap().path, DevicePath::Stage);
         let ps: Vec<_> = (0..2).map(|r| probe(CudaMode::Off, true, r, 0)).collect();
         assert!(decide(&ps).unwrap_err().contains("refused"));
     }

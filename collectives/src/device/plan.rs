@@ -3,7 +3,7 @@
 //! cross-rank check (`DTCOMM_NCCL_CHECK=1`) compares. Pure functions of the call.
 
 use crate::call::{Call, CallDesc, Collective, Memory, RawBuf};
-use crate::device::api::{DevPtr, NcclOp, StreamHandle};
+use crate::device::api::{Block, DevPtr, NcclOp, StreamHandle};
 
 /// The device and stream of a call whose buffers are device memory (`None` for host calls).
 /// The check (`communicator/check.rs`) made sure every buffer of a call agrees.
@@ -21,12 +21,72 @@ fn ptr(b: &RawBuf) -> DevPtr {
     DevPtr(b.ptr() as u64)
 }
 
-/// The NCCL collective for `call` among `world` ranks, or `None` when NCCL has none
-/// (all-gather and all-to-all with counts that differ, gather, scatter, point to point): those
-/// are staged through the host.
-pub(crate) fn nccl_op(call: &Call, world: usize) -> Option<NcclOp> {
+/// `b`'s address `elems` elements in (within the buffer: the check bounded the counts).
+fn at(b: &RawBuf, elems: usize) -> DevPtr {
+    DevPtr((b.ptr() as u64).wrapping_add(elems.wrapping_mul(b.dtype().size()) as u64))
+}
+
+/// Start offsets (elements) of consecutive blocks of `counts`, as the host engine lays them.
+fn offsets(counts: &[usize]) -> Vec<usize> {
+    counts
+        .iter()
+        .scan(0usize, |at, &n| {
+            let o = *at;
+            *at = at.saturating_add(n);
+            Some(o)
+        })
+        .collect()
+}
+
+/// The blocks of an exchange being built: empty ones are not posted, and a block this rank
+/// would send to itself from where it would receive it is no copy at all (in-place
+/// all-gather(v) and gather), so neither half is posted.
+#[derive(Default)]
+struct Exchange {
+    sends: Vec<Block>,
+    recvs: Vec<Block>,
+}
+
+impl Exchange {
+    fn send(&mut self, peer: usize, ptr: DevPtr, count: usize) {
+        if count > 0 {
+            self.sends.push(Block { peer, ptr, count });
+        }
+    }
+
+    fn recv(&mut self, peer: usize, ptr: DevPtr, count: usize) {
+        if count > 0 {
+            self.recvs.push(Block { peer, ptr, count });
+        }
+    }
+
+    fn op(mut self, rank: usize) -> NcclOp {
+        let own = |b: &[Block]| b.iter().position(|b| b.peer == rank);
+        if let (Some(s), Some(r)) = (own(&self.sends), own(&self.recvs))
+            && self.sends[s] == self.recvs[r]
+        {
+            self.sends.remove(s);
+            self.recvs.remove(r);
+        }
+        NcclOp::Exchange {
+            sends: self.sends,
+            recvs: self.recvs,
+        }
+    }
+}
+
+/// The NCCL call(s) for `call` on rank `rank` of `world`, or `None` when it is staged: point to
+/// point (made by two ranks only), barrier (no buffers), and, where some rank's NCCL lacks
+/// `ncclSend`/`ncclRecv` (`p2p` false, agreed by every rank), the calls that need them.
+///
+/// All-gather with equal counts is `ncclAllGather`; with counts that differ, all-to-all(v),
+/// gather and scatter are an [`NcclOp::Exchange`] laid out exactly as the host engine lays the
+/// buffers (blocks of the counts one after another, in rank order). The choice depends only on
+/// what every rank passes alike (the collective, `counts`, `p2p`), so every rank makes the same
+/// one.
+pub(crate) fn nccl_op(call: &Call, rank: usize, world: usize, p2p: bool) -> Option<NcclOp> {
     let (send, recv) = (call.send.as_ref(), call.recv.as_ref());
-    Some(match &call.collective {
+    let op = match &call.collective {
         Collective::AllReduce { op } => {
             let r = recv?;
             NcclOp::AllReduce {
@@ -57,16 +117,20 @@ pub(crate) fn nccl_op(call: &Call, world: usize) -> Option<NcclOp> {
         }
         Collective::AllGather { counts } => {
             let (s, r) = (send?, recv?);
-            if counts
-                .as_ref()
-                .is_some_and(|c| c.iter().any(|&n| n != s.count()))
-            {
-                return None;
-            }
-            NcclOp::AllGather {
-                send: ptr(s),
-                recv: ptr(r),
-                count: s.count(),
+            match counts {
+                Some(c) if c.iter().any(|&n| n != s.count()) => {
+                    let mut x = Exchange::default();
+                    for (q, (&n, o)) in c.iter().zip(offsets(c)).enumerate() {
+                        x.send(q, ptr(s), s.count());
+                        x.recv(q, at(r, o), n);
+                    }
+                    x.op(rank)
+                }
+                _ => NcclOp::AllGather {
+                    send: ptr(s),
+                    recv: ptr(r),
+                    count: s.count(),
+                },
             }
         }
         Collective::ReduceScatter { op } => {
@@ -83,19 +147,75 @@ pub(crate) fn nccl_op(call: &Call, world: usize) -> Option<NcclOp> {
             recv_counts,
         } => {
             let (s, r) = (send?, recv?);
-            let count = s.count() / world;
-            let equal =
-                |c: &Option<Vec<usize>>| c.as_ref().is_none_or(|c| c.iter().all(|&n| n == count));
-            if !equal(send_counts) || !equal(recv_counts) {
-                return None;
+            let sc = send_counts
+                .clone()
+                .unwrap_or_else(|| vec![s.count() / world; world]);
+            let rc = recv_counts
+                .clone()
+                .unwrap_or_else(|| vec![r.count() / world; world]);
+            let mut x = Exchange::default();
+            let blocks = sc.iter().zip(offsets(&sc)).zip(rc.iter().zip(offsets(&rc)));
+            for (q, ((&ns, os), (&nr, or))) in blocks.enumerate() {
+                x.send(q, at(s, os), ns);
+                x.recv(q, at(r, or), nr);
             }
-            NcclOp::AllToAll {
-                send: ptr(s),
-                recv: ptr(r),
-                count,
-            }
+            x.op(rank)
         }
-        _ => return None,
+        Collective::Gather { root } => {
+            // The root's recv holds `world` blocks of its own send's count.
+            let s = send?;
+            let mut x = Exchange::default();
+            x.send(*root, ptr(s), s.count());
+            if rank == *root {
+                let r = recv?;
+                for q in 0..world {
+                    x.recv(q, at(r, q * s.count()), s.count());
+                }
+            }
+            x.op(rank)
+        }
+        Collective::Scatter { root } => {
+            // The root's send holds `world` blocks of its own recv's count.
+            let r = recv?;
+            let mut x = Exchange::default();
+            if rank == *root {
+                let s = send?;
+                for q in 0..world {
+                    x.send(q, at(s, q * r.count()), r.count());
+                }
+            }
+            x.recv(*root, ptr(r), r.count());
+            x.op(rank)
+        }
+        Collective::Barrier
+        | Collective::Send { .. }
+        | Collective::Recv { .. }
+        | Collective::RecvAny { .. } => return None,
+    };
+    (p2p || !op.needs_p2p()).then_some(op)
+}
+
+/// The first send block of an exchange that one of its receives overlaps, with that receive:
+/// grouped `ncclSend`/`ncclRecv` run concurrently, so the receive could overwrite the data
+/// before it is sent. (The host engine copies an overlapping input aside first; the NCCL path
+/// has no device memory of its own to do that.) `size` is the element size.
+pub(crate) fn overlap(op: &NcclOp, size: usize) -> Option<(Block, Block)> {
+    let NcclOp::Exchange { sends, recvs } = op else {
+        return None;
+    };
+    let span = |b: &Block| {
+        let start = u128::from(b.ptr.0);
+        (start, start + (b.count as u128) * (size as u128))
+    };
+    sends.iter().find_map(|s| {
+        let (a0, a1) = span(s);
+        recvs
+            .iter()
+            .find(|r| {
+                let (b0, b1) = span(r);
+                a0 < b1 && b0 < a1
+            })
+            .map(|r| (*s, *r))
     })
 }
 
@@ -131,6 +251,21 @@ pub(crate) fn reads_recv(call: &Call) -> bool {
 /// Words of the record `DTCOMM_NCCL_CHECK=1` all-gathers before an NCCL call.
 pub(crate) const CHECK_WORDS: usize = 6;
 
+/// `desc` (of `call`) as the check compares it. The count is the whole buffer's, the same on
+/// every rank for every call but all-to-all with per-peer counts, whose recv holds what this
+/// rank receives: there the count is left out (0) and only the op, dtype and sequence number are
+/// compared; counts that do not pair up (what p sends q against what q expects from p) are not
+/// seen by the check (NCCL hangs or truncates on them; the twin fails naming both ranks).
+pub(crate) fn check_desc(call: &Call, desc: CallDesc) -> CallDesc {
+    match &call.collective {
+        Collective::AllToAll {
+            send_counts,
+            recv_counts,
+        } if send_counts.is_some() || recv_counts.is_some() => CallDesc { count: 0, ..desc },
+        _ => desc,
+    }
+}
+
 /// `desc` as the check's record.
 pub(crate) fn check_record(desc: &CallDesc) -> [u64; CHECK_WORDS] {
     [
@@ -162,98 +297,4 @@ pub(crate) fn first_mismatch(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::call::OpKind;
-    use crate::dtype::DType;
-    use crate::op::ReduceOp;
-
-    fn dev(p: u64, n: usize) -> RawBuf {
-        RawBuf::device(p as *mut u8, n, DType::F32, 1, 7)
-    }
-
-    #[test]
-    fn nccl_runs_what_it_has_and_the_rest_is_staged() {
-        let c = Call::new(Collective::AllReduce { op: ReduceOp::Avg }).recv(dev(64, 10));
-        assert_eq!(device_of(&c), Some((1, StreamHandle(7))));
-        assert_eq!(
-            nccl_op(&c, 2),
-            Some(NcclOp::AllReduce {
-                send: DevPtr(64),
-                recv: DevPtr(64),
-                count: 10,
-                op: ReduceOp::Avg
-            })
-        );
-        let v = Call::new(Collective::AllGather {
-            counts: Some(vec![2, 3]),
-        })
-        .send(dev(64, 2))
-        .recv(dev(128, 5));
-        assert_eq!(nccl_op(&v, 2), None, "all_gather_v has no NCCL collective");
-        let eq = Call::new(Collective::AllGather {
-            counts: Some(vec![2, 2]),
-        })
-        .send(dev(64, 2))
-        .recv(dev(128, 4));
-        assert!(matches!(
-            nccl_op(&eq, 2),
-            Some(NcclOp::AllGather { count: 2, .. })
-        ));
-        let a = Call::new(Collective::AllToAll {
-            send_counts: None,
-            recv_counts: None,
-        })
-        .send(dev(64, 8))
-        .recv(dev(128, 8));
-        assert!(matches!(
-            nccl_op(&a, 2),
-            Some(NcclOp::AllToAll { count: 4, .. })
-        ));
-        let av = Call::new(Collective::AllToAll {
-            send_counts: Some(vec![3, 5]),
-            recv_counts: None,
-        })
-        .send(dev(64, 8))
-        .recv(dev(128, 8));
-        assert_eq!(nccl_op(&av, 2), None, "all_to_all_v is staged");
-        let g = Call::new(Collective::Gather { root: 0 }).send(dev(64, 2));
-        assert_eq!(nccl_op(&g, 2), None);
-        assert!(!writes_recv(&g, 1));
-        let r = Call::new(Collective::Reduce {
-            op: ReduceOp::Sum,
-            root: 1,
-        })
-        .send(dev(64, 4));
-        assert_eq!(
-            nccl_op(&r, 2),
-            Some(NcclOp::Reduce {
-                send: DevPtr(64),
-                recv: DevPtr(64),
-                count: 4,
-                op: ReduceOp::Sum,
-                root: 1
-            })
-        );
-        assert!(reads_recv(&c) && !reads_recv(&r));
-    }
-
-    #[test]
-    fn the_check_names_the_first_rank_that_differs() {
-        let d = |count, seq| CallDesc {
-            op: OpKind::AllReduce,
-            dtype: DType::F32,
-            redop: Some(ReduceOp::Sum),
-            count,
-            root: None,
-            seq,
-        };
-        let all = [
-            check_record(&d(8, 3)),
-            check_record(&d(8, 3)),
-            check_record(&d(9, 3)),
-        ];
-        assert_eq!(first_mismatch(&d(8, 3), &all), Some((2, d(9, 3))));
-        assert_eq!(first_mismatch(&d(8, 3), &all[..2]), None);
-    }
-}
+mod tests;

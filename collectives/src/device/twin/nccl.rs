@@ -3,9 +3,13 @@
 //! in progress forever, as NCCL does); a collective is a task on the caller's stream that
 //! deposits this rank's input and waits, like a kernel, until every rank's is there, then
 //! writes its output. Calls whose kinds or sizes differ between ranks never complete, and
-//! nothing completes after an abort: both as with the real thing. Faults can be injected: an
-//! init that fails on a rank, an async error after some collectives, two ranks on one GPU
-//! ("duplicate GPU").
+//! nothing completes after an abort: both as with the real thing. A point-to-point exchange
+//! (grouped `ncclSend`/`ncclRecv`) pairs each rank's sends with its peers' receives in order;
+//! where what p sends q differs from what q expects from p (NCCL would hang or truncate), both
+//! ranks' communicators report an async error naming both ranks and counts, and nothing is
+//! written. Faults can be injected: an init that fails on a rank, an async error after some
+//! collectives, two ranks on one GPU ("duplicate GPU"), a library without `ncclSend`/
+//! `ncclRecv`. Each kind of call enqueued is counted ([`MemNccl::enqueued`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,7 +18,7 @@ use std::time::Duration;
 
 use super::gpu::MemGpu;
 use crate::device::api::{
-    DevPtr, InitState, NcclApi, NcclComm, NcclError, NcclOp, StreamHandle, UniqueId,
+    Block, DevPtr, InitState, NcclApi, NcclComm, NcclError, NcclOp, StreamHandle, UniqueId,
 };
 use crate::dtype::DType;
 use crate::reduce::{divide_bytes, reduce_bytes};
@@ -73,10 +77,22 @@ fn twin_error(call: &'static str, code: u32, last: &str) -> NcclError {
     }
 }
 
+/// What one rank deposits for a call: a collective's input, or an exchange's blocks.
+#[derive(Clone)]
+enum Input {
+    /// The collective's input bytes.
+    Bytes(Vec<u8>),
+    /// An exchange: the bytes sent to each peer and the counts expected from each, in order.
+    Blocks {
+        sends: Vec<(usize, Vec<u8>)>,
+        recvs: Vec<(usize, usize)>,
+    },
+}
+
 /// One collective as deposited: its shape, and each rank's input.
 struct Slot {
     shape: (std::mem::Discriminant<NcclOp>, usize, DType),
-    inputs: Vec<Option<Vec<u8>>>,
+    inputs: Vec<Option<Input>>,
     mismatched: bool,
     taken: usize,
 }
@@ -97,6 +113,7 @@ struct Group {
 struct Faults {
     fail_init: Vec<usize>,
     async_error_after: HashMap<usize, usize>,
+    no_p2p: bool,
 }
 
 /// The in-memory twin of NCCL for the ranks of one process. Clones share the groups.
@@ -105,6 +122,7 @@ pub struct MemNccl {
     gpu: MemGpu,
     groups: Arc<Mutex<HashMap<[u8; 128], Arc<Group>>>>,
     faults: Arc<Mutex<Faults>>,
+    enqueued: Arc<Mutex<HashMap<&'static str, usize>>>,
 }
 
 impl MemNccl {
@@ -114,7 +132,20 @@ impl MemNccl {
             gpu: gpu.clone(),
             groups: Arc::default(),
             faults: Arc::default(),
+            enqueued: Arc::default(),
         }
+    }
+
+    /// The library has no `ncclSend`/`ncclRecv` (an NCCL older than 2.7): [`NcclApi::has_p2p`]
+    /// says so, and an exchange enqueued anyway fails as the real calls would.
+    pub fn without_p2p(&self) {
+        lock(&self.faults).no_p2p = true;
+    }
+
+    /// How many calls of kind `name` ([`NcclOp::name`]: `ncclAllReduce`, ...,
+    /// `ncclSend/ncclRecv`) the ranks enqueued so far, all ranks together.
+    pub fn enqueued(&self, name: &str) -> usize {
+        lock(&self.enqueued).get(name).copied().unwrap_or(0)
     }
 
     /// Rank `rank`'s communicator set-up will fail (`ncclUnhandledCudaError`, as with no
@@ -133,6 +164,10 @@ impl MemNccl {
 impl NcclApi for MemNccl {
     fn describe(&self) -> String {
         "in-memory NCCL twin".into()
+    }
+
+    fn has_p2p(&self) -> bool {
+        !lock(&self.faults).no_p2p
     }
 
     fn unique_id(&self) -> Result<UniqueId, NcclError> {
@@ -194,7 +229,10 @@ impl NcclApi for MemNccl {
             st.joined[rank] = Some(device);
         }
         group.cv.notify_all();
-        let error_after = lock(&self.faults).async_error_after.get(&rank).copied();
+        let (error_after, p2p) = {
+            let f = lock(&self.faults);
+            (f.async_error_after.get(&rank).copied(), !f.no_p2p)
+        };
         Ok(Box::new(MemComm {
             gpu: self.gpu.clone(),
             group,
@@ -202,7 +240,10 @@ impl NcclApi for MemNccl {
             device,
             seq: 0,
             aborted: Arc::new(AtomicBool::new(false)),
+            error: Arc::default(),
             error_after,
+            p2p,
+            enqueued: self.enqueued.clone(),
         }))
     }
 }
@@ -214,10 +255,14 @@ struct MemComm {
     device: i32,
     seq: u64,
     aborted: Arc<AtomicBool>,
+    /// An error one of its calls ran into (an exchange whose counts do not pair up).
+    error: Arc<Mutex<Option<String>>>,
     error_after: Option<usize>,
+    p2p: bool,
+    enqueued: Arc<Mutex<HashMap<&'static str, usize>>>,
 }
 
-fn parts(op: &NcclOp) -> (DevPtr, DevPtr, usize) {
+fn parts(op: &NcclOp) -> Option<(DevPtr, DevPtr, usize)> {
     match *op {
         NcclOp::AllReduce {
             send, recv, count, ..
@@ -229,14 +274,15 @@ fn parts(op: &NcclOp) -> (DevPtr, DevPtr, usize) {
             send, recv, count, ..
         }
         | NcclOp::AllGather { send, recv, count }
-        | NcclOp::AllToAll { send, recv, count }
         | NcclOp::ReduceScatter {
             send, recv, count, ..
-        } => (send, recv, count),
+        } => Some((send, recv, count)),
+        NcclOp::Exchange { .. } => None,
     }
 }
 
-/// Rank `rank`'s output of `op` from every rank's input, or `None` when it writes nothing.
+/// Rank `rank`'s output of collective `op` from every rank's input, or `None` when it writes
+/// nothing.
 fn output(op: &NcclOp, dtype: DType, rank: usize, inputs: &[Vec<u8>]) -> Option<Vec<u8>> {
     let world = inputs.len();
     let reduce = |op: crate::op::ReduceOp| {
@@ -254,24 +300,85 @@ fn output(op: &NcclOp, dtype: DType, rank: usize, inputs: &[Vec<u8>]) -> Option<
         NcclOp::Broadcast { root, .. } => Some(inputs[root].clone()),
         NcclOp::Reduce { op, root, .. } => (rank == root).then(|| reduce(op)),
         NcclOp::AllGather { .. } => Some(inputs.concat()),
-        NcclOp::AllToAll { count, .. } => {
-            let b = count * dtype.size();
-            Some(
-                inputs
-                    .iter()
-                    .flat_map(|x| x[rank * b..(rank + 1) * b].to_vec())
-                    .collect(),
-            )
-        }
         NcclOp::ReduceScatter { op, count, .. } => {
             let b = count * dtype.size();
             Some(reduce(op)[rank * b..(rank + 1) * b].to_vec())
         }
+        NcclOp::Exchange { .. } => None,
     }
+}
+
+/// What rank `from` sends rank `to` (elements of each block, in order) and what `to` expects
+/// from `from`, or the error naming both when they differ.
+fn pair(from: usize, to: usize, inputs: &[Input], size: usize) -> Result<(), String> {
+    let blocks = |r: usize| match &inputs[r] {
+        Input::Blocks { sends, recvs } => Ok((sends, recvs)),
+        Input::Bytes(_) => Err(format!("rank {r} made another call")),
+    };
+    let sent: Vec<usize> = blocks(from)?
+        .0
+        .iter()
+        .filter(|(p, _)| *p == to)
+        .map(|(_, b)| b.len() / size)
+        .collect();
+    let expected: Vec<usize> = blocks(to)?
+        .1
+        .iter()
+        .filter(|(p, _)| *p == from)
+        .map(|(_, n)| *n)
+        .collect();
+    if sent == expected {
+        return Ok(());
+    }
+    let words = |v: &[usize]| match v {
+        [] => "0 elements".to_string(),
+        [n] => format!("{n} elements"),
+        v => format!("blocks of {v:?} elements"),
+    };
+    Err(format!(
+        "rank {from} sends {} to rank {to} but rank {to} expects {} from rank {from} (NCCL \
+         would hang or truncate)",
+        words(&sent),
+        words(&expected)
+    ))
+}
+
+/// Rank `rank`'s receives of an exchange (`recvs`, in order), each with the bytes its peer sent
+/// for it, or the error of the first pair involving `rank` whose counts differ.
+fn exchange(
+    rank: usize,
+    recvs: &[Block],
+    inputs: &[Input],
+    size: usize,
+) -> Result<Vec<(DevPtr, Vec<u8>)>, String> {
+    for q in 0..inputs.len() {
+        pair(q, rank, inputs, size)?;
+        pair(rank, q, inputs, size)?;
+    }
+    let mut taken = vec![0usize; inputs.len()];
+    recvs
+        .iter()
+        .map(|b| {
+            let Input::Blocks { sends, .. } = &inputs[b.peer] else {
+                return Err(format!("rank {} made another call", b.peer));
+            };
+            let k = taken[b.peer];
+            taken[b.peer] += 1;
+            sends
+                .iter()
+                .filter(|(p, _)| *p == rank)
+                .nth(k)
+                .map(|(_, bytes)| (b.ptr, bytes.clone()))
+                .ok_or_else(|| format!("rank {} sends rank {rank} fewer blocks", b.peer))
+        })
+        .collect()
 }
 
 impl NcclComm for MemComm {
     fn state(&mut self) -> Result<InitState, NcclError> {
+        if let Some(e) = lock(&self.error).as_ref() {
+            return Err(twin_error("ncclCommGetAsyncError", 5, e));
+        }
         if self.aborted.load(Ordering::Acquire) {
             return Err(twin_error(
                 "ncclCommGetAsyncError",
@@ -306,35 +413,58 @@ impl NcclComm for MemComm {
         if self.state()? != InitState::Ready {
             return Err(twin_error(call, 5, "communicator is not initialized yet"));
         }
-        let (send, recv, count) = parts(op);
+        if op.needs_p2p() && !self.p2p {
+            return Err(twin_error(
+                "ncclSend",
+                5,
+                "ncclSend is not in this NCCL (it came in 2.7)",
+            ));
+        }
+        *lock(&self.enqueued).entry(op.name()).or_default() += 1;
         let world = self.group.world;
-        let in_len = match op {
-            NcclOp::ReduceScatter { .. } | NcclOp::AllToAll { .. } => world * count,
-            _ => count,
-        } * dtype.size();
+        let size = dtype.size();
         let seq = self.seq;
         self.seq += 1;
         let stuck = self.error_after.is_some_and(|n| seq >= n as u64);
-        let (gpu, group, rank, device, aborted) = (
+        let (gpu, group, rank, device, aborted, error) = (
             self.gpu.clone(),
             self.group.clone(),
             self.rank,
             self.device,
             self.aborted.clone(),
+            self.error.clone(),
         );
-        let op = *op;
+        let op = op.clone();
+        let count = parts(&op).map_or(0, |p| p.2);
         let shape = (std::mem::discriminant(&op), count, dtype);
         let task = move || {
-            if stuck {
-                // The injected error: this rank's kernel never contributes.
+            // A kernel that never completes (until the communicator is aborted).
+            let hang = || {
                 while !aborted.load(Ordering::Acquire) {
                     std::thread::sleep(Duration::from_millis(5));
                 }
-                return;
+            };
+            if stuck {
+                // The injected error: this rank's kernel never contributes.
+                return hang();
             }
-            let input = match gpu.read(send, in_len, Some(device)) {
+            let read = |p: DevPtr, len: usize| match gpu.read(p, len, Some(device)) {
                 Ok(b) => b,
                 Err(e) => panic!("twin NCCL kernel fault on rank {rank}: {e}"),
+            };
+            let input = match (&op, parts(&op)) {
+                (NcclOp::Exchange { sends, recvs }, _) => Input::Blocks {
+                    sends: sends
+                        .iter()
+                        .map(|b| (b.peer, read(b.ptr, b.count * size)))
+                        .collect(),
+                    recvs: recvs.iter().map(|b| (b.peer, b.count)).collect(),
+                },
+                (NcclOp::ReduceScatter { .. }, Some((send, _, count))) => {
+                    Input::Bytes(read(send, world * count * size))
+                }
+                (_, Some((send, _, count))) => Input::Bytes(read(send, count * size)),
+                (_, None) => Input::Bytes(Vec::new()),
             };
             let mut st = lock(&group.state);
             let slot = st.slots.entry(seq).or_insert_with(|| Slot {
@@ -366,7 +496,7 @@ impl NcclComm for MemComm {
                     .0;
             }
             let slot = st.slots.get_mut(&seq).expect("present");
-            let inputs: Vec<Vec<u8>> = slot
+            let inputs: Vec<Input> = slot
                 .inputs
                 .iter()
                 .map(|i| i.clone().expect("all in"))
@@ -376,9 +506,34 @@ impl NcclComm for MemComm {
                 st.slots.remove(&seq);
             }
             drop(st);
-            if let Some(out) = output(&op, dtype, rank, &inputs) {
-                gpu.write(recv, &out)
-                    .expect("twin NCCL output within the buffer");
+            let writes = match &op {
+                NcclOp::Exchange { recvs, .. } => exchange(rank, recvs, &inputs, size),
+                _ => {
+                    let bytes: Vec<Vec<u8>> = inputs
+                        .into_iter()
+                        .map(|i| match i {
+                            Input::Bytes(b) => b,
+                            Input::Blocks { .. } => Vec::new(),
+                        })
+                        .collect();
+                    let recv = parts(&op).map_or(DevPtr(0), |p| p.1);
+                    Ok(output(&op, dtype, rank, &bytes)
+                        .map(|out| (recv, out))
+                        .into_iter()
+                        .collect())
+                }
+            };
+            let written = writes.and_then(|w| {
+                w.iter().try_for_each(|(p, bytes)| {
+                    gpu.write(*p, bytes)
+                        .map_err(|e| format!("twin NCCL kernel fault on rank {rank}: {e}"))
+                })
+            });
+            if let Err(e) = written {
+                // What NCCL would hang on: this rank's communicator reports it, and the kernel
+                // never completes.
+                *lock(&error) = Some(e);
+                hang();
             }
         };
         self.gpu
