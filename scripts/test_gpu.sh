@@ -25,3 +25,12 @@ export DT_RDZV_BIN="$CARGO_TARGET_DIR/debug/dt-rdzv"
 
 echo "== CUDA all_reduce: dtcomm (NCCL, staging) beside torch's nccl, and gloo on host tensors"
 "$VENV/bin/python" benches/python/cuda_allreduce.py --rounds 3 2>&1 | tee "$RESULTS/bench.txt"
+
+echo "== all_reduce_perf on device buffers (nccl-tests format): NCCL at world 1, staging at world 2, host buffers beside"
+cargo build --release -q -p dt-bench --features cuda
+PERF="$CARGO_TARGET_DIR/release/all_reduce_perf"
+{
+  "$PERF" --device cuda --world 1 -b 8 -e 256M -f 4
+  DTCOMM_CUDA=stage "$PERF" --device cuda --world 2 -b 8 -e 256M -f 4
+  "$PERF" --world 2 -b 8 -e 256M -f 4
+} 2>&1 | tee "$RESULTS/all_reduce_perf.txt"

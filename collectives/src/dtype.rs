@@ -113,14 +113,14 @@ macro_rules! element {
 element!(f32 => F32, f64 => F64, f16 => F16, bf16 => BF16, i8 => I8, u8 => U8, i32 => I32, i64 => I64);
 
 /// Views a slice of elements as bytes.
-pub(crate) fn as_bytes<T: Element>(s: &[T]) -> &[u8] {
+pub fn as_bytes<T: Element>(s: &[T]) -> &[u8] {
     // SAFETY: `T` is one of the sealed plain-old-data types (no padding, no invalid bit
     // patterns); the byte view covers exactly the same memory and lifetime.
     unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<u8>(), std::mem::size_of_val(s)) }
 }
 
 /// Views a mutable slice of elements as bytes.
-pub(crate) fn as_bytes_mut<T: Element>(s: &mut [T]) -> &mut [u8] {
+pub fn as_bytes_mut<T: Element>(s: &mut [T]) -> &mut [u8] {
     // SAFETY: as in `as_bytes`; every byte pattern written through the view is a valid `T`.
     unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(s)) }
 }

@@ -3,6 +3,7 @@
 //! ```text
 //! all_reduce_perf --world 2 -b 8 -e 64M -f 2 [-n 20] [-w 5] [-d float] [-o sum] [--json out.json]
 //! all_reduce_perf --store HOST:PORT --rank R --world N ...     # join a running dt-rdzv serve
+//! all_reduce_perf --device cuda --world 1 ...                   # device buffers (device.rs)
 //! ```
 //!
 //! With `--world N` and no `--rank`, the binary starts an in-process `dt-rdzv` server on a
@@ -10,6 +11,7 @@
 //! `--rank`, it is one rank and finds the others through the store at `--store`. Settings of
 //! the engine come from the environment (`DTCOMM_ALGO`, `DTCOMM_SOCKET_IFNAME`, ...).
 
+pub mod device;
 mod run;
 pub mod table;
 
@@ -22,6 +24,7 @@ use dt_rdzv::client::TcpStoreClient;
 use dtcomm::{Communicator, DType, Options, ReduceOp};
 use half::{bf16, f16};
 
+use device::{Gpu, Place};
 use run::{BenchElem, Measured, measure};
 use table::{Cell, Row};
 
@@ -145,6 +148,10 @@ pub struct Args {
     /// Launcher deadline in seconds for all ranks to finish.
     #[arg(long, default_value_t = 900)]
     pub timeout: u64,
+    /// Where the buffers are: host, cuda (a GPU: NCCL or host staging, as `DTCOMM_CUDA`
+    /// says; dt-bench built with `--features cuda`) or twin (dtcomm's in-memory GPU twin).
+    #[arg(long, default_value = "host")]
+    pub device: String,
 }
 
 fn parse_size(s: &str) -> Result<usize, String> {
@@ -267,11 +274,16 @@ fn rank_main(coll: Collective, args: &Args, rank: usize, store: &str) -> Result<
     let comm = Communicator::new(Arc::new(client), rank, args.world, Options::default())
         .map_err(|e| e.to_string())?;
     let setup = t0.elapsed();
+    let place = Place::parse(&args.device)?;
+    let gpu = match place {
+        Place::Host => None,
+        _ => Some(Gpu::open(place, &comm)?),
+    };
     let world = comm.world();
     let root = if coll.rooted() { args.root } else { 0 };
     let show = rank == 0 && args.json.as_deref() != Some("-");
     if show {
-        print_preamble(coll, args, &comm, min, max, step, setup);
+        print_preamble(coll, args, &comm, gpu.as_ref(), min, max, step, setup);
     }
     let mut rows = Vec::new();
     let es = dtype.size();
@@ -307,6 +319,7 @@ fn rank_main(coll: Collective, args: &Args, rank: usize, store: &str) -> Result<
                 let m = dispatch(
                     dtype,
                     &comm,
+                    gpu.as_ref(),
                     coll,
                     count,
                     op,
@@ -315,8 +328,7 @@ fn rank_main(coll: Collective, args: &Args, rank: usize, store: &str) -> Result<
                     warm,
                     iters,
                     args.check != 0,
-                )
-                .map_err(|e| e.to_string())?;
+                )?;
                 // Maximum over ranks, as nccl-tests reports it.
                 let mut t = [m.avg_s, m.p50_s, m.wrong as f64];
                 comm.all_reduce(&mut t, ReduceOp::Max)
@@ -374,6 +386,7 @@ fn rank_main(coll: Collective, args: &Args, rank: usize, store: &str) -> Result<
                 "collective": coll.name(),
                 "world": world,
                 "transport": comm.transport_description(),
+                "device": gpu.as_ref().map(Gpu::describe),
                 "config": comm.config().to_string(),
                 "setup_s": setup.as_secs_f64(),
                 "loadavg": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
@@ -395,6 +408,7 @@ fn rank_main(coll: Collective, args: &Args, rank: usize, store: &str) -> Result<
 fn dispatch(
     dtype: DType,
     c: &Communicator,
+    gpu: Option<&Gpu>,
     coll: Collective,
     count: usize,
     op: ReduceOp,
@@ -403,9 +417,11 @@ fn dispatch(
     warm: usize,
     iters: usize,
     check: bool,
-) -> Result<Measured, dtcomm::CommError> {
+) -> Result<Measured, String> {
+    #[allow(clippy::too_many_arguments)]
     fn go<T: BenchElem>(
         c: &Communicator,
+        gpu: Option<&Gpu>,
         coll: Collective,
         count: usize,
         op: ReduceOp,
@@ -414,25 +430,34 @@ fn dispatch(
         warm: usize,
         iters: usize,
         check: bool,
-    ) -> Result<Measured, dtcomm::CommError> {
-        measure::<T>(c, coll, count, op, root, in_place, warm, iters, check)
+    ) -> Result<Measured, String> {
+        match gpu {
+            None => measure::<T>(c, coll, count, op, root, in_place, warm, iters, check)
+                .map_err(|e| e.to_string()),
+            Some(g) => {
+                device::measure::<T>(c, g, coll, count, op, root, in_place, warm, iters, check)
+            }
+        }
     }
+    let a = (c, gpu, coll, count, op, root, in_place, warm, iters, check);
     match dtype {
-        DType::F32 => go::<f32>(c, coll, count, op, root, in_place, warm, iters, check),
-        DType::F64 => go::<f64>(c, coll, count, op, root, in_place, warm, iters, check),
-        DType::F16 => go::<f16>(c, coll, count, op, root, in_place, warm, iters, check),
-        DType::BF16 => go::<bf16>(c, coll, count, op, root, in_place, warm, iters, check),
-        DType::I8 => go::<i8>(c, coll, count, op, root, in_place, warm, iters, check),
-        DType::U8 => go::<u8>(c, coll, count, op, root, in_place, warm, iters, check),
-        DType::I32 => go::<i32>(c, coll, count, op, root, in_place, warm, iters, check),
-        DType::I64 => go::<i64>(c, coll, count, op, root, in_place, warm, iters, check),
+        DType::F32 => go::<f32>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, a.9),
+        DType::F64 => go::<f64>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, a.9),
+        DType::F16 => go::<f16>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, a.9),
+        DType::BF16 => go::<bf16>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, a.9),
+        DType::I8 => go::<i8>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, a.9),
+        DType::U8 => go::<u8>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, a.9),
+        DType::I32 => go::<i32>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, a.9),
+        DType::I64 => go::<i64>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, a.9),
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn print_preamble(
     coll: Collective,
     args: &Args,
     comm: &Communicator,
+    gpu: Option<&Gpu>,
     min: usize,
     max: usize,
     step: Option<usize>,
@@ -461,9 +486,10 @@ fn print_preamble(
     println!("# Using devices");
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     println!(
-        "#  Rank  0 Group  0 Pid {:>6} on {} device  0 [cpu] of {} ranks",
+        "#  Rank  0 Group  0 Pid {:>6} on {} device  0 [{}] of {} ranks",
         std::process::id(),
         host.trim(),
+        gpu.map_or_else(|| "cpu".to_owned(), Gpu::describe),
         comm.world()
     );
     let dtype = DType::parse(&args.datatype).unwrap_or(DType::F32);

@@ -97,9 +97,11 @@ pub struct Measured {
 
 /// Buffers of one collective at one size (counts follow nccl-tests: `count` is the size of
 /// the whole array for allgather, reduce-scatter and all-to-all).
-struct Case<T> {
-    send: Vec<T>,
-    recv: Vec<T>,
+pub(super) struct Case<T> {
+    /// Input.
+    pub(super) send: Vec<T>,
+    /// Output (and input of in-place calls).
+    pub(super) recv: Vec<T>,
 }
 
 fn call<T: BenchElem>(
@@ -144,7 +146,12 @@ fn call<T: BenchElem>(
     }
 }
 
-fn fill<T: BenchElem>(c: &Communicator, coll: Collective, count: usize, op: ReduceOp) -> Case<T> {
+pub(super) fn fill<T: BenchElem>(
+    c: &Communicator,
+    coll: Collective,
+    count: usize,
+    op: ReduceOp,
+) -> Case<T> {
     let (rank, world) = (c.rank(), c.world());
     let (ns, nr) = match coll {
         Collective::AllReduce | Collective::Broadcast | Collective::Reduce => (count, count),
@@ -160,7 +167,7 @@ fn fill<T: BenchElem>(c: &Communicator, coll: Collective, count: usize, op: Redu
     Case { send, recv }
 }
 
-fn count_wrong<T: BenchElem>(
+pub(super) fn count_wrong<T: BenchElem>(
     c: &Communicator,
     coll: Collective,
     k: &Case<T>,

@@ -23,8 +23,10 @@ mod status;
 pub use status::{CudaStatus, LibStatus, NOT_BUILT, StatusOptions, cuda_status, cuda_status_with};
 
 /// The device runtime of this process: CUDA and NCCL loaded at run time (feature `cuda`), or
-/// why there is none.
-pub(crate) fn default_runtime() -> Result<crate::device::DeviceRuntime, String> {
+/// why there is none. A communicator loads its own on its first device call; a program that
+/// also allocates device memory itself (a benchmark) loads one here and hands it to the
+/// communicator with [`Communicator::set_device_runtime`](crate::Communicator::set_device_runtime).
+pub fn default_runtime() -> Result<crate::device::DeviceRuntime, String> {
     #[cfg(feature = "cuda")]
     {
         runtime::load()

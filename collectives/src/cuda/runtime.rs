@@ -130,7 +130,57 @@ impl Drop for Pinned {
     }
 }
 
+/// Device memory from `cuMemAlloc`, freed with its context current.
+struct DeviceAlloc {
+    ptr: sys::CUdeviceptr,
+    len: usize,
+    ctx: usize,
+}
+
+// SAFETY: a device address; freed once, from whichever thread drops it.
+unsafe impl Send for DeviceAlloc {}
+
+impl crate::device::DeviceMemory for DeviceAlloc {
+    fn ptr(&self) -> DevPtr {
+        DevPtr(self.ptr)
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for DeviceAlloc {
+    fn drop(&mut self) {
+        // SAFETY: the retained primary context it was allocated in; freed once.
+        unsafe {
+            let _ = result::ctx::set_current(self.ctx as sys::CUcontext);
+            let _ = result::free_sync(self.ptr);
+        }
+    }
+}
+
 impl DeviceApi for CudaApi {
+    fn device_memory(
+        &self,
+        device: i32,
+        bytes: usize,
+    ) -> Result<Box<dyn crate::device::DeviceMemory>, DeviceError> {
+        self.bind(device)?;
+        let ctx = *self
+            .contexts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&device)
+            .expect("bound above");
+        // SAFETY: a plain allocation with the device's context current (at least one byte).
+        let ptr = unsafe { result::malloc_sync(bytes.max(1)) }.map_err(driver("cuMemAlloc"))?;
+        Ok(Box::new(DeviceAlloc {
+            ptr,
+            len: bytes,
+            ctx,
+        }))
+    }
+
     fn describe(&self) -> String {
         format!("CUDA driver, {} devices", self.devices)
     }

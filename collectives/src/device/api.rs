@@ -57,6 +57,19 @@ impl HostMemory for Vec<u64> {
     }
 }
 
+/// Device memory owned by the holder, freed when dropped. The engine never allocates device
+/// memory (the caller's framework does); benchmarks and tests do ([`DeviceApi::device_memory`]).
+pub trait DeviceMemory: Send {
+    /// Where it is.
+    fn ptr(&self) -> DevPtr;
+    /// Its size in bytes.
+    fn len(&self) -> usize;
+    /// Whether it is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// The CUDA calls the device path makes. Copies and waits are queued on a stream and return at
 /// once; [`DeviceEvent::done`] observes completion (polled against the call's deadline: there is
 /// no blocking wait here, since a blocked wait would have none).
@@ -108,6 +121,12 @@ pub trait DeviceApi: Send + Sync {
     fn host_memory(&self, bytes: usize) -> Result<Box<dyn HostMemory>, DeviceError> {
         Ok(Box::new(vec![0u64; bytes.div_ceil(8)]))
     }
+    /// `bytes` of device memory on `device` (`cuMemAlloc`), for benchmarks and tests.
+    fn device_memory(
+        &self,
+        device: i32,
+        bytes: usize,
+    ) -> Result<Box<dyn DeviceMemory>, DeviceError>;
 }
 
 /// NCCL's unique id (`ncclUniqueId`): made by one rank, carried to the others by dtcomm.

@@ -20,7 +20,7 @@ pub(crate) mod pool;
 pub mod twin;
 
 pub use api::{
-    Block, DevPtr, DeviceApi, DeviceError, DeviceEvent, DeviceRuntime, HostMemory, InitState,
-    NcclApi, NcclComm, NcclError, NcclOp, StreamHandle, UniqueId,
+    Block, DevPtr, DeviceApi, DeviceError, DeviceEvent, DeviceMemory, DeviceRuntime, HostMemory,
+    InitState, NcclApi, NcclComm, NcclError, NcclOp, StreamHandle, UniqueId,
 };
 pub use path::{CudaMode, DevicePath};

@@ -274,9 +274,52 @@ impl MemGpu {
     }
 }
 
+/// Twin device memory from [`DeviceApi::device_memory`]: freed (forgotten) when dropped.
+struct TwinAlloc {
+    gpu: MemGpu,
+    ptr: DevPtr,
+    len: usize,
+}
+
+impl crate::device::DeviceMemory for TwinAlloc {
+    fn ptr(&self) -> DevPtr {
+        self.ptr
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for TwinAlloc {
+    fn drop(&mut self) {
+        lock(&self.gpu.shared.mem).remove(&self.ptr.0);
+    }
+}
+
 impl DeviceApi for MemGpu {
     fn describe(&self) -> String {
         format!("in-memory GPU twin, {} devices", self.shared.devices)
+    }
+
+    fn device_memory(
+        &self,
+        device: i32,
+        bytes: usize,
+    ) -> Result<Box<dyn crate::device::DeviceMemory>, DeviceError> {
+        if device < 0 || device as usize >= self.shared.devices {
+            return Err(DeviceError {
+                call: "cuMemAlloc",
+                detail: format!(
+                    "CUDA_ERROR_INVALID_DEVICE: device {device} of {}",
+                    self.shared.devices
+                ),
+            });
+        }
+        Ok(Box::new(TwinAlloc {
+            gpu: self.clone(),
+            ptr: self.alloc(device, bytes),
+            len: bytes,
+        }))
     }
 
     fn host_memory(&self, bytes: usize) -> Result<Box<dyn crate::device::HostMemory>, DeviceError> {
