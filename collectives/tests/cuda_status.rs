@@ -15,7 +15,10 @@ use dtcomm::cuda::{NOT_BUILT, StatusOptions, cuda_status, cuda_status_with};
 
 /// A venv with torch's NCCL wheel, if there is one.
 fn venv() -> Option<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = Path::new(
+        &std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("..");
     [
         std::env::var_os("DTCOMM_VENV").map(PathBuf::from),
         Some(root.join(".venv")),
@@ -137,7 +140,10 @@ fn child_reports() {
 fn fake_driver(name: &str, defines: &[&str]) -> Option<PathBuf> {
     let dir = std::env::temp_dir().join(format!("dtcomm-fake-cuda-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake/fake_cuda.c");
+    let source = Path::new(
+        &std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("tests/fake/fake_cuda.c");
     let built = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
         .args(["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o"])
         .arg(dir.join("libcuda.so.1"))
@@ -145,9 +151,13 @@ fn fake_driver(name: &str, defines: &[&str]) -> Option<PathBuf> {
         .arg(&source)
         .status();
     match built {
-        Ok(status) if status.success() => Some(dir),
-        other => {
-            println!("SKIPPED fake driver {name}: cc failed: {other:?}");
+        Ok(status) => {
+            // A compiler that runs and fails is a failure (a stale or missing source).
+            assert!(status.success(), "cc {} failed: {status}", source.display());
+            Some(dir)
+        }
+        Err(e) => {
+            println!("SKIPPED fake driver {name}: no C compiler: {e}");
             None
         }
     }

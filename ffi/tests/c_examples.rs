@@ -15,7 +15,9 @@ fn target_dir() -> PathBuf {
 }
 
 fn compile(example: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest: String =
+        std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into());
+    let dir = Path::new(&manifest);
     // `cargo test` leaves the cdylib in `deps/` (it is copied up to `target/<profile>/` only by
     // a `cargo build` of the library): take the one this build made.
     let top = target_dir();

@@ -3,10 +3,11 @@
 
 #[test]
 fn the_checked_in_header_is_the_one_cbindgen_generates() {
-    let dir = env!("CARGO_MANIFEST_DIR");
+    let dir: String =
+        std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into());
     let config = cbindgen::Config::from_file(format!("{dir}/cbindgen.toml")).unwrap();
     let bindings = cbindgen::Builder::new()
-        .with_crate(dir)
+        .with_crate(&dir)
         .with_config(config)
         .generate()
         .expect("cbindgen generates the header");

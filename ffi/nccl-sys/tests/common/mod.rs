@@ -26,7 +26,10 @@ impl Wheel {
 /// The venv's NCCL: `$DTCOMM_VENV`, else the repository's `.venv`, else `$VIRTUAL_ENV`.
 /// `Err` says why not, for the test to print as its reason to skip.
 pub fn wheel() -> Result<Wheel, String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = Path::new(
+        &std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("../..");
     let venvs: Vec<PathBuf> = [
         std::env::var_os("DTCOMM_VENV").map(PathBuf::from),
         Some(root.join(".venv")),
