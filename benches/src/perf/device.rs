@@ -19,7 +19,7 @@ use dtcomm::device::{DevPtr, DeviceMemory, DeviceRuntime, StreamHandle};
 use dtcomm::{Communicator, DType, ReduceOp};
 
 use super::Collective;
-use super::run::{BenchElem, Case, Measured, count_wrong, fill};
+use super::run::{BenchElem, Case, Measured, Spec, count_wrong, fill, timed};
 
 /// Where the benchmark's buffers are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -204,19 +204,16 @@ fn call(
 }
 
 /// [`super::run::measure`] on device buffers.
-#[allow(clippy::too_many_arguments)]
-pub fn measure<T: BenchElem>(
-    c: &Communicator,
-    gpu: &Gpu,
-    coll: Collective,
-    count: usize,
-    op: ReduceOp,
-    root: usize,
-    in_place: bool,
-    warm: usize,
-    iters: usize,
-    check: bool,
-) -> Result<Measured, String> {
+pub fn measure<T: BenchElem>(c: &Communicator, gpu: &Gpu, spec: &Spec) -> Result<Measured, String> {
+    let Spec {
+        coll,
+        count,
+        op,
+        root,
+        in_place,
+        check,
+        ..
+    } = *spec;
     let mut k: Case<T> = fill(c, coll, count, op);
     let es = std::mem::size_of::<T>();
     let b = Bufs {
@@ -227,36 +224,17 @@ pub fn measure<T: BenchElem>(
     };
     gpu.upload(&k.send, b.send.ptr())?;
     gpu.upload(&k.recv, b.recv.ptr())?;
-    let dtype = T::DTYPE;
-    let the_call = call(gpu, coll, &b, dtype, op, root, in_place)?;
+    let the_call = call(gpu, coll, &b, T::DTYPE, op, root, in_place)?;
     // SAFETY: device buffers of `b`, sized for the call's counts, alive until it returns
     // (every call returns once its result is on the device).
-    let run = || unsafe { c.run(&the_call) }.map_err(err);
+    let run = || unsafe { c.run(&the_call) };
     let mut wrong = 0;
     if check {
-        run()?;
+        run().map_err(err)?;
         gpu.download(b.recv.ptr(), &mut k.recv)?;
         wrong = count_wrong(c, coll, &k, op, root);
     }
-    for _ in 0..warm {
-        run()?;
-    }
-    c.barrier().map_err(err)?;
-    let mut times = Vec::with_capacity(iters);
-    let t0 = Instant::now();
-    for _ in 0..iters {
-        let ti = Instant::now();
-        run()?;
-        times.push(ti.elapsed().as_secs_f64());
-    }
-    let avg_s = t0.elapsed().as_secs_f64() / iters.max(1) as f64;
-    times.sort_by(f64::total_cmp);
-    let p50_s = times.get(times.len() / 2).copied().unwrap_or(0.0);
-    Ok(Measured {
-        avg_s,
-        p50_s,
-        wrong,
-    })
+    timed(c, spec, wrong, run).map_err(err)
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use dtcomm::{Communicator, DType, Options, ReduceOp};
 use half::{bf16, f16};
 
 use device::{Gpu, Place};
-use run::{BenchElem, Measured, measure};
+use run::{BenchElem, Measured, Spec, measure};
 use table::{Cell, Row};
 
 /// The collective a binary measures.
@@ -316,10 +316,7 @@ fn rank_main(coll: Collective, args: &Args, rank: usize, store: &str) -> Result<
             };
             let mut cells = [None, None];
             for (k, in_place) in [false, true].into_iter().enumerate() {
-                let m = dispatch(
-                    dtype,
-                    &comm,
-                    gpu.as_ref(),
+                let spec = Spec {
                     coll,
                     count,
                     op,
@@ -327,8 +324,9 @@ fn rank_main(coll: Collective, args: &Args, rank: usize, store: &str) -> Result<
                     in_place,
                     warm,
                     iters,
-                    args.check != 0,
-                )?;
+                    check: args.check != 0,
+                };
+                let m = dispatch(dtype, &comm, gpu.as_ref(), &spec)?;
                 // Maximum over ranks, as nccl-tests reports it.
                 let mut t = [m.avg_s, m.p50_s, m.wrong as f64];
                 comm.all_reduce(&mut t, ReduceOp::Max)
@@ -404,51 +402,31 @@ fn rank_main(coll: Collective, args: &Args, rank: usize, store: &str) -> Result<
     Ok(wrong)
 }
 
-#[allow(clippy::too_many_arguments)]
 fn dispatch(
     dtype: DType,
     c: &Communicator,
     gpu: Option<&Gpu>,
-    coll: Collective,
-    count: usize,
-    op: ReduceOp,
-    root: usize,
-    in_place: bool,
-    warm: usize,
-    iters: usize,
-    check: bool,
+    spec: &Spec,
 ) -> Result<Measured, String> {
-    #[allow(clippy::too_many_arguments)]
     fn go<T: BenchElem>(
         c: &Communicator,
         gpu: Option<&Gpu>,
-        coll: Collective,
-        count: usize,
-        op: ReduceOp,
-        root: usize,
-        in_place: bool,
-        warm: usize,
-        iters: usize,
-        check: bool,
+        spec: &Spec,
     ) -> Result<Measured, String> {
         match gpu {
-            None => measure::<T>(c, coll, count, op, root, in_place, warm, iters, check)
-                .map_err(|e| e.to_string()),
-            Some(g) => {
-                device::measure::<T>(c, g, coll, count, op, root, in_place, warm, iters, check)
-            }
+            None => measure::<T>(c, spec).map_err(|e| e.to_string()),
+            Some(g) => device::measure::<T>(c, g, spec),
         }
     }
-    let a = (c, gpu, coll, count, op, root, in_place, warm, iters, check);
     match dtype {
-        DType::F32 => go::<f32>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, a.9),
-        DType::F64 => go::<f64>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, a.9),
-        DType::F16 => go::<f16>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, a.9),
-        DType::BF16 => go::<bf16>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, a.9),
-        DType::I8 => go::<i8>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, a.9),
-        DType::U8 => go::<u8>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, a.9),
-        DType::I32 => go::<i32>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, a.9),
-        DType::I64 => go::<i64>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, a.9),
+        DType::F32 => go::<f32>(c, gpu, spec),
+        DType::F64 => go::<f64>(c, gpu, spec),
+        DType::F16 => go::<f16>(c, gpu, spec),
+        DType::BF16 => go::<bf16>(c, gpu, spec),
+        DType::I8 => go::<i8>(c, gpu, spec),
+        DType::U8 => go::<u8>(c, gpu, spec),
+        DType::I32 => go::<i32>(c, gpu, spec),
+        DType::I64 => go::<i64>(c, gpu, spec),
     }
 }
 

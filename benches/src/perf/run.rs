@@ -205,37 +205,50 @@ pub(super) fn count_wrong<T: BenchElem>(
     }
 }
 
-/// Checks one call, then times `iters` calls after `warm` warm-up calls.
-#[allow(clippy::too_many_arguments)]
-pub fn measure<T: BenchElem>(
+/// What one measurement runs: the collective, its size and settings.
+#[derive(Debug, Clone, Copy)]
+pub struct Spec {
+    /// The collective.
+    pub coll: Collective,
+    /// Elements (nccl-tests' count: the whole array for all-gather, reduce-scatter, all-to-all).
+    pub count: usize,
+    /// Reduction.
+    pub op: ReduceOp,
+    /// Root of rooted collectives.
+    pub root: usize,
+    /// In place (one buffer) rather than out of place.
+    pub in_place: bool,
+    /// Warm-up calls.
+    pub warm: usize,
+    /// Timed calls.
+    pub iters: usize,
+    /// Whether one call is checked first.
+    pub check: bool,
+}
+
+/// `warm` calls, a barrier, then `iters` timed calls (each also timed alone), as nccl-tests
+/// and the incumbent harness time them; `wrong` is what the checked call found.
+pub(super) fn timed<E>(
     c: &Communicator,
-    coll: Collective,
-    count: usize,
-    op: ReduceOp,
-    root: usize,
-    in_place: bool,
-    warm: usize,
-    iters: usize,
-    check: bool,
-) -> Result<Measured, CommError> {
-    let mut k = fill::<T>(c, coll, count, op);
-    let mut wrong = 0;
-    if check {
-        call(c, coll, &mut k, op, root, in_place)?;
-        wrong = count_wrong(c, coll, &k, op, root);
-    }
-    for _ in 0..warm {
-        call(c, coll, &mut k, op, root, in_place)?;
+    spec: &Spec,
+    wrong: u64,
+    mut call: impl FnMut() -> Result<(), E>,
+) -> Result<Measured, E>
+where
+    E: From<CommError>,
+{
+    for _ in 0..spec.warm {
+        call()?;
     }
     c.barrier()?;
-    let mut times = Vec::with_capacity(iters);
+    let mut times = Vec::with_capacity(spec.iters);
     let t0 = Instant::now();
-    for _ in 0..iters {
+    for _ in 0..spec.iters {
         let ti = Instant::now();
-        call(c, coll, &mut k, op, root, in_place)?;
+        call()?;
         times.push(ti.elapsed().as_secs_f64());
     }
-    let avg_s = t0.elapsed().as_secs_f64() / iters.max(1) as f64;
+    let avg_s = t0.elapsed().as_secs_f64() / spec.iters.max(1) as f64;
     times.sort_by(f64::total_cmp);
     let p50_s = times.get(times.len() / 2).copied().unwrap_or(0.0);
     Ok(Measured {
@@ -243,4 +256,24 @@ pub fn measure<T: BenchElem>(
         p50_s,
         wrong,
     })
+}
+
+/// Checks one call, then times `iters` calls after `warm` warm-up calls.
+pub fn measure<T: BenchElem>(c: &Communicator, spec: &Spec) -> Result<Measured, CommError> {
+    let Spec {
+        coll,
+        count,
+        op,
+        root,
+        in_place,
+        check,
+        ..
+    } = *spec;
+    let mut k = fill::<T>(c, coll, count, op);
+    let mut wrong = 0;
+    if check {
+        call(c, coll, &mut k, op, root, in_place)?;
+        wrong = count_wrong(c, coll, &k, op, root);
+    }
+    timed(c, spec, wrong, || call(c, coll, &mut k, op, root, in_place))
 }
