@@ -218,6 +218,14 @@ impl RawBuf {
     }
 }
 
+/// The per-peer element counts of one side of an all-to-all: `counts` when given, else
+/// `len / world` to each rank (equal blocks), as every path lays the buffers out.
+pub(crate) fn block_counts(counts: Option<&Vec<usize>>, len: usize, world: usize) -> Vec<usize> {
+    counts
+        .cloned()
+        .unwrap_or_else(|| vec![len / world.max(1); world])
+}
+
 /// Which collective a [`Call`] runs, with the arguments that are not buffers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Collective {

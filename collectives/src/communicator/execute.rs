@@ -456,12 +456,8 @@ impl Inner {
                     (None, None) => s.count(),
                     _ => 0,
                 };
-                let sc = send_counts
-                    .clone()
-                    .unwrap_or_else(|| vec![s.count() / world; world]);
-                let rc = recv_counts
-                    .clone()
-                    .unwrap_or_else(|| vec![r.count() / world; world]);
+                let sc = crate::call::block_counts(send_counts.as_ref(), s.count(), world);
+                let rc = crate::call::block_counts(recv_counts.as_ref(), r.count(), world);
                 let sched = direct::all_to_all(rank, world, &sc, &rc);
                 let i = unsafe { input(send, recv, &mut copy) };
                 let w = unsafe { bytes_mut(recv) };

@@ -147,12 +147,8 @@ pub(crate) fn nccl_op(call: &Call, rank: usize, world: usize, p2p: bool) -> Opti
             recv_counts,
         } => {
             let (s, r) = (send?, recv?);
-            let sc = send_counts
-                .clone()
-                .unwrap_or_else(|| vec![s.count() / world; world]);
-            let rc = recv_counts
-                .clone()
-                .unwrap_or_else(|| vec![r.count() / world; world]);
+            let sc = crate::call::block_counts(send_counts.as_ref(), s.count(), world);
+            let rc = crate::call::block_counts(recv_counts.as_ref(), r.count(), world);
             let mut x = Exchange::default();
             let blocks = sc.iter().zip(offsets(&sc)).zip(rc.iter().zip(offsets(&rc)));
             for (q, ((&ns, os), (&nr, or))) in blocks.enumerate() {
