@@ -30,12 +30,16 @@ fi
 #                      protobuf-compiler, so --no-install-recommends leaves them out)
 #   openmpi-bin  a real `mpirun`: Horovod scripts and the C examples launched by it with no
 #                rendezvous endpoint (the benchmarks' Open MPI comes from scripts/setup_bench.sh)
+#   mpich        a real `mpiexec.hydra` (MPICH's launcher; Intel MPI's is Hydra too): scripts
+#                launched by it meet through its PMI-1 socket. `mpirun` stays Open MPI's
+#                (alternatives priority 50 against MPICH's 40)
 apt_want=()
 command -v chromium >/dev/null || apt_want+=(chromium)
 command -v etcd >/dev/null || apt_want+=(etcd-server)
 command -v protoc >/dev/null || apt_want+=(protobuf-compiler)
 [ -f /usr/include/google/protobuf/descriptor.proto ] || apt_want+=(libprotobuf-dev)
 command -v mpirun >/dev/null || apt_want+=(openmpi-bin)
+command -v mpiexec.hydra >/dev/null || apt_want+=(mpich)
 if [ ${#apt_want[@]} -gt 0 ] && command -v apt-get >/dev/null; then
   sudo=(); [ "$(id -u)" = 0 ] || sudo=(sudo -n)
   if [ "$(id -u)" = 0 ] || sudo -n true 2>/dev/null; then

@@ -10,12 +10,14 @@
 //! variables. An endpoint on dt-rdzv's native port (29401, or `DTCOMM_RDZV_BACKEND=native`, or
 //! a pinned fingerprint) asks for the native rendezvous, which assigns the ranks. Under
 //! `mpirun` on one host with no endpoint, the ranks meet in Open MPI's session directory
-//! ([`mpi_session`]); across hosts, through the job's PMIx server ([`mpi_hosts`]).
+//! ([`mpi_session`]); across hosts, through the job's PMIx server, and under MPICH's Hydra
+//! through its PMI-1 socket ([`mpi_hosts`]).
 
 use std::fmt;
 
 pub mod mpi_hosts;
 pub mod mpi_session;
+pub mod pmi1;
 pub mod pmix;
 
 /// The TCPStore port (torchrun's default).
@@ -328,6 +330,14 @@ pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<La
                     mpi_hosts::namespace(env).expect("checked")
                 )),
                 "Open MPI's PMIx server (across hosts)",
+            ),
+            (None, None) if mpi_hosts::pmi1_socket(env).is_some() => s(
+                Some(format!(
+                    "{}{}",
+                    mpi_hosts::MPI_PMI1,
+                    mpi_hosts::pmi1_socket(env).expect("checked")
+                )),
+                "Hydra's PMI-1 socket (mpiexec.hydra)",
             ),
             (None, None) if oci == "MAIN" => s(
                 Some(format!("0.0.0.0:{STORE_PORT}")),

@@ -79,14 +79,16 @@ fn join(l: Launch) -> Result<Comm, Fail> {
             _server: None,
         });
     };
-    let (endpoint, session_server) =
-        if let Some(dir) = endpoint.strip_prefix(mpi_session::MPI_SESSION) {
-            meet_in_session(dir, &l, wait)?
-        } else if endpoint.starts_with(mpi_hosts::MPI_PMIX) {
-            meet_through_pmix(&l, &cfg, wait)?
-        } else {
-            (endpoint, None)
-        };
+    let (endpoint, session_server) = if let Some(dir) =
+        endpoint.strip_prefix(mpi_session::MPI_SESSION)
+    {
+        meet_in_session(dir, &l, wait)?
+    } else if endpoint.starts_with(mpi_hosts::MPI_PMIX) || endpoint.starts_with(mpi_hosts::MPI_PMI1)
+    {
+        meet_through_mpi(&endpoint, &l, &cfg, wait)?
+    } else {
+        (endpoint, None)
+    };
     let server = if session_server.is_some() {
         session_server
     } else if l.host_store.value {
@@ -153,9 +155,11 @@ fn next_meeting() -> u64 {
     INITS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1
 }
 
-/// Under `mpirun` across hosts: rank 0 hosts the store on the address its data plane
-/// advertises and passes it to the others through the job's PMIx server ([`mpi_hosts`]).
-fn meet_through_pmix(
+/// Under `mpirun` across hosts (PMIx) or `mpiexec.hydra` (PMI-1): rank 0 hosts the store on
+/// the address its data plane advertises and passes it to the others through the process
+/// manager ([`mpi_hosts`]).
+fn meet_through_mpi(
+    endpoint: &str,
     l: &Launch,
     cfg: &Config,
     wait: std::time::Duration,
@@ -164,17 +168,17 @@ fn meet_through_pmix(
     let rank = l
         .rank
         .value
-        .ok_or_else(|| setup("meeting through PMIx needs OMPI_COMM_WORLD_RANK"))?;
+        .ok_or_else(|| setup("meeting through the MPI process manager needs a rank variable"))?;
     if rank != 0 {
-        let ep = mpi_hosts::meet(rank, &l.run_id.value, n, None, wait).map_err(setup)?;
+        let ep = mpi_hosts::meet(endpoint, rank, &l.run_id.value, n, None, wait).map_err(setup)?;
         return Ok((ep, None));
     }
     let ip = mpi_hosts::advertised_ip(cfg.socket_ifname.value.as_deref()).map_err(setup)?;
     let server = BackgroundServer::start(ServeConfig::embedded_store(ip, 0))
         .map_err(|e| setup(format!("hosting the store on {ip}: {e}")))?;
-    let endpoint = server.endpoint();
-    mpi_hosts::meet(0, &l.run_id.value, n, Some(&endpoint), wait).map_err(setup)?;
-    Ok((endpoint, Some(server)))
+    let mine = server.endpoint();
+    mpi_hosts::meet(endpoint, 0, &l.run_id.value, n, Some(&mine), wait).map_err(setup)?;
+    Ok((mine, Some(server)))
 }
 
 /// Under `mpirun` on one host: rank 0 hosts the store on loopback and leaves its address in

@@ -107,12 +107,14 @@ def init(
             raise _config.ConfigError("Open MPI's session directory needs OMPI_COMM_WORLD_RANK")
         endpoint, server = meet(endpoint[len(_config.MPI_SESSION):], cfg.rank.value,
                                 cfg.run_id.value, wait)
-    elif endpoint.startswith(_config.MPI_PMIX):
-        from ._mpi_session import meet_pmix
+    elif endpoint.startswith((_config.MPI_PMIX, _config.MPI_PMI1)):
+        from ._mpi_session import meet_mpi
 
         if cfg.rank.value is None:
-            raise _config.ConfigError("meeting through PMIx needs OMPI_COMM_WORLD_RANK")
-        endpoint, server = meet_pmix(cfg.rank.value, cfg.run_id.value, wait, socket_ifname)
+            raise _config.ConfigError("meeting through the MPI process manager needs a rank "
+                                      "variable")
+        endpoint, server = meet_mpi(endpoint, cfg.rank.value, cfg.run_id.value, wait,
+                                    socket_ifname)
     elif cfg.host_store.value:
         host, port = endpoint.rsplit(":", 1)
         server = _dtcomm.RdzvServer("::" if not host.startswith("127.") else host, int(port))

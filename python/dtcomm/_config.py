@@ -160,6 +160,9 @@ def _endpoint(env: Mapping[str, str]) -> Value[str | None]:
     # `mpirun` across hosts: rank 0's address, passed by the job's PMIx server.
     if (nspace := mpi_pmix_namespace(env)) is not None:
         return Value(f"{MPI_PMIX}{nspace}", "Open MPI's PMIx server (across hosts)")
+    # `mpiexec.hydra` (MPICH, Intel MPI): rank 0's address, passed through its PMI-1 socket.
+    if (sock := pmi1_socket(env)) is not None:
+        return Value(f"{MPI_PMI1}{sock}", "Hydra's PMI-1 socket (mpiexec.hydra)")
     return Value(None, "default")
 
 
@@ -182,12 +185,26 @@ def mpi_pmix_namespace(env: Mapping[str, str]) -> str | None:
     return _set(env, "PMIX_NAMESPACE")
 
 
+def pmi1_socket(env: Mapping[str, str]) -> str | None:
+    """How a Hydra job's ranks reach their PMI-1 proxy (``PMI_FD=6``, ``PMI_PORT=host:port``),
+    or ``None`` when no PMI-1 process manager started them."""
+    if _set(env, "PMI_RANK") is None:
+        return None
+    if (fd := _set(env, "PMI_FD")) is not None:
+        return f"PMI_FD={fd}"
+    if (port := _set(env, "PMI_PORT")) is not None:
+        return f"PMI_PORT={port}"
+    return None
+
+
 #: How an endpoint names horovodrun's HTTP key-value server.
 HOROVOD_KV = "horovod-kv://"
 #: How an endpoint names an Open MPI session directory where rank 0 leaves its address.
 MPI_SESSION = "mpi-session://"
 #: How an endpoint names the PMIx meeting of an Open MPI job across hosts.
 MPI_PMIX = "mpi-pmix://"
+#: How an endpoint names the PMI-1 meeting of a Hydra job.
+MPI_PMI1 = "mpi-pmi://"
 
 
 def _truthy(text: str | None) -> bool:

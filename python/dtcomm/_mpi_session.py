@@ -8,8 +8,8 @@ process numbers its own ``init()`` calls, so the n-th ``init()`` of every rank r
 address, never a store an earlier ``init()`` already shut down.
 
 Across hosts there is no shared directory: the job's PMIx server (the one beside every rank of
-an Open MPI job) carries rank 0's address instead (``meet_pmix``, the engine's
-``dtcomm::launch::mpi_hosts``).
+an Open MPI job) carries rank 0's address instead, and under MPICH's Hydra its PMI-1 socket
+does (``meet_mpi``, the engine's ``dtcomm::launch::mpi_hosts``).
 """
 
 from __future__ import annotations
@@ -62,14 +62,15 @@ def meet(session: str, rank: int, run_id: str,
         time.sleep(0.01)
 
 
-def meet_pmix(rank: int, run_id: str, timeout: float,
-              socket_ifname: str | None) -> tuple[str, _dtcomm.RdzvServer | None]:
-    """Across hosts: rank 0 hosts a store on the address its data plane advertises and passes
-    ``host:port`` through PMIx; returns it, and the server when this rank hosts it."""
+def meet_mpi(endpoint: str, rank: int, run_id: str, timeout: float,
+             socket_ifname: str | None) -> tuple[str, _dtcomm.RdzvServer | None]:
+    """Through the MPI process manager ``endpoint`` names (Open MPI's PMIx server across hosts,
+    Hydra's PMI-1 socket): rank 0 hosts a store on the address its data plane advertises and
+    passes ``host:port``; returns it, and the server when this rank hosts it."""
     global _inits
     _inits += 1
     if rank != 0:
-        return _dtcomm.pmix_meet(rank, run_id, _inits, None, timeout), None
+        return _dtcomm.mpi_meet(endpoint, rank, run_id, _inits, None, timeout), None
     ifname = socket_ifname or os.environ.get("DTCOMM_SOCKET_IFNAME")
     server = _dtcomm.RdzvServer(_dtcomm.advertised_ip(ifname), 0)
-    return _dtcomm.pmix_meet(0, run_id, _inits, server.endpoint, timeout), server
+    return _dtcomm.mpi_meet(endpoint, 0, run_id, _inits, server.endpoint, timeout), server

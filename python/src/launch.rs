@@ -53,14 +53,16 @@ pub(crate) fn resolve_launch<'py>(
     Ok(d)
 }
 
-/// Under `mpirun` across hosts: the n-th meeting of run `run_id` through the job's PMIx
-/// server ([`dtcomm::launch::mpi_hosts::meet`]). Rank 0 passes its store's `host:port` as
+/// Under an MPI launcher: the n-th meeting of run `run_id` through the process manager that
+/// `endpoint` names (`mpi-pmix://...`: Open MPI's PMIx server; `mpi-pmi://...`: Hydra's PMI-1
+/// socket; [`dtcomm::launch::mpi_hosts::meet`]). Rank 0 passes its store's `host:port` as
 /// `mine`; every rank gets rank 0's. Raises TimeoutError when a rank does not arrive in time,
 /// RuntimeError for the other failures, naming the rank.
 #[pyfunction]
-#[pyo3(signature = (rank, run_id, n, mine, timeout))]
-pub(crate) fn pmix_meet(
+#[pyo3(signature = (endpoint, rank, run_id, n, mine, timeout))]
+pub(crate) fn mpi_meet(
     py: Python<'_>,
+    endpoint: String,
     rank: usize,
     run_id: String,
     n: u64,
@@ -69,14 +71,16 @@ pub(crate) fn pmix_meet(
 ) -> PyResult<String> {
     let wait = std::time::Duration::try_from_secs_f64(timeout)
         .map_err(|e| PyValueError::new_err(format!("timeout {timeout}: {e}")))?;
-    py.detach(|| dtcomm::launch::mpi_hosts::meet(rank, &run_id, n, mine.as_deref(), wait))
-        .map_err(|e| {
-            if e.contains("within") {
-                pyo3::exceptions::PyTimeoutError::new_err(e)
-            } else {
-                pyo3::exceptions::PyRuntimeError::new_err(e)
-            }
-        })
+    py.detach(|| {
+        dtcomm::launch::mpi_hosts::meet(&endpoint, rank, &run_id, n, mine.as_deref(), wait)
+    })
+    .map_err(|e| {
+        if e.contains("within") {
+            pyo3::exceptions::PyTimeoutError::new_err(e)
+        } else {
+            pyo3::exceptions::PyRuntimeError::new_err(e)
+        }
+    })
 }
 
 /// The address rank 0's store listens on when the ranks meet through PMIx: the one its data

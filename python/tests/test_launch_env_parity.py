@@ -31,6 +31,8 @@ CASES: list[tuple[str, dict[str, str], dict[str, object]]] = [
     ("mpirun across hosts", {"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "3",
                              "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "1",
                              "PMIX_NAMESPACE": "1161560065", "PMIX_RANK": "2"}, {}),
+    ("mpiexec.hydra", {"PMI_RANK": "1", "PMI_SIZE": "3", "PMI_FD": "6", "MPI_LOCALRANKID": "1",
+                       "MPI_LOCALNRANKS": "3"}, {}),
     ("pmi", {"PMI_RANK": "0", "PMI_SIZE": "2", "DTCOMM_RDZV_ENDPOINT": "h:1", "DTCOMM_RDZV_HOST": "1"}, {}),
     ("oci main", {"OCI__MODE": "MAIN", "OCI__WORKER_COUNT": "3"}, {}),
     ("oci worker", {"OCI__MODE": "WORKER", "OCI__WORKER_COUNT": "3", "DTCOMM_RDZV_ENDPOINT": "m"}, {}),

@@ -1,7 +1,7 @@
-"""``hvd.init()`` and the C ABI's ``dtcomm_comm_init`` under a real ``mpirun`` (Open MPI) across
-two emulated hosts with no
+"""``hvd.init()`` and the C ABI's ``dtcomm_comm_init`` under a real ``mpirun`` (Open MPI), and
+``hvd.init()`` under MPICH's ``mpiexec.hydra``, across two emulated hosts with no
 rendezvous endpoint: the ranks share no session directory, so rank 0's address travels through
-the job's PMIx server (``dtcomm::launch::mpi_hosts``). The hosts are network namespaces made by
+the job's PMIx server, or Hydra's PMI-1 socket (``dtcomm::launch::mpi_hosts``). The hosts are network namespaces made by
 ``scripts/emu_cluster.sh`` (``EMU_WIRE=1``); ``mpirun`` starts its daemon on the second host
 through an ``ssh`` stand-in that enters the namespace (``plm_rsh_agent``). Skips without root,
 /dev/net/tun, iproute2 or ``mpirun``."""
@@ -22,8 +22,10 @@ ROOT = Path(__file__).resolve().parents[2]
 EMU = ROOT / "scripts" / "emu_cluster.sh"
 MPIRUN = shutil.which("mpirun")
 
-# Open MPI runs `AGENT host cmd...` for each remote daemon, as it would run ssh.
+# Open MPI runs `AGENT host cmd...` for each remote daemon, Hydra `AGENT -x host cmd...`, as
+# they would run ssh.
 AGENT = """#!/bin/sh
+while [ "${1#-}" != "$1" ]; do shift; done
 host=$1; shift
 exec ip netns exec "dtc-h$(( ${host##*.} - 1 ))" /bin/sh -c "$*"
 """
@@ -71,7 +73,8 @@ def hosts(tmp_path: Path) -> Iterator[list[str]]:
     agent.chmod(0o755)
     try:
         yield ["ip", "netns", "exec", "dtc-h0", MPIRUN, "--allow-run-as-root",
-               "--mca", "plm_rsh_agent", str(agent), "-x", "PATH", "-x", "DTCOMM_TIMEOUT"]
+               "--mca", "plm_rsh_agent", str(agent), "-x", "PATH", "-x", "DTCOMM_TIMEOUT",
+               "-H", "10.77.0.1:2,10.77.0.2:1"]
     finally:
         subprocess.run([str(EMU), "down"], env=env, timeout=120)
 
@@ -88,7 +91,7 @@ def _env(timeout: str) -> dict[str, str]:
 def test_horovod_meets_across_hosts_through_pmix(hosts: list[str]) -> None:
     # Two ranks on the first host, one on the second: heterogeneous, so the cross
     # communicator differs per local rank.
-    p = subprocess.run([*hosts, "-H", "10.77.0.1:2,10.77.0.2:1", "-np", "3",
+    p = subprocess.run([*hosts, "-np", "3",
                         sys.executable, "-c", HOROVOD],
                        env=_env("60"), capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -109,7 +112,7 @@ def test_a_rank_that_never_inits_fails_the_others_at_their_deadline(
               "else:\n"
               "    dtcomm.init()\n")
     t = time.monotonic()
-    p = subprocess.run([*hosts, "-H", "10.77.0.1:2,10.77.0.2:1", "-np", "3",
+    p = subprocess.run([*hosts, "-np", "3",
                         sys.executable, "-c", script],
                        env=_env("4"), capture_output=True, text=True, timeout=120)
     took = time.monotonic() - t
@@ -129,9 +132,28 @@ def test_the_c_abi_meets_across_hosts_through_pmix(hosts: list[str], tmp_path: P
     subprocess.run(["cc", "-std=c11", "-D_GNU_SOURCE", "-O2", "-I", str(ROOT / "ffi" / "include"),
                     str(ROOT / "ffi" / "examples" / "allreduce.c"), "-L", str(target),
                     f"-Wl,-rpath,{target}", "-ldtcomm_ffi", "-o", str(exe)], check=True)
-    p = subprocess.run([*hosts, "-H", "10.77.0.1:2,10.77.0.2:1", "-np", "3", str(exe)],
+    p = subprocess.run([*hosts, "-np", "3", str(exe)],
                        env=_env("60"), capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     for r in range(3):
         assert f"ALLREDUCE OK rank {r} of 3" in p.stdout, p.stdout + p.stderr
     assert "Open MPI's PMIx server (across hosts)" in p.stderr, p.stderr
+
+
+def test_horovod_meets_across_hosts_under_hydra(hosts: list[str]) -> None:
+    hydra = shutil.which("mpiexec.hydra")
+    if hydra is None:
+        pytest.skip("MPICH's mpiexec.hydra is not installed (scripts/setup.sh installs mpich)")
+    agent = hosts[hosts.index("plm_rsh_agent") + 1]
+    p = subprocess.run(["ip", "netns", "exec", "dtc-h0", hydra, "-launcher", "ssh",
+                        "-launcher-exec", agent, "-hosts", "10.77.0.1:2,10.77.0.2:1", "-n", "3",
+                        sys.executable, "-c", HOROVOD],
+                       env=_env("60"), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    expect = {0: "local 0/2 cross 0/2", 1: "local 1/2 cross 0/1", 2: "local 0/1 cross 1/2"}
+    for cycle in range(3):
+        for r in range(3):
+            line = (f"cycle {cycle} rank {r} of 3 {expect[r]} homogeneous False "
+                    "sum [6.0, 6.0, 6.0, 6.0] gather [0, 1, 1, 2, 2, 2] "
+                    "rdzv from Hydra's PMI-1 socket (mpiexec.hydra)")
+            assert line in p.stdout, p.stdout + p.stderr

@@ -1,21 +1,27 @@
-//! Meeting under `mpirun` across hosts with no rendezvous endpoint set.
+//! Meeting under an MPI launcher with no rendezvous endpoint set, through the process manager
+//! MPI itself uses to find its peers.
 //!
-//! The ranks of an Open MPI job on several hosts share no directory, but each has a PMIx
-//! server beside it (the `orted` of its host), and PMIx carries keys between the ranks of a
-//! job: that is how MPI itself finds its peers. Rank 0 hosts a store on the address its data
-//! plane would advertise (`DTCOMM_SOCKET_IFNAME`'s rule) and puts `host:port` under a key of
-//! its job; every rank fences (so the key is committed before anyone reads it), and the others
-//! get it. The n-th init of a process meets under the n-th key, like the one-host rule
-//! ([`super::mpi_session`]).
+//! * Open MPI across hosts (`mpirun`, no shared directory): every rank has a PMIx server beside
+//!   it (the `orted` of its host), asked through [`super::pmix`].
+//! * MPICH's Hydra (`mpiexec.hydra`; Intel MPI's `mpirun` is Hydra too), on one host or many:
+//!   every rank has a PMI-1 socket to its proxy (`PMI_FD`), asked through [`super::pmi1`].
+//!
+//! Rank 0 hosts a store on the address its data plane would advertise (`DTCOMM_SOCKET_IFNAME`'s
+//! rule) and puts `host:port` under a key of its job; every rank fences (so the key is
+//! committed before anyone reads it), and the others get it. The n-th init of a process meets
+//! under the n-th key, like the one-host rule ([`super::mpi_session`]).
 
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::pmi1::Pmi1;
 use super::pmix::Pmix;
 
 /// How a resolved endpoint names the PMIx meeting (followed by the job's namespace).
 pub const MPI_PMIX: &str = "mpi-pmix://";
+/// How a resolved endpoint names the PMI-1 meeting (followed by the variable that reaches it).
+pub const MPI_PMI1: &str = "mpi-pmi://";
 
 /// The PMIx namespace of an Open MPI job whose ranks span hosts, or `None` when the job is not
 /// Open MPI's, fits on one host, or has no PMIx server to ask.
@@ -31,6 +37,16 @@ pub fn namespace(env: &dyn Fn(&str) -> Option<String>) -> Option<String> {
     var("PMIX_NAMESPACE")
 }
 
+/// How a Hydra job's ranks reach their PMI-1 proxy (`PMI_FD=6`, `PMI_PORT=host:port`), or
+/// `None` when the ranks were not started by a PMI-1 process manager.
+pub fn pmi1_socket(env: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+    let var = |k: &str| env(k).filter(|v| !v.trim().is_empty());
+    var("PMI_RANK")?;
+    var("PMI_FD")
+        .map(|fd| format!("PMI_FD={fd}"))
+        .or_else(|| var("PMI_PORT").map(|p| format!("PMI_PORT={p}")))
+}
+
 /// The key the n-th init (from 1) of run `run_id` meets under.
 pub fn key(run_id: &str, n: u64) -> String {
     format!("dtcomm.{run_id}.{n}.endpoint")
@@ -44,9 +60,11 @@ pub fn advertised_ip(socket_ifname: Option<&str>) -> Result<IpAddr, String> {
     crate::transport::iface::choose(socket_ifname, &addrs).map(|a| a.ip)
 }
 
-/// The n-th meeting of run `run_id`: rank 0 passes its store's `host:port` as `mine` and gets
-/// it back once every rank has arrived; the others get rank 0's, waited for until `timeout`.
+/// The n-th meeting of run `run_id` through the process manager `endpoint` names
+/// ([`MPI_PMIX`] or [`MPI_PMI1`]): rank 0 passes its store's `host:port` as `mine` and gets it
+/// back once every rank has arrived; the others get rank 0's, waited for until `timeout`.
 pub fn meet(
+    endpoint: &str,
     rank: usize,
     run_id: &str,
     n: u64,
@@ -55,18 +73,41 @@ pub fn meet(
 ) -> Result<String, String> {
     let deadline = Instant::now() + timeout;
     let left = || deadline.saturating_duration_since(Instant::now());
-    let fail =
-        |e: String| format!("rank {rank}: meeting rank 0 through PMIx (mpirun across hosts): {e}");
-    let pmix: Arc<Pmix> = Pmix::get(timeout).map_err(fail)?;
     let key = key(run_id, n);
-    if rank == 0 {
-        let mine = mine.ok_or_else(|| fail("rank 0 has no store address to publish".into()))?;
-        pmix.publish(&key, mine).map_err(fail)?;
-    }
-    pmix.fence(left()).map_err(fail)?;
-    match mine {
-        Some(m) if rank == 0 => Ok(m.to_owned()),
-        _ => pmix.lookup(0, &key, left()).map_err(fail),
+    let publish = match mine {
+        Some(m) if rank == 0 => Some(m),
+        _ if rank == 0 => return Err(format!("rank 0: no store address to publish ({endpoint})")),
+        _ => None,
+    };
+    if endpoint.starts_with(MPI_PMIX) {
+        let fail = |e: String| {
+            format!("rank {rank}: meeting rank 0 through PMIx (mpirun across hosts): {e}")
+        };
+        let pmix: Arc<Pmix> = Pmix::get(timeout).map_err(fail)?;
+        if let Some(m) = publish {
+            pmix.publish(&key, m).map_err(fail)?;
+        }
+        pmix.fence(left()).map_err(fail)?;
+        match publish {
+            Some(m) => Ok(m.to_owned()),
+            None => pmix.lookup(0, &key, left()).map_err(fail),
+        }
+    } else if endpoint.starts_with(MPI_PMI1) {
+        let fail =
+            |e: String| format!("rank {rank}: meeting rank 0 through PMI-1 (mpiexec.hydra): {e}");
+        let pmi = Pmi1::get(timeout).map_err(fail)?;
+        if let Some(m) = publish {
+            pmi.publish(&key, m, left()).map_err(fail)?;
+        }
+        pmi.barrier(left()).map_err(fail)?;
+        match publish {
+            Some(m) => Ok(m.to_owned()),
+            None => pmi.lookup(&key, left()).map_err(fail),
+        }
+    } else {
+        Err(format!(
+            "rank {rank}: {endpoint:?} names no MPI process manager"
+        ))
     }
 }
 
@@ -103,6 +144,24 @@ mod tests {
         ]);
         assert_eq!(namespace(&no_server), None);
         assert_eq!(namespace(&env(&[("PMIX_NAMESPACE", "x")])), None);
+    }
+
+    #[test]
+    fn hydra_jobs_by_their_pmi_socket() {
+        let hydra = env(&[("PMI_RANK", "1"), ("PMI_SIZE", "2"), ("PMI_FD", "6")]);
+        assert_eq!(pmi1_socket(&hydra).as_deref(), Some("PMI_FD=6"));
+        let port = env(&[("PMI_RANK", "1"), ("PMI_PORT", "h:5")]);
+        assert_eq!(pmi1_socket(&port).as_deref(), Some("PMI_PORT=h:5"));
+        assert_eq!(pmi1_socket(&env(&[("PMI_FD", "6")])), None);
+        assert_eq!(pmi1_socket(&env(&[("PMI_RANK", "0")])), None);
+    }
+
+    #[test]
+    fn an_endpoint_that_names_no_process_manager_is_refused() {
+        let e = meet("h:1", 1, "r", 1, None, Duration::from_secs(1)).unwrap_err();
+        assert!(e.contains("names no MPI process manager"), "{e}");
+        let e = meet(MPI_PMI1, 0, "r", 1, None, Duration::from_secs(1)).unwrap_err();
+        assert!(e.contains("no store address"), "{e}");
     }
 
     #[test]
