@@ -245,13 +245,18 @@ fn the_c_cuda_status_example_gets_json_whatever_the_machine_has() {
     let _ = std::fs::remove_file(exe);
 }
 
-/// `mpirun` (Open MPI's, from Debian's `openmpi-bin`) when installed.
-fn mpirun() -> Option<PathBuf> {
+/// `name` on the `PATH`, when installed.
+fn which(name: &str) -> Option<PathBuf> {
     std::env::var_os("PATH").and_then(|p| {
         std::env::split_paths(&p)
-            .map(|d| d.join("mpirun"))
+            .map(|d| d.join(name))
             .find(|f| f.is_file())
     })
+}
+
+/// `mpirun` (Open MPI's, from Debian's `openmpi-bin`) when installed.
+fn mpirun() -> Option<PathBuf> {
+    which("mpirun")
 }
 
 #[test]
@@ -286,4 +291,35 @@ fn the_c_allreduce_example_runs_under_mpirun_with_no_endpoint() {
         stderr.contains("Open MPI session directory (one host)"),
         "{stderr}"
     );
+}
+
+#[test]
+fn the_c_allreduce_example_runs_under_mpiexec_hydra_with_no_endpoint() {
+    let Some(hydra) = which("mpiexec.hydra") else {
+        eprintln!("skipped: MPICH's mpiexec.hydra is not installed (scripts/setup.sh installs it)");
+        return;
+    };
+    let exe = compile("allreduce");
+    let out = Command::new(hydra)
+        .args(["-n", "3"])
+        .arg(&exe)
+        .env_remove("DTCOMM_RDZV_ENDPOINT")
+        .env_remove("MASTER_ADDR")
+        .env_remove("MASTER_PORT")
+        .env("DTCOMM_SOCKET_IFNAME", "lo")
+        .env("DTCOMM_TIMEOUT", "30")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    for r in 0..3 {
+        assert!(
+            stdout.contains(&format!("ALLREDUCE OK rank {r} of 3")),
+            "{stdout}\n{stderr}"
+        );
+    }
+    assert!(stderr.contains("Hydra's PMI-1 socket"), "{stderr}");
 }
