@@ -170,14 +170,16 @@ fn meet_through_mpi(
         .value
         .ok_or_else(|| setup("meeting through the MPI process manager needs a rank variable"))?;
     if rank != 0 {
-        let ep = mpi_hosts::meet(endpoint, rank, &l.run_id.value, n, None, wait).map_err(setup)?;
+        let ep = mpi_hosts::meet(endpoint, rank, &l.run_id.value, n, None, wait)
+            .map_err(|e| setup(e.to_string()))?;
         return Ok((ep, None));
     }
     let ip = mpi_hosts::advertised_ip(cfg.socket_ifname.value.as_deref()).map_err(setup)?;
     let server = BackgroundServer::start(ServeConfig::embedded_store(ip, 0))
         .map_err(|e| setup(format!("hosting the store on {ip}: {e}")))?;
     let mine = server.endpoint();
-    mpi_hosts::meet(endpoint, 0, &l.run_id.value, n, Some(&mine), wait).map_err(setup)?;
+    mpi_hosts::meet(endpoint, 0, &l.run_id.value, n, Some(&mine), wait)
+        .map_err(|e| setup(e.to_string()))?;
     Ok((mine, Some(server)))
 }
 

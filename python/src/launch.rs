@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use dtcomm::launch::mpi_hosts::MeetError;
 use dtcomm::launch::{Explicit, Sourced, resolve};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -74,12 +75,9 @@ pub(crate) fn mpi_meet(
     py.detach(|| {
         dtcomm::launch::mpi_hosts::meet(&endpoint, rank, &run_id, n, mine.as_deref(), wait)
     })
-    .map_err(|e| {
-        if e.contains("within") {
-            pyo3::exceptions::PyTimeoutError::new_err(e)
-        } else {
-            pyo3::exceptions::PyRuntimeError::new_err(e)
-        }
+    .map_err(|e| match e {
+        MeetError::Timeout(m) => pyo3::exceptions::PyTimeoutError::new_err(m),
+        MeetError::Failed(m) => pyo3::exceptions::PyRuntimeError::new_err(m),
     })
 }
 

@@ -60,6 +60,26 @@ pub fn advertised_ip(socket_ifname: Option<&str>) -> Result<IpAddr, String> {
     crate::transport::iface::choose(socket_ifname, &addrs).map(|a| a.ip)
 }
 
+/// Why a meeting failed: at its deadline (a rank did not arrive, or the process manager did
+/// not answer in time), or for another reason (no library, a refused request, bad input).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MeetError {
+    /// The deadline passed.
+    Timeout(String),
+    /// Anything else.
+    Failed(String),
+}
+
+impl std::fmt::Display for MeetError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MeetError::Timeout(m) | MeetError::Failed(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for MeetError {}
+
 /// The n-th meeting of run `run_id` through the process manager `endpoint` names
 /// ([`MPI_PMIX`] or [`MPI_PMI1`]): rank 0 passes its store's `host:port` as `mine` and gets it
 /// back once every rank has arrived; the others get rank 0's, waited for until `timeout`.
@@ -70,8 +90,26 @@ pub fn meet(
     n: u64,
     mine: Option<&str>,
     timeout: Duration,
-) -> Result<String, String> {
+) -> Result<String, MeetError> {
     let deadline = Instant::now() + timeout;
+    meet_by(endpoint, rank, run_id, n, mine, timeout, deadline).map_err(|e| {
+        if Instant::now() >= deadline {
+            MeetError::Timeout(e)
+        } else {
+            MeetError::Failed(e)
+        }
+    })
+}
+
+fn meet_by(
+    endpoint: &str,
+    rank: usize,
+    run_id: &str,
+    n: u64,
+    mine: Option<&str>,
+    timeout: Duration,
+    deadline: Instant,
+) -> Result<String, String> {
     let left = || deadline.saturating_duration_since(Instant::now());
     let key = key(run_id, n);
     let publish = match mine {
@@ -159,9 +197,15 @@ mod tests {
     #[test]
     fn an_endpoint_that_names_no_process_manager_is_refused() {
         let e = meet("h:1", 1, "r", 1, None, Duration::from_secs(1)).unwrap_err();
-        assert!(e.contains("names no MPI process manager"), "{e}");
+        assert!(
+            matches!(&e, MeetError::Failed(m) if m.contains("names no MPI process manager")),
+            "{e}"
+        );
         let e = meet(MPI_PMI1, 0, "r", 1, None, Duration::from_secs(1)).unwrap_err();
-        assert!(e.contains("no store address"), "{e}");
+        assert!(e.to_string().contains("no store address"), "{e}");
+        // Whatever failed, a meeting that ended at or past its deadline is a timeout.
+        let e = meet("h:1", 1, "r", 1, None, Duration::ZERO).unwrap_err();
+        assert!(matches!(e, MeetError::Timeout(_)), "past its deadline: {e}");
     }
 
     #[test]

@@ -321,8 +321,8 @@ mod tests {
     }
 
     #[test]
-    fn a_process_manager_that_is_not_pmi1_is_named() {
-        // A socket pair whose far end answers the init like something else.
+    fn init_limits_put_and_an_unanswered_barrier_against_a_fake_manager() {
+        // A socket pair whose far end plays the process manager (then stops answering).
         let (mine, theirs) = UnixStream::pair().unwrap();
         let far = std::thread::spawn(move || {
             let mut r = BufReader::new(theirs);
