@@ -42,19 +42,24 @@ def _env() -> dict[str, str]:
     return env
 
 
-@needs_mpirun
-def test_horovod_scripts_run_under_mpirun_on_one_host() -> None:
+def _horovod_cycles_under(launcher: list[str], source: str) -> None:
+    """The Horovod script as 3 ranks under ``launcher``: three cycles, every rank's sum, the
+    rendezvous from ``source``."""
     pytest.importorskip("torch")
-    assert MPIRUN is not None
-    p = subprocess.run([MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "3",
-                        sys.executable, "-c", HOROVOD],
+    p = subprocess.run([*launcher, sys.executable, "-c", HOROVOD],
                        env=_env(), capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, p.stdout + p.stderr
     for cycle in range(3):
         for r in range(3):
             assert (f"cycle {cycle} rank {r} of 3 local {r}/3 sum [6.0, 6.0, 6.0, 6.0] "
-                    "rdzv from Open MPI session directory (one host)" in p.stdout), (
-                p.stdout + p.stderr)
+                    f"rdzv from {source}" in p.stdout), p.stdout + p.stderr
+
+
+@needs_mpirun
+def test_horovod_scripts_run_under_mpirun_on_one_host() -> None:
+    assert MPIRUN is not None
+    _horovod_cycles_under([MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "3"],
+                          "Open MPI session directory (one host)")
 
 
 @needs_mpirun
@@ -74,16 +79,8 @@ def test_rank_0_missing_is_named_with_the_file() -> None:
 
 @needs_hydra
 def test_horovod_scripts_run_under_mpiexec_hydra() -> None:
-    pytest.importorskip("torch")
     assert HYDRA is not None
-    p = subprocess.run([HYDRA, "-n", "3", sys.executable, "-c", HOROVOD],
-                       env=_env(), capture_output=True, text=True, timeout=240)
-    assert p.returncode == 0, p.stdout + p.stderr
-    for cycle in range(3):
-        for r in range(3):
-            assert (f"cycle {cycle} rank {r} of 3 local {r}/3 sum [6.0, 6.0, 6.0, 6.0] "
-                    "rdzv from Hydra's PMI-1 socket (mpiexec.hydra)" in p.stdout), (
-                p.stdout + p.stderr)
+    _horovod_cycles_under([HYDRA, "-n", "3"], "Hydra's PMI-1 socket (mpiexec.hydra)")
 
 
 @needs_hydra

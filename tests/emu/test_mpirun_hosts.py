@@ -88,11 +88,10 @@ def _env(timeout: str) -> dict[str, str]:
     return env
 
 
-def test_horovod_meets_across_hosts_through_pmix(hosts: list[str]) -> None:
-    # Two ranks on the first host, one on the second: heterogeneous, so the cross
-    # communicator differs per local rank.
-    p = subprocess.run([*hosts, "-np", "3",
-                        sys.executable, "-c", HOROVOD],
+def _horovod_cycles_under(launcher: list[str], source: str) -> None:
+    """The Horovod script as 3 ranks under ``launcher`` (two on the first host, one on the
+    second: heterogeneous, so the cross communicator differs per local rank)."""
+    p = subprocess.run([*launcher, sys.executable, "-c", HOROVOD],
                        env=_env("60"), capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     expect = {0: "local 0/2 cross 0/2", 1: "local 1/2 cross 0/1", 2: "local 0/1 cross 1/2"}
@@ -100,8 +99,12 @@ def test_horovod_meets_across_hosts_through_pmix(hosts: list[str]) -> None:
         for r in range(3):
             line = (f"cycle {cycle} rank {r} of 3 {expect[r]} homogeneous False "
                     "sum [6.0, 6.0, 6.0, 6.0] gather [0, 1, 1, 2, 2, 2] "
-                    "rdzv from Open MPI's PMIx server (across hosts)")
+                    f"rdzv from {source}")
             assert line in p.stdout, p.stdout + p.stderr
+
+
+def test_horovod_meets_across_hosts_through_pmix(hosts: list[str]) -> None:
+    _horovod_cycles_under([*hosts, "-np", "3"], "Open MPI's PMIx server (across hosts)")
 
 
 def test_a_rank_that_never_inits_fails_the_others_at_their_deadline(
@@ -145,15 +148,6 @@ def test_horovod_meets_across_hosts_under_hydra(hosts: list[str]) -> None:
     if hydra is None:
         pytest.skip("MPICH's mpiexec.hydra is not installed (scripts/setup.sh installs mpich)")
     agent = hosts[hosts.index("plm_rsh_agent") + 1]
-    p = subprocess.run(["ip", "netns", "exec", "dtc-h0", hydra, "-launcher", "ssh",
-                        "-launcher-exec", agent, "-hosts", "10.77.0.1:2,10.77.0.2:1", "-n", "3",
-                        sys.executable, "-c", HOROVOD],
-                       env=_env("60"), capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stdout + p.stderr
-    expect = {0: "local 0/2 cross 0/2", 1: "local 1/2 cross 0/1", 2: "local 0/1 cross 1/2"}
-    for cycle in range(3):
-        for r in range(3):
-            line = (f"cycle {cycle} rank {r} of 3 {expect[r]} homogeneous False "
-                    "sum [6.0, 6.0, 6.0, 6.0] gather [0, 1, 1, 2, 2, 2] "
-                    "rdzv from Hydra's PMI-1 socket (mpiexec.hydra)")
-            assert line in p.stdout, p.stdout + p.stderr
+    _horovod_cycles_under(["ip", "netns", "exec", "dtc-h0", hydra, "-launcher", "ssh",
+                           "-launcher-exec", agent, "-hosts", "10.77.0.1:2,10.77.0.2:1",
+                           "-n", "3"], "Hydra's PMI-1 socket (mpiexec.hydra)")

@@ -205,16 +205,8 @@ fn call(
 
 /// [`super::run::measure`] on device buffers.
 pub fn measure<T: BenchElem>(c: &Communicator, gpu: &Gpu, spec: &Spec) -> Result<Measured, String> {
-    let Spec {
-        coll,
-        count,
-        op,
-        root,
-        in_place,
-        check,
-        ..
-    } = *spec;
-    let mut k: Case<T> = fill(c, coll, count, op);
+    let (coll, op, root) = (spec.coll, spec.op, spec.root);
+    let mut k: Case<T> = fill(c, coll, spec.count, op);
     let es = std::mem::size_of::<T>();
     let b = Bufs {
         send: gpu.alloc(k.send.len() * es)?,
@@ -224,12 +216,12 @@ pub fn measure<T: BenchElem>(c: &Communicator, gpu: &Gpu, spec: &Spec) -> Result
     };
     gpu.upload(&k.send, b.send.ptr())?;
     gpu.upload(&k.recv, b.recv.ptr())?;
-    let the_call = call(gpu, coll, &b, T::DTYPE, op, root, in_place)?;
+    let the_call = call(gpu, coll, &b, T::DTYPE, op, root, spec.in_place)?;
     // SAFETY: device buffers of `b`, sized for the call's counts, alive until it returns
     // (every call returns once its result is on the device).
     let run = || unsafe { c.run(&the_call) };
     let mut wrong = 0;
-    if check {
+    if spec.check {
         run().map_err(err)?;
         gpu.download(b.recv.ptr(), &mut k.recv)?;
         wrong = count_wrong(c, coll, &k, op, root);

@@ -80,6 +80,41 @@ impl std::fmt::Display for MeetError {
 
 impl std::error::Error for MeetError {}
 
+/// What a meeting needs of a process manager: PMIx ([`Pmix`]), PMI-1 ([`Pmi1`]), or the
+/// in-memory twin in the tests.
+pub trait JobKv {
+    /// Puts `value` under `key` for every rank of the job.
+    fn put(&self, key: &str, value: &str, timeout: Duration) -> Result<(), String>;
+    /// Waits until every rank of the job has arrived (puts before it are then visible).
+    fn fence(&self, timeout: Duration) -> Result<(), String>;
+    /// What rank 0 put under `key`.
+    fn get_rank0(&self, key: &str, timeout: Duration) -> Result<String, String>;
+}
+
+impl JobKv for Arc<Pmix> {
+    fn put(&self, key: &str, value: &str, _timeout: Duration) -> Result<(), String> {
+        self.publish(key, value)
+    }
+    fn fence(&self, timeout: Duration) -> Result<(), String> {
+        Pmix::fence(self, timeout)
+    }
+    fn get_rank0(&self, key: &str, timeout: Duration) -> Result<String, String> {
+        self.lookup(0, key, timeout)
+    }
+}
+
+impl JobKv for &Pmi1 {
+    fn put(&self, key: &str, value: &str, timeout: Duration) -> Result<(), String> {
+        self.publish(key, value, timeout)
+    }
+    fn fence(&self, timeout: Duration) -> Result<(), String> {
+        self.barrier(timeout)
+    }
+    fn get_rank0(&self, key: &str, timeout: Duration) -> Result<String, String> {
+        self.lookup(key, timeout)
+    }
+}
+
 /// The n-th meeting of run `run_id` through the process manager `endpoint` names
 /// ([`MPI_PMIX`] or [`MPI_PMI1`]): rank 0 passes its store's `host:port` as `mine` and gets it
 /// back once every rank has arrived; the others get rank 0's, waited for until `timeout`.
@@ -92,61 +127,58 @@ pub fn meet(
     timeout: Duration,
 ) -> Result<String, MeetError> {
     let deadline = Instant::now() + timeout;
-    meet_by(endpoint, rank, run_id, n, mine, timeout, deadline).map_err(|e| {
-        if Instant::now() >= deadline {
-            MeetError::Timeout(e)
-        } else {
-            MeetError::Failed(e)
-        }
-    })
+    let kv: Result<Box<dyn JobKv>, String> = if endpoint.starts_with(MPI_PMIX) {
+        Pmix::get(timeout).map(|p| Box::new(p) as Box<dyn JobKv>)
+    } else if endpoint.starts_with(MPI_PMI1) {
+        Pmi1::get(timeout).map(|p| Box::new(p) as Box<dyn JobKv>)
+    } else {
+        return Err(MeetError::Failed(format!(
+            "rank {rank}: {endpoint:?} names no MPI process manager"
+        )));
+    };
+    let label = if endpoint.starts_with(MPI_PMIX) {
+        "PMIx (mpirun across hosts)"
+    } else {
+        "PMI-1 (mpiexec.hydra)"
+    };
+    kv.and_then(|kv| meet_with(&*kv, rank, &key(run_id, n), mine, deadline))
+        .map_err(|e| {
+            classify(
+                format!("rank {rank}: meeting rank 0 through {label}: {e}"),
+                deadline,
+                Instant::now(),
+            )
+        })
 }
 
-fn meet_by(
-    endpoint: &str,
+/// A meeting's failure `e` at `now`: a timeout once its deadline has passed, whatever the
+/// process manager said, else a failure.
+fn classify(e: String, deadline: Instant, now: Instant) -> MeetError {
+    if now >= deadline {
+        MeetError::Timeout(e)
+    } else {
+        MeetError::Failed(e)
+    }
+}
+
+/// The meeting's choreography over any [`JobKv`]: rank 0 puts `mine` under `key`, every rank
+/// fences, the others get it; every wait ends by `deadline`.
+pub fn meet_with(
+    kv: &dyn JobKv,
     rank: usize,
-    run_id: &str,
-    n: u64,
+    key: &str,
     mine: Option<&str>,
-    timeout: Duration,
     deadline: Instant,
 ) -> Result<String, String> {
     let left = || deadline.saturating_duration_since(Instant::now());
-    let key = key(run_id, n);
-    let publish = match mine {
-        Some(m) if rank == 0 => Some(m),
-        _ if rank == 0 => return Err(format!("rank 0: no store address to publish ({endpoint})")),
-        _ => None,
-    };
-    if endpoint.starts_with(MPI_PMIX) {
-        let fail = |e: String| {
-            format!("rank {rank}: meeting rank 0 through PMIx (mpirun across hosts): {e}")
-        };
-        let pmix: Arc<Pmix> = Pmix::get(timeout).map_err(fail)?;
-        if let Some(m) = publish {
-            pmix.publish(&key, m).map_err(fail)?;
-        }
-        pmix.fence(left()).map_err(fail)?;
-        match publish {
-            Some(m) => Ok(m.to_owned()),
-            None => pmix.lookup(0, &key, left()).map_err(fail),
-        }
-    } else if endpoint.starts_with(MPI_PMI1) {
-        let fail =
-            |e: String| format!("rank {rank}: meeting rank 0 through PMI-1 (mpiexec.hydra): {e}");
-        let pmi = Pmi1::get(timeout).map_err(fail)?;
-        if let Some(m) = publish {
-            pmi.publish(&key, m, left()).map_err(fail)?;
-        }
-        pmi.barrier(left()).map_err(fail)?;
-        match publish {
-            Some(m) => Ok(m.to_owned()),
-            None => pmi.lookup(&key, left()).map_err(fail),
-        }
-    } else {
-        Err(format!(
-            "rank {rank}: {endpoint:?} names no MPI process manager"
-        ))
+    if rank == 0 {
+        let mine = mine.ok_or("rank 0 has no store address to publish")?;
+        kv.put(key, mine, left())?;
+        kv.fence(left())?;
+        return Ok(mine.to_owned());
     }
+    kv.fence(left())?;
+    kv.get_rank0(key, left())
 }
 
 #[cfg(test)]
@@ -201,11 +233,103 @@ mod tests {
             matches!(&e, MeetError::Failed(m) if m.contains("names no MPI process manager")),
             "{e}"
         );
-        let e = meet(MPI_PMI1, 0, "r", 1, None, Duration::from_secs(1)).unwrap_err();
-        assert!(e.to_string().contains("no store address"), "{e}");
-        // Whatever failed, a meeting that ended at or past its deadline is a timeout.
+        // Bad input is never a timeout; whatever else failed at or past the deadline is.
         let e = meet("h:1", 1, "r", 1, None, Duration::ZERO).unwrap_err();
-        assert!(matches!(e, MeetError::Timeout(_)), "past its deadline: {e}");
+        assert!(matches!(e, MeetError::Failed(_)), "{e}");
+        let t = Instant::now();
+        let late = t + Duration::from_secs(1);
+        assert_eq!(
+            classify("x".into(), t, late),
+            MeetError::Timeout("x".into())
+        );
+        assert_eq!(classify("x".into(), late, t), MeetError::Failed("x".into()));
+    }
+
+    /// The twin: a key-value space and a fence for `world` ranks (threads) of one process.
+    struct MemKv {
+        world: usize,
+        state: std::sync::Mutex<(std::collections::HashMap<String, String>, usize)>,
+        cv: std::sync::Condvar,
+    }
+
+    impl JobKv for MemKv {
+        fn put(&self, key: &str, value: &str, _: Duration) -> Result<(), String> {
+            self.state
+                .lock()
+                .unwrap()
+                .0
+                .insert(key.into(), value.into());
+            Ok(())
+        }
+        fn fence(&self, timeout: Duration) -> Result<(), String> {
+            let mut st = self.state.lock().unwrap();
+            st.1 += 1;
+            let round = st.1.div_ceil(self.world);
+            self.cv.notify_all();
+            let (st, t) = self
+                .cv
+                .wait_timeout_while(st, timeout, |s| s.1 < round * self.world)
+                .unwrap();
+            drop(st);
+            if t.timed_out() {
+                return Err(format!(
+                    "not every rank reached the fence within {timeout:?}"
+                ));
+            }
+            Ok(())
+        }
+        fn get_rank0(&self, key: &str, _: Duration) -> Result<String, String> {
+            let st = self.state.lock().unwrap();
+            st.0.get(key)
+                .cloned()
+                .ok_or_else(|| format!("{key} not found"))
+        }
+    }
+
+    fn twin(world: usize) -> Arc<MemKv> {
+        Arc::new(MemKv {
+            world,
+            state: Default::default(),
+            cv: Default::default(),
+        })
+    }
+
+    #[test]
+    fn every_rank_gets_rank_0s_address_at_each_init() {
+        let kv = twin(3);
+        let ranks: Vec<_> = (0..3)
+            .map(|r| {
+                let kv = kv.clone();
+                std::thread::spawn(move || {
+                    (1..=2)
+                        .map(|n| {
+                            let mine = format!("10.0.0.1:{n}");
+                            let deadline = Instant::now() + Duration::from_secs(10);
+                            let k = key("job", n);
+                            meet_with(&*kv, r, &k, (r == 0).then_some(&mine[..]), deadline)
+                        })
+                        .collect::<Result<Vec<_>, _>>()
+                })
+            })
+            .collect();
+        for t in ranks {
+            assert_eq!(
+                t.join().unwrap(),
+                Ok(vec!["10.0.0.1:1".to_owned(), "10.0.0.1:2".to_owned()])
+            );
+        }
+    }
+
+    #[test]
+    fn a_rank_that_never_arrives_fails_the_others_by_their_deadline() {
+        let kv = twin(3);
+        let t = Instant::now();
+        let deadline = t + Duration::from_millis(200);
+        let e = meet_with(&*kv, 1, &key("job", 1), None, deadline).unwrap_err();
+        assert!(e.contains("not every rank reached the fence"), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(5));
+        let e = meet_with(&*kv, 0, &key("job", 1), None, deadline).unwrap_err();
+        assert!(e.contains("no store address"), "{e}");
     }
 
     #[test]
