@@ -61,12 +61,18 @@ fn child() {
         }
         "kill" => allreduce_until_lost(&c, rank, 1 << 16),
         // Ranks 0 and 2 (not ring neighbours: no TCP link between them) ping-pong through
-        // their pipe until rank 2 is killed; ranks 1 and 3 leave.
+        // their pipe until rank 2 is killed; ranks 1 and 3 idle.
         "pingpong" if rank % 2 == 0 => {
             ping_pong_until_error(&c, 2 - rank, 1 << 16, (rank == 2).then_some("READY"));
             std::process::exit(0);
         }
-        "pingpong" => println!("OK rank {rank}"),
+        // Ranks 1 and 3 stay (idle) while 0 and 2 play: rank 0 links its ring neighbours on
+        // first use, and one that had already left would fail that link first (seen once in
+        // CI: "linking rank 3 ... the peer refused the link"), before rank 2's loss is seen.
+        "pingpong" => {
+            println!("OK rank {rank}");
+            std::thread::sleep(Duration::from_secs(8));
+        }
         // World 5: ranks 0 and 2 ping-pong through their pipe (no TCP link between them); rank
         // 4 (a ring neighbour of 0, not of 2) is killed while idle; ranks 1 and 3 idle. Rank 0
         // sees rank 4's socket close and fails; rank 2 hears it only through the segment
