@@ -14,6 +14,7 @@
 use std::time::{Duration, Instant};
 
 use dtcomm::call::{Call, Collective as Coll, RawBuf};
+use dtcomm::device::settle::settle;
 use dtcomm::device::twin::{MemGpu, MemNccl};
 use dtcomm::device::{DevPtr, DeviceMemory, DeviceRuntime, StreamHandle};
 use dtcomm::{Communicator, DType, ReduceOp};
@@ -104,17 +105,11 @@ impl Gpu {
         self.rt.api.device_memory(self.device, bytes).map_err(err)
     }
 
-    /// Waits for the stream, polling an event for up to a minute.
+    /// Waits for the stream, for up to a minute.
     fn sync(&self) -> Result<(), String> {
-        let ev = self.rt.api.record(self.device, self.stream).map_err(err)?;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !ev.done().map_err(err)? {
-            if Instant::now() > deadline {
-                return Err("the device did not finish its copies within 60 s".into());
-            }
-            std::thread::yield_now();
-        }
-        Ok(())
+        let limit = Duration::from_secs(60);
+        let deadline = Instant::now() + limit;
+        settle(&*self.rt.api, self.device, self.stream, deadline, limit).map_err(err)
     }
 
     fn upload<T: BenchElem>(&self, v: &[T], to: DevPtr) -> Result<(), String> {

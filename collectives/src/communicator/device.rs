@@ -7,53 +7,12 @@ use std::time::{Duration, Instant};
 use super::nccl::Inflight;
 use super::{Inner, State};
 use crate::call::{Call, CallDesc, Collective, RawBuf};
-use crate::device::api::{DevPtr, DeviceApi, DeviceError, DeviceRuntime, HostMemory, StreamHandle};
+use crate::device::api::{DevPtr, DeviceError, DeviceRuntime, HostMemory, StreamHandle};
 use crate::device::path::{self, Agreed, DevicePath, PROBE_LEN, Probe};
 use crate::device::plan;
 use crate::device::pool::StagingPool;
+use crate::device::settle::settle;
 use crate::error::CommError;
-
-/// Polling with back-off: spins a little (short waits), then sleeps up to a millisecond.
-#[derive(Default)]
-pub(super) struct Backoff(u32);
-
-impl Backoff {
-    /// One pause between polls.
-    pub(super) fn pause(&mut self) {
-        self.0 += 1;
-        if self.0 < 64 {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(Duration::from_micros(u64::from(self.0.min(1000))));
-        }
-    }
-}
-
-/// Waits until the work queued so far on `stream` is done, polling an event, until `deadline`.
-fn settle(
-    api: &dyn DeviceApi,
-    device: i32,
-    stream: StreamHandle,
-    deadline: Instant,
-    waited: Duration,
-) -> Result<(), DeviceError> {
-    let ev = api.record(device, stream)?;
-    let mut backoff = Backoff::default();
-    while !ev.done()? {
-        if Instant::now() >= deadline {
-            return Err(DeviceError {
-                call: "cuEventQuery",
-                detail: format!(
-                    "the work queued on stream {:#x} of device {device} did not finish within \
-                     the call's deadline ({waited:?})",
-                    stream.0
-                ),
-            });
-        }
-        backoff.pause();
-    }
-    Ok(())
-}
 
 /// A device buffer of a call and the host memory staging it.
 type Staged = Option<(RawBuf, Box<dyn HostMemory>)>;

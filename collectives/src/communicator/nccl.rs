@@ -9,11 +9,11 @@
 
 use std::time::{Duration, Instant};
 
-use super::device::Backoff;
 use super::{Inner, State};
 use crate::call::{Call, CallDesc, Collective, RawBuf};
 use crate::device::api::{DeviceEvent, DeviceRuntime, InitState, NcclComm, NcclOp, StreamHandle};
 use crate::device::plan::{self, CHECK_WORDS};
+use crate::device::settle::Backoff;
 use crate::engine::EngineError;
 use crate::error::CommError;
 use crate::watchdog::{Deadline, Phase, suspects};

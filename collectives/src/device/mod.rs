@@ -17,6 +17,7 @@ pub mod api;
 pub mod path;
 pub(crate) mod plan;
 pub(crate) mod pool;
+pub mod settle;
 pub mod twin;
 
 pub use api::{
