@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import sys
 import time
 from typing import Any
@@ -148,16 +147,14 @@ def init(
 
 
 def _setup_wait(cfg: _config.Resolved) -> float:
-    """Seconds a meeting before the engine's may wait: the explicit timeout, else
-    ``DTCOMM_TIMEOUT`` (as the engine reads it; the engine names a bad value), else its
-    default of 300."""
+    """Seconds a meeting before the engine's may wait: the explicit timeout, else the engine's
+    own (``DTCOMM_TIMEOUT`` as the engine resolves it, else 300)."""
     if cfg.timeout.value is not None:
         return cfg.timeout.value
     try:
-        secs = float(os.environ.get("DTCOMM_TIMEOUT", "300"))
-    except ValueError:
-        return 300.0
-    return secs if 0 < secs < float("inf") else 300.0
+        return _dtcomm.engine_timeout()
+    except ValueError as e:
+        raise _config.ConfigError(str(e)) from None
 
 
 def _init_horovod_kv(cfg: _config.Resolved, endpoint: str, *, algo: str | None,

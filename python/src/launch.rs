@@ -91,3 +91,12 @@ pub(crate) fn advertised_ip(socket_ifname: Option<String>) -> PyResult<String> {
         .map(|ip| ip.to_string())
         .map_err(pyo3::exceptions::PyRuntimeError::new_err)
 }
+
+/// The engine's deadline in seconds as it resolves it (`DTCOMM_TIMEOUT`, else 300): what a
+/// meeting before the engine's own waits takes too. Raises ValueError naming a bad value.
+#[pyfunction]
+pub(crate) fn engine_timeout() -> PyResult<f64> {
+    dtcomm::Config::resolve(&dtcomm::Options::default())
+        .map(|c| c.timeout.value.as_secs_f64())
+        .map_err(PyValueError::new_err)
+}

@@ -59,6 +59,7 @@ fn _dtcomm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(launch::resolve_launch, m)?)?;
     m.add_function(wrap_pyfunction!(launch::mpi_meet, m)?)?;
     m.add_function(wrap_pyfunction!(launch::advertised_ip, m)?)?;
+    m.add_function(wrap_pyfunction!(launch::engine_timeout, m)?)?;
     errors::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
