@@ -62,23 +62,15 @@ pub fn advertised_ip(socket_ifname: Option<&str>) -> Result<IpAddr, String> {
 
 /// Why a meeting failed: at its deadline (a rank did not arrive, or the process manager did
 /// not answer in time), or for another reason (no library, a refused request, bad input).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MeetError {
     /// The deadline passed.
+    #[error("{0}")]
     Timeout(String),
     /// Anything else.
+    #[error("{0}")]
     Failed(String),
 }
-
-impl std::fmt::Display for MeetError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            MeetError::Timeout(m) | MeetError::Failed(m) => f.write_str(m),
-        }
-    }
-}
-
-impl std::error::Error for MeetError {}
 
 /// What a meeting needs of a process manager: PMIx ([`Pmix`]), PMI-1 ([`Pmi1`]), or the
 /// in-memory twin in the tests.
@@ -127,19 +119,18 @@ pub fn meet(
     timeout: Duration,
 ) -> Result<String, MeetError> {
     let deadline = Instant::now() + timeout;
-    let kv: Result<Box<dyn JobKv>, String> = if endpoint.starts_with(MPI_PMIX) {
-        Pmix::get(timeout).map(|p| Box::new(p) as Box<dyn JobKv>)
+    let (label, kv): (_, Result<Box<dyn JobKv>, String>) = if endpoint.starts_with(MPI_PMIX) {
+        let kv = Pmix::get(timeout).map(|p| Box::new(p) as _);
+        ("PMIx (mpirun across hosts)", kv)
     } else if endpoint.starts_with(MPI_PMI1) {
-        Pmi1::get(timeout).map(|p| Box::new(p) as Box<dyn JobKv>)
+        (
+            "PMI-1 (mpiexec.hydra)",
+            Pmi1::get(timeout).map(|p| Box::new(p) as _),
+        )
     } else {
         return Err(MeetError::Failed(format!(
             "rank {rank}: {endpoint:?} names no MPI process manager"
         )));
-    };
-    let label = if endpoint.starts_with(MPI_PMIX) {
-        "PMIx (mpirun across hosts)"
-    } else {
-        "PMI-1 (mpiexec.hydra)"
     };
     kv.and_then(|kv| meet_with(&*kv, rank, &key(run_id, n), mine, deadline))
         .map_err(|e| {

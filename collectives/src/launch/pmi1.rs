@@ -62,10 +62,11 @@ enum Conn {
 }
 
 impl Conn {
-    fn set_read_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
+    /// Bounds every read and write on the socket by `t`.
+    fn set_timeouts(&self, t: Option<Duration>) -> std::io::Result<()> {
         match self {
-            Conn::Unix(s) => s.set_read_timeout(t),
-            Conn::Tcp(s) => s.set_read_timeout(t),
+            Conn::Unix(s) => s.set_read_timeout(t).and(s.set_write_timeout(t)),
+            Conn::Tcp(s) => s.set_read_timeout(t).and(s.set_write_timeout(t)),
         }
     }
 }
@@ -197,12 +198,12 @@ impl Pmi1 {
     ) -> Result<HashMap<String, String>, String> {
         let line = request(cmd, args)?;
         let mut c = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        c.get_ref()
+            .set_timeouts(Some(timeout.max(Duration::from_millis(1))))
+            .map_err(|e| format!("PMI {cmd}: {e}"))?;
         c.get_mut()
             .write_all(line.as_bytes())
             .map_err(|e| format!("PMI {cmd}: writing to the process manager: {e}"))?;
-        c.get_ref()
-            .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
-            .map_err(|e| format!("PMI {cmd}: {e}"))?;
         let mut answer = String::new();
         match c.read_line(&mut answer) {
             Ok(0) => return Err(format!("PMI {cmd}: the process manager closed the socket")),
