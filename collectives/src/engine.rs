@@ -16,6 +16,7 @@ use crate::reduce::reduce_bytes;
 use crate::schedule::{Buf, Region, Schedule};
 use crate::shm::ShmGroup;
 use crate::shm::ops::Ctx as ShmOps;
+use crate::spin::SpinPolicy;
 use crate::transport::frame::{self, FRAME_BYTES, HEADER_LEN};
 use crate::transport::routed::{PipeSlot, Routed};
 use crate::transport::{LinkError, StreamId, Transport};
@@ -60,7 +61,8 @@ struct Rx {
 pub(crate) struct Engine {
     pub rank: usize,
     pub transport: Box<dyn Transport>,
-    pub spin: Duration,
+    /// How long this rank's waits on the links spin before they park (`spin.rs`).
+    pub spin: SpinPolicy,
     /// This rank's host group, when its ranks share memory (`shm/`).
     pub shm: Option<ShmGroup>,
     /// The round's fence (the transport sits behind it; see `fence`).
@@ -132,7 +134,7 @@ impl Engine {
         Engine {
             rank,
             transport: Box::new(Fenced::new(Box::new(routed), fence.clone())),
-            spin,
+            spin: SpinPolicy::new(spin, 1, crate::spin::usable_cores()),
             shm: None,
             fence,
             pipes,
@@ -171,7 +173,7 @@ impl Engine {
             .filter(|&p| p != self.rank)
             .map(|p| (p, 0))
             .collect();
-        let spin_until = std::time::Instant::now() + self.spin;
+        let spin_until = std::time::Instant::now() + self.spin.budget();
         let r = (|| loop {
             for &(p, s) in &peers {
                 let mut h = [0u8; HEADER_LEN];
@@ -492,6 +494,7 @@ impl Engine {
     ) -> Result<(), EngineError> {
         let es = call.dtype.size();
         let mut idle_since: Option<Instant> = None;
+        let mut spin_for = Duration::ZERO;
         let mut idle_rounds = 0u32;
         loop {
             let mut progress = false;
@@ -579,13 +582,18 @@ impl Engine {
                 return Ok(());
             }
             if progress {
-                idle_since = None;
+                if let Some(since) = idle_since.take() {
+                    self.spin.record(since.elapsed());
+                }
                 continue;
             }
             let now = Instant::now();
-            let since = *idle_since.get_or_insert(now);
+            let since = *idle_since.get_or_insert_with(|| {
+                spin_for = self.spin.budget();
+                now
+            });
             idle_rounds = idle_rounds.wrapping_add(1);
-            if now - since < self.spin {
+            if now - since < spin_for {
                 if idle_rounds.is_multiple_of(256) {
                     self.transport.check()?;
                 }

@@ -54,6 +54,7 @@ mod progress;
 mod reduce;
 mod schedule;
 mod shm;
+pub mod spin;
 mod transport;
 mod watchdog;
 

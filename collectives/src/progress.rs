@@ -11,7 +11,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam::channel::{self, Sender, TryRecvError};
+use crossbeam::channel::{self, Sender};
 
 use crate::error::CommError;
 
@@ -68,7 +68,6 @@ pub struct Work {
     done: Arc<Completion>,
     rank: usize,
     op: &'static str,
-    spin: Duration,
     default_wait: Duration,
 }
 
@@ -77,14 +76,12 @@ impl Work {
         done: Arc<Completion>,
         rank: usize,
         op: &'static str,
-        spin: Duration,
         default_wait: Duration,
     ) -> Work {
         Work {
             done,
             rank,
             op,
-            spin,
             default_wait,
         }
     }
@@ -117,12 +114,10 @@ impl Work {
     }
 
     /// Waits at most `timeout`: `None` if the call has not finished by then (it goes on).
+    /// Sleeps on a condition variable: the thread running the call does the spinning, where
+    /// its policy lets it (`spin.rs`); a second spinner would only take its core.
     pub fn wait_timeout(&self, timeout: Duration) -> Option<Result<(), CommError>> {
         let start = Instant::now();
-        let spin = self.spin.min(timeout);
-        while !self.test() && start.elapsed() < spin {
-            std::thread::yield_now();
-        }
         let mut g = lock(&self.done.result);
         while g.is_none() {
             let left = timeout.saturating_sub(start.elapsed());
@@ -184,31 +179,14 @@ pub(crate) struct Progress {
 }
 
 impl Progress {
-    pub(crate) fn start(rank: usize, spin: Duration) -> std::io::Result<Progress> {
+    pub(crate) fn start(rank: usize) -> std::io::Result<Progress> {
         let (tx, rx) = channel::unbounded::<Job>();
+        // Sleeps in the kernel between jobs: no thread polls while no call is in flight.
         let thread = std::thread::Builder::new()
             .name(format!("dtcomm-progress-{rank}"))
             .spawn(move || {
-                loop {
-                    // Spin briefly for the next job, so back-to-back calls skip a wake-up.
-                    let start = Instant::now();
-                    let job = loop {
-                        match rx.try_recv() {
-                            Ok(j) => break Some(j),
-                            Err(TryRecvError::Disconnected) => break None,
-                            Err(TryRecvError::Empty) if start.elapsed() < spin => {
-                                std::thread::yield_now()
-                            }
-                            Err(TryRecvError::Empty) => match rx.recv() {
-                                Ok(j) => break Some(j),
-                                Err(_) => break None,
-                            },
-                        }
-                    };
-                    match job {
-                        Some(j) => j(),
-                        None => return,
-                    }
+                while let Ok(job) = rx.recv() {
+                    job();
                 }
             })?;
         Ok(Progress {

@@ -12,6 +12,7 @@ from typing import Any
 from . import _config, _dtcomm, _native
 from ._arrays import empty, plain, shape
 from ._ops import ReduceOp
+from ._threads import fit_torch_threads
 from ._work import Work
 
 log = logging.getLogger("dtcomm")
@@ -35,6 +36,7 @@ class _Group:
         self.member = member
         #: Communicator options, to rebuild it for a new round.
         self.opts = opts or {}
+        fit_torch_threads(comm.host_ranks, comm.rank)
 
 
 _group: _Group | None = None

@@ -24,6 +24,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import Backend as _C10dBackend
 
 from . import _dtcomm
+from ._threads import fit_torch_threads
 from ._torch_batch import P2pBatch
 from ._torch_monitored import monitored_barrier
 from ._torch_work import DtcommWork, patch_work_is_completed, set_source, torch_words
@@ -77,6 +78,7 @@ class DtcommBackend(_C10dBackend):
             secs = None  # torch's default was not the user's choice: DTCOMM_TIMEOUT decides
         _dtcomm.init_logging()
         self._comm = _dtcomm.Communicator.from_store(store, rank, size, timeout=secs)
+        fit_torch_threads(self._comm.host_ranks, rank)
         self._store = store
         self._timeout = timeout
         self._rank = rank

@@ -335,6 +335,12 @@ impl PyCommunicator {
         self.world
     }
 
+    /// Ranks of this communicator on this rank's host, itself included.
+    #[getter]
+    fn host_ranks(&self) -> PyResult<usize> {
+        Ok(self.comm("host_ranks")?.host_ranks())
+    }
+
     /// The engine's resolved configuration, each value with its source.
     fn config(&self) -> PyResult<String> {
         Ok(self.comm("config")?.config().to_string())

@@ -40,6 +40,20 @@ fn init_logging() {
         .try_init();
 }
 
+/// Tells the engine how many threads each rank of this process computes with (torch's
+/// intra-op threads): its waits never spin while the host's ranks times this exceed the cores
+/// this process may use.
+#[pyfunction]
+fn set_compute_threads(n: usize) {
+    dtcomm::spin::set_compute_threads(n);
+}
+
+/// The cores this process may run on (its CPU affinity and cgroup quota).
+#[pyfunction]
+fn usable_cores() -> usize {
+    dtcomm::spin::usable_cores()
+}
+
 /// The module `dtcomm._dtcomm`.
 #[pymodule]
 fn _dtcomm(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -54,6 +68,8 @@ fn _dtcomm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<native::RdzvEvent>()?;
     m.add_class::<native::PyDataListener>()?;
     m.add_function(wrap_pyfunction!(init_logging, m)?)?;
+    m.add_function(wrap_pyfunction!(set_compute_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(usable_cores, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::cuda_status, m)?)?;
     m.add_function(wrap_pyfunction!(native::job_token, m)?)?;
     m.add_function(wrap_pyfunction!(launch::resolve_launch, m)?)?;

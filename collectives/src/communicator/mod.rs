@@ -63,6 +63,8 @@ pub(crate) struct Inner {
     fence: Arc<RoundFence>,
     /// CUDA and NCCL for device buffers (or why there are none), set on first use.
     device_rt: OnceLock<Result<crate::device::DeviceRuntime, String>>,
+    /// Ranks on this rank's host, itself included (1 until the set-up found them).
+    host_ranks: AtomicUsize,
 }
 
 /// A group of `world` ranks that run collectives together. Every rank calls the same
@@ -176,8 +178,13 @@ impl Communicator {
         let found = crate::shm::setup::find(&mut engine, world, &config, hosts.as_deref())?;
         tracing::info!(rank, "dtcomm links: {}", found.describe);
         engine.shm = found.group;
+        engine.spin.set_host_ranks(found.host_ranks);
         let describe = format!("{describe}; {}", found.describe);
-        Ok(Communicator::from_engine(world, config, engine, describe))
+        let comm = Communicator::from_engine(world, config, engine, describe);
+        comm.inner
+            .host_ranks
+            .store(found.host_ranks, Ordering::Relaxed);
+        Ok(comm)
     }
 
     fn from_engine(world: usize, config: Config, engine: Engine, describe: String) -> Communicator {
@@ -204,9 +211,16 @@ impl Communicator {
                 fork_gen: crate::fork::generation(),
                 fence,
                 device_rt: OnceLock::new(),
+                host_ranks: AtomicUsize::new(1),
             }),
             progress: OnceLock::new(),
         }
+    }
+
+    /// How many ranks of this communicator run on this rank's host, itself included (found
+    /// at set-up from every rank's host identity; 1 for a communicator built without it).
+    pub fn host_ranks(&self) -> usize {
+        self.inner.host_ranks.load(Ordering::Relaxed)
     }
 
     /// This rank, in `0..world`.
@@ -311,13 +325,12 @@ impl Communicator {
         }
         let inner = self.inner.clone();
         let op = call.collective.name();
-        let spin = inner.config.spin.value;
         let done = Completion::new(keep);
         let early = inner.usable(&call).and_then(|()| inner.check(&call));
         let ahead = inner.pending.fetch_add(1, Ordering::AcqRel) as u32;
         let deadline = call.deadline.unwrap_or(inner.config.timeout.value);
         let default_wait = inner.config.timeout.value * (ahead + 1) + deadline;
-        let work = Work::new(done.clone(), inner.rank, op, spin, default_wait);
+        let work = Work::new(done.clone(), inner.rank, op, default_wait);
         let finish = move |inner: &Inner, r: Result<(), CommError>| {
             let for_callback = on_done.as_ref().map(|_| r.clone());
             done.set(r);
@@ -367,13 +380,7 @@ impl Communicator {
         let done = Completion::new(keep);
         let timeout = inner.config.timeout.value;
         let default_wait = 2 * timeout + call.deadline.unwrap_or(timeout);
-        let work = Work::new(
-            done.clone(),
-            inner.rank,
-            op,
-            inner.config.spin.value,
-            default_wait,
-        );
+        let work = Work::new(done.clone(), inner.rank, op, default_wait);
         let started = inner
             .usable(&call)
             .and_then(|()| inner.check(&call))
@@ -420,9 +427,8 @@ impl Communicator {
     /// is none.
     fn to_progress(&self, job: Job) {
         let inner = &self.inner;
-        let spin = inner.config.spin.value;
         let progress = self.progress.get_or_init(|| {
-            let p = Progress::start(inner.rank, spin).unwrap_or_else(|e| {
+            let p = Progress::start(inner.rank).unwrap_or_else(|e| {
                 tracing::error!(rank = inner.rank, "dtcomm: no progress thread: {e}");
                 Progress::dead()
             });

@@ -10,8 +10,9 @@
 //! counters alone. Each epoch's first post also publishes the call's header
 //! (op, dtype, count, seq), so mismatched calls fail at once naming both ranks.
 //!
-//! Waiting spins for the configured spin time (yielding now and then, at every turn on a host
-//! with more ranks than cores, where spinning would keep the awaited peer off the CPU), then sleeps on the peer's counter (futex) in short naps, between which
+//! Waiting spins for as long as the rank's spin policy allows (`spin.rs`: never while the
+//! host's compute threads outnumber its cores, else about twice what recent waits took), then
+//! sleeps on the peer's counter (futex) in short naps, between which
 //! it reads the control plane (aborts, lost peers), the peers' liveness (pidfd: a SIGKILLed
 //! rank sends no TCP reset when no socket joins it) and the deadline.
 
@@ -26,6 +27,7 @@ use super::watch::Watch;
 use crate::call::CallDesc;
 use crate::engine::EngineError;
 use crate::error::CommError;
+use crate::spin::SpinPolicy;
 use crate::transport::frame::{self, HEADER_LEN};
 use crate::transport::{LinkError, Transport};
 use crate::watchdog::{Deadline, Phase};
@@ -50,9 +52,7 @@ pub(crate) struct ShmGroup {
     pub single_copy: Option<Vec<u32>>,
     posted: u32,
     epoch: u64,
-    spin: Duration,
-    /// Spins between two yields of the CPU.
-    yield_every: u32,
+    spin: SpinPolicy,
 }
 
 fn reached(v: u32, target: u32) -> bool {
@@ -75,19 +75,7 @@ impl ShmGroup {
             .enumerate()
             .map(|(i, p)| p.filter(|_| i != me).map(Watch::new))
             .collect();
-        // More ranks on this host than cores for them: a spinning rank would keep a peer it
-        // waits for off the CPU, so it yields at every turn of its spin.
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let yield_every = if ranks.len() > cores {
-            tracing::info!(
-                ranks = ranks.len(),
-                cores,
-                "dtcomm: more ranks than cores on this host; shared-memory waits yield as they spin"
-            );
-            1
-        } else {
-            128
-        };
+        let spin = SpinPolicy::new(spin, ranks.len(), crate::spin::usable_cores());
         let g = ShmGroup {
             map,
             layout,
@@ -99,7 +87,6 @@ impl ShmGroup {
             posted: 0,
             epoch: 0,
             spin,
-            yield_every,
         };
         g.word(me, slot::PID)
             .store(std::process::id(), Ordering::Relaxed);
@@ -203,6 +190,7 @@ impl ShmGroup {
     ) -> Result<(), EngineError> {
         let target = self.posted;
         let start = Instant::now();
+        let spin = self.spin.budget();
         let mut spins = 0u32;
         let mut next = 0;
         while next < self.size() {
@@ -216,9 +204,9 @@ impl ShmGroup {
                 continue;
             }
             spins += 1;
-            if start.elapsed() < self.spin {
+            if start.elapsed() < spin {
                 std::hint::spin_loop();
-                if spins.is_multiple_of(self.yield_every) {
+                if spins.is_multiple_of(128) {
                     std::thread::yield_now();
                 }
                 continue;
@@ -233,6 +221,7 @@ impl ShmGroup {
             }
             waiters.fetch_sub(1, Ordering::SeqCst);
         }
+        self.spin.record(start.elapsed());
         Ok(())
     }
 

@@ -42,6 +42,8 @@ pub(crate) struct Found {
     pub group: Option<ShmGroup>,
     /// One line for the start-up log: which link each peer got and why.
     pub describe: String,
+    /// Ranks on this host, this one included (whether or not they share memory).
+    pub host_ranks: usize,
 }
 
 fn allgather(
@@ -380,7 +382,11 @@ pub(crate) fn find(
             None
         }
     };
-    Ok(Found { group, describe })
+    Ok(Found {
+        group,
+        describe,
+        host_ranks: host_ranks.len(),
+    })
 }
 
 fn next_serial() -> u64 {
