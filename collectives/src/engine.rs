@@ -202,6 +202,7 @@ impl Engine {
                     }));
                 }
                 Phase::Wait(t) | Phase::Half(t) => self.transport.park(&[], &peers, t)?,
+                Phase::Interrupted(e) => return Err(EngineError::Comm(e)),
             }
         })();
         r.map_err(|e| self.fail(e, call, &deadline))
@@ -610,6 +611,7 @@ impl Engine {
             waiting.dedup();
             let wait = match deadline.check(call, &waiting) {
                 Phase::Wait(d) => d,
+                Phase::Interrupted(e) => return Err(EngineError::Comm(e)),
                 Phase::Half(d) => {
                     self.transport
                         .report_stall(call.op as u8, call.seq, &waiting);

@@ -174,6 +174,20 @@ pub enum CommError {
         /// What failed.
         detail: String,
     },
+    /// The call was interrupted on this rank: a signal handler raised while it waited (Python's
+    /// Ctrl-C), or a caller waiting on it was interrupted. The communicator is failed and the
+    /// peers are told.
+    #[error("rank {rank}: {call} interrupted after {elapsed:?}: {reason}")]
+    Interrupted {
+        /// This rank.
+        rank: usize,
+        /// The call.
+        call: CallDesc,
+        /// Time since the call started.
+        elapsed: Duration,
+        /// What interrupted it.
+        reason: String,
+    },
     /// An earlier call failed; the communicator refuses further work.
     #[error("communicator is failed since an earlier call: {0}")]
     Failed(Box<CommError>),
@@ -216,6 +230,8 @@ pub enum ErrorCode {
     RoundEnded = 12,
     /// CUDA or NCCL failed, or no path for device buffers: [`CommError::Device`].
     Device = 13,
+    /// The call was interrupted (a signal on this rank): [`CommError::Interrupted`].
+    Interrupted = 14,
 }
 
 impl ErrorCode {
@@ -235,6 +251,7 @@ impl ErrorCode {
             ErrorCode::Internal => "internal",
             ErrorCode::RoundEnded => "round_ended",
             ErrorCode::Device => "device",
+            ErrorCode::Interrupted => "interrupted",
         }
     }
 }
@@ -257,6 +274,7 @@ impl CommError {
             CommError::Shutdown { .. } => ErrorCode::Shutdown,
             CommError::Failed(_) => ErrorCode::Failed,
             CommError::Device { .. } => ErrorCode::Device,
+            CommError::Interrupted { .. } => ErrorCode::Interrupted,
         }
     }
 

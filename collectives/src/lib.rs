@@ -47,6 +47,7 @@ pub mod error;
 pub mod fence;
 mod fork;
 mod half_conv;
+pub mod interrupt;
 pub mod launch;
 pub mod negotiate;
 pub mod op;

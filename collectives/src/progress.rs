@@ -69,6 +69,8 @@ pub struct Work {
     rank: usize,
     op: &'static str,
     default_wait: Duration,
+    /// The communicator's cancel flag (see [`Work::interrupt`]).
+    cancel: Arc<Mutex<Option<String>>>,
 }
 
 impl Work {
@@ -77,12 +79,14 @@ impl Work {
         rank: usize,
         op: &'static str,
         default_wait: Duration,
+        cancel: Arc<Mutex<Option<String>>>,
     ) -> Work {
         Work {
             done,
             rank,
             op,
             default_wait,
+            cancel,
         }
     }
 
@@ -150,6 +154,22 @@ impl Work {
         }
     }
 
+    /// How long [`wait`](Self::wait) waits: the deadlines of this call and of those queued
+    /// before it.
+    pub fn default_wait(&self) -> Duration {
+        self.default_wait
+    }
+
+    /// Interrupts the communicator's calls in flight, this one included, because the caller
+    /// waiting on it was interrupted (`reason` says how, e.g. Ctrl-C): each fails with
+    /// [`CommError::Interrupted`] within 100 ms, which fails the communicator and tells the
+    /// peers. Does nothing to a call that already finished.
+    pub fn interrupt(&self, reason: &str) {
+        if !self.test() {
+            lock(&self.cancel).get_or_insert_with(|| reason.to_owned());
+        }
+    }
+
     /// The call's name.
     pub fn op(&self) -> &'static str {
         self.op
@@ -179,15 +199,23 @@ pub(crate) struct Progress {
 }
 
 impl Progress {
-    pub(crate) fn start(rank: usize) -> std::io::Result<Progress> {
+    /// Starts the thread of rank `rank`; its calls stop when `cancel` holds a reason
+    /// (`interrupt.rs`).
+    pub(crate) fn start(
+        rank: usize,
+        cancel: Arc<Mutex<Option<String>>>,
+    ) -> std::io::Result<Progress> {
         let (tx, rx) = channel::unbounded::<Job>();
         // Sleeps in the kernel between jobs: no thread polls while no call is in flight.
         let thread = std::thread::Builder::new()
             .name(format!("dtcomm-progress-{rank}"))
             .spawn(move || {
-                while let Ok(job) = rx.recv() {
-                    job();
-                }
+                let check = Box::new(move || lock(&cancel).clone());
+                crate::interrupt::with_check(check, || {
+                    while let Ok(job) = rx.recv() {
+                        job();
+                    }
+                });
             })?;
         Ok(Progress {
             tx: Some(tx),

@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use crate::call::CallDesc;
+use crate::error::CommError;
 
 pub(crate) struct Deadline {
     rank: usize,
@@ -26,9 +27,19 @@ impl Deadline {
         self.start.elapsed()
     }
 
-    /// Checks the clock: warns once past half the deadline (naming `waiting_for`).
+    /// Checks the clock: warns once past half the deadline (naming `waiting_for`). Asks this
+    /// thread's interrupt check first (`interrupt.rs`): callers come back at least every
+    /// 100 ms, so a signal stops the call within that.
     pub(crate) fn check(&mut self, call: &CallDesc, waiting_for: &[usize]) -> Phase {
         let elapsed = self.start.elapsed();
+        if let Some(reason) = crate::interrupt::requested() {
+            return Phase::Interrupted(CommError::Interrupted {
+                rank: self.rank,
+                call: *call,
+                elapsed,
+                reason,
+            });
+        }
         if elapsed >= self.timeout {
             return Phase::Expired(elapsed);
         }
@@ -62,6 +73,8 @@ pub(crate) enum Phase {
     Half(Duration),
     /// Past the deadline, after this long.
     Expired(Duration),
+    /// Interrupted on this rank ([`CommError::Interrupted`]).
+    Interrupted(CommError),
 }
 
 /// The likely culprits of a stall: follow "A waits for B" reports from `mine` until reaching

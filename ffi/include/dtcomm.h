@@ -132,6 +132,12 @@ typedef uint64_t dtcomm_named_t;
 #define DTCOMM_DEVICE 13
 
 /**
+ * The call was interrupted on this rank (a signal handler of the embedding runtime asked to
+ * stop while it waited); the communicator is failed and the peers were told.
+ */
+#define DTCOMM_INTERRUPTED 14
+
+/**
  * 32-bit IEEE float.
  */
 #define DTCOMM_FLOAT32 1

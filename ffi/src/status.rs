@@ -87,6 +87,7 @@ pub extern "C" fn dtcomm_result_name(code: dtcomm_result_t) -> *const c_char {
         DTCOMM_IN_PROGRESS => b"in_progress\0",
         DTCOMM_ROUND_ENDED => b"round_ended\0",
         DTCOMM_DEVICE => b"device\0",
+        DTCOMM_INTERRUPTED => b"interrupted\0",
         _ => b"unknown\0",
     };
     name.as_ptr().cast()

@@ -47,6 +47,9 @@ pub const DTCOMM_ROUND_ENDED: dtcomm_result_t = 12;
 /// A call on device buffers failed in CUDA or NCCL (the error text carries NCCL's code and
 /// last-error text), or the ranks found no path for device buffers.
 pub const DTCOMM_DEVICE: dtcomm_result_t = 13;
+/// The call was interrupted on this rank (a signal handler of the embedding runtime asked to
+/// stop while it waited); the communicator is failed and the peers were told.
+pub const DTCOMM_INTERRUPTED: dtcomm_result_t = 14;
 
 /// 32-bit IEEE float.
 pub const DTCOMM_FLOAT32: dtcomm_dtype_t = 1;
@@ -97,6 +100,7 @@ mod tests {
             (DTCOMM_INTERNAL, ErrorCode::Internal),
             (DTCOMM_ROUND_ENDED, ErrorCode::RoundEnded),
             (DTCOMM_DEVICE, ErrorCode::Device),
+            (DTCOMM_INTERRUPTED, ErrorCode::Interrupted),
         ];
         for (c, e) in codes {
             assert_eq!(c, e as i32, "{e:?}");

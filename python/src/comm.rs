@@ -81,9 +81,13 @@ impl PyCommunicator {
                 "rank {rank} is not in a world of {world}"
             )));
         }
-        let comm = py
-            .detach(move || Communicator::new(store, rank, world, opts))
-            .map_err(to_py)?;
+        // Interruptible while the ranks meet: Ctrl-C raises at once (the set-up fails).
+        let (comm, raised) =
+            crate::interrupt::detach(py, move || Communicator::new(store, rank, world, opts));
+        if let Some(e) = raised {
+            return Err(e);
+        }
+        let comm = comm.map_err(to_py)?;
         Ok(PyCommunicator {
             comm: Some(Arc::new(comm)),
             rank,
@@ -189,8 +193,14 @@ impl PyCommunicator {
             return Ok(Some(Work::new(work, n)));
         }
         // SAFETY: as above; `bufs` lives until `run` returned.
-        py.detach(|| unsafe { comm.run(&call) }).map_err(to_py)?;
+        let (r, raised) = crate::interrupt::detach(py, || unsafe { comm.run(&call) });
         drop(bufs);
+        if let Some(e) = raised {
+            // A signal handler raised while the call waited: the call failed (Interrupted), the
+            // peers were told; the caller gets the handler's exception.
+            return Err(e);
+        }
+        r.map_err(to_py)?;
         Ok(None)
     }
 }

@@ -152,7 +152,8 @@ pub(crate) fn to_py(e: CommError) -> PyErr {
                 CommError::Protocol {
                     rank, peer, call, ..
                 } => (*rank, Some(*peer), Some(*call), vec![]),
-                CommError::Device { rank, call, .. } => (*rank, None, Some(*call), vec![]),
+                CommError::Device { rank, call, .. }
+                | CommError::Interrupted { rank, call, .. } => (*rank, None, Some(*call), vec![]),
                 CommError::Setup { rank, .. }
                 | CommError::InvalidArgument { rank, .. }
                 | CommError::Shutdown { rank, .. }

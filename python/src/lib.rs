@@ -20,6 +20,7 @@ mod comm;
 mod cuda;
 mod dlpack;
 mod errors;
+mod interrupt;
 mod launch;
 mod native;
 mod negotiate;

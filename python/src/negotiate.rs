@@ -177,6 +177,17 @@ impl PyNegotiator {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&handle)
             .ok_or_else(|| PyValueError::new_err(format!("unknown handle {handle}")))?;
+        // In slices, running pending signal handlers between them: Ctrl-C ends the wait at
+        // once. The operation stays pending (its memory stays lent) and may be waited again.
+        while !py.detach(|| h.wait_done(crate::interrupt::EVERY)) {
+            if let Err(e) = py.check_signals() {
+                self.handles
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(handle, (h, lent));
+                return Err(e);
+            }
+        }
         let out = py.detach(|| h.take());
         // Completed (or failed): the negotiator is done with the lent memory.
         drop(lent);

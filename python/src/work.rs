@@ -41,19 +41,20 @@ impl Work {
     #[pyo3(signature = (timeout=None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
         let w = &self.work;
-        let r = match timeout {
-            Some(t) if t.is_finite() && t > 0.0 => {
-                let limit = Duration::from_secs_f64(t);
-                py.detach(|| w.wait_timeout(limit)).unwrap_or_else(|| {
-                    Err(dtcomm::CommError::WaitTimeout {
-                        rank: w.rank(),
-                        op: w.op(),
-                        waited: limit,
-                    })
-                })
-            }
-            _ => py.detach(|| w.wait()),
+        let limit = match timeout {
+            Some(t) if t.is_finite() && t > 0.0 => Duration::from_secs_f64(t),
+            _ => w.default_wait(),
         };
+        // Interruptible: a signal handler's exception (Ctrl-C) ends the wait and the call.
+        let r = crate::interrupt::wait_work(py, w, limit, Duration::from_secs(2))?.unwrap_or_else(
+            || {
+                Err(dtcomm::CommError::WaitTimeout {
+                    rank: w.rank(),
+                    op: w.op(),
+                    waited: limit,
+                })
+            },
+        );
         r.map(|()| true).map_err(to_py)
     }
 

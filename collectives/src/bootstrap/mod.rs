@@ -58,6 +58,14 @@ impl Setup {
             detail: detail.into(),
         }
     }
+    /// Fails the set-up when this thread's interrupt check asks (`interrupt.rs`: Ctrl-C in
+    /// Python while the ranks meet).
+    pub(crate) fn interrupted(&self) -> Result<(), CommError> {
+        match crate::interrupt::requested() {
+            Some(why) => Err(self.err(format!("interrupted: {why}"))),
+            None => Ok(()),
+        }
+    }
     pub(crate) fn remaining(&self) -> Option<Duration> {
         self.timeout
             .checked_sub(self.start.elapsed())

@@ -103,8 +103,9 @@ pub(crate) fn tcp_mesh(
 
     // Rank 0 first: its world size and the secret.
     let left = su.remaining().unwrap_or(Duration::from_millis(1));
-    let zero = store
-        .multi_get(&[key(0).as_str()], left)
+    let first = wait_sliced(&su, store, &[key(0).as_str()], left)?;
+    let zero = first
+        .and_then(|()| store.multi_get(&[key(0).as_str()], Duration::from_millis(1)))
         .map_err(|e| match e {
             StoreError::Timeout { .. } => su.err("rank 0 never published its address"),
             e => su.err(format!("reading rank 0's address: {e}")),
@@ -127,7 +128,7 @@ pub(crate) fn tcp_mesh(
     let keys: Vec<String> = (0..world).map(key).collect();
     let krefs: Vec<&str> = keys.iter().map(String::as_str).collect();
     let half = su.timeout / 2;
-    if let Err(StoreError::Timeout { missing, .. }) = store.wait(&krefs, half) {
+    if let Err(StoreError::Timeout { missing, .. }) = wait_sliced(&su, store, &krefs, half)? {
         let ranks: Vec<String> = missing.iter().map(|k| rank_of_key(k)).collect();
         tracing::warn!(
             rank,
@@ -135,8 +136,9 @@ pub(crate) fn tcp_mesh(
             "dtcomm: half the setup deadline passed; ranks not heard from: {ranks:?}"
         );
     }
-    let values = store
-        .multi_get(&krefs, su.remaining().unwrap_or(Duration::from_millis(1)))
+    let rest = su.remaining().unwrap_or(Duration::from_millis(1));
+    let values = wait_sliced(&su, store, &krefs, rest)?
+        .and_then(|()| store.multi_get(&krefs, Duration::from_millis(1)))
         .map_err(|e| match e {
             StoreError::Timeout { missing, .. } => {
                 let ranks: Vec<String> = missing.iter().map(|k| rank_of_key(k)).collect();
@@ -160,4 +162,28 @@ pub(crate) fn tcp_mesh(
     let addrs = peers.iter().map(|(_, a, _)| Some(*a)).collect();
     let records = records.into_iter().collect::<Option<Vec<_>>>();
     Ok((mesh(&su, &auth, bound, addrs)?, records))
+}
+
+/// How long one store wait of the set-up lasts before the interrupt check is asked again.
+const SLICE: Duration = Duration::from_millis(100);
+
+/// `store.wait(keys, limit)` in slices of [`SLICE`], asking this thread's interrupt check
+/// between them: `Err` when interrupted, else the store's answer.
+fn wait_sliced(
+    su: &Setup,
+    store: &dyn Store,
+    keys: &[&str],
+    limit: Duration,
+) -> Result<Result<(), StoreError>, CommError> {
+    let start = std::time::Instant::now();
+    loop {
+        let left = limit.saturating_sub(start.elapsed());
+        if left <= SLICE {
+            return Ok(store.wait(keys, left.max(Duration::from_millis(1))));
+        }
+        match store.wait(keys, SLICE) {
+            Err(StoreError::Timeout { .. }) => su.interrupted()?,
+            r => return Ok(r),
+        }
+    }
 }

@@ -65,6 +65,9 @@ pub(crate) struct Inner {
     device_rt: OnceLock<Result<crate::device::DeviceRuntime, String>>,
     /// Ranks on this rank's host, itself included (1 until the set-up found them).
     host_ranks: AtomicUsize,
+    /// Why the calls in flight must stop (a caller waiting on one was interrupted): read by
+    /// the progress thread's interrupt check and by callers queued behind it.
+    cancel: Arc<Mutex<Option<String>>>,
 }
 
 /// A group of `world` ranks that run collectives together. Every rank calls the same
@@ -212,9 +215,17 @@ impl Communicator {
                 fence,
                 device_rt: OnceLock::new(),
                 host_ranks: AtomicUsize::new(1),
+                cancel: Arc::new(Mutex::new(None)),
             }),
             progress: OnceLock::new(),
         }
+    }
+
+    /// Interrupts the calls in flight (a caller waiting on one of them was interrupted, e.g.
+    /// by Ctrl-C): each fails with [`CommError::Interrupted`] within 100 ms, the communicator
+    /// is failed and the peers are told.
+    pub fn interrupt(&self, reason: &str) {
+        self.inner.interrupt(reason);
     }
 
     /// How many ranks of this communicator run on this rank's host, itself included (found
@@ -330,7 +341,13 @@ impl Communicator {
         let ahead = inner.pending.fetch_add(1, Ordering::AcqRel) as u32;
         let deadline = call.deadline.unwrap_or(inner.config.timeout.value);
         let default_wait = inner.config.timeout.value * (ahead + 1) + deadline;
-        let work = Work::new(done.clone(), inner.rank, op, default_wait);
+        let work = Work::new(
+            done.clone(),
+            inner.rank,
+            op,
+            default_wait,
+            inner.cancel.clone(),
+        );
         let finish = move |inner: &Inner, r: Result<(), CommError>| {
             let for_callback = on_done.as_ref().map(|_| r.clone());
             done.set(r);
@@ -380,7 +397,13 @@ impl Communicator {
         let done = Completion::new(keep);
         let timeout = inner.config.timeout.value;
         let default_wait = 2 * timeout + call.deadline.unwrap_or(timeout);
-        let work = Work::new(done.clone(), inner.rank, op, default_wait);
+        let work = Work::new(
+            done.clone(),
+            inner.rank,
+            op,
+            default_wait,
+            inner.cancel.clone(),
+        );
         let started = inner
             .usable(&call)
             .and_then(|()| inner.check(&call))
@@ -428,7 +451,7 @@ impl Communicator {
     fn to_progress(&self, job: Job) {
         let inner = &self.inner;
         let progress = self.progress.get_or_init(|| {
-            let p = Progress::start(inner.rank).unwrap_or_else(|e| {
+            let p = Progress::start(inner.rank, inner.cancel.clone()).unwrap_or_else(|e| {
                 tracing::error!(rank = inner.rank, "dtcomm: no progress thread: {e}");
                 Progress::dead()
             });
@@ -493,6 +516,18 @@ impl Inner {
             }
         };
         while ahead() > 0 {
+            if let Some(reason) = crate::interrupt::requested() {
+                // The calls ahead of this one stop too: the caller gave up on the sequence.
+                self.interrupt(&reason);
+                let e = CommError::Interrupted {
+                    rank: self.rank,
+                    call: device::describe(call, st.seq),
+                    elapsed: start.elapsed(),
+                    reason,
+                };
+                st.failed.get_or_insert_with(|| e.clone());
+                return Err(e);
+            }
             let limit = self.config.timeout.value * (ahead() as u32 + 1);
             if start.elapsed() > limit {
                 let e = CommError::WaitTimeout {
@@ -524,6 +559,13 @@ impl Inner {
             }
             f.pause();
         }
+    }
+
+    /// Asks the calls in flight on the progress thread to stop (`reason` says why): each fails
+    /// with [`CommError::Interrupted`] at its next look at its deadline (within 100 ms), which
+    /// fails the communicator and tells the peers.
+    pub(crate) fn interrupt(&self, reason: &str) {
+        lock(&self.cancel).get_or_insert_with(|| reason.to_owned());
     }
 
     /// Refuses calls from a forked child.

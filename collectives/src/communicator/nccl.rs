@@ -291,6 +291,13 @@ impl Inner {
                 st.failed = Some(e.clone());
                 return Some(Err(e));
             }
+            Phase::Interrupted(e) => {
+                s.comm.abort();
+                tracing::error!(rank = self.rank, "dtcomm: {e} (NCCL communicator aborted)");
+                st.engine.transport.abort(None, &e.to_string());
+                st.failed = Some(e.clone());
+                return Some(Err(e));
+            }
             Phase::Wait(_) => {}
         }
         None

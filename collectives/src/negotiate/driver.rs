@@ -120,6 +120,19 @@ impl Handle {
         }
     }
 
+    /// Waits at most `limit` for it to complete; whether it has (the result stays for `wait`
+    /// or `take`). Lets a waiter look at other things (Python's signals) between slices.
+    pub fn wait_done(&self, limit: std::time::Duration) -> bool {
+        self.flush_unless_done();
+        let g = self.0.done.lock().unwrap_or_else(|p| p.into_inner());
+        let (g, _) = self
+            .0
+            .cv
+            .wait_timeout_while(g, limit, |d| d.is_none())
+            .unwrap_or_else(|p| p.into_inner());
+        g.is_some()
+    }
+
     /// Waits for it; its result (a copy: the result stays for other waits).
     pub fn wait(&self) -> Result<Output, NegotiateError> {
         self.flush_unless_done();

@@ -314,6 +314,7 @@ impl ShmGroup {
                 waiting_for: missing,
                 suspects: Vec::new(),
             })),
+            Phase::Interrupted(e) => Err(EngineError::Comm(e)),
         }
     }
 
