@@ -105,7 +105,7 @@ pub(crate) fn tcp_mesh(
     let left = su.remaining().unwrap_or(Duration::from_millis(1));
     let first = wait_sliced(&su, store, &[key(0).as_str()], left)?;
     let zero = first
-        .and_then(|()| store.multi_get(&[key(0).as_str()], Duration::from_millis(1)))
+        .and_then(|()| store.multi_get(&[key(0).as_str()], su.remaining().unwrap_or(left)))
         .map_err(|e| match e {
             StoreError::Timeout { .. } => su.err("rank 0 never published its address"),
             e => su.err(format!("reading rank 0's address: {e}")),
@@ -138,7 +138,7 @@ pub(crate) fn tcp_mesh(
     }
     let rest = su.remaining().unwrap_or(Duration::from_millis(1));
     let values = wait_sliced(&su, store, &krefs, rest)?
-        .and_then(|()| store.multi_get(&krefs, Duration::from_millis(1)))
+        .and_then(|()| store.multi_get(&krefs, su.remaining().unwrap_or(rest)))
         .map_err(|e| match e {
             StoreError::Timeout { missing, .. } => {
                 let ranks: Vec<String> = missing.iter().map(|k| rank_of_key(k)).collect();
