@@ -3,7 +3,9 @@
 
 use dt_rdzv_proto::etcd_v2::namespace::{RunNamespace, RunTracker, run_namespace, run_start};
 use dt_rdzv_proto::etcd_v2::request::{self, DeleteOpts, Method, Params, PutOpts, V2Request};
-use dt_rdzv_proto::etcd_v2::{Action, ErrorCode, HISTORY, Limits, V2Store, WatchStart};
+use dt_rdzv_proto::etcd_v2::{
+    Action, ErrorCode, HISTORY, HISTORY_BYTES, Limits, MAX_TTL_SECS, V2Store, WatchStart,
+};
 
 fn put(value: &str) -> PutOpts {
     PutOpts {
@@ -171,6 +173,14 @@ fn run_namespaces_follow_torchs_two_layouts() {
         Some(RunNamespace::Legacy("/torchelastic/p2p/run_abc".into()))
     );
     assert_eq!(run_namespace("/config/x"), None);
+    // Keys outside torch's layouts are no run's, whatever their names.
+    assert_eq!(run_namespace("/apps/run_2024/db/password"), None);
+    assert_eq!(run_namespace("/apps/run_2024"), None);
+    assert_eq!(run_namespace("/torchelastic/p2p/run_/rdzv"), None);
+    assert_eq!(
+        run_namespace("/my/prefix/run_job/rdzv/v_1/kv/x"),
+        Some(RunNamespace::Legacy("/my/prefix/run_job".into()))
+    );
     let read = V2Request::Get(Default::default());
     assert!(run_start("/torch/elastic/rendezvous/job.1", &read).is_some());
     let mkdir = V2Request::Put(PutOpts {
@@ -180,6 +190,7 @@ fn run_namespaces_follow_torchs_two_layouts() {
     });
     assert!(run_start("/torchelastic/p2p/run_abc", &mkdir).is_some());
     assert!(run_start("/torchelastic/p2p/run_abc/rdzv", &mkdir).is_none());
+    assert!(run_start("/apps/run_2024", &mkdir).is_none());
 
     // The dead run's keys are the state key and its own store keys, not another run's.
     let mut s = V2Store::new(Limits::default());
@@ -311,4 +322,83 @@ mod random_ops {
             }
         }
     }
+}
+
+#[test]
+fn a_key_deeper_than_the_limit_is_refused_and_the_deepest_allowed_reads_back() {
+    let limits = Limits::default();
+    let mut s = V2Store::new(limits);
+    let deep = format!("/z{}", "/a".repeat(2100));
+    let e = s.put(&deep, &put("v"), 0).unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidField);
+    assert!(e.cause.contains("levels"), "{}", e.cause);
+    assert!(!s.exists("/z"), "nothing stored");
+    let ok = format!("/z{}", "/a".repeat(limits.max_key_depth - 1));
+    s.put(&ok, &put("v"), 0).unwrap();
+    // The whole chain as a recursive view, in half the stack of a tokio worker (2 MiB).
+    let got = std::thread::Builder::new()
+        .stack_size(1 << 20)
+        .spawn(move || {
+            let mut n = s.get("/z", true, 0).unwrap().node;
+            let mut levels = 1;
+            while let Some(mut c) = n.nodes.take() {
+                n = c.remove(0);
+                levels += 1;
+            }
+            levels
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    assert_eq!(got, limits.max_key_depth);
+}
+
+#[test]
+fn a_ttl_past_any_date_is_clamped() {
+    let mut s = V2Store::new(Limits::default());
+    let e = s.put("/k", &ttl("v", 300_000_000_000), 1_000).unwrap();
+    let at = e.node.expiration_ms.unwrap();
+    assert_eq!(at, 1_000 + MAX_TTL_SECS * 1000);
+    let view = s.get("/", true, 2_000).unwrap();
+    assert!(view.node.nodes.unwrap()[0].ttl.unwrap() > 0);
+}
+
+#[test]
+fn the_history_holds_bounded_bytes() {
+    let mut s = V2Store::new(Limits::default());
+    let big = "x".repeat(1_500_000);
+    for _ in 0..200 {
+        s.put("/k", &put(&big), 0).unwrap();
+    }
+    // Each event keeps its value and the previous one (3 MB); the store holds 1.5 MB.
+    assert!(s.history_bytes() <= HISTORY_BYTES, "{}", s.history_bytes());
+    assert!(s.history_bytes() >= HISTORY_BYTES / 2, "keeps what fits");
+    assert_eq!(s.bytes(), 1_500_000 + 1);
+    // An index older than the kept events is refused as etcd refuses one past 1000 events.
+    let e = s.watch("/k", false, Some(2), 0).unwrap_err();
+    assert_eq!(e.code, ErrorCode::EventIndexCleared);
+}
+
+#[test]
+fn a_recursive_read_past_the_answer_limit_is_refused_and_one_key_still_reads() {
+    let mut s = V2Store::new(Limits {
+        max_answer_bytes: 10_000,
+        ..Limits::default()
+    });
+    for i in 0..10 {
+        s.put(&format!("/d/k{i}"), &put(&"x".repeat(1_500)), 0)
+            .unwrap();
+    }
+    let e = s.get("/", true, 0).unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidField);
+    assert!(e.cause.contains("limit is 10000"), "{}", e.cause);
+    assert_eq!(
+        s.get("/d/k3", false, 0).unwrap().node.value.unwrap().len(),
+        1_500
+    );
+    // One level of the directory lists the keys with their values, as etcd does: the same
+    // bound holds.
+    assert!(s.get("/d", false, 0).is_err());
+    s.put("/small/a", &put("1"), 0).unwrap();
+    assert!(s.get("/small", false, 0).is_ok());
 }

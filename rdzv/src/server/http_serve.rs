@@ -1,21 +1,24 @@
 //! HTTP/1 on hyper with bounds, shared by the status port and the etcd v2 port: the
-//! dual-stack bind, and the accept loop (a cap on open connections, a head-size limit, a head
-//! deadline, an optional connection lifetime, and a hook when each connection ends).
+//! dual-stack bind, and the accept loop (a cap on open connections where silent ones make room
+//! for new ones, see `admission.rs`; a head-size limit, a head deadline, an optional
+//! connection lifetime, and a hook when each connection ends).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
+
+use super::admission::Gate;
 
 /// What one port allows.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Bounds {
-    /// Open connections at once; more are closed as soon as accepted.
+    /// Open connections at once; past it a new one evicts the oldest silent one, or is closed
+    /// when every connection has sent a request.
     pub(crate) max_connections: usize,
     /// Largest request head hyper buffers (431 past it).
     pub(crate) max_head: usize,
@@ -49,20 +52,23 @@ pub(crate) async fn accept_loop<F>(
 ) where
     F: FnMut(SocketAddr) -> (Router, Box<dyn FnOnce() + Send>),
 {
-    let slots = Arc::new(Semaphore::new(bounds.max_connections));
+    let gate = Gate::new(what, bounds.max_connections);
     loop {
         tokio::select! {
             _ = stop.changed() => return,
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    let Ok(slot) = slots.clone().try_acquire_owned() else {
-                        tracing::warn!(%peer, limit = bounds.max_connections,
-                            "{what}: connections at the limit; closing a new one");
+                    let Some(mut slot) = gate.admit(peer) else {
                         continue;
                     };
                     let _ = stream.set_nodelay(true);
                     let (app, ended) = connection(peer);
                     tokio::spawn(async move {
+                        if !slot.first_bytes(&stream).await {
+                            tracing::debug!(%peer, "{what} connection closed: silent");
+                            ended();
+                            return;
+                        }
                         let conn = hyper::server::conn::http1::Builder::new()
                             .timer(TokioTimer::new())
                             .header_read_timeout(bounds.head_deadline)

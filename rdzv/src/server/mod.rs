@@ -22,6 +22,7 @@
 //! * [`Server`]: binds, runs until a shutdown signal, and [`BackgroundServer`] runs one on its
 //!   own thread (tests, benchmarks, embedding).
 
+mod admission;
 mod config;
 mod conn;
 mod core;
@@ -43,7 +44,6 @@ pub mod storage;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use tokio::net::TcpListener;
@@ -289,8 +289,7 @@ impl Server {
             tokio::spawn(etcd_v2::run(l, door, stop_rx.clone()));
         }
         let mut next_id: u64 = 0;
-        let open = Arc::new(AtomicUsize::new(0));
-        let cap = self.max_tcpstore_connections;
+        let gate = admission::Gate::new("TCPStore", self.max_tcpstore_connections);
         tokio::pin!(shutdown);
         match &self.listener {
             None => shutdown.await,
@@ -299,20 +298,20 @@ impl Server {
                     _ = &mut shutdown => break,
                     accepted = listener.accept() => match accepted {
                         Ok((stream, peer)) => {
-                            if open.load(Ordering::Relaxed) >= cap {
-                                ratelog::limited!(warn,
-                                    "TCPStore connection refused: at the connection limit",
-                                    %peer, limit = cap);
+                            // At the limit, a silent connection makes room (`admission.rs`).
+                            let Some(mut slot) = gate.admit(peer) else {
                                 drop(stream);
                                 continue;
-                            }
+                            };
                             next_id += 1;
                             listener::tune(&stream, config.tcp_keepalive);
-                            let slot = Slot::take(&open);
                             let (core, config, stop) =
                                 (self.core.clone(), config.clone(), stop_rx.clone());
                             let owners = owners.clone();
                             tokio::spawn(async move {
+                                if !slot.first_bytes(&stream).await {
+                                    return;
+                                }
                                 match owners {
                                     None => conn::serve(next_id, stream, peer, core, config, stop).await,
                                     Some(o) => relay::serve_or_relay(
@@ -353,23 +352,6 @@ impl Server {
     /// Store counters, for status pages and tests.
     pub fn stats(&self) -> dt_rdzv_proto::tcpstore::Stats {
         self.core.stats()
-    }
-}
-
-/// One open TCPStore connection in the count the cap is checked against (released on drop,
-/// a panicking connection task included).
-struct Slot(Arc<AtomicUsize>);
-
-impl Slot {
-    fn take(open: &Arc<AtomicUsize>) -> Self {
-        open.fetch_add(1, Ordering::Relaxed);
-        Self(open.clone())
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

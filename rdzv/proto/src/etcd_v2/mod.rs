@@ -25,5 +25,5 @@ mod watch;
 pub use error::{ErrorCode, V2Error};
 pub use event::{Action, Event};
 pub use node::NodeView;
-pub use store::{Limits, V2Store, WatchStart, clean_key};
-pub use watch::{Delivery, HISTORY, WatchId};
+pub use store::{Limits, MAX_TTL_SECS, V2Store, WatchStart, clean_key};
+pub use watch::{Delivery, HISTORY, HISTORY_BYTES, WatchId};

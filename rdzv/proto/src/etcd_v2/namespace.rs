@@ -4,7 +4,10 @@
 //! * `etcd-v2` (dynamic handler): the state key `/torch/elastic/rendezvous/<id>` and the
 //!   `EtcdStore` keys under `/torch/elastic/store/` whose base64 name decodes to
 //!   `torch.rendezvous.<id>.<round>/...`.
-//! * `etcd` (legacy handler): the run directory `<etcd_prefix>/run_<id>`.
+//! * `etcd` (legacy handler): the run directory `<etcd_prefix>/run_<id>`, recognised by what
+//!   torch puts in it (`run_<id>/rdzv/...`) or, for the directory itself, by torch's default
+//!   prefix `/torchelastic/p2p`. Another key with a `run_` component (`/apps/run_2024/db`) is
+//!   no run's.
 //!
 //! A run *starts* with a read of its state key (dynamic) or a create-if-missing of its run
 //! directory (legacy). If that namespace holds keys but no open connection has touched it,
@@ -19,6 +22,10 @@ use super::store::{V2Store, clean_key};
 
 /// Where the dynamic handler keeps its state blobs.
 const DYNAMIC_STATE: [&str; 3] = ["torch", "elastic", "rendezvous"];
+/// The legacy handler's default `etcd_prefix`.
+const LEGACY_PREFIX: [&str; 2] = ["torchelastic", "p2p"];
+/// What the legacy handler keeps in a run directory.
+const LEGACY_RDZV: &str = "rdzv";
 /// Where the dynamic handler's `EtcdStore` keeps its keys.
 const DYNAMIC_STORE: [&str; 3] = ["torch", "elastic", "store"];
 
@@ -84,7 +91,13 @@ pub fn run_namespace(key: &str) -> Option<RunNamespace> {
     if comps.len() >= 4 && comps[..3] == DYNAMIC_STORE {
         return store_run(comps[3]).map(RunNamespace::Dynamic);
     }
-    let i = comps.iter().position(|c| c.starts_with("run_"))?;
+    let legacy = |i: usize| {
+        comps[i].len() > "run_".len()
+            && comps[i].starts_with("run_")
+            && (comps.get(i + 1) == Some(&LEGACY_RDZV)
+                || (comps.len() == i + 1 && comps[..i] == LEGACY_PREFIX))
+    };
+    let i = (0..comps.len()).find(|&i| legacy(i))?;
     Some(RunNamespace::Legacy(format!("/{}", comps[..=i].join("/"))))
 }
 

@@ -60,6 +60,19 @@ impl Node {
             }
     }
 
+    /// Bytes (key names and values) of this node's view listed to `depth` levels: what an
+    /// answer showing it copies.
+    pub(crate) fn view_bytes(&self, name: &str, depth: usize) -> u64 {
+        name.len() as u64
+            + match &self.kind {
+                Kind::File(v) => v.len() as u64,
+                Kind::Dir(c) if depth > 0 => {
+                    c.iter().map(|(n, c)| c.view_bytes(n, depth - 1)).sum()
+                }
+                Kind::Dir(_) => 0,
+            }
+    }
+
     /// The view of this node at `key`: children listed to `depth` levels (0: none), expired
     /// ttl computed at `now_ms` (`None`: leave the ttl out, as etcd does for expired nodes).
     pub(crate) fn view(&self, key: &str, depth: usize, now_ms: Option<u64>) -> NodeView {

@@ -15,21 +15,31 @@ use super::watch::{Delivery, WatchId, Watches};
 pub struct Limits {
     /// Longest key, bytes.
     pub max_key_bytes: usize,
+    /// Most path components in a key: views and their JSON nest once per level, on a
+    /// worker's stack (torch's deepest layout has 7).
+    pub max_key_depth: usize,
     /// Largest value, bytes (etcd's request limit is 1.5 MiB).
     pub max_value_bytes: usize,
     /// Keys and values the whole store may hold, bytes (0: no limit).
     pub max_bytes: u64,
     /// Watches pending at once.
     pub max_watches: usize,
+    /// Most bytes of keys and values one recursive read may answer with: the answer is built
+    /// (and copied into JSON) while the store waits, so a read of a 450 MB tree would cost
+    /// several times that and stall every other client. A larger read is refused, naming its
+    /// size; torch's layouts read single keys or small directories.
+    pub max_answer_bytes: u64,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Self {
             max_key_bytes: 8 << 10,
+            max_key_depth: 128,
             max_value_bytes: 3 << 19,
             max_bytes: 1 << 30,
             max_watches: 65536,
+            max_answer_bytes: 64 << 20,
         }
     }
 }
@@ -74,8 +84,12 @@ fn components(key: &str) -> Vec<&str> {
     key.split('/').filter(|c| !c.is_empty()).collect()
 }
 
+/// The longest TTL kept, seconds (100 years): a longer one is clamped to it, so that every
+/// expiry is a date etcd's RFC 3339 `expiration` can show.
+pub const MAX_TTL_SECS: u64 = 100 * 365 * 24 * 3600;
+
 fn expires_at(ttl: Option<u64>, now: u64) -> Option<u64> {
-    ttl.map(|t| now.saturating_add(t.saturating_mul(1000)))
+    ttl.map(|t| now.saturating_add(t.min(MAX_TTL_SECS) * 1000))
 }
 
 impl V2Store {
@@ -99,6 +113,11 @@ impl V2Store {
     /// Bytes of keys and values held.
     pub fn bytes(&self) -> u64 {
         self.bytes
+    }
+
+    /// Bytes the event history holds (bounded by [`super::watch::HISTORY_BYTES`]).
+    pub fn history_bytes(&self) -> u64 {
+        self.watches.history_bytes()
     }
 
     /// Watches waiting.
@@ -181,6 +200,16 @@ impl V2Store {
     }
 
     fn check_sizes(&self, key: &str, value: Option<&str>) -> Result<(), V2Error> {
+        let depth = components(key).len();
+        if depth > self.limits.max_key_depth {
+            return Err(V2Error::request(
+                ErrorCode::InvalidField,
+                format!(
+                    "key has {depth} levels; the limit is {}",
+                    self.limits.max_key_depth
+                ),
+            ));
+        }
         if key.len() > self.limits.max_key_bytes {
             return Err(V2Error::request(
                 ErrorCode::InvalidField,
@@ -236,6 +265,19 @@ impl V2Store {
         let node = self
             .lookup(&key)?
             .ok_or_else(|| self.err(ErrorCode::KeyNotFound, key.clone()))?;
+        {
+            let size = node.view_bytes(&key, depth);
+            if size > self.limits.max_answer_bytes {
+                return Err(V2Error::request(
+                    ErrorCode::InvalidField,
+                    format!(
+                        "a read of {key} would answer with {size} bytes; the limit is {} (read \
+                         its children one by one, or a smaller subtree)",
+                        self.limits.max_answer_bytes
+                    ),
+                ));
+            }
+        }
         let mut view = node.view(&key, depth, Some(now));
         if key == "/" {
             view = NodeView {

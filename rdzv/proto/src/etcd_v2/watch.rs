@@ -8,6 +8,18 @@ use super::event::Event;
 
 /// Events kept for `waitIndex` (etcd keeps 1000).
 pub const HISTORY: usize = 1000;
+/// Bytes of keys and values the kept events may hold together: each event keeps its value and
+/// the previous one, so 1000 writes of 1.5 MiB would otherwise hold 3 GB beside a store of
+/// 1.5 MiB. Older events go first (a `waitIndex` before them gets etcd's
+/// `EventIndexCleared`, as after 1000 events).
+pub const HISTORY_BYTES: u64 = 64 << 20;
+
+fn event_bytes(e: &Event) -> u64 {
+    let view = |n: &super::NodeView| {
+        (n.key.as_ref().map_or(0, String::len) + n.value.as_ref().map_or(0, String::len)) as u64
+    };
+    view(&e.node) + e.prev.as_ref().map_or(0, view)
+}
 
 /// A pending watch, named for [`super::V2Store::cancel`] and in [`Delivery`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -55,6 +67,8 @@ fn below<'a>(dir: &str, key: &'a str) -> Option<&'a str> {
 #[derive(Debug, Default)]
 pub(crate) struct Watches {
     history: VecDeque<Event>,
+    /// Bytes the kept events hold ([`event_bytes`]).
+    history_bytes: u64,
     /// Index of the oldest event still kept once some were dropped (0: none dropped).
     start: u64,
     pending: BTreeMap<WatchId, Watcher>,
@@ -79,11 +93,20 @@ impl Watches {
                 event: event.clone(),
             });
         }
-        if self.history.len() == HISTORY {
-            self.history.pop_front();
+        self.history_bytes += event_bytes(&event);
+        self.history.push_back(event);
+        while self.history.len() > HISTORY
+            || (self.history_bytes > HISTORY_BYTES && self.history.len() > 1)
+        {
+            let old = self.history.pop_front().expect("not empty");
+            self.history_bytes -= event_bytes(&old);
             self.start = self.history.front().map_or(index, Event::modified);
         }
-        self.history.push_back(event);
+    }
+
+    /// Bytes the kept events hold.
+    pub(crate) fn history_bytes(&self) -> u64 {
+        self.history_bytes
     }
 
     /// The first kept event at or after `since` that a watch on `key` sees, or an error if

@@ -102,6 +102,17 @@ pub enum CloseReason {
         /// The quota.
         limit: u64,
     },
+    /// WAITs pipelined on one connection that would hold more key bytes than
+    /// [`MAX_WAITING_BYTES`] (each request is bounded on its own; their sum is bounded here).
+    #[error("WAIT on {keys} more keys would hold {bytes} bytes of waiting keys (limit {limit})")]
+    TooManyWaits {
+        /// Keys in the refused request.
+        keys: usize,
+        /// Bytes of waiting keys the connection would hold.
+        bytes: u64,
+        /// [`MAX_WAITING_BYTES`].
+        limit: u64,
+    },
     /// ADD or BARRIER on a value that is not a counter.
     #[error("{op} on key {key:?}: {error}")]
     Counter {
@@ -166,6 +177,14 @@ pub struct Stats {
     pub purges: u64,
 }
 
+/// Most bytes of keys one connection may wait for at once, over all its pipelined WAITs (a
+/// key counts its length plus [`KEY_OVERHEAD`] for its two list entries): one request's
+/// worth.
+pub const MAX_WAITING_BYTES: u64 = 64 << 20;
+/// What a waiting key costs beside its bytes (its place in the waiter list and the
+/// connection's list).
+const KEY_OVERHEAD: u64 = 64;
+
 #[derive(Debug, Default)]
 struct Conn {
     validated: bool,
@@ -173,6 +192,8 @@ struct Conn {
     pending: usize,
     /// Keys whose waiter lists may hold this connection.
     waiting: Vec<Vec<u8>>,
+    /// Bytes of the keys in `waiting` (bounded by [`MAX_WAITING_BYTES`]).
+    waiting_bytes: u64,
     namespaces: HashSet<Vec<u8>>,
 }
 
@@ -360,7 +381,7 @@ impl Engine {
             }
             Request::Wait { keys } => {
                 keys.iter().for_each(|k| self.touch(conn, k, now));
-                self.wait(conn, keys);
+                self.wait(conn, keys, now);
             }
             Request::CancelWait => {
                 if let Some(mut c) = self.conns.remove(&conn) {
@@ -460,7 +481,7 @@ impl Engine {
         self.send_chunks(conn, vec![head, reply]);
     }
 
-    fn wait(&mut self, conn: ConnId, mut keys: Vec<Vec<u8>>) {
+    fn wait(&mut self, conn: ConnId, mut keys: Vec<Vec<u8>>, now: Instant) {
         keys.sort_unstable();
         keys.dedup();
         keys.retain(|k| !self.present(k));
@@ -468,10 +489,21 @@ impl Engine {
             self.send(conn, vec![STOP_WAITING]);
             return;
         }
+        let adding: u64 = keys.iter().map(|k| k.len() as u64 + KEY_OVERHEAD).sum();
+        let held = self.conns.get(&conn).map_or(0, |c| c.waiting_bytes);
+        if held + adding > MAX_WAITING_BYTES {
+            let reason = CloseReason::TooManyWaits {
+                keys: keys.len(),
+                bytes: held + adding,
+                limit: MAX_WAITING_BYTES,
+            };
+            return self.close(conn, reason, now);
+        }
         for key in keys {
             self.waiters.entry(key.clone()).or_default().push(conn);
             let c = self.conns.get_mut(&conn).expect("checked by handle");
             c.pending += 1;
+            c.waiting_bytes += key.len() as u64 + KEY_OVERHEAD;
             c.waiting.push(key);
         }
     }
@@ -497,6 +529,7 @@ impl Engine {
             self.waiters.entry(key.clone()).or_default().push(conn);
             let c = self.conns.get_mut(&conn).expect("checked by handle");
             c.pending += 1;
+            c.waiting_bytes += key.len() as u64 + KEY_OVERHEAD;
             c.waiting.push(key);
         }
     }
@@ -557,6 +590,7 @@ impl Engine {
         c.pending -= 1;
         if c.pending == 0 {
             c.waiting.clear();
+            c.waiting_bytes = 0;
             self.send(conn, vec![STOP_WAITING]);
         }
     }
@@ -571,6 +605,7 @@ impl Engine {
             }
         }
         c.pending = 0;
+        c.waiting_bytes = 0;
     }
 
     fn touch(&mut self, conn: ConnId, key: &[u8], _now: Instant) {

@@ -5,6 +5,9 @@ use std::time::{Duration, UNIX_EPOCH};
 use dt_rdzv_proto::etcd_v2::{Event, NodeView, V2Error};
 use serde_json::{Map, Value, json};
 
+/// 9999-12-31T23:59:59.999Z in Unix milliseconds.
+const LAST_RFC3339_MS: u64 = 253_402_300_799_999;
+
 /// A node as etcd writes it (fields in etcd's order; absent ones left out).
 pub(super) fn node(n: &NodeView) -> Value {
     let mut m = Map::new();
@@ -17,7 +20,9 @@ pub(super) fn node(n: &NodeView) -> Value {
         m.insert("value".into(), json!(v));
     }
     if let Some(ms) = n.expiration_ms {
-        let at = UNIX_EPOCH + Duration::from_millis(ms);
+        // RFC 3339 stops at year 9999 (the store clamps TTLs well before; this keeps a bad
+        // date from ever panicking a worker).
+        let at = UNIX_EPOCH + Duration::from_millis(ms.min(LAST_RFC3339_MS));
         m.insert(
             "expiration".into(),
             json!(humantime::format_rfc3339_nanos(at).to_string()),

@@ -1128,3 +1128,53 @@ fn quotas_refuse_writes_that_would_pass_them_and_usage_follows_every_write() {
     assert_eq!(h.e.purge_namespace(b"m"), 1);
     assert_eq!(h.e.stored_bytes(), recount(&h.e));
 }
+
+#[test]
+fn pipelined_waits_are_bounded_per_connection() {
+    let mut h = H::new();
+    h.conn(1);
+    h.conn(2);
+    // Each WAIT of 8,000 keys of 8 KB is within one request's limits; five of them would
+    // hold 328 MB of waiting keys on one connection.
+    let batch = |b: usize| -> Vec<Vec<u8>> {
+        (0..8_000)
+            .map(|i| {
+                let mut key = format!("/w{b}/{i}/").into_bytes();
+                key.resize(8 << 10, b'x');
+                key
+            })
+            .collect()
+    };
+    let mut refused = None;
+    for b in 0..5 {
+        let a = h.req(1, Request::Wait { keys: batch(b) });
+        if let Some(r) = closed(&a, 1) {
+            refused = Some((b, r));
+            break;
+        }
+    }
+    let (b, reason) = refused.expect("the connection is closed before it holds 5 batches");
+    assert!(b >= 1, "one batch is fine");
+    assert!(
+        matches!(reason, CloseReason::TooManyWaits { limit, .. } if limit == MAX_WAITING_BYTES),
+        "{reason:?}"
+    );
+    // A bystander still waits and is woken as usual.
+    assert!(
+        h.ask(
+            2,
+            Request::Wait {
+                keys: vec![k("/a")]
+            }
+        )
+        .is_empty()
+    );
+    let a = h.req(
+        2,
+        Request::Set {
+            key: k("/a"),
+            value: k("1"),
+        },
+    );
+    assert_eq!(sends_to(&a, 2), [0], "woken (SET itself has no reply)");
+}
