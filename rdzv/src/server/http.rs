@@ -5,7 +5,8 @@
 //! own job only. The page itself carries no data; it asks for the token and sends it with each
 //! request.
 //!
-//! Bounds: at most [`MAX_CONNECTIONS`] connections at once (more are closed at once), heads up
+//! Bounds: at most [`MAX_CONNECTIONS`] connections at once (a new one evicts the oldest silent
+//! one, `admission.rs`, or is closed when all have spoken), heads up
 //! to [`MAX_HEAD`] bytes (hyper answers 431 past it), a head must arrive within [`DEADLINE`],
 //! and a connection lives at most [`CONNECTION_LIFETIME`] (the page polls; nothing streams).
 
