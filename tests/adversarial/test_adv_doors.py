@@ -195,13 +195,15 @@ def wait_req(keys: list[bytes]) -> bytes:
 def test_pipelined_waits_are_bounded_per_connection(doors: Doors) -> None:
     with Bystander(doors.host, doors.tcpstore) as by, RssWatch(doors.proc.pid) as rss:
         s = raw(doors.host, doors.tcpstore, timeout=30)        # validated
-        for b in range(5):
-            keys = [f"/w{b}/{i}/".encode().ljust(8 << 10, b"x") for i in range(8000)]
+        # Batches of 4,000 keys of 8 KB (33 MB, within one request's limits); ten would
+        # hold 330 MB of waiting keys on one connection.
+        for b in range(10):
+            keys = [f"/w{b}/{i}/".encode().ljust(8 << 10, b"x") for i in range(4000)]
             try:
                 s.sendall(wait_req(keys))
             except (BrokenPipeError, ConnectionResetError):
                 break
-        assert closed_by_peer(s, 10.0), "five batches of waits were all kept"
+        assert closed_by_peer(s, 10.0), "ten batches of waits were all kept"
         s.close()
     assert "bytes of waiting keys" in doors.log_path.read_text(), "closed for its waits"
     assert not by.errors and by.worst < 1.0, (by.errors, by.worst)

@@ -341,13 +341,7 @@ impl Communicator {
         let ahead = inner.pending.fetch_add(1, Ordering::AcqRel) as u32;
         let deadline = call.deadline.unwrap_or(inner.config.timeout.value);
         let default_wait = inner.config.timeout.value * (ahead + 1) + deadline;
-        let work = Work::new(
-            done.clone(),
-            inner.rank,
-            op,
-            default_wait,
-            inner.cancel.clone(),
-        );
+        let work = inner.work(&done, op, default_wait);
         let finish = move |inner: &Inner, r: Result<(), CommError>| {
             let for_callback = on_done.as_ref().map(|_| r.clone());
             done.set(r);
@@ -397,13 +391,7 @@ impl Communicator {
         let done = Completion::new(keep);
         let timeout = inner.config.timeout.value;
         let default_wait = 2 * timeout + call.deadline.unwrap_or(timeout);
-        let work = Work::new(
-            done.clone(),
-            inner.rank,
-            op,
-            default_wait,
-            inner.cancel.clone(),
-        );
+        let work = inner.work(&done, op, default_wait);
         let started = inner
             .usable(&call)
             .and_then(|()| inner.check(&call))
@@ -559,6 +547,17 @@ impl Inner {
             }
             f.pause();
         }
+    }
+
+    /// The handle of a call of this communicator that completes through `done`.
+    fn work(&self, done: &Arc<Completion>, op: &'static str, default_wait: Duration) -> Work {
+        Work::new(
+            done.clone(),
+            self.rank,
+            op,
+            default_wait,
+            self.cancel.clone(),
+        )
     }
 
     /// Asks the calls in flight on the progress thread to stop (`reason` says why): each fails

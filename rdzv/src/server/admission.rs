@@ -5,8 +5,9 @@
 //! [`FIRST_BYTES`]. When the door is full, a new connection evicts the oldest unproven one
 //! that has had [`GRACE`] to speak, instead of being refused (so a burst cannot evict a real
 //! client before its request arrives); only when every slot holds a proven connection is the newest
-//! refused (logged at a limited rate). One source address may hold at most a share of the slots
-//! unproven: past it, its own oldest unproven connection goes. So 4,100 silent connections
+//! refused (logged at a limited rate). Past its share of the slots held unproven, a source's
+//! new connection replaces that source's own oldest silent one (a burst of real clients from
+//! one host is still admitted while there is room). So 4,100 silent connections
 //! neither fill the etcd door for 300 s nor keep `/healthz` from answering.
 //!
 //! [`Admission`] is the sans-IO rule; [`Gate`] drives it for an accept loop (eviction through a
@@ -86,19 +87,19 @@ impl Admission {
             .values()
             .filter(|e| !e.proven && e.source == source)
             .count();
-        let full = if from_source >= self.per_source {
-            Some(Some(source))
-        } else if self.conns.len() >= self.max {
-            Some(None)
-        } else {
-            None
-        };
-        let evict = match full {
-            None => None,
-            Some(from) => match self.oldest_unproven(from, now) {
+        // Past its share, a source makes room from its own silent connections, if one has had
+        // its grace (a burst of real clients from one host is never refused for it); a full
+        // door makes room from anyone's.
+        let own = (from_source >= self.per_source)
+            .then(|| self.oldest_unproven(Some(source), now))
+            .flatten();
+        let evict = match own {
+            Some(id) => Some(id),
+            None if self.conns.len() >= self.max => match self.oldest_unproven(None, now) {
                 Some(id) => Some(id),
                 None => return Decision::Refuse,
             },
+            None => None,
         };
         if let Some(old) = evict {
             self.conns.remove(&old);
@@ -143,6 +144,7 @@ struct GateState {
 /// [`Admission`] for one accept loop.
 pub(crate) struct Gate {
     what: &'static str,
+    max: usize,
     state: Mutex<GateState>,
 }
 
@@ -158,6 +160,7 @@ impl Gate {
     pub(crate) fn new(what: &'static str, max: usize) -> Arc<Self> {
         Arc::new(Self {
             what,
+            max,
             state: Mutex::new(GateState {
                 rule: Admission::new(max, Admission::default_per_source(max)),
                 evict: HashMap::new(),
@@ -176,8 +179,9 @@ impl Gate {
         match st.rule.admit(peer.ip(), Instant::now()) {
             Decision::Refuse => {
                 drop(st);
-                ratelog::limited!(warn, "connection refused: the door is full of active or new clients",
-                    door = self.what, %peer);
+                ratelog::limited!(warn,
+                    "connection refused: at the connection limit (every slot holds a client that spoke or is new)",
+                    door = self.what, %peer, limit = self.max);
                 None
             }
             Decision::Admit { id, evict } => {
@@ -311,6 +315,15 @@ mod tests {
             a.admit(ip(2), later(t)),
             Decision::Admit { evict: None, .. }
         ));
+        // A burst from one source (every rank of a node connecting at once) is admitted while
+        // the door has room, share or not.
+        let mut b = Admission::new(100, 2);
+        for _ in 0..10 {
+            assert!(matches!(
+                b.admit(ip(1), t),
+                Decision::Admit { evict: None, .. }
+            ));
+        }
         assert_eq!(Admission::default_per_source(4096), 512);
         assert_eq!(Admission::default_per_source(16), 8);
     }
