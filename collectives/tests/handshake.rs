@@ -114,6 +114,41 @@ fn strangers_on_the_data_port_are_dropped_and_the_group_forms() {
     on_ranks(&[c0, c1], |c| allreduce_case::<f32>(c, ReduceOp::Sum, 1000));
 }
 
+#[test]
+fn silent_strangers_past_the_handshake_slots_do_not_hold_the_group_up() {
+    let store = Arc::new(MemoryStore::new());
+    let s0 = store.clone();
+    let r0 = std::thread::spawn(move || Communicator::new(s0, 0, 2, opts()));
+    let entry = store
+        .get("dtcomm/1/addr/0", Duration::from_secs(20))
+        .unwrap();
+    let addr: SocketAddr = String::from_utf8(entry)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // More silent connections than rank 0 has handshake slots (2 x 3 + 64 at world 2), held
+    // open: before, every slot waited out its 5 s and the members' connections were dropped.
+    let silent: Vec<TcpStream> = (0..100)
+        .map(|_| TcpStream::connect(addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    let s1 = store.clone();
+    let r1 = std::thread::spawn(move || Communicator::new(s1, 1, 2, opts()));
+    let c1 = r1.join().unwrap().expect("rank 1");
+    let c0 = r0.join().unwrap().expect("rank 0 survives the strangers");
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "took {:?} (the strangers' wait is 5 s)",
+        t.elapsed()
+    );
+    drop(silent);
+    on_ranks(&[c0, c1], |c| allreduce_case::<f32>(c, ReduceOp::Sum, 1000));
+}
+
 fn assert_mismatch(e: &CommError, me: usize, my_world: usize, peer: usize, their_world: usize) {
     let s = e.to_string();
     assert!(

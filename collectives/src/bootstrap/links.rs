@@ -32,8 +32,12 @@ use crate::transport::waker::Waker;
 
 /// Longest a stranger may hold a handshake slot (a member answers in microseconds).
 const STRANGER_WAIT: Duration = Duration::from_secs(5);
-/// Handshakes in flight at once beyond one per possible stream; more are dropped.
+/// Handshakes in flight at once beyond one per possible stream; past them a new connection
+/// takes the slot of the oldest handshake that has waited [`HANDSHAKE_GRACE`] (a member
+/// answers in microseconds: one still silent then is a stranger), or is dropped.
 const SPARE_HANDSHAKES: usize = 64;
+/// How long a handshake in flight is safe from eviction.
+const HANDSHAKE_GRACE: Duration = Duration::from_millis(250);
 /// Dropped connections logged one by one; after that, every 100th.
 const DROPS_LOGGED: usize = 5;
 /// How long a peer's listener may refuse connections before the peer counts as gone (its
@@ -407,10 +411,13 @@ type Partial = (Vec<Option<TcpStream>>, Option<TcpStream>);
 fn accept_loop(sh: &Arc<Shared>, listener: &TcpListener) {
     let wake = &sh.accept_wake;
     let su = sh.setup();
-    let (tx, rx) = mpsc::channel::<Accepted>();
+    let (tx, rx) = mpsc::channel::<(u64, Accepted)>();
     let mut partial: BTreeMap<usize, Partial> = BTreeMap::new();
-    let mut in_flight = 0usize;
+    // Handshakes in flight: when each started, and a handle to close it early.
+    let mut in_flight: BTreeMap<u64, (Instant, Option<TcpStream>)> = BTreeMap::new();
+    let mut next_id = 0u64;
     let mut dropped = 0usize;
+    let mut evicted = 0usize;
     let cap = sh.world.saturating_mul(sh.nsocks + 2) + SPARE_HANDSHAKES;
     if let Err(e) = listener.set_nonblocking(true) {
         sh.send(Arrival::Refused {
@@ -421,8 +428,8 @@ fn accept_loop(sh: &Arc<Shared>, listener: &TcpListener) {
     }
     while !sh.stop.load(Ordering::Acquire) {
         wake.reset();
-        while let Ok(a) = rx.try_recv() {
-            in_flight -= 1;
+        while let Ok((id, a)) = rx.try_recv() {
+            in_flight.remove(&id);
             match a {
                 Accepted::Stranger(from, why) => {
                     dropped += 1;
@@ -440,24 +447,43 @@ fn accept_loop(sh: &Arc<Shared>, listener: &TcpListener) {
         loop {
             match listener.accept() {
                 Ok((s, from)) => {
-                    if in_flight >= cap {
-                        dropped += 1;
-                        if dropped <= DROPS_LOGGED || dropped.is_multiple_of(100) {
-                            tracing::warn!(rank = sh.rank, %from, "dtcomm: dropped a connection from {from}: {in_flight} handshakes in flight");
+                    if in_flight.len() >= cap {
+                        let now = Instant::now();
+                        let oldest = in_flight
+                            .iter()
+                            .next()
+                            .filter(|(_, (since, _))| now - *since >= HANDSHAKE_GRACE)
+                            .map(|(id, _)| *id);
+                        match oldest.and_then(|id| in_flight.remove(&id)) {
+                            Some((_, stream)) => {
+                                // Its thread's read fails at once and reports a stranger.
+                                if let Some(old) = stream {
+                                    let _ = old.shutdown(std::net::Shutdown::Both);
+                                }
+                                evicted += 1;
+                            }
+                            None => {
+                                dropped += 1;
+                                if dropped <= DROPS_LOGGED || dropped.is_multiple_of(100) {
+                                    tracing::warn!(rank = sh.rank, %from, "dtcomm: dropped a connection from {from}: {} handshakes in flight", in_flight.len());
+                                }
+                                continue;
+                            }
                         }
-                        continue;
                     }
-                    in_flight += 1;
+                    next_id += 1;
+                    let id = next_id;
+                    in_flight.insert(id, (Instant::now(), s.try_clone().ok()));
                     let (tx, auth, me) = (tx.clone(), sh.auth.clone(), su.me(0));
                     let shared = sh.clone();
                     let spawned = std::thread::Builder::new()
                         .name("dtcomm-hello".into())
                         .spawn(move || {
-                            let _ = tx.send(answer(&auth, me, s, from, STRANGER_WAIT));
+                            let _ = tx.send((id, answer(&auth, me, s, from, STRANGER_WAIT)));
                             shared.accept_wake.wake();
                         });
                     if let Err(e) = spawned {
-                        in_flight -= 1;
+                        in_flight.remove(&id);
                         tracing::warn!(rank = sh.rank, "dtcomm: spawning a handshake thread: {e}");
                     }
                 }
@@ -485,11 +511,13 @@ fn accept_loop(sh: &Arc<Shared>, listener: &TcpListener) {
         // SAFETY: two initialised pollfds on the stack.
         unsafe { libc::poll(pfd.as_mut_ptr(), 2, 1000) };
     }
-    if dropped > 0 {
+    if dropped + evicted > 0 {
         tracing::info!(
             rank = sh.rank,
             dropped,
-            "dtcomm: {dropped} unproven connection(s) to the data port were dropped"
+            evicted,
+            "dtcomm: {dropped} unproven connection(s) to the data port were dropped, {evicted} \
+             silent one(s) closed to make room"
         );
     }
 }
