@@ -118,3 +118,47 @@ def test_setup_answers_sigint(tmp_path: Path, server: dtcomm.RdzvServer) -> None
     check(res)
     m = re.search(r"INTERRUPTED after ([\d.]+) s", res[0].out)
     assert m and float(m.group(1)) < 3.0, res[0].out
+
+
+STOPPED = """
+import os, signal, time, numpy as np, dtcomm
+from pathlib import Path
+dtcomm.init(verbose=False)
+r = dtcomm.rank()
+x = np.ones(4, np.float32)
+dtcomm.all_reduce(x)
+pidfile = Path(os.environ["PIDFILE"])
+if r == 1:
+    pidfile.write_text(str(os.getpid()))
+    os.kill(os.getpid(), signal.SIGSTOP)            # a frozen host: no reset, no goodbye
+    time.sleep(60)
+else:
+    while not pidfile.exists():
+        time.sleep(0.01)
+    time.sleep(0.2)
+    t0, c0 = time.monotonic(), time.process_time()
+    try:
+        dtcomm.all_reduce(x)
+        print("NO TIMEOUT", flush=True)
+    except dtcomm.DtcommError as e:
+        print(f"ENDED {type(e).__name__}: {e}", flush=True)
+    cpu, wall = time.process_time() - c0, time.monotonic() - t0
+    print(f"WAIT cpu {cpu * 1e3:.1f} ms over {wall:.2f} s", flush=True)
+    os.kill(int(pidfile.read_text()), signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_waiting_for_a_stopped_rank_costs_no_cpu(tmp_path: Path, server: dtcomm.RdzvServer,
+                                                 transport: str) -> None:
+    res = run_group(tmp_path, 2, STOPPED, {"DTCOMM_RDZV_ENDPOINT": server.endpoint,
+                                           "DTCOMM_TRANSPORT": transport, "DTCOMM_TIMEOUT": "3",
+                                           "PIDFILE": str(tmp_path / "pid1")}, timeout=60)
+    zero = res[0].out
+    assert res[0].code == 0, zero
+    assert "ENDED CommTimeoutError" in zero and "ranks [1]" in zero, zero
+    m = re.search(r"WAIT cpu ([\d.]+) ms over ([\d.]+) s", zero)
+    assert m, zero
+    # The whole 3 s wait: no thread spins for it (a few % of one core at most, for the naps'
+    # liveness checks).
+    assert float(m.group(1)) < 0.05 * float(m.group(2)) * 1e3, zero
