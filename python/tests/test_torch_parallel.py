@@ -5,6 +5,7 @@ Started as ``torch.multiprocessing.spawn`` users start them: torch's default thr
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -100,6 +101,11 @@ def test_equal_to_gloo(tmp_path: Path, server: dtcomm.RdzvServer, what: str) -> 
         env = {**torch_env(server), "BACKEND": backend, "WHAT": what, "OUT": str(out),
                "CKPT": str(tmp_path / f"ckpt-{backend}")}
         res = run_group(tmp_path, 2, WORKER, env, timeout=240)
+        if backend == "gloo" and all(f"done {what} gloo {r.rank}" in r.out for r in res):
+            # The reference finished its work; gloo itself sometimes aborts at exit on these
+            # VMs ("terminate called without an active exception", SIGABRT after
+            # destroy_process_group; seen in 1 of ~11 benchmark runs too). Not what is tested.
+            res = [r if r.code != -6 else dataclasses.replace(r, code=0) for r in res]
         check(res)
         outs[backend] = torch.load(out)
     (l_ours, g_ours, p_ours), (l_gloo, g_gloo, p_gloo) = outs["dtcomm"], outs["gloo"]
