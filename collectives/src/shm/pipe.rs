@@ -133,7 +133,7 @@ impl Pipes {
         let me = self.me;
         let head = self.head(me, to).load(Ordering::Relaxed);
         let tail = self.tail(me, to).load(Ordering::Acquire);
-        let free = PIPE - (head - tail) as usize;
+        let free = PIPE - self.in_flight(to, head, tail)?;
         if free == 0 {
             if self.closed(to) {
                 return Err(self.gone(to, true));
@@ -168,7 +168,7 @@ impl Pipes {
         let me = self.me;
         let head = self.head(from, me).load(Ordering::Acquire);
         let tail = self.tail(from, me).load(Ordering::Relaxed);
-        let avail = (head - tail) as usize;
+        let avail = self.in_flight(from, head, tail)?;
         if avail == 0 {
             if a.len() + b.len() > 0 && self.closed(from) {
                 return Err(self.gone(from, true));
@@ -220,6 +220,20 @@ impl Pipes {
             self.tail(from, self.me).load(Ordering::SeqCst),
         );
         h > t || self.closed(from)
+    }
+
+    /// Bytes in the pipe between this rank and local rank `i` by its counters, or an error
+    /// naming `i` when they cannot be (the tail past the head, or more than the ring holds:
+    /// the segment was written by something other than dtcomm's pipe code).
+    fn in_flight(&self, i: usize, head: u64, tail: u64) -> Result<usize, LinkError> {
+        queued(head, tail).ok_or_else(|| LinkError::Closed {
+            peer: self.ranks[i],
+            graceful: false,
+            detail: format!(
+                "the shared-memory pipe's counters are inconsistent (head {head}, tail {tail}, \
+                 ring {PIPE} bytes): its segment is corrupt"
+            ),
+        })
     }
 
     fn gone(&self, i: usize, graceful: bool) -> LinkError {
@@ -301,6 +315,14 @@ impl Pipes {
     }
 }
 
+/// Bytes queued in a ring whose writer is at `head` and reader at `tail`, when the counters are
+/// consistent (`tail <= head <= tail + PIPE`).
+fn queued(head: u64, tail: u64) -> Option<usize> {
+    head.checked_sub(tail)
+        .filter(|&n| n <= PIPE as u64)
+        .map(|n| n as usize)
+}
+
 /// Copies `src` into the ring at stream position `at` (wrapping).
 fn copy_in(ring: *mut u8, at: u64, src: &[u8]) {
     let off = (at % PIPE as u64) as usize;
@@ -322,5 +344,19 @@ fn copy_out(ring: *const u8, at: u64, dst: &mut [u8]) {
     unsafe {
         std::ptr::copy_nonoverlapping(ring.add(off), dst.as_mut_ptr(), first);
         std::ptr::copy_nonoverlapping(ring, dst.as_mut_ptr().add(first), dst.len() - first);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_past_the_ring_or_backwards_are_refused() {
+        assert_eq!(queued(10, 10), Some(0));
+        assert_eq!(queued(PIPE as u64 + 5, 5), Some(PIPE));
+        assert_eq!(queued(PIPE as u64 + 6, 5), None, "more than the ring holds");
+        assert_eq!(queued(4, 5), None, "the tail past the head");
+        assert_eq!(queued(u64::MAX, 0), None);
     }
 }
