@@ -42,15 +42,26 @@ fn closed_by_peer(s: &mut TcpStream) -> bool {
     matches!(s.read(&mut buf), Ok(0) | Err(_))
 }
 
-#[test]
-fn strangers_on_the_data_port_are_dropped_and_the_group_forms() {
-    let store = Arc::new(MemoryStore::new());
+/// Rank 0 of 2 building its communicator on `store` (on a thread), and its published entry
+/// (address, ..., link secret), once it is there.
+fn start_rank0(
+    store: &Arc<MemoryStore>,
+) -> (
+    std::thread::JoinHandle<Result<Communicator, CommError>>,
+    String,
+) {
     let s0 = store.clone();
     let r0 = std::thread::spawn(move || Communicator::new(s0, 0, 2, opts()));
     let entry = store
         .get("dtcomm/1/addr/0", Duration::from_secs(20))
         .unwrap();
-    let entry = String::from_utf8(entry).unwrap();
+    (r0, String::from_utf8(entry).unwrap())
+}
+
+#[test]
+fn strangers_on_the_data_port_are_dropped_and_the_group_forms() {
+    let store = Arc::new(MemoryStore::new());
+    let (r0, entry) = start_rank0(&store);
     let lines: Vec<&str> = entry.lines().collect();
     let addr: SocketAddr = lines[0].parse().unwrap();
     let secret: Vec<u8> = (0..lines[4].len())
@@ -117,18 +128,8 @@ fn strangers_on_the_data_port_are_dropped_and_the_group_forms() {
 #[test]
 fn silent_strangers_past_the_handshake_slots_do_not_hold_the_group_up() {
     let store = Arc::new(MemoryStore::new());
-    let s0 = store.clone();
-    let r0 = std::thread::spawn(move || Communicator::new(s0, 0, 2, opts()));
-    let entry = store
-        .get("dtcomm/1/addr/0", Duration::from_secs(20))
-        .unwrap();
-    let addr: SocketAddr = String::from_utf8(entry)
-        .unwrap()
-        .lines()
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let (r0, entry) = start_rank0(&store);
+    let addr: SocketAddr = entry.lines().next().unwrap().parse().unwrap();
     // More silent connections than rank 0 has handshake slots (2 x 3 + 64 at world 2), held
     // open: before, every slot waited out its 5 s and the members' connections were dropped.
     let silent: Vec<TcpStream> = (0..100)
