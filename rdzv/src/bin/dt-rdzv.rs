@@ -258,6 +258,9 @@ fn serve(config: ServeConfig) -> ExitCode {
         }
     };
     rt.block_on(async move {
+        // Watch the signals before any port opens: a SIGTERM that arrives once clients can
+        // reach us must stop us cleanly, not find the default disposition still in place.
+        let shutdown = shutdown_signal();
         let server = match Server::bind(config.clone()) {
             Ok(s) => s,
             Err(e) => {
@@ -328,24 +331,32 @@ fn serve(config: ServeConfig) -> ExitCode {
         }
         use std::io::Write;
         let _ = std::io::stdout().flush();
-        server.run(shutdown_signal()).await;
+        server.run(shutdown).await;
         ExitCode::SUCCESS
     })
 }
 
-async fn shutdown_signal() {
+/// Installs the SIGTERM and SIGINT handlers now and returns what resolves when either comes.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot watch SIGTERM; stop with SIGINT");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    async move {
+        match (term, int) {
+            (Ok(mut term), Ok(mut int)) => tokio::select! {
+                _ = term.recv() => tracing::info!("SIGTERM received"),
+                _ = int.recv() => tracing::info!("SIGINT received"),
+            },
+            (term, int) => {
+                let e = term
+                    .err()
+                    .or(int.err())
+                    .map(|e| e.to_string())
+                    .unwrap_or_default();
+                tracing::warn!(error = %e, "cannot watch SIGTERM/SIGINT; stop with SIGKILL");
+                std::future::pending::<()>().await;
+            }
         }
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
     }
 }
 
