@@ -25,11 +25,13 @@ pub enum DType {
     I32 = 7,
     /// Signed 64-bit integer (`int64`).
     I64 = 8,
+    /// Signed 16-bit integer (`int16`).
+    I16 = 9,
 }
 
 impl DType {
     /// Every dtype, in tag order.
-    pub const ALL: [DType; 8] = [
+    pub const ALL: [DType; 9] = [
         DType::F32,
         DType::F64,
         DType::F16,
@@ -38,6 +40,7 @@ impl DType {
         DType::U8,
         DType::I32,
         DType::I64,
+        DType::I16,
     ];
 
     /// Size of one element in bytes.
@@ -45,7 +48,7 @@ impl DType {
         match self {
             DType::F32 | DType::I32 => 4,
             DType::F64 | DType::I64 => 8,
-            DType::F16 | DType::BF16 => 2,
+            DType::F16 | DType::BF16 | DType::I16 => 2,
             DType::I8 | DType::U8 => 1,
         }
     }
@@ -61,6 +64,7 @@ impl DType {
             DType::U8 => "uint8",
             DType::I32 => "int32",
             DType::I64 => "int64",
+            DType::I16 => "int16",
         }
     }
 
@@ -75,6 +79,7 @@ impl DType {
             "uint8" | "u8" => DType::U8,
             "int32" | "i32" | "int" => DType::I32,
             "int64" | "i64" | "long" => DType::I64,
+            "int16" | "i16" | "short" => DType::I16,
             _ => return None,
         })
     }
@@ -95,7 +100,7 @@ mod sealed {
 }
 
 /// A plain-old-data element type the collectives accept: `f32`, `f64`, `half::f16`,
-/// `half::bf16`, `i8`, `u8`, `i32`, `i64`. Sealed: every bit pattern is a valid value and
+/// `half::bf16`, `i8`, `u8`, `i16`, `i32`, `i64`. Sealed: every bit pattern is a valid value and
 /// the type has no padding, which is what lets the engine move it as bytes.
 pub trait Element: sealed::Sealed + Copy + Send + Sync + PartialEq + fmt::Debug + 'static {
     /// The tag of this type.
@@ -110,7 +115,7 @@ macro_rules! element {
         }
     )*};
 }
-element!(f32 => F32, f64 => F64, f16 => F16, bf16 => BF16, i8 => I8, u8 => U8, i32 => I32, i64 => I64);
+element!(f32 => F32, f64 => F64, f16 => F16, bf16 => BF16, i8 => I8, u8 => U8, i32 => I32, i64 => I64, i16 => I16);
 
 /// Views a slice of elements as bytes.
 pub fn as_bytes<T: Element>(s: &[T]) -> &[u8] {

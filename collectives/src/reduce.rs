@@ -36,7 +36,7 @@ macro_rules! arith_int {
         }
     )*};
 }
-arith_int!(i8, u8, i32, i64);
+arith_int!(i8, u8, i16, i32, i64);
 
 macro_rules! arith_float {
     ($($t:ty),*) => {$(
@@ -104,6 +104,7 @@ pub(crate) fn reduce_bytes(dtype: DType, op: ReduceOp, dst: &mut [u8], src: &[u8
         DType::U8 => combine_native::<u8>(op, cast_slice_mut(dst), cast_slice(src)),
         DType::I32 => combine_native::<i32>(op, cast_slice_mut(dst), cast_slice(src)),
         DType::I64 => combine_native::<i64>(op, cast_slice_mut(dst), cast_slice(src)),
+        DType::I16 => combine_native::<i16>(op, cast_slice_mut(dst), cast_slice(src)),
         DType::F16 => combine_f16(op, cast_slice_mut(dst), cast_slice(src)),
         DType::BF16 => combine_bf16(op, cast_slice_mut(dst), cast_slice(src)),
     }
@@ -141,6 +142,7 @@ pub(crate) fn divide_bytes(dtype: DType, buf: &mut [u8], n: usize) {
         DType::U8 => div_native::<u8>(cast_slice_mut(buf), n),
         DType::I32 => div_native::<i32>(cast_slice_mut(buf), n),
         DType::I64 => div_native::<i64>(cast_slice_mut(buf), n),
+        DType::I16 => div_native::<i16>(cast_slice_mut(buf), n),
         DType::F16 => {
             for x in cast_slice_mut::<f16>(buf) {
                 *x = f16::from_f32(x.to_f32() / n as f32);
@@ -182,6 +184,24 @@ mod tests {
         assert_eq!(d, [-56, 127, -2], "integers wrap");
         divide_bytes(DType::I8, as_bytes_mut(&mut d), 2);
         assert_eq!(d, [-28, 63, -1]);
+        let mut h = [30_000i16, -5, 7];
+        let s = [10_000i16, -3, 9];
+        reduce_bytes(
+            DType::I16,
+            ReduceOp::Sum,
+            as_bytes_mut(&mut h),
+            as_bytes(&s),
+        );
+        assert_eq!(h, [-25_536, -8, 16], "int16 wraps at 16 bits");
+        reduce_bytes(
+            DType::I16,
+            ReduceOp::Max,
+            as_bytes_mut(&mut h),
+            as_bytes(&s),
+        );
+        assert_eq!(h, [10_000, -3, 16]);
+        divide_bytes(DType::I16, as_bytes_mut(&mut h), 2);
+        assert_eq!(h, [5_000, -1, 8]);
     }
 
     #[test]

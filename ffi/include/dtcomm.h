@@ -178,6 +178,11 @@ typedef uint64_t dtcomm_named_t;
 #define DTCOMM_INT64 8
 
 /**
+ * Signed 16-bit integer.
+ */
+#define DTCOMM_INT16 9
+
+/**
  * Sum (integers wrap).
  */
 #define DTCOMM_SUM 1

@@ -24,7 +24,7 @@ pub(crate) fn dtype(func: &str, d: dtcomm_dtype_t) -> Result<DType, Fail> {
         .ok_or_else(|| {
             invalid(
                 func,
-                format!("unknown dtype {d} (DTCOMM_FLOAT32=1 .. DTCOMM_INT64=8)"),
+                format!("unknown dtype {d} (DTCOMM_FLOAT32=1 .. DTCOMM_INT16=9)"),
             )
         })
 }

@@ -67,6 +67,8 @@ pub const DTCOMM_UINT8: dtcomm_dtype_t = 6;
 pub const DTCOMM_INT32: dtcomm_dtype_t = 7;
 /// Signed 64-bit integer.
 pub const DTCOMM_INT64: dtcomm_dtype_t = 8;
+/// Signed 16-bit integer.
+pub const DTCOMM_INT16: dtcomm_dtype_t = 9;
 
 /// Sum (integers wrap).
 pub const DTCOMM_SUM: dtcomm_op_t = 1;
@@ -114,6 +116,7 @@ mod tests {
             DTCOMM_UINT8,
             DTCOMM_INT32,
             DTCOMM_INT64,
+            DTCOMM_INT16,
         ];
         for (c, d) in dtypes.iter().zip(DType::ALL) {
             assert_eq!(*c, d as i32, "{d:?}");

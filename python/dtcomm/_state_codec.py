@@ -6,6 +6,7 @@ lists, dicts with string keys, and, tagged as one-key objects:
 
 * ``{"__bytes__": base64}``: ``bytes``/``bytearray`` (decoded as ``bytes``);
 * ``{"__tuple__": [...]}``: tuples;
+* ``{"__set__": [...]}`` and ``{"__frozenset__": [...]}``: sets of hashable values;
 * ``{"__ndarray__": {"dtype": "<f4", "shape": [2, 3], "data": base64}}``: numpy arrays of
   numeric or bool dtype (C order);
 * ``{"__dict__": [[key, value], ...]}``: a dict whose keys are not all strings, or that has a
@@ -20,7 +21,7 @@ import base64
 import json
 from typing import Any
 
-_TAGS = ("__bytes__", "__tuple__", "__ndarray__", "__dict__")
+_TAGS = ("__bytes__", "__tuple__", "__set__", "__frozenset__", "__ndarray__", "__dict__")
 _MAX_DEPTH = 64
 
 
@@ -39,6 +40,9 @@ def _enc(v: Any, path: str, depth: int) -> Any:
         return {"__tuple__": [_enc(x, f"{path}[{i}]", depth + 1) for i, x in enumerate(v)]}
     if isinstance(v, list):
         return [_enc(x, f"{path}[{i}]", depth + 1) for i, x in enumerate(v)]
+    if isinstance(v, (set, frozenset)):
+        tag = "__frozenset__" if isinstance(v, frozenset) else "__set__"
+        return {tag: [_enc(x, f"{path}{{{i}}}", depth + 1) for i, x in enumerate(v)]}
     if isinstance(v, dict):
         if all(isinstance(k, str) for k in v) and not (len(v) == 1 and next(iter(v)) in _TAGS):
             return {k: _enc(x, f"{path}[{k!r}]", depth + 1) for k, x in v.items()}
@@ -70,6 +74,11 @@ def _dec(v: Any) -> Any:
             return base64.b64decode(body, validate=True)
         if tag == "__tuple__" and isinstance(body, list):
             return tuple(_dec(x) for x in body)
+        if tag in ("__set__", "__frozenset__") and isinstance(body, list):
+            items = [_dec(x) for x in body]
+            if any(isinstance(x, (list, dict)) for x in items):
+                raise StateCodecError(f"a {tag} holds an unhashable value")
+            return set(items) if tag == "__set__" else frozenset(items)
         if tag == "__dict__" and isinstance(body, list):
             out = {}
             for pair in body:

@@ -77,6 +77,7 @@ fn format_dtype(fmt: &str, itemsize: usize) -> Option<DType> {
         ("B", 1) => DType::U8,
         ("i" | "l" | "q", 4) => DType::I32,
         ("i" | "l" | "q", 8) => DType::I64,
+        ("h", 2) => DType::I16,
         _ => return None,
     })
 }

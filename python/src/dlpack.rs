@@ -183,6 +183,7 @@ pub(crate) fn dtype(code: u8, bits: u8, lanes: u16) -> Option<DType> {
         (0, 8) => DType::I8,
         (0, 32) => DType::I32,
         (0, 64) => DType::I64,
+        (0, 16) => DType::I16,
         (1, 8) => DType::U8,
         (2, 16) => DType::F16,
         (2, 32) => DType::F32,

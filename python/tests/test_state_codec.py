@@ -29,6 +29,14 @@ class _Boom:
         return (os.system, (f"touch {self.marker}",))
 
 
+def test_sets_round_trip_and_unhashable_members_are_refused() -> None:
+    out = decode(encode({"names": {"a", "b"}, "frozen": frozenset({(1, 2)}), "empty": set()}))
+    assert out == {"names": {"a", "b"}, "frozen": frozenset({(1, 2)}), "empty": set()}
+    assert type(out["frozen"]) is frozenset and type(out["names"]) is set
+    with pytest.raises(StateCodecError, match="unhashable"):
+        decode(b'{"__set__": [[1, 2]]}')
+
+
 def test_plain_state_round_trips() -> None:
     state = {
         "step": 7, "lr": 0.5, "nan": float("inf"), "name": "x", "ok": True, "none": None,

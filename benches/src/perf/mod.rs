@@ -427,6 +427,7 @@ fn dispatch(
         DType::U8 => go::<u8>(c, gpu, spec),
         DType::I32 => go::<i32>(c, gpu, spec),
         DType::I64 => go::<i64>(c, gpu, spec),
+        DType::I16 => go::<i16>(c, gpu, spec),
     }
 }
 

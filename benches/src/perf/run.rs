@@ -28,7 +28,7 @@ macro_rules! be {
         }
     )*};
 }
-be!(f32 => false, f64 => false, i8 => true, u8 => true, i32 => true, i64 => true);
+be!(f32 => false, f64 => false, i8 => true, u8 => true, i16 => true, i32 => true, i64 => true);
 impl BenchElem for f16 {
     fn from_f(v: f64) -> Self {
         f16::from_f64(v)

@@ -307,8 +307,10 @@ fn nccl_error(e: dtcomm_nccl_sys::NcclError) -> NcclError {
     }
 }
 
-fn nccl_dtype(d: DType) -> ncclDataType_t {
-    match d {
+/// NCCL's type for `d` and how many of it make one element: NCCL has no 16-bit integer, so
+/// int16 moves as byte pairs (data movement only; [`RealComm::enqueue`] refuses reductions).
+fn nccl_dtype(d: DType) -> (ncclDataType_t, usize) {
+    let t = match d {
         DType::F32 => ncclDataType_t::ncclFloat32,
         DType::F64 => ncclDataType_t::ncclFloat64,
         DType::F16 => ncclDataType_t::ncclFloat16,
@@ -317,7 +319,9 @@ fn nccl_dtype(d: DType) -> ncclDataType_t {
         DType::U8 => ncclDataType_t::ncclUint8,
         DType::I32 => ncclDataType_t::ncclInt32,
         DType::I64 => ncclDataType_t::ncclInt64,
-    }
+        DType::I16 => return (ncclDataType_t::ncclUint8, 2),
+    };
+    (t, 1)
 }
 
 fn nccl_op(op: ReduceOp) -> ncclRedOp_t {
@@ -427,7 +431,22 @@ impl NcclComm for RealComm {
         dtype: DType,
         stream: StreamHandle,
     ) -> Result<(), NcclError> {
-        let (t, s) = (nccl_dtype(dtype), stream_of(stream).cast());
+        let ((t, k), s) = (nccl_dtype(dtype), stream_of(stream).cast());
+        let reduction = match op {
+            NcclOp::AllReduce { .. } => Some("ncclAllReduce"),
+            NcclOp::Reduce { .. } => Some("ncclReduce"),
+            NcclOp::ReduceScatter { .. } => Some("ncclReduceScatter"),
+            _ => None,
+        };
+        if let (Some(call), true) = (reduction, k != 1) {
+            return Err(NcclError {
+                call,
+                code: 4,
+                name: "ncclInvalidArgument",
+                text: format!("NCCL has no {dtype} type: {dtype} device tensors cannot be reduced"),
+                last: None,
+            });
+        }
         let n = &self.nccl;
         let p = |d: DevPtr| d.0 as usize as *mut c_void;
         // SAFETY: device buffers checked by the engine for their counts; the stream is this
@@ -439,13 +458,13 @@ impl NcclComm for RealComm {
                     recv,
                     count,
                     op,
-                } => n.all_reduce(p(send), p(recv), count, t, nccl_op(op), self.comm, s),
+                } => n.all_reduce(p(send), p(recv), count * k, t, nccl_op(op), self.comm, s),
                 NcclOp::Broadcast {
                     send,
                     recv,
                     count,
                     root,
-                } => n.broadcast(p(send), p(recv), count, t, root as i32, self.comm, s),
+                } => n.broadcast(p(send), p(recv), count * k, t, root as i32, self.comm, s),
                 NcclOp::Reduce {
                     send,
                     recv,
@@ -463,19 +482,19 @@ impl NcclComm for RealComm {
                     s,
                 ),
                 NcclOp::AllGather { send, recv, count } => {
-                    n.all_gather(p(send), p(recv), count, t, self.comm, s)
+                    n.all_gather(p(send), p(recv), count * k, t, self.comm, s)
                 }
                 NcclOp::Exchange {
                     ref sends,
                     ref recvs,
                 } => n.group_start().and_then(|_| {
                     let sent = sends.iter().try_for_each(|b| {
-                        n.send(p(b.ptr), b.count, t, b.peer as i32, self.comm, s)
+                        n.send(p(b.ptr), b.count * k, t, b.peer as i32, self.comm, s)
                             .map(|_| ())
                     });
                     let each = sent.and_then(|()| {
                         recvs.iter().try_for_each(|b| {
-                            n.recv(p(b.ptr), b.count, t, b.peer as i32, self.comm, s)
+                            n.recv(p(b.ptr), b.count * k, t, b.peer as i32, self.comm, s)
                                 .map(|_| ())
                         })
                     });
@@ -488,7 +507,7 @@ impl NcclComm for RealComm {
                     recv,
                     count,
                     op,
-                } => n.reduce_scatter(p(send), p(recv), count, t, nccl_op(op), self.comm, s),
+                } => n.reduce_scatter(p(send), p(recv), count * k, t, nccl_op(op), self.comm, s),
             }
         };
         r.map(|_| ()).map_err(nccl_error)

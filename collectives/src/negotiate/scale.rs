@@ -31,6 +31,7 @@ pub fn scale(bytes: &mut [u8], dtype: DType, factor: f64) {
         .to_bits()),
         DType::I32 => each!(i32, 4, |x| (f64::from(x) * factor) as i32),
         DType::I64 => each!(i64, 8, |x| (x as f64 * factor) as i64),
+        DType::I16 => each!(i16, 2, |x| (f64::from(x) * factor) as i16),
         DType::I8 => each!(i8, 1, |x| (f64::from(x) * factor) as i8),
         DType::U8 => each!(u8, 1, |x| (f64::from(x) * factor) as u8),
     }

@@ -81,7 +81,10 @@ pub fn reference(op: ReduceOp, world: usize, i: usize) -> f64 {
 
 /// Checks `got[i]` against the reference; `Avg` of integers truncates, of floats is close.
 pub fn check<T: TestElem>(what: &str, op: ReduceOp, world: usize, got: &[T], offset: usize) {
-    let is_int = matches!(T::DTYPE, DType::I8 | DType::U8 | DType::I32 | DType::I64);
+    let is_int = matches!(
+        T::DTYPE,
+        DType::I8 | DType::U8 | DType::I16 | DType::I32 | DType::I64
+    );
     for (k, x) in got.iter().enumerate() {
         let i = offset + k;
         let mut want = reference(op, world, i);

@@ -74,7 +74,7 @@ def _internal(e: RuntimeError) -> HorovodInternalError:
 _DTYPES = {
     torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
     torch.bfloat16: "bfloat16", torch.int8: "int8", torch.uint8: "uint8",
-    torch.int32: "int32", torch.int64: "int64",
+    torch.int16: "int16", torch.int32: "int32", torch.int64: "int64",
 }
 
 @dataclass
@@ -809,7 +809,7 @@ def _decode(data: bytes) -> Any:
 def broadcast_object(obj: Any, root_rank: int = 0, name: str | None = None,
                      process_set: Any = None) -> Any:
     """Returns ``root_rank``'s ``obj`` on every rank. Objects travel in dtcomm's code-free
-    format (None, numbers, strings, bytes, lists, tuples, dicts, numpy arrays, torch
+    format (None, numbers, strings, bytes, lists, tuples, sets, dicts, numpy arrays, torch
     tensors), never as pickles."""
     name = name or type(obj).__name__
     if rank() == root_rank:

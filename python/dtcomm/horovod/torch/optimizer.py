@@ -90,12 +90,21 @@ class _DistributedMixin:
         self._p_to_group: dict[int, tuple[torch.Tensor, ...]] = {}
         self._group_counts: dict[int, int] = {}  # by id(group)
         self._hooks = []
-        if (hvd._group(self._process_set).size > 1
-                or os.environ.get("HOROVOD_ELASTIC") == "1"):
+        # A rank outside the optimizer's process set steps on its own gradients (Horovod's
+        # rule): no hooks, and synchronize() has nothing to wait for.
+        self._member = hvd._set_state(self._process_set).set_rank is not None
+        if self._member and (hvd._group(self._process_set).size > 1
+                             or os.environ.get("HOROVOD_ELASTIC") == "1"):
             if groups is not None:
                 self._form_groups()
             for p in self._requires_update:
                 self._hooks.append(p.register_post_accumulate_grad_hook(self._hook))
+
+    @property
+    def _parameter_names(self) -> dict[torch.Tensor, str]:
+        """Horovod's table: each parameter and the name its gradient is reduced under."""
+        params = [p for g in self.param_groups for p in g["params"]]  # type: ignore[attr-defined]
+        return {p: self._names[id(p)] for p in params}
 
     def _form_groups(self) -> None:
         """Groups of parameters whose gradients are reduced together, the same on every rank:
@@ -198,6 +207,9 @@ class _DistributedMixin:
     def synchronize(self) -> None:
         """Waits for every gradient's reduction (starting those whose hook did not run: zeros
         for gradients this rank never produced)."""
+        if not self._member:
+            self._synchronized = True
+            return
         handles = self._handles
         done: set[int] = set()
         for key, entry in handles.items():
@@ -272,7 +284,8 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Any
                          num_groups: int = 0, groups: Any = None,
                          sparse_as_dense: bool = False, process_set: Any = None) -> Any:
     """Wraps ``optimizer`` so that ``step()`` applies gradients averaged over every rank (of
-    ``process_set``, when given: only its members may build it) (reduced by parameter name as each becomes ready during ``backward()``). ``groups``: a
+    ``process_set``, when given; a rank outside the set steps on its own gradients), reduced
+    by parameter name as each becomes ready during ``backward()``. ``groups``: a
     number of groups, or lists of parameters, reduced together once all of a group's
     gradients are ready. Sparse gradients travel as ``sparse_allreduce_async`` (allgathered
     indices and values) unless ``sparse_as_dense``, which allreduces them dense and makes
