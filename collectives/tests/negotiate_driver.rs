@@ -2,7 +2,8 @@
 //! complete once every rank submitted them, whatever the order; fused allreduces give each
 //! tensor its own result; scale factors; allgather with a first dimension per rank;
 //! broadcast; a mismatch fails on every rank and later operations work; duplicates refused;
-//! in-place buffers (lone, fused, broadcast) hold their results and are only read otherwise.
+//! in-place buffers (lone, fused, broadcast) hold their results and are only read otherwise;
+//! one rank's shutdown ends the negotiation for all.
 
 use std::time::Duration;
 
@@ -297,6 +298,52 @@ fn a_name_one_rank_never_submits_fails_at_the_deadline_on_the_ranks_waiting() {
                     back(&n.submit(r, f32s(&[1.0])).unwrap().wait().unwrap().data),
                     vec![2.0]
                 );
+                n.shutdown();
+            });
+        }
+    });
+}
+
+/// Horovod's rule: one rank's shutdown ends the negotiation on every rank in the same cycle.
+/// What another rank has pending fails at once (not at the stall deadline, here 60 s) naming
+/// the rank that shut down, and so does what it submits later.
+#[test]
+fn one_ranks_shutdown_fails_the_others_pending_operations_at_once_naming_it() {
+    let opts = Options {
+        timeout: Some(Duration::from_secs(60)),
+        ..Options::default()
+    };
+    let comms = Communicator::in_memory(3, opts).unwrap();
+    std::thread::scope(|s| {
+        for (rank, comm) in comms.into_iter().enumerate() {
+            s.spawn(move || {
+                let n = Negotiator::start(std::sync::Arc::new(comm), Duration::from_millis(1), 0);
+                let r = Request::allreduce("allreduce.done", DType::F32, &[1], ReduceOp::Sum);
+                assert_eq!(
+                    back(&n.submit(r, f32s(&[1.0])).unwrap().wait().unwrap().data),
+                    [3.0]
+                );
+                if rank == 2 {
+                    n.shutdown();
+                    return;
+                }
+                let t = std::time::Instant::now();
+                let r = Request::allreduce("allreduce.left", DType::F32, &[1], ReduceOp::Sum);
+                match n.submit(r, f32s(&[1.0])).unwrap().wait() {
+                    Err(e @ NegotiateError::Shutdown(..)) => {
+                        let m = e.to_string();
+                        assert!(m.contains("allreduce.left") && m.contains("rank 2"), "{m}");
+                    }
+                    other => panic!("{other:?}"),
+                }
+                assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+                let r = Request::allreduce("allreduce.later", DType::F32, &[1], ReduceOp::Sum);
+                match n.submit(r, f32s(&[1.0])) {
+                    Err(e @ NegotiateError::Shutdown(..)) => {
+                        assert!(e.to_string().contains("rank 2"))
+                    }
+                    other => panic!("{:?}", other.map(|_| ())),
+                }
                 n.shutdown();
             });
         }

@@ -74,7 +74,7 @@ fn fail(e: &NegotiateError) -> Fail {
     let code = match e {
         NegotiateError::Mismatch(_) => DTCOMM_MISMATCH,
         NegotiateError::Comm(_) => DTCOMM_FAILED,
-        NegotiateError::Shutdown(_) => DTCOMM_SHUTDOWN,
+        NegotiateError::Shutdown(..) => DTCOMM_SHUTDOWN,
         NegotiateError::BadBuffer(_) | NegotiateError::Duplicate(_) => DTCOMM_INVALID_ARGUMENT,
     };
     Fail {

@@ -31,9 +31,11 @@ pub enum NegotiateError {
     /// The communicator failed; this and every later operation fail.
     #[error("{0}")]
     Comm(String),
-    /// The negotiator shut down before the operation ran.
-    #[error("the negotiator shut down before {0} ran")]
-    Shutdown(String),
+    /// The negotiation ended before the operation ran: this rank or another shut down
+    /// (Horovod's rule: one rank's shutdown ends it for every rank). The operation's name and
+    /// who shut down.
+    #[error("{0} did not run: the negotiation was shut down by {1}")]
+    Shutdown(String, String),
     /// The buffer does not hold what the request describes.
     #[error("{0}")]
     BadBuffer(String),
@@ -210,6 +212,8 @@ struct State {
     /// A caller asked for the next cycle now ([`Negotiator::flush`]).
     nudged: bool,
     stopping: bool,
+    /// Who ended the negotiation, when another rank did.
+    ended_by: Option<String>,
     failed: Option<String>,
 }
 
@@ -279,8 +283,11 @@ impl Negotiator {
         if let Some(why) = &st.failed {
             return Err(NegotiateError::Comm(why.clone()));
         }
+        if let Some(by) = &st.ended_by {
+            return Err(NegotiateError::Shutdown(request.name, by.clone()));
+        }
         if st.stopping {
-            return Err(NegotiateError::Shutdown(request.name));
+            return Err(NegotiateError::Shutdown(request.name, "this rank".into()));
         }
         if st.pending.contains_key(&request.name) {
             return Err(NegotiateError::Duplicate(request.name));
@@ -328,8 +335,9 @@ impl Negotiator {
         )
     }
 
-    /// Shuts down: every rank must call it; returns once all have (operations still pending
-    /// then fail with [`NegotiateError::Shutdown`]).
+    /// Shuts down, and with it every rank's negotiation in the same cycle (Horovod's rule):
+    /// operations still pending on any rank then fail with [`NegotiateError::Shutdown`] naming
+    /// the ranks that shut down, and later submissions there fail the same way.
     pub fn shutdown(mut self) {
         self.shared.lock().stopping = true;
         if let Some(t) = self.thread.take() {
@@ -385,11 +393,13 @@ fn run(comm: Arc<Communicator>, shared: Arc<Shared>, cycle: Duration, threshold:
             Ok(g) => g,
             Err(e) => return fail_all(e.to_string()),
         };
-        let (mut all_stopping, mut any_waited) = (true, false);
+        let (mut stoppers, mut any_waited) = (Vec::new(), false);
         for (rank, bytes) in gathered.iter().enumerate() {
             match wire::decode(bytes) {
                 Ok((flags, reqs)) => {
-                    all_stopping &= flags.stopping;
+                    if flags.stopping {
+                        stoppers.push(rank);
+                    }
                     any_waited |= flags.waited;
                     for r in reqs {
                         // Duplicates were refused at submission, so this cannot fail.
@@ -410,10 +420,26 @@ fn run(comm: Arc<Communicator>, shared: Arc<Shared>, cycle: Duration, threshold:
                 return fail_all(e.to_string());
             }
         }
-        if all_stopping {
+        // One rank's shutdown ends the negotiation for every rank, in the same cycle on all
+        // (they saw the same flags): what every rank submitted has run above; what is left
+        // could never complete, so it fails now rather than at the stall deadline.
+        if !stoppers.is_empty() {
+            let by = if stoppers.len() == 1 {
+                format!("rank {}", stoppers[0])
+            } else {
+                format!("ranks {stoppers:?}")
+            };
             let mut st = shared.lock();
+            if !stoppers.contains(&comm.rank()) {
+                st.ended_by = Some(format!(
+                    "{by} (it called shutdown or exited; an exception there is in its log; \
+                     call init again to go on)"
+                ));
+            }
+            let by = st.ended_by.clone().unwrap_or(by);
             for (name, l) in st.pending.drain() {
-                l.slot.finish(Err(NegotiateError::Shutdown(name)));
+                l.slot
+                    .finish(Err(NegotiateError::Shutdown(name, by.clone())));
             }
             return;
         }

@@ -14,6 +14,7 @@ collectives beside it.
 
 from __future__ import annotations
 
+import atexit
 import os
 import secrets
 import threading
@@ -168,6 +169,11 @@ def init(comm: Any = None, process_sets: Any = None) -> None:
             dtcomm.init(verbose=False)
         _cross = _learn_cross()
         _neg = _negotiator()
+        # As Horovod: leaving the process shuts down, which ends every rank's negotiation in
+        # the same cycle (their pending operations fail naming this rank, rather than waiting
+        # for the stall deadline), before the communicator says goodbye.
+        atexit.unregister(shutdown)
+        atexit.register(shutdown)
         _handles.clear()
         _reset_sets(_neg)
         _dynamic = (process_sets == "dynamic"
@@ -175,7 +181,8 @@ def init(comm: Any = None, process_sets: Any = None) -> None:
     if isinstance(process_sets, (list, tuple)):
         for ps in process_sets:
             _register(ps if isinstance(ps, ProcessSet) else ProcessSet(ps))
-    if os.environ.get("HOROVOD_TIMELINE") and dtcomm.rank() == 0:
+    # HOROVOD_TIMELINE=DYNAMIC: no file at start, hvd.start_timeline() later (Horovod's rule).
+    if os.environ.get("HOROVOD_TIMELINE", "DYNAMIC") != "DYNAMIC" and dtcomm.rank() == 0:
         start_timeline(os.environ["HOROVOD_TIMELINE"],
                        mark_cycles=os.environ.get("HOROVOD_TIMELINE_MARK_CYCLES") == "1")
 

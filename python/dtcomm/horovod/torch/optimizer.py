@@ -307,7 +307,24 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Any
 def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
                               model: Any = None) -> None:
     """Makes every rank's optimizer state (hyper-parameters and per-parameter state) equal to
-    ``root_rank``'s."""
+    ``root_rank``'s. A new optimizer's state is made first, as Horovod does: zero gradients and
+    one step of the wrapped optimizer (never a reducing step), so every rank has state to
+    receive and each trainable parameter is left with a zero gradient."""
+    if isinstance(optimizer, torch.optim.LBFGS):
+        raise ValueError("cannot broadcast torch.optim.LBFGS state")
+    if not optimizer.state_dict()["state"]:
+        sparse = {id(p) for m in (model.modules() if model is not None else ())
+                  if isinstance(m, torch.nn.Embedding) and m.sparse for p in m.parameters()}
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.requires_grad:
+                    p.grad = torch.zeros_like(p)
+                    if isinstance(optimizer, torch.optim.SparseAdam) or id(p) in sparse:
+                        p.grad = p.grad.to_sparse()
+        if isinstance(optimizer, _DistributedMixin):
+            super(_DistributedMixin, optimizer).step()  # type: ignore[misc]
+        else:
+            optimizer.step()
     state = hvd.broadcast_object(optimizer.state_dict(), root_rank=root_rank,
                                  name="optimizer_state")
     optimizer.load_state_dict(state)
