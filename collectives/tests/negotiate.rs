@@ -265,6 +265,41 @@ fn a_name_some_ranks_never_submit_fails_after_the_stall_limit_naming_them() {
     assert_eq!(c.pending(), 0);
 }
 
+/// A join that fails at the stall deadline leaves its ranks unjoined: a barrier or allreduce
+/// the others submit afterwards waits for them again (found by Horovod's
+/// `test_horovod_join_allgather` at world 3, where the failed join let one rank's barrier
+/// complete alone and the ranks fell out of step for the rest of the suite).
+#[test]
+fn a_failed_join_leaves_nobody_joined() {
+    let only = |kind: Kind, name: &str| Request {
+        kind,
+        shape: vec![],
+        op: None,
+        ..ar(name, 0)
+    };
+    let mut c = Coordinator::new(3, 0).with_stall_cycles(3);
+    c.submit(1, only(Kind::Join, "join")).unwrap();
+    let mut out = Vec::new();
+    for _ in 0..3 {
+        out.extend(c.cycle());
+    }
+    assert!(
+        matches!(&out[..], [Response::Error { name, .. }] if name == "join"),
+        "{out:?}"
+    );
+    c.submit(0, only(Kind::Barrier, "barrier.noname")).unwrap();
+    c.submit(2, only(Kind::Barrier, "barrier.noname")).unwrap();
+    assert!(c.cycle().is_empty(), "the barrier ran without rank 1");
+    c.submit(1, only(Kind::Barrier, "barrier.noname")).unwrap();
+    assert!(matches!(
+        &c.cycle()[..],
+        [Response::Run {
+            kind: Kind::Barrier,
+            ..
+        }]
+    ));
+}
+
 #[test]
 fn early_cycles_answer_ready_names_but_do_not_bring_the_stall_deadline_closer() {
     let mut c = Coordinator::new(2, 0).with_stall_cycles(2);

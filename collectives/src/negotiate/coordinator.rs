@@ -98,6 +98,11 @@ impl Coordinator {
                 let have: Vec<usize> = (0..e.requests.len())
                     .filter(|r| e.requests[*r].is_some())
                     .collect();
+                // A join that failed leaves its ranks unjoined: they go on as members, and
+                // must not stand in for the others' later operations (barriers, allreduces).
+                if e.requests.iter().flatten().any(|q| q.kind == Kind::Join) {
+                    self.joined.clear();
+                }
                 Response::Error {
                     message: format!(
                         "{name}: ranks {missing:?} did not submit it within {limit} negotiation \

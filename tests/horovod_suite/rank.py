@@ -1,0 +1,62 @@
+"""One rank of Horovod's own test suite under ``dtrun --horovod``: pytest on the given test
+file with this rank's log and JUnit file in ``DTCOMM_HVD_OUT`` (``rank<N>.log``,
+``junit-rank<N>.xml``) and a per-test limit (``DTCOMM_HVD_TEST_TIMEOUT`` seconds, default 120).
+
+Horovod's test helpers import ``horovod.runner.util.threads.in_thread`` (from horovodrun's
+package, which dtrun replaces); a stand-in with the same contract is registered here. Nothing
+else of Horovod's runner is provided.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import types
+from collections.abc import Callable
+from typing import Any
+
+
+def in_thread(target: Callable[..., Any], args: tuple[Any, ...] = (), name: str | None = None,
+              daemon: bool = True, silent: bool = False) -> threading.Thread:
+    """Runs ``target(*args)`` on a new thread (exceptions swallowed when ``silent``)."""
+    if not isinstance(args, tuple):
+        raise ValueError(f"args must be a tuple, not {type(args)}, for a single argument use (arg,)")
+
+    def run(*a: Any) -> None:
+        try:
+            target(*a)
+        except Exception:
+            if not silent:
+                raise
+
+    t = threading.Thread(target=run, args=args, name=name, daemon=daemon)
+    t.start()
+    return t
+
+
+def _register_runner_stub() -> None:
+    for name in ("horovod.runner", "horovod.runner.util", "horovod.runner.util.threads"):
+        sys.modules.setdefault(name, types.ModuleType(name))
+    sys.modules["horovod.runner.util.threads"].in_thread = in_thread  # type: ignore[attr-defined]
+
+
+def main(argv: list[str]) -> int:
+    import pytest
+
+    _register_runner_stub()
+    rank = os.environ.get("HOROVOD_RANK", "0")
+    out = os.environ["DTCOMM_HVD_OUT"]
+    log = open(os.path.join(out, f"rank{rank}.log"), "w")  # noqa: SIM115 (lives as long as the process)
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    return int(pytest.main([
+        "-p", "no:cacheprovider", "-v", "--tb=short",
+        "--timeout", os.environ.get("DTCOMM_HVD_TEST_TIMEOUT", "120"),
+        f"--junitxml={os.path.join(out, f'junit-rank{rank}.xml')}",
+        *argv,
+    ]))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
