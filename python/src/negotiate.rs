@@ -218,7 +218,17 @@ impl PyNegotiator {
             .unwrap_or_default()
     }
 
-    /// Stops the cycle thread once every rank has called it.
+    /// Who ended this negotiation when another rank shut it down (None while it runs, or
+    /// when this rank shut it down itself).
+    fn ended_by(&self) -> Option<String> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .and_then(Negotiator::ended_by)
+    }
+
+    /// Stops the cycle thread, and every rank's in the same cycle.
     fn shutdown(&self, py: Python<'_>) {
         let n = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(n) = n {

@@ -307,6 +307,12 @@ impl Negotiator {
         Ok(Handle(slot, Arc::downgrade(&self.shared)))
     }
 
+    /// Who ended this negotiation, when another rank shut it down (see
+    /// [`Negotiator::shutdown`]); `None` while it runs.
+    pub fn ended_by(&self) -> Option<String> {
+        self.shared.lock().ended_by.clone()
+    }
+
     /// Starts the next cycle now rather than when the cycle time is up: for a caller about to
     /// wait for operations it submitted (no more are coming from it before they complete, so
     /// waiting out the cycle time would only add latency). Every rank still meets in the

@@ -162,6 +162,10 @@ def init(comm: Any = None, process_sets: Any = None) -> None:
     ``"dynamic"`` (as ``HOROVOD_DYNAMIC_PROCESS_SETS=1``) to allow ``add_process_set`` and
     ``remove_process_set`` later."""
     global _neg, _dynamic, _cross
+    if _neg is not None and _neg.ended_by() is not None:
+        # Another rank shut the negotiation down: leave this group too and start over (every
+        # rank does the same, so all meet again in dtcomm.init()).
+        shutdown()
     with _lock:
         if _neg is not None:
             return
@@ -348,8 +352,8 @@ def shutdown() -> None:
 
 
 def is_initialized() -> bool:
-    """Whether ``init()`` ran (and ``shutdown()`` not since)."""
-    return _neg is not None
+    """Whether ``init()`` ran and neither this rank nor another has shut down since."""
+    return _neg is not None and _neg.ended_by() is None
 
 
 def _n() -> _dtcomm.Negotiator:
