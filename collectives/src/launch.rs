@@ -5,7 +5,9 @@
 //! Precedence: explicit arguments, then `DTCOMM_*`, then torchrun (`RANK`, `WORLD_SIZE`,
 //! `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `MASTER_ADDR`/`MASTER_PORT`, `TORCHELASTIC_RUN_ID`), then
 //! Horovod, Open MPI and PMI (`HOROVOD_RANK`, `OMPI_COMM_WORLD_RANK`, `PMI_RANK` and their
-//! sizes), then OCI Data Science (`OCI__MODE`, `OCI__WORKER_COUNT`), else rank 0 of 1. A pair
+//! sizes), then Slurm's `srun` (`SLURM_PROCID`, `SLURM_NTASKS`, `SLURM_LOCALID` and the
+//! step's node list and task counts: rank 0 hosts the store on the first host, [`slurm`]), then
+//! OCI Data Science (`OCI__MODE`, `OCI__WORKER_COUNT`), else rank 0 of 1. A pair
 //! set by half (a rank without its size, an address without its port) is an error naming both
 //! variables. An endpoint on dt-rdzv's native port (29401, or `DTCOMM_RDZV_BACKEND=native`, or
 //! a pinned fingerprint) asks for the native rendezvous, which assigns the ranks. Under
@@ -19,6 +21,7 @@ pub mod mpi_hosts;
 pub mod mpi_session;
 pub mod pmi1;
 pub mod pmix;
+pub mod slurm;
 
 /// The TCPStore port (torchrun's default).
 pub const STORE_PORT: u16 = 29400;
@@ -41,6 +44,11 @@ pub const LOCAL_PAIRS: [(&str, &str); 5] = [
     ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
     ("MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
 ];
+/// The provenance of a rank that Slurm's `srun` gave.
+const SLURM_RANK: &str = "SLURM_PROCID";
+/// The provenance of the store rank 0 of an `srun` step hosts.
+const SLURM_STORE: &str =
+    "Slurm: first host of the step's node list, port from SLURM_JOB_ID and SLURM_STEP_ID";
 /// Run id variables in precedence order.
 pub const RUN_ID_VARS: [&str; 2] = ["DTCOMM_RUN_ID", "TORCHELASTIC_RUN_ID"];
 
@@ -232,6 +240,8 @@ pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<La
     let oci = var(env, "OCI__MODE")
         .unwrap_or_default()
         .to_ascii_uppercase();
+    // Slurm's `srun` (read only for what no launcher above it set).
+    let slurm = || slurm::step(env);
     let (mut rank, mut world) = if let Some((r, w)) = ex.rank_world {
         if w < 1 || r >= w {
             return Err(format!("rank {r} is not in a world of {w}"));
@@ -239,6 +249,8 @@ pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<La
         (s(Some(r), "explicit"), s(w, "explicit"))
     } else if let Some((r, w, a, b)) = pair(env, &RANK_PAIRS, true)? {
         (s(Some(r), a), s(w, b))
+    } else if let Some(st) = slurm()? {
+        (s(Some(st.rank), SLURM_RANK), s(st.world, st.world_var))
     } else if oci == "MAIN" || oci == "WORKER" {
         let (n, src) = match var(env, "OCI__WORKER_COUNT") {
             Some(c) => (
@@ -258,6 +270,14 @@ pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<La
     };
     let (mut local_rank, mut local_size) = match pair(env, &LOCAL_PAIRS, true)? {
         Some((r, n, a, b)) => (s(r, a), s(n, b)),
+        // (also under `srun --mpi=pmi2`, whose PMI-1 ranks come with no local rank)
+        None if var(env, "SLURM_LOCALID").is_some() && slurm()?.is_some() => {
+            let st = slurm()?.expect("checked");
+            (
+                s(st.local_rank, "SLURM_LOCALID"),
+                s(st.local_size, "SLURM_STEP_TASKS_PER_NODE"),
+            )
+        }
         None if world.value == 1 => (s(0, "default"), s(1, "default")),
         None => (s(0, "default (unknown)"), s(1, "default (unknown)")),
     };
@@ -339,6 +359,10 @@ pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<La
                 )),
                 "Hydra's PMI-1 socket (mpiexec.hydra)",
             ),
+            (None, None) if rank.source == SLURM_RANK => {
+                let st = slurm()?.expect("ranks from Slurm");
+                s(Some(join_host_port(&st.first_host, st.port)), SLURM_STORE)
+            }
             (None, None) if oci == "MAIN" => s(
                 Some(format!("0.0.0.0:{STORE_PORT}")),
                 "OCI__MODE=MAIN hosts it",
@@ -383,6 +407,8 @@ pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<La
         } else {
             s(true, "rank 0 of env://")
         }
+    } else if endpoint.source == SLURM_STORE && rank.value == Some(0) {
+        s(true, "rank 0 of the srun step")
     } else if oci == "MAIN" && ex.endpoint.is_none() {
         s(true, "OCI__MODE=MAIN")
     } else {
@@ -393,7 +419,10 @@ pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<La
         None => RUN_ID_VARS
             .iter()
             .find_map(|v| var(env, v).map(|x| s(x, *v)))
-            .unwrap_or_else(|| s("dtcomm".to_owned(), "default")),
+            .unwrap_or_else(|| match (rank.source == SLURM_RANK).then(slurm) {
+                Some(Ok(Some(st))) => s(st.run_id, "SLURM_JOB_ID, SLURM_STEP_ID"),
+                _ => s("dtcomm".to_owned(), "default"),
+            }),
     };
     Ok(Launch {
         rank,

@@ -149,3 +149,119 @@ fn explicit_arguments_win() {
     assert_eq!(l.run_id.value, "r");
     assert!(l.to_string().contains("rank=1 (explicit)"));
 }
+
+/// What `srun -N 3 -n 7` gives task 4 (second node, two tasks per node then one).
+fn srun_task(procid: &str, localid: &str, nodeid: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("SLURM_PROCID", procid.into()),
+        ("SLURM_LOCALID", localid.into()),
+        ("SLURM_NODEID", nodeid.into()),
+        ("SLURM_NTASKS", "7".into()),
+        ("SLURM_STEP_ID", "0".into()),
+        ("SLURM_JOB_ID", "4242".into()),
+        ("SLURM_STEP_NODELIST", "gpu-a[07-08],cpu1".into()),
+        ("SLURM_STEP_TASKS_PER_NODE", "3(x2),1".into()),
+    ]
+}
+
+fn run_owned(ex: &Explicit, vars: &[(&'static str, String)]) -> Result<Launch, String> {
+    let v: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    run(ex, &v)
+}
+
+#[test]
+fn an_srun_task_gets_its_rank_world_local_rank_and_rank_0s_store() {
+    let l = run_owned(&Explicit::default(), &srun_task("4", "1", "1")).unwrap();
+    assert_eq!((l.rank.value, l.world.value), (Some(4), 7));
+    assert_eq!(
+        (l.rank.source.as_str(), l.world.source.as_str()),
+        ("SLURM_PROCID", "SLURM_NTASKS")
+    );
+    assert_eq!((l.local_rank.value, l.local_size.value), (1, 3));
+    let port = slurm::port_for(4242, 0);
+    assert_eq!(l.endpoint.value, Some(format!("gpu-a07:{port}")));
+    assert!(!l.host_store.value);
+    assert_eq!(l.run_id.value, "slurm-4242.0");
+    let zero = run_owned(&Explicit::default(), &srun_task("0", "0", "0")).unwrap();
+    assert!(zero.host_store.value, "{}", zero.host_store.source);
+    // torchrun under srun (one task per node) keeps torchrun's ranks and rendezvous.
+    let mut t = srun_task("1", "0", "1");
+    t.extend([
+        ("RANK", "5".into()),
+        ("WORLD_SIZE", "8".into()),
+        ("MASTER_ADDR", "gpu-a07".into()),
+        ("MASTER_PORT", "29500".into()),
+    ]);
+    let l = run_owned(&Explicit::default(), &t).unwrap();
+    assert_eq!(
+        (l.rank.value, l.world.value, l.rank.source.as_str()),
+        (Some(5), 8, "RANK")
+    );
+    assert_eq!(l.endpoint.value.as_deref(), Some("gpu-a07:29500"));
+    // srun --mpi=pmi2: PMI-1 ranks, Slurm's local rank (PMI-1 has none).
+    let mut p = srun_task("4", "1", "1");
+    p.extend([
+        ("PMI_RANK", "4".into()),
+        ("PMI_SIZE", "7".into()),
+        ("PMI_FD", "6".into()),
+    ]);
+    let l = run_owned(&Explicit::default(), &p).unwrap();
+    assert_eq!((l.local_rank.value, l.local_size.value), (1, 3));
+    assert_eq!(l.local_rank.source, "SLURM_LOCALID");
+}
+
+#[test]
+fn slurm_variables_that_disagree_are_refused_naming_them() {
+    let with = |k: &'static str, v: &str| {
+        let mut t = srun_task("4", "1", "1");
+        t.retain(|(n, _)| *n != k);
+        t.push((k, v.into()));
+        run_owned(&Explicit::default(), &t).unwrap_err()
+    };
+    assert!(with("SLURM_PROCID", "7").contains("SLURM_PROCID=7 is not below SLURM_NTASKS=7"));
+    let e = with("SLURM_STEP_TASKS_PER_NODE", "3(x2)");
+    assert!(e.contains("counts 6 tasks but SLURM_NTASKS=7"), "{e}");
+    let e = with("SLURM_STEP_NODELIST", "gpu-a[07-08");
+    assert!(
+        e.contains("SLURM_STEP_NODELIST") && e.contains("'[' without ']'"),
+        "{e}"
+    );
+    let e = with("SLURM_STEP_NODELIST", "gpu-a[07-09],cpu1");
+    assert!(e.contains("names 4 hosts"), "{e}");
+    assert!(with("SLURM_LOCALID", "3").contains("SLURM_LOCALID=3 is not below"));
+    assert!(with("SLURM_NTASKS", "x").contains("SLURM_NTASKS=\"x\""));
+}
+
+#[test]
+fn slurm_host_lists_and_task_counts_expand() {
+    let h = slurm::expand_hostlist("node[01-03,07],gpu-a[1-2],login").unwrap();
+    assert_eq!(
+        h,
+        [
+            "node01", "node02", "node03", "node07", "gpu-a1", "gpu-a2", "login"
+        ]
+    );
+    let h = slurm::expand_hostlist("r[1-2]-n[8-9]").unwrap();
+    assert_eq!(h, ["r1-n8", "r1-n9", "r2-n8", "r2-n9"]);
+    assert!(slurm::expand_hostlist("n[3-1]").is_err());
+    assert!(slurm::expand_hostlist("n[a-b]").is_err());
+    assert!(slurm::expand_hostlist("n]1[").is_err());
+    assert_eq!(slurm::tasks_per_node("2(x3),1").unwrap(), [2, 2, 2, 1]);
+    assert!(slurm::tasks_per_node("2(x3").is_err());
+    assert_ne!(slurm::port_for(4242, 0), slurm::port_for(4242, 1));
+    assert!((15_000..25_000).contains(&slurm::port_for(u64::MAX, 3)));
+}
+
+#[test]
+fn a_batch_script_alone_is_not_an_srun_task() {
+    let l = run(
+        &Explicit::default(),
+        &[
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "4"),
+            ("SLURM_JOB_ID", "9"),
+        ],
+    )
+    .unwrap();
+    assert_eq!((l.rank.value, l.world.value), (Some(0), 1));
+}
