@@ -218,14 +218,18 @@ impl PyNegotiator {
             .unwrap_or_default()
     }
 
-    /// Who ended this negotiation when another rank shut it down (None while it runs, or
-    /// when this rank shut it down itself).
+    /// Who ended this negotiation: another rank, or this one (`shutdown()` ran); None while it
+    /// runs.
     fn ended_by(&self) -> Option<String> {
-        self.inner
+        match self
+            .inner
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .as_ref()
-            .and_then(Negotiator::ended_by)
+        {
+            Some(n) => n.ended_by(),
+            None => Some("this rank".into()),
+        }
     }
 
     /// Stops the cycle thread, and every rank's in the same cycle.

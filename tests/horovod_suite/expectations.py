@@ -32,6 +32,7 @@ BY_WORLD: dict[int, dict[str, str]] = {
     3: {
         "test_horovod_allreduce_prescale": _FP16_EXACT,
         "test_horovod_grouped_reducescatter_prescale": _FP16_EXACT,
+        "test_horovod_reducescatter_prescale": _FP16_EXACT,
         "test_horovod_join_allreduce": (
             "with one rank joined the average is 2x/3, which the test compares with threshold 0 "
             "against float32 division (2x)/3; Horovod's CPU path (and dtcomm's, which follows "

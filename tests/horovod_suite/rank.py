@@ -1,6 +1,7 @@
 """One rank of Horovod's own test suite under ``dtrun --horovod``: pytest on the given test
 file with this rank's log and JUnit file in ``DTCOMM_HVD_OUT`` (``rank<N>.log``,
-``junit-rank<N>.xml``) and a per-test limit (``DTCOMM_HVD_TEST_TIMEOUT`` seconds, default 120).
+``junit-rank<N>.xml``) and a per-test limit (``DTCOMM_HVD_TEST_TIMEOUT`` seconds, default 120);
+the tests named in ``DTCOMM_HVD_LEAVE_OUT`` (comma-separated, exact names) are left out.
 
 Horovod's test helpers import ``horovod.runner.util.threads.in_thread`` (from horovodrun's
 package, which dtrun replaces); a stand-in with the same contract is registered here. Nothing
@@ -41,6 +42,18 @@ def _register_runner_stub() -> None:
     sys.modules["horovod.runner.util.threads"].in_thread = in_thread  # type: ignore[attr-defined]
 
 
+class LeaveOut:
+    """A pytest plugin: drops the tests named (exactly) in ``DTCOMM_HVD_LEAVE_OUT``."""
+
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
+
+    def pytest_collection_modifyitems(self, config: Any, items: list[Any]) -> None:
+        gone = [i for i in items if i.name in self.names]
+        items[:] = [i for i in items if i.name not in self.names]
+        config.hook.pytest_deselected(items=gone)
+
+
 def main(argv: list[str]) -> int:
     import pytest
 
@@ -55,7 +68,7 @@ def main(argv: list[str]) -> int:
         "--timeout", os.environ.get("DTCOMM_HVD_TEST_TIMEOUT", "120"),
         f"--junitxml={os.path.join(out, f'junit-rank{rank}.xml')}",
         *argv,
-    ]))
+    ], plugins=[LeaveOut({n for n in os.environ.get("DTCOMM_HVD_LEAVE_OUT", "").split(",") if n})]))
 
 
 if __name__ == "__main__":

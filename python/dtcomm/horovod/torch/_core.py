@@ -163,8 +163,9 @@ def init(comm: Any = None, process_sets: Any = None) -> None:
     ``remove_process_set`` later."""
     global _neg, _dynamic, _cross
     if _neg is not None and _neg.ended_by() is not None:
-        # Another rank shut the negotiation down: leave this group too and start over (every
-        # rank does the same, so all meet again in dtcomm.init()).
+        # Another rank shut the negotiation down (or this one's shutdown was cut short): leave
+        # this group too and start over (every rank does the same, so all meet again in
+        # dtcomm.init()).
         shutdown()
     with _lock:
         if _neg is not None:
@@ -344,11 +345,15 @@ def shutdown() -> None:
     with _lock:
         if _neg is None:
             return
-        _reset_sets(None)
-        _neg.shutdown()
-        _neg = None
+        # Forgotten first: an exception raised while this waits (a signal handler's) must not
+        # leave a stopped negotiator that the next init() would take for a running one.
+        neg, _neg = _neg, None
         _handles.clear()
-    dtcomm.shutdown()
+        try:
+            _reset_sets(None)
+            neg.shutdown()
+        finally:
+            dtcomm.shutdown()
 
 
 def is_initialized() -> bool:
