@@ -116,6 +116,10 @@ def run_world(src: Path, world: int, out: Path, test_timeout: int, limit: float,
     suite = src / SUITE
     base = [sys.executable, "-m", "dtcomm", "--horovod", "-np", str(world), str(RANK_PY)]
     apart = sorted(expected_failures(world))
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("**/*"):
+        if old.is_file():
+            old.unlink()
     t0 = time.monotonic()
     jobs = [(out / "main", [*base, str(suite), *select], ",".join(apart))]
     jobs += [(out / f"alone-{t}", [*base, f"{suite}::TorchTests::{t}", *select], "")
