@@ -13,4 +13,4 @@ VENV=${DTCOMM_VENV:-$ROOT/.venv}
 SRC=${1:-${DTCOMM_HOROVOD_SRC:-}}
 [ $# -gt 0 ] && shift
 scripts/setup.sh
-exec "$VENV/bin/python" tests/horovod_suite/run_suite.py --horovod-src "$SRC" "$@"
+exec "$VENV/bin/python" tests/horovod_suite/run_horovod_suite.py --horovod-src "$SRC" "$@"

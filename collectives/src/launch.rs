@@ -13,7 +13,8 @@
 //! a pinned fingerprint) asks for the native rendezvous, which assigns the ranks. Under
 //! `mpirun` on one host with no endpoint, the ranks meet in Open MPI's session directory
 //! ([`mpi_session`]); across hosts, through the job's PMIx server, and under MPICH's Hydra
-//! through its PMI-1 socket ([`mpi_hosts`]).
+//! through its PMI-1 socket ([`mpi_hosts`]). Under `horovodrun --gloo`, its HTTP key-value
+//! server ([`HOROVOD_KV`]; Python's front end speaks it).
 
 use std::fmt;
 
@@ -44,6 +45,9 @@ pub const LOCAL_PAIRS: [(&str, &str); 5] = [
     ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
     ("MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
 ];
+/// How an endpoint names `horovodrun --gloo`'s HTTP key-value server (its rendezvous, which
+/// Python's `dtcomm._horovod_kv` speaks).
+pub const HOROVOD_KV: &str = "horovod-kv://";
 /// The provenance of a rank that Slurm's `srun` gave.
 const SLURM_RANK: &str = "SLURM_PROCID";
 /// The provenance of the store rank 0 of an `srun` step hosts.
@@ -220,7 +224,9 @@ fn is_native(env: &dyn Fn(&str) -> Option<String>, ep: &str) -> Result<Sourced<b
             return Ok(s(true, v));
         }
     }
-    if split_host_port(ep, STORE_PORT)?.1 == NATIVE_PORT {
+    // (a list of servers in fail-over order: the first one's port)
+    let first = ep.split(',').next().unwrap_or(ep);
+    if split_host_port(first, STORE_PORT)?.1 == NATIVE_PORT {
         return Ok(s(true, format!("port {NATIVE_PORT}")));
     }
     Ok(s(false, "default (TCPStore protocol)"))
@@ -309,7 +315,12 @@ pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<La
     }
     let endpoint = if native.value {
         let raw = raw.expect("native implies an endpoint");
-        let (host, port) = split_host_port(&raw, NATIVE_PORT)?;
+        // One server or a comma-separated list of them (fail-over order).
+        let servers = raw
+            .split(',')
+            .filter(|e| !e.trim().is_empty())
+            .map(|e| split_host_port(e, NATIVE_PORT).map(|(h, p)| join_host_port(&h, p)))
+            .collect::<Result<Vec<_>, _>>()?;
         let why = format!("native rendezvous ({})", native.source);
         rank = s(None, why.clone());
         world = s(0, why.clone());
@@ -320,7 +331,7 @@ pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<La
         } else {
             "DTCOMM_RDZV_ENDPOINT"
         };
-        s(Some(join_host_port(&host, port)), src)
+        s(Some(servers.join(",")), src)
     } else if let Some(ep) = explicit_ep {
         s(Some(ep), "explicit")
     } else if let Some(ep) = dtcomm_ep {
@@ -334,6 +345,18 @@ pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<La
                     u16::try_from(port).map_err(|_| format!("MASTER_PORT={p:?} is not a port"))?;
                 let host = a.trim_start_matches('[').trim_end_matches(']');
                 s(Some(join_host_port(host, port)), "MASTER_ADDR, MASTER_PORT")
+            }
+            (None, None)
+                if var(env, "HOROVOD_GLOO_RENDEZVOUS_ADDR").is_some()
+                    && var(env, "HOROVOD_GLOO_RENDEZVOUS_PORT").is_some() =>
+            {
+                let p = var(env, "HOROVOD_GLOO_RENDEZVOUS_PORT").expect("checked");
+                int("HOROVOD_GLOO_RENDEZVOUS_PORT", &p, 1)?;
+                let a = var(env, "HOROVOD_GLOO_RENDEZVOUS_ADDR").expect("checked");
+                s(
+                    Some(format!("{HOROVOD_KV}{a}:{p}")),
+                    "HOROVOD_GLOO_RENDEZVOUS_ADDR, HOROVOD_GLOO_RENDEZVOUS_PORT",
+                )
             }
             (None, None) if mpi_session::session_dir(env).is_some() => s(
                 Some(format!(

@@ -79,6 +79,13 @@ fn join(l: Launch) -> Result<Comm, Fail> {
             _server: None,
         });
     };
+    if endpoint.starts_with(launch::HOROVOD_KV) {
+        return Err(setup(format!(
+            "horovodrun's key-value rendezvous ({}) is joined from Python only: set \
+             DTCOMM_RDZV_ENDPOINT or MASTER_ADDR/MASTER_PORT",
+            l.endpoint.source
+        )));
+    }
     let (endpoint, session_server) = if let Some(dir) =
         endpoint.strip_prefix(mpi_session::MPI_SESSION)
     {

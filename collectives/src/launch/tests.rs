@@ -265,3 +265,38 @@ fn a_batch_script_alone_is_not_an_srun_task() {
     .unwrap();
     assert_eq!((l.rank.value, l.world.value), (Some(0), 1));
 }
+
+#[test]
+fn native_servers_in_fail_over_order_stay_a_list() {
+    let l = run(
+        &Explicit::default(),
+        &[(
+            "DTCOMM_RDZV_ENDPOINT",
+            "10.0.0.1:29401, [fd00::2]:29401,host3",
+        )],
+    )
+    .unwrap();
+    assert!(l.native.value);
+    assert_eq!(
+        l.endpoint.value.as_deref(),
+        Some("10.0.0.1:29401,[fd00::2]:29401,host3:29401")
+    );
+}
+
+#[test]
+fn horovodruns_key_value_server_is_the_rendezvous_under_horovodrun() {
+    let l = run(
+        &Explicit::default(),
+        &[
+            ("HOROVOD_RANK", "1"),
+            ("HOROVOD_SIZE", "2"),
+            ("HOROVOD_GLOO_RENDEZVOUS_ADDR", "10.1.2.3"),
+            ("HOROVOD_GLOO_RENDEZVOUS_PORT", "4711"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        l.endpoint.value.as_deref(),
+        Some("horovod-kv://10.1.2.3:4711")
+    );
+}

@@ -4,17 +4,19 @@ file with this rank's log and JUnit file in ``DTCOMM_HVD_OUT`` (``rank<N>.log``,
 the tests named in ``DTCOMM_HVD_LEAVE_OUT`` (comma-separated, exact names) are left out.
 
 Horovod's test helpers import ``horovod.runner.util.threads.in_thread`` (from horovodrun's
-package, which dtrun replaces); a stand-in with the same contract is registered here. Nothing
-else of Horovod's runner is provided.
+package, which dtrun replaces) and ``horovod.common.util.env`` (a context manager setting
+environment variables); stand-ins with the same contracts are registered here. Nothing else of
+Horovod's runner or common package is provided.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -36,10 +38,28 @@ def in_thread(target: Callable[..., Any], args: tuple[Any, ...] = (), name: str 
     return t
 
 
+@contextlib.contextmanager
+def env(**values: str | None) -> Iterator[None]:
+    """Sets environment variables for the block (None: left alone) and restores them."""
+    values = {k: v for k, v in values.items() if v is not None}
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)  # type: ignore[arg-type]
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def _register_runner_stub() -> None:
-    for name in ("horovod.runner", "horovod.runner.util", "horovod.runner.util.threads"):
+    for name in ("horovod.runner", "horovod.runner.util", "horovod.runner.util.threads",
+                 "horovod.common", "horovod.common.util"):
         sys.modules.setdefault(name, types.ModuleType(name))
     sys.modules["horovod.runner.util.threads"].in_thread = in_thread  # type: ignore[attr-defined]
+    sys.modules["horovod.common.util"].env = env  # type: ignore[attr-defined]
 
 
 class LeaveOut:

@@ -4,16 +4,16 @@ variables, ``import horovod.torch`` is dtcomm's), at each world size asked for.
 
 Horovod's code is not kept in this repository: point ``--horovod-src`` (or
 ``DTCOMM_HOROVOD_SRC``) at a checkout of its public repository at the tag in
-``expectations.HOROVOD_TAG``::
+``horovod_expectations.HOROVOD_TAG``::
 
     git clone --depth 1 --branch v0.28.1 https://github.com/horovod/horovod.git ~/horovod
-    python tests/horovod_suite/run_suite.py --horovod-src ~/horovod
+    python tests/horovod_suite/run_horovod_suite.py --horovod-src ~/horovod
 
 Without it the run is skipped, saying so. Each world gets a folder under ``--out`` with each
 rank's log and JUnit file (``rank<N>.log``, ``junit-rank<N>.xml``) and dtrun's log (``main/``, and
 ``alone-<test>/`` for each test expected to fail, run apart so its failure cannot leak); each test has
 a limit (pytest-timeout) and each world a wall-clock limit. The outcome of every test, merged
-over the ranks, is checked against ``expectations.py`` and written as a Markdown table
+over the ranks, is checked against ``horovod_expectations.py`` and written as a Markdown table
 (``summary.md``); the exit status is 1 when a test failed that is not expected to, or passed
 while listed as unable to.
 """
@@ -33,10 +33,15 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from expectations import HOROVOD_TAG, expected_failures  # noqa: E402
+from horovod_expectations import HOROVOD_TAG, expected_failures  # noqa: E402
 
-RANK_PY = HERE / "rank.py"
+RANK_PY = HERE / "horovod_rank.py"
 SUITE = Path("test/parallel/test_torch.py")
+#: Horovod's other torch tests that apply here: (file, ranks; None: the world size).
+EXTRA: tuple[tuple[Path, int | None], ...] = (
+    (Path("test/parallel/test_timeline.py"), None),
+    (Path("test/single/test_torch_elastic.py"), 1),  # (its sampler counts assume one rank)
+)
 ORDER = {"failed": 0, "error": 1, "skipped": 2, "passed": 3}
 
 
@@ -47,6 +52,8 @@ class Outcome:
     status: str = "passed"
     detail: str = ""
     ranks: int = 0
+    #: Ranks that ran it (the world, or 1 for Horovod's single-process tests).
+    want: int = 0
 
     def add(self, status: str, detail: str) -> None:
         self.ranks += 1
@@ -65,8 +72,8 @@ class WorldRun:
     tests: dict[str, Outcome] = field(default_factory=dict)
 
 
-def read_junit(path: Path, into: dict[str, Outcome]) -> None:
-    """Adds one rank's JUnit results to ``into`` (by test name)."""
+def read_junit(path: Path, into: dict[str, Outcome], want: int) -> None:
+    """Adds one rank's JUnit results (of a job of ``want`` ranks) to ``into`` (by test name)."""
     for case in ET.parse(path).getroot().iter("testcase"):
         name = case.get("name", "?")
         status, detail = "passed", ""
@@ -77,7 +84,7 @@ def read_junit(path: Path, into: dict[str, Outcome]) -> None:
                 detail = (el.get("message") or "").strip().splitlines()[0:1]
                 detail = detail[0][:300] if detail else ""
                 break
-        into.setdefault(name, Outcome()).add(status, detail)
+        into.setdefault(name, Outcome(want=want)).add(status, detail)
 
 
 def _run_ranks(cmd: list[str], out: Path, env: dict[str, str], limit: float) -> tuple[int | None, bool]:
@@ -121,11 +128,15 @@ def run_world(src: Path, world: int, out: Path, test_timeout: int, limit: float,
         if old.is_file():
             old.unlink()
     t0 = time.monotonic()
-    jobs = [(out / "main", [*base, str(suite), *select], ",".join(apart))]
-    jobs += [(out / f"alone-{t}", [*base, f"{suite}::TorchTests::{t}", *select], "")
+    jobs = [(out / "main", [*base, str(suite), *select], ",".join(apart), world)]
+    jobs += [(out / f"alone-{t}", [*base, f"{suite}::TorchTests::{t}", *select], "", world)
              for t in apart]
+    for extra, n in EXTRA:
+        n = n or world
+        cmd = [*base[:5], str(n), *base[6:], str(src / extra), *select]
+        jobs.append((out / extra.stem, cmd, "", n))
     code, timed_out = 0, False
-    for folder, cmd, leave_out in jobs:
+    for folder, cmd, leave_out, _ in jobs:
         left = limit - (time.monotonic() - t0)
         c, late = _run_ranks(cmd, folder, {**env, "DTCOMM_HVD_LEAVE_OUT": leave_out},
                              max(left, 1.0))
@@ -135,8 +146,9 @@ def run_world(src: Path, world: int, out: Path, test_timeout: int, limit: float,
         if late:
             break
     run = WorldRun(world, time.monotonic() - t0, code, timed_out)
-    for junit in sorted(out.glob("*/junit-rank*.xml")):
-        read_junit(junit, run.tests)
+    for folder, _, _, n in jobs:
+        for junit in sorted(folder.glob("junit-rank*.xml")):
+            read_junit(junit, run.tests, n)
     return run
 
 
@@ -147,8 +159,8 @@ def verdicts(run: WorldRun) -> dict[str, tuple[str, str]]:
     expected = expected_failures(run.world)
     out: dict[str, tuple[str, str]] = {}
     for name, o in sorted(run.tests.items()):
-        if o.ranks < run.world:
-            out[name] = ("MISSING", f"results from {o.ranks} of {run.world} ranks")
+        if o.ranks < o.want:
+            out[name] = ("MISSING", f"results from {o.ranks} of {o.want} ranks")
         elif o.status == "skipped":
             out[name] = ("skip", o.detail)
         elif o.status == "passed":
