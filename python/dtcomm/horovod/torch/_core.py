@@ -356,6 +356,12 @@ def shutdown() -> None:
             dtcomm.shutdown()
 
 
+def started() -> bool:
+    """Whether ``init()`` ran and this rank has not shut down since (another rank may have
+    ended the negotiation meanwhile: see :func:`is_initialized`)."""
+    return _neg is not None
+
+
 def is_initialized() -> bool:
     """Whether ``init()`` ran and neither this rank nor another has shut down since."""
     return _neg is not None and _neg.ended_by() is None

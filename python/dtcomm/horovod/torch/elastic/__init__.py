@@ -56,7 +56,7 @@ def run(func: Callable[..., R]) -> Callable[..., R]:
 
     @functools.wraps(func)
     def wrapper(state: TorchState, *args: Any, **kwargs: Any) -> R:
-        if not _core.is_initialized():
+        if not _core.started():
             _core.init()
         if _api._g("hvd.elastic.run").member is None:
             raise _dtcomm.SetupError(
