@@ -178,7 +178,7 @@ def summary(runs: list[WorldRun]) -> str:
     tables = {r.world: verdicts(r) for r in runs}
     names = sorted({n for t in tables.values() for n in t})
     head = " | ".join(f"world {r.world}" for r in runs)
-    lines = [f"Horovod {HOROVOD_TAG} `test/parallel/test_torch.py` against dtcomm.horovod", "",
+    lines = [f"Horovod {HOROVOD_TAG}'s torch tests against dtcomm.horovod", "",
              "| world | passed | skipped | cannot pass here | unexpected | time | exit |",
              "|---|---|---|---|---|---|---|"]
     for r in runs:
