@@ -115,3 +115,24 @@ def test_two_nodes_join_a_running_server_twice_with_one_run_id(
         allout = "".join(o for o, _ in outs)
         for r in range(4):
             assert f"[rank{r}]: SUM 6 LOCAL {r % 2} 2" in allout, allout
+
+
+def test_torchruns_pet_variables_and_an_indexed_jobs_index_are_defaults(tmp_path: Path) -> None:
+    """A Kubeflow PyTorchJob sets torchrun's ``PET_*``; an Indexed Job sets
+    ``JOB_COMPLETION_INDEX``: dtrun takes them as defaults (after its own ``DTRUN_*``)."""
+    s = tmp_path / "env_script.py"
+    s.write_text(ENV_SCRIPT)
+    env = {**base_env(), "PET_NPROC_PER_NODE": "2", "PET_NNODES": "1", "PET_RDZV_ID": "petjob",
+           "JOB_COMPLETION_INDEX": "0"}
+    p = subprocess.run([*DTRUN, str(s)], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    for r in range(2):
+        assert f"[rank{r}]: SUM 1 LOCAL {r} 2" in p.stdout, p.stdout
+    assert "TORCHELASTIC_RUN_ID=petjob" in p.stdout
+    # An index past the job's nodes, and a torchrun value dtrun cannot take, are refused.
+    for extra, needle in (({"PET_NNODES": "2", "JOB_COMPLETION_INDEX": "2"},
+                           "JOB_COMPLETION_INDEX=2 is past the job's 2 nodes"),
+                          ({"PET_NPROC_PER_NODE": "gpu"}, "PET_NPROC_PER_NODE='gpu' is not a number")):
+        q = subprocess.run([*DTRUN, str(s)], env={**base_env(), **extra}, capture_output=True,
+                           text=True, timeout=60)
+        assert q.returncode != 0 and needle in q.stderr, q.stdout + q.stderr

@@ -12,6 +12,26 @@ from .. import _dtcomm, _native
 from . import hosts, rendezvous, workers
 
 
+def _env(name: str) -> str | None:
+    """A default from the environment: dtrun's ``DTRUN_<NAME>``, else torchrun's ``PET_<NAME>``
+    (what a Kubeflow PyTorchJob or a torchrun-shaped launcher sets)."""
+    for var in (f"DTRUN_{name}", f"PET_{name}"):
+        if (v := os.environ.get(var, "").strip()):
+            return v
+    return None
+
+
+def _env_int(name: str) -> int | None:
+    v = _env(name)
+    if v is None:
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        var = f"DTRUN_{name}" if os.environ.get(f"DTRUN_{name}", "").strip() else f"PET_{name}"
+        raise SystemExit(f"dtrun: {var}={v!r} is not a number") from None
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="dtrun",
@@ -27,7 +47,8 @@ def parser() -> argparse.ArgumentParser:
                         "_LOCAL_RANK, _LOCAL_SIZE, _CROSS_RANK, _CROSS_SIZE are set as horovodrun "
                         "sets them")
     p.add_argument("--nproc-per-node", "--nproc_per_node", "-np", type=int, default=None,
-                   help="workers on this node (default 1; env DTRUN_NPROC_PER_NODE); with -H, "
+                   help="workers on this node (default 1; env DTRUN_NPROC_PER_NODE, "
+                        "PET_NPROC_PER_NODE); with -H, "
                         "the job's processes (default: every slot)")
     p.add_argument("-H", "--hosts", default=os.environ.get("DTRUN_HOSTS"),
                    help="horovodrun's host list, host:slots,...: places the processes on the "
@@ -37,7 +58,7 @@ def parser() -> argparse.ArgumentParser:
     # Set by `-H` for each host's dtrun (hosts of different sizes).
     p.add_argument("--rank-offset", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--world-size", type=int, default=None, help=argparse.SUPPRESS)
-    p.add_argument("--nnodes", default=os.environ.get("DTRUN_NNODES"),
+    p.add_argument("--nnodes", default=_env("NNODES"),
                    help="nodes in the job: N, or MIN:MAX with the native rendezvous (default 1, "
                         "or the OCI variables with the native rendezvous; env DTRUN_NNODES)")
     p.add_argument("--rdzv-backend", "--rdzv_backend", choices=("auto", "store", "native"),
@@ -50,15 +71,16 @@ def parser() -> argparse.ArgumentParser:
                    help="native rendezvous: worker-group failures this node restarts from "
                         "(round changes from lost or new nodes do not count; default 0)")
     p.add_argument("--rdzv-endpoint", "--rdzv_endpoint",
-                   default=os.environ.get("DTRUN_RDZV_ENDPOINT"),
+                   default=_env("RDZV_ENDPOINT"),
                    help="host:port of a running dt-rdzv serve (several nodes); env DTRUN_RDZV_ENDPOINT")
-    p.add_argument("--rdzv-id", "--rdzv_id", default=os.environ.get("DTRUN_RDZV_ID"),
+    p.add_argument("--rdzv-id", "--rdzv_id", default=_env("RDZV_ID"),
                    help="run id shared by the nodes of one job (default: 'dtrun' with several "
                         "nodes, random with one)")
     p.add_argument("--rdzv-host", action="store_true",
                    help="host the dt-rdzv server at --rdzv-endpoint's port on this node")
     p.add_argument("--node-rank", "--node_rank", type=int, default=None,
-                   help="this node's rank (default: order of arrival)")
+                   help="this node's rank (default: env DTRUN_NODE_RANK, PET_NODE_RANK, an "
+                        "Indexed Job's JOB_COMPLETION_INDEX, else order of arrival)")
     p.add_argument("--rdzv-timeout", type=float, default=None,
                    help="seconds to wait for the other nodes (default 600, or OCI__TIMEOUT with "
                         "the native rendezvous)")
@@ -173,7 +195,18 @@ def main(argv: list[str] | None = None) -> int:
                              "and --node-rank")
         return hosts.run(a.hosts, a.nproc_per_node, _child_args(a), a.rdzv_id)
     if a.nproc_per_node is None:
-        a.nproc_per_node = int(os.environ.get("DTRUN_NPROC_PER_NODE", "1"))
+        n = _env_int("NPROC_PER_NODE")
+        a.nproc_per_node = 1 if n is None else n
+    if a.node_rank is None:
+        a.node_rank = _env_int("NODE_RANK")
+        index = os.environ.get("JOB_COMPLETION_INDEX", "").strip()
+        if a.node_rank is None and index:
+            if not index.isdigit():
+                raise SystemExit(f"dtrun: JOB_COMPLETION_INDEX={index!r} is not a number")
+            a.node_rank = int(index)
+            if a.nnodes is not None and str(a.nnodes).isdigit() and a.node_rank >= int(a.nnodes):
+                raise SystemExit(f"dtrun: JOB_COMPLETION_INDEX={index} is past the job's "
+                                 f"{a.nnodes} nodes (--nnodes / DTRUN_NNODES / PET_NNODES)")
     if a.horovod:
         # Workers inherit this process's environment (workers.worker_env).
         alias = os.path.join(os.path.dirname(os.path.dirname(__file__)), "horovod", "alias")
