@@ -246,8 +246,9 @@ pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<La
     let oci = var(env, "OCI__MODE")
         .unwrap_or_default()
         .to_ascii_uppercase();
-    // Slurm's `srun` (read only for what no launcher above it set).
-    let slurm = || slurm::step(env);
+    // Slurm's `srun` (read only for what no launcher above it set; parsed once).
+    let step = std::cell::OnceCell::new();
+    let slurm = || step.get_or_init(|| slurm::step(env)).clone();
     let (mut rank, mut world) = if let Some((r, w)) = ex.rank_world {
         if w < 1 || r >= w {
             return Err(format!("rank {r} is not in a world of {w}"));
@@ -277,13 +278,14 @@ pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<La
     let (mut local_rank, mut local_size) = match pair(env, &LOCAL_PAIRS, true)? {
         Some((r, n, a, b)) => (s(r, a), s(n, b)),
         // (also under `srun --mpi=pmi2`, whose PMI-1 ranks come with no local rank)
-        None if var(env, "SLURM_LOCALID").is_some() && slurm()?.is_some() => {
-            let st = slurm()?.expect("checked");
-            (
+        None if var(env, "SLURM_LOCALID").is_some() => match slurm()? {
+            Some(st) => (
                 s(st.local_rank, "SLURM_LOCALID"),
                 s(st.local_size, "SLURM_STEP_TASKS_PER_NODE"),
-            )
-        }
+            ),
+            None if world.value == 1 => (s(0, "default"), s(1, "default")),
+            None => (s(0, "default (unknown)"), s(1, "default (unknown)")),
+        },
         None if world.value == 1 => (s(0, "default"), s(1, "default")),
         None => (s(0, "default (unknown)"), s(1, "default (unknown)")),
     };

@@ -121,7 +121,10 @@ def run_world(src: Path, world: int, out: Path, test_timeout: int, limit: float,
     env.update(DTCOMM_HVD_TEST_TIMEOUT=str(test_timeout), DTCOMM_TIMEOUT=str(stall),
                PYTHONUNBUFFERED="1")
     suite = src / SUITE
-    base = [sys.executable, "-m", "dtcomm", "--horovod", "-np", str(world), str(RANK_PY)]
+    def ranks(n: int) -> list[str]:
+        return [sys.executable, "-m", "dtcomm", "--horovod", "-np", str(n), str(RANK_PY)]
+
+    base = ranks(world)
     apart = sorted(expected_failures(world))
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("**/*"):
@@ -133,7 +136,7 @@ def run_world(src: Path, world: int, out: Path, test_timeout: int, limit: float,
              for t in apart]
     for extra, n in EXTRA:
         n = n or world
-        cmd = [*base[:5], str(n), *base[6:], str(src / extra), *select]
+        cmd = [*ranks(n), str(src / extra), *select]
         jobs.append((out / extra.stem, cmd, "", n))
     code, timed_out = 0, False
     for folder, cmd, leave_out, _ in jobs:
