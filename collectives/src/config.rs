@@ -89,6 +89,47 @@ impl fmt::Display for LinkKind {
     }
 }
 
+/// A launcher's secret for the store path's links (`DTCOMM_LINK_SECRET`, hex, at least 16
+/// bytes): the ranks prove membership with it instead of a secret rank 0 publishes in the
+/// store, so reading the store is not enough to join. Never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct LinkSecret(Vec<u8>);
+
+impl LinkSecret {
+    /// The secret's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl From<[u8; 32]> for LinkSecret {
+    fn from(b: [u8; 32]) -> Self {
+        LinkSecret(b.to_vec())
+    }
+}
+
+impl fmt::Debug for LinkSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("LinkSecret(..)")
+    }
+}
+
+impl FromStr for LinkSecret {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || "must be hex digits (at least 32: 16 bytes)".to_owned();
+        if s.len() < 32 || !s.len().is_multiple_of(2) {
+            return Err(bad());
+        }
+        (0..s.len())
+            .step_by(2)
+            .map(|i| s.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+            .collect::<Option<Vec<u8>>>()
+            .map(LinkSecret)
+            .ok_or_else(bad)
+    }
+}
+
 /// Explicit settings; a `Some` field wins over the environment.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
@@ -136,6 +177,10 @@ pub struct Options {
     /// links, since NCCL hangs on a mismatch (`DTCOMM_NCCL_CHECK=1`; default off: it costs
     /// one small all-gather per call).
     pub nccl_check: Option<bool>,
+    /// The store path's link secret from the launcher (`DTCOMM_LINK_SECRET`; `dtrun` and the
+    /// torchrun handler derive it from the job token and round); default: rank 0 draws one
+    /// and publishes it in the store.
+    pub link_secret: Option<LinkSecret>,
 }
 
 /// Where a resolved value came from.
@@ -201,6 +246,8 @@ pub struct Config {
     pub cuda: Setting<CudaMode>,
     /// See [`Options::nccl_check`].
     pub nccl_check: Setting<bool>,
+    /// See [`Options::link_secret`].
+    pub link_secret: Setting<Option<LinkSecret>>,
 }
 
 fn pick<T>(
@@ -325,6 +372,12 @@ impl Config {
             shm_single_copy: pick(opts.shm_single_copy, "DTCOMM_SHM_SINGLE_COPY", flag, false)?,
             cuda: pick(opts.cuda, "DTCOMM_CUDA", CudaMode::from_str, CudaMode::Auto)?,
             nccl_check: pick(opts.nccl_check, "DTCOMM_NCCL_CHECK", flag, false)?,
+            link_secret: pick(
+                opts.link_secret.clone().map(Some),
+                "DTCOMM_LINK_SECRET",
+                |s| s.parse().map(Some),
+                None,
+            )?,
         })
     }
 }
@@ -336,7 +389,7 @@ impl fmt::Display for Config {
             "timeout={:?} ({}) algo={} ({}) socket_ifname={} ({}) nsocks_perpeer={} ({}) \
              socket_bufsize={} ({}) spin={:?} ({}) tree_threshold={} ({}) store_prefix={} ({}) \
              transport={} ({}) shm_chunk={} ({}) shm_dir={} ({}) host_id={} ({}) \
-             shm_single_copy={} ({}) cuda={} ({}) nccl_check={} ({})",
+             shm_single_copy={} ({}) cuda={} ({}) nccl_check={} ({}) link_secret={} ({})",
             self.timeout.value,
             self.timeout.source,
             self.algo.value,
@@ -369,6 +422,12 @@ impl fmt::Display for Config {
             self.cuda.source,
             u8::from(self.nccl_check.value),
             self.nccl_check.source,
+            if self.link_secret.value.is_some() {
+                "launcher"
+            } else {
+                "store"
+            },
+            self.link_secret.source,
         )
     }
 }
@@ -391,5 +450,27 @@ mod tests {
         let line = c.to_string();
         assert!(line.contains("timeout=7s (explicit)"), "{line}");
         assert!("bogus".parse::<Algo>().is_err());
+        assert!(line.contains("link_secret=store (default)"), "{line}");
+    }
+
+    #[test]
+    fn link_secrets_are_hex_and_never_printed() {
+        let s: LinkSecret = "00112233445566778899aabbccddeeff".parse().unwrap();
+        assert_eq!(s.bytes().len(), 16);
+        assert_eq!(format!("{s:?}"), "LinkSecret(..)");
+        assert!("0011".parse::<LinkSecret>().is_err());
+        assert!(
+            "zz112233445566778899aabbccddeeff"
+                .parse::<LinkSecret>()
+                .is_err()
+        );
+        let opts = Options {
+            link_secret: Some(s),
+            ..Options::default()
+        };
+        let c = Config::resolve(&opts).unwrap();
+        let shown = format!("{c} {c:?}");
+        assert!(shown.contains("link_secret=launcher (explicit)"), "{shown}");
+        assert!(!shown.contains("8899aabb"), "{shown}");
     }
 }

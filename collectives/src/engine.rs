@@ -70,6 +70,8 @@ pub(crate) struct Engine {
     /// Where shared-memory set-up installs the host's pipes (the transport routes host peers
     /// to them from then on; see `transport/routed.rs`).
     pub pipes: PipeSlot,
+    /// The communicator's cancel flag (`interrupt.rs`): every deadline of this engine reads it.
+    pub cancel: crate::interrupt::Cancel,
     scratch: Vec<u64>,
     stages: Vec<Vec<u64>>,
 }
@@ -138,6 +140,7 @@ impl Engine {
             shm: None,
             fence,
             pipes,
+            cancel: Default::default(),
             scratch: Vec::new(),
             stages: Vec::new(),
         }
@@ -153,7 +156,7 @@ impl Engine {
         bufs: &mut Bufs<'_>,
         timeout: Duration,
     ) -> Result<(), CommError> {
-        let mut deadline = Deadline::new(self.rank, timeout);
+        let mut deadline = Deadline::new(self.rank, timeout, &self.cancel);
         self.run_within(sched, call, combine, bufs, &mut deadline)
             .map_err(|e| self.fail(e, call, &deadline))
     }
@@ -168,7 +171,7 @@ impl Engine {
         call: &CallDesc,
         timeout: Duration,
     ) -> Result<usize, CommError> {
-        let mut deadline = Deadline::new(self.rank, timeout);
+        let mut deadline = Deadline::new(self.rank, timeout, &self.cancel);
         let peers: Vec<StreamId> = (0..recv_seq.len())
             .filter(|&p| p != self.rank)
             .map(|p| (p, 0))
@@ -198,7 +201,8 @@ impl Engine {
                         call: *call,
                         elapsed,
                         waiting_for: everyone,
-                        suspects: Vec::new(),
+                        suspects: Box::default(),
+                        strangers: Box::new(self.transport.strangers()),
                     }));
                 }
                 Phase::Wait(t) | Phase::Half(t) => self.transport.park(&[], &peers, t)?,
@@ -255,7 +259,7 @@ impl Engine {
         timeout: Duration,
         f: impl FnOnce(&mut Engine, &mut ShmGroup, &mut Deadline) -> Result<(), EngineError>,
     ) -> Result<(), CommError> {
-        let mut deadline = Deadline::new(self.rank, timeout);
+        let mut deadline = Deadline::new(self.rank, timeout, &self.cancel);
         let mut g = self.shm.take().expect("caller checked the host group");
         let r = f(self, &mut g, &mut deadline);
         self.shm = Some(g);
@@ -277,7 +281,7 @@ impl Engine {
         timeout: Duration,
         f: impl FnOnce(&mut ShmOps<'_>) -> Result<(), EngineError>,
     ) -> Result<(), CommError> {
-        let mut deadline = Deadline::new(self.rank, timeout);
+        let mut deadline = Deadline::new(self.rank, timeout, &self.cancel);
         let g = self.shm.as_mut().expect("caller checked the host group");
         let r = f(&mut ShmOps {
             g,
@@ -628,7 +632,8 @@ impl Engine {
                         call: *call,
                         elapsed,
                         waiting_for: waiting,
-                        suspects,
+                        suspects: suspects.into(),
+                        strangers: Box::new(self.transport.strangers()),
                     }));
                 }
             };

@@ -5,6 +5,58 @@ use std::time::Duration;
 
 use crate::call::CallDesc;
 
+/// Unproven connections a rank's data port dropped, or closed to make room, since its
+/// communicator was built: a timeout names them, since strangers holding handshake slots can
+/// delay a link. Empty (and printed as nothing) when there were none.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Strangers {
+    /// Connections dropped (no valid proof, or no slot).
+    pub dropped: usize,
+    /// Silent connections closed to make room for newer ones.
+    pub evicted: usize,
+    /// Up to [`Strangers::SOURCES`] of the addresses they came from, first seen first.
+    pub sources: Vec<std::net::IpAddr>,
+}
+
+impl Strangers {
+    /// How many source addresses are kept.
+    pub const SOURCES: usize = 4;
+
+    /// Counts one more from `from`.
+    pub(crate) fn note(&mut self, from: std::net::IpAddr, evicted: bool) {
+        if evicted {
+            self.evicted += 1;
+        } else {
+            self.dropped += 1;
+        }
+        if self.sources.len() < Self::SOURCES && !self.sources.contains(&from) {
+            self.sources.push(from);
+        }
+    }
+}
+
+impl std::fmt::Display for Strangers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.dropped + self.evicted == 0 {
+            return Ok(());
+        }
+        let from: Vec<String> = self.sources.iter().map(|a| a.to_string()).collect();
+        write!(
+            f,
+            "; meanwhile this rank's data port dropped {} unproven connection(s) and closed {} \
+             silent one(s) to make room, from {}{}",
+            self.dropped,
+            self.evicted,
+            from.join(", "),
+            if self.sources.len() == Self::SOURCES {
+                ", ..."
+            } else {
+                ""
+            }
+        )
+    }
+}
+
 /// An error of a [`Communicator`](crate::Communicator) call. Once a call fails, the
 /// communicator is failed: every later call returns [`CommError::Failed`] wrapping the first
 /// error, at once.
@@ -12,7 +64,7 @@ use crate::call::CallDesc;
 pub enum CommError {
     /// The call ran past its deadline (`DTCOMM_TIMEOUT`).
     #[error(
-        "rank {rank}: {call} timed out after {elapsed:?}; not heard from ranks {waiting_for:?}{}",
+        "rank {rank}: {call} timed out after {elapsed:?}; not heard from ranks {waiting_for:?}{}{strangers}",
         if suspects.is_empty() { String::new() } else { format!("; ranks {suspects:?} appear not to have entered the call") }
     )]
     Timeout {
@@ -27,7 +79,10 @@ pub enum CommError {
         /// Following the stall reports other ranks sent at half the deadline ("I wait for
         /// X"): the ranks that are waited on but did not report waiting themselves, i.e. the
         /// likely culprits. Empty when nothing is known beyond `waiting_for`.
-        suspects: Vec<usize>,
+        suspects: Box<[usize]>,
+        /// Unproven connections this rank's data port dropped meanwhile (strangers can delay
+        /// a link; the timeout says so). Boxed: errors stay small.
+        strangers: Box<Strangers>,
     },
     /// A peer's connection broke without a goodbye: the process died or the network failed.
     #[error("rank {rank}: rank {peer} was lost during {call} after {elapsed:?}: {detail}")]

@@ -198,4 +198,8 @@ impl Transport for Fenced {
     fn linked(&self) -> Vec<usize> {
         self.inner.linked()
     }
+
+    fn strangers(&self) -> crate::error::Strangers {
+        self.inner.strangers()
+    }
 }

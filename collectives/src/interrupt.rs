@@ -9,6 +9,17 @@
 //! and its peers are told, as for any local error.
 
 use std::cell::RefCell;
+use std::sync::{Arc, Mutex};
+
+/// A communicator's cancel flag: once it holds a reason, every call of the communicator in
+/// flight (blocking ones on any thread, and the progress thread's) stops at its next look at
+/// its deadline ([`Communicator::interrupt`](crate::Communicator::interrupt)).
+pub(crate) type Cancel = Arc<Mutex<Option<String>>>;
+
+/// The reason in `cancel`, if there is one.
+pub(crate) fn cancelled(cancel: &Cancel) -> Option<String> {
+    cancel.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
 
 /// A check: `Some(why)` when the call in progress on this thread should stop.
 pub type Check = Box<dyn FnMut() -> Option<String>>;

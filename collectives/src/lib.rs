@@ -59,12 +59,12 @@ pub mod spin;
 mod transport;
 mod watchdog;
 
-pub use bootstrap::welcome::{DataListener, RoundPeers, round_secret};
+pub use bootstrap::welcome::{DataListener, RoundPeers, round_secret, store_link_secret};
 pub use call::{Call, CallDesc, Collective, Memory, OpKind, RawBuf, Source};
 pub use communicator::Communicator;
-pub use config::{Algo, Config, LinkKind, Options};
+pub use config::{Algo, Config, LinkKind, LinkSecret, Options};
 pub use dtype::{DType, Element};
-pub use error::{CommError, ErrorCode};
+pub use error::{CommError, ErrorCode, Strangers};
 pub use fence::{RoundEnd, RoundFence};
 pub use op::ReduceOp;
 pub use progress::{OnDone, Work};

@@ -5,21 +5,25 @@ use std::time::{Duration, Instant};
 
 use crate::call::CallDesc;
 use crate::error::CommError;
+use crate::interrupt::{Cancel, cancelled};
 
 pub(crate) struct Deadline {
     rank: usize,
     start: Instant,
     timeout: Duration,
     warned: bool,
+    /// The communicator's cancel flag.
+    cancel: Cancel,
 }
 
 impl Deadline {
-    pub(crate) fn new(rank: usize, timeout: Duration) -> Deadline {
+    pub(crate) fn new(rank: usize, timeout: Duration, cancel: &Cancel) -> Deadline {
         Deadline {
             rank,
             start: Instant::now(),
             timeout,
             warned: false,
+            cancel: cancel.clone(),
         }
     }
 
@@ -28,11 +32,12 @@ impl Deadline {
     }
 
     /// Checks the clock: warns once past half the deadline (naming `waiting_for`). Asks this
-    /// thread's interrupt check first (`interrupt.rs`): callers come back at least every
-    /// 100 ms, so a signal stops the call within that.
+    /// thread's interrupt check and the communicator's cancel flag first (`interrupt.rs`):
+    /// callers come back at least every 100 ms, so a signal, or `dtcomm_comm_destroy` on
+    /// another thread, stops the call within that.
     pub(crate) fn check(&mut self, call: &CallDesc, waiting_for: &[usize]) -> Phase {
         let elapsed = self.start.elapsed();
-        if let Some(reason) = crate::interrupt::requested() {
+        if let Some(reason) = crate::interrupt::requested().or_else(|| cancelled(&self.cancel)) {
             return Phase::Interrupted(CommError::Interrupted {
                 rank: self.rank,
                 call: *call,

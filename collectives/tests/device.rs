@@ -541,7 +541,7 @@ fn a_rank_that_never_calls_is_named_at_the_deadline() {
         let m = e.to_string();
         match e {
             CommError::Timeout { suspects, .. } => {
-                assert_eq!(suspects, &vec![2], "rank {rank}: {m}");
+                assert_eq!(&**suspects, &[2], "rank {rank}: {m}");
             }
             // A rank may hear of another's timeout first.
             CommError::Aborted { reason, .. } => assert!(

@@ -180,7 +180,7 @@ fn deadline_names_the_rank_not_heard_from() {
                     ..
                 } => {
                     assert_eq!(call.op, OpKind::AllReduce);
-                    waiting_for.contains(&2) || suspects == &vec![2]
+                    waiting_for.contains(&2) || **suspects == [2]
                 }
                 CommError::Aborted { reason, .. } => {
                     reason.contains("not heard from ranks [2]")

@@ -150,6 +150,126 @@ fn silent_strangers_past_the_handshake_slots_do_not_hold_the_group_up() {
     on_ranks(&[c0, c1], |c| allreduce_case::<f32>(c, ReduceOp::Sum, 1000));
 }
 
+#[test]
+fn a_timeout_names_the_strangers_the_data_port_dropped_meanwhile() {
+    let short = || Options {
+        timeout: Some(Duration::from_secs(2)),
+        ..opts()
+    };
+    let store = Arc::new(MemoryStore::new());
+    let (c0, c1) = std::thread::scope(|s| {
+        let (s0, s1) = (store.clone(), store.clone());
+        let a = s.spawn(move || Communicator::new(s0, 0, 2, short()).unwrap());
+        let b = s.spawn(move || Communicator::new(s1, 1, 2, short()).unwrap());
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    let entry = String::from_utf8(
+        store
+            .get("dtcomm/1/addr/0", Duration::from_secs(1))
+            .unwrap(),
+    )
+    .unwrap();
+    let addr: SocketAddr = entry.lines().next().unwrap().parse().unwrap();
+    for _ in 0..3 {
+        let mut g = TcpStream::connect(addr).unwrap();
+        g.write_all(&[0xAB; 200]).unwrap();
+        assert!(closed_by_peer(&mut g));
+    }
+    // Rank 1 never enters the call: rank 0's timeout says who it waited for and who knocked.
+    let mut x = vec![1.0f32; 4];
+    let e = c0
+        .all_reduce(&mut x, ReduceOp::Sum)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("timed out") && e.contains("not heard from ranks [1]"),
+        "{e}"
+    );
+    assert!(
+        e.contains("data port dropped 3 unproven connection(s)") && e.contains("from 127.0.0.1"),
+        "{e}"
+    );
+    drop(c1);
+}
+
+fn with_secret(secret: &dtcomm::LinkSecret) -> Options {
+    Options {
+        link_secret: Some(secret.clone()),
+        ..opts()
+    }
+}
+
+#[test]
+fn with_the_launchers_secret_a_reader_of_the_store_cannot_join() {
+    let secret: dtcomm::LinkSecret = dtcomm::store_link_secret("server-token", "j", 2).into();
+    let store = Arc::new(MemoryStore::new());
+    let (s0, o0) = (store.clone(), with_secret(&secret));
+    let r0 = std::thread::spawn(move || Communicator::new(s0, 0, 2, o0));
+    let entry = String::from_utf8(
+        store
+            .get("dtcomm/1/addr/0", Duration::from_secs(20))
+            .unwrap(),
+    )
+    .unwrap();
+    let secret_hex: String = secret.bytes().iter().map(|b| format!("{b:02x}")).collect();
+    assert!(!entry.contains(&secret_hex[..16]), "{entry}");
+    let lines: Vec<&str> = entry.lines().collect();
+    assert!(lines[4].starts_with('L'), "only a fingerprint: {entry}");
+    let addr: SocketAddr = lines[0].parse().unwrap();
+
+    // A stranger that read the store proves with the best it has: refused.
+    let h = hello("store dtcomm/1", 1, 2);
+    let mut fake = TcpStream::connect(addr).unwrap();
+    fake.write_all(&h).unwrap();
+    let (s1, o1) = (store.clone(), with_secret(&secret));
+    let r1 = std::thread::spawn(move || Communicator::new(s1, 1, 2, o1));
+    fake.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut c = [0u8; 60];
+    fake.read_exact(&mut c).unwrap();
+    let key = hmac::Key::new(hmac::HMAC_SHA256, lines[4].as_bytes());
+    let proof = hmac::sign(
+        &key,
+        &[&b"dtcomm hello v2 connector\0"[..], &h, &c[..28]].concat(),
+    );
+    fake.write_all(proof.as_ref()).unwrap();
+    assert!(
+        closed_by_peer(&mut fake),
+        "a proof without the secret was taken"
+    );
+
+    let c1 = r1.join().unwrap().expect("rank 1");
+    let c0 = r0.join().unwrap().expect("rank 0");
+    on_ranks(&[c0, c1], |c| allreduce_case::<f32>(c, ReduceOp::Sum, 1000));
+}
+
+#[test]
+fn ranks_that_disagree_on_the_launchers_secret_fail_at_once_naming_it() {
+    let a: dtcomm::LinkSecret = dtcomm::store_link_secret("t", "j", 1).into();
+    let b: dtcomm::LinkSecret = dtcomm::store_link_secret("t", "j", 2).into();
+    for (o0, o1) in [
+        (with_secret(&a), with_secret(&b)),
+        (with_secret(&a), opts()),
+        (opts(), with_secret(&b)),
+    ] {
+        let store = Arc::new(MemoryStore::new());
+        let t = Instant::now();
+        let (s0, s1) = (store.clone(), store.clone());
+        let (r0, r1) = std::thread::scope(|s| {
+            let r0 = s.spawn(move || Communicator::new(s0, 0, 2, o0).map(|_| ()));
+            let r1 = s.spawn(move || Communicator::new(s1, 1, 2, o1).map(|_| ()));
+            (r0.join().unwrap(), r1.join().unwrap())
+        });
+        let e = r1.unwrap_err().to_string();
+        assert!(
+            e.contains("DTCOMM_LINK_SECRET") && e.contains("rank 1"),
+            "{e}"
+        );
+        assert!(r0.is_err(), "rank 0 cannot form without rank 1");
+        assert!(t.elapsed() < Duration::from_secs(40), "{:?}", t.elapsed());
+    }
+}
+
 fn assert_mismatch(e: &CommError, me: usize, my_world: usize, peer: usize, their_world: usize) {
     let s = e.to_string();
     assert!(

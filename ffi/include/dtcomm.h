@@ -264,8 +264,11 @@ dtcomm_result_t dtcomm_comm_init_rank(dtcomm_comm_t *comm, int rank, int world, 
 dtcomm_result_t dtcomm_comm_subset(dtcomm_comm_t comm, const int *ranks, size_t nranks, dtcomm_comm_t *out);
 
 /**
- * Finishes queued calls, says goodbye to the peers and frees the communicator. Its handle is
- * invalid afterwards (a second destroy returns `DTCOMM_INVALID_ARGUMENT`).
+ * Says goodbye to the peers and frees the communicator. Calls still in flight on it (blocked
+ * on other threads, or requests not yet waited for) fail with `DTCOMM_INTERRUPTED` within
+ * 100 ms, and their peers are told, instead of holding this call until their deadline: wait
+ * for requests first to finish them. Its handle is invalid afterwards (a second destroy
+ * returns `DTCOMM_INVALID_ARGUMENT`).
  */
 dtcomm_result_t dtcomm_comm_destroy(dtcomm_comm_t comm);
 

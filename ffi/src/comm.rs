@@ -356,13 +356,20 @@ pub unsafe extern "C" fn dtcomm_comm_subset(
     })
 }
 
-/// Finishes queued calls, says goodbye to the peers and frees the communicator. Its handle is
-/// invalid afterwards (a second destroy returns `DTCOMM_INVALID_ARGUMENT`).
+/// Says goodbye to the peers and frees the communicator. Calls still in flight on it (blocked
+/// on other threads, or requests not yet waited for) fail with `DTCOMM_INTERRUPTED` within
+/// 100 ms, and their peers are told, instead of holding this call until their deadline: wait
+/// for requests first to finish them. Its handle is invalid afterwards (a second destroy
+/// returns `DTCOMM_INVALID_ARGUMENT`).
 #[unsafe(no_mangle)]
 pub extern "C" fn dtcomm_comm_destroy(comm: dtcomm_comm_t) -> dtcomm_result_t {
     guard("dtcomm_comm_destroy", || {
         let c = handles::remove_comm(comm)
             .ok_or_else(|| invalid("dtcomm_comm_destroy", unknown_comm(comm)))?;
+        // A call blocked on another thread stops within 100 ms (failing with
+        // DTCOMM_INTERRUPTED; its peers are told) instead of holding this until its deadline.
+        c.comm
+            .interrupt("dtcomm_comm_destroy was called while the call was in flight");
         c.comm.shutdown();
         Ok(())
     })

@@ -226,6 +226,22 @@ fn the_c_error_example_gets_a_code_and_a_message_for_every_bad_call() {
 }
 
 #[test]
+fn destroy_stops_a_call_blocked_on_another_thread_at_once() {
+    let exe = compile("destroy_blocked");
+    let ranks = run_ranks(&exe, 2, "c-destroy-blocked", &[]);
+    for (r, (code, out, err)) in ranks.iter().enumerate() {
+        assert_eq!(*code, Some(0), "rank {r}:\n{out}\n{err}");
+        assert!(out.contains(&format!("DESTROY OK rank {r}")), "{out}");
+    }
+    let out = &ranks[0].1;
+    assert!(
+        out.contains("the blocked call: interrupted")
+            && out.contains("dtcomm_comm_destroy was called"),
+        "{out}"
+    );
+}
+
+#[test]
 fn the_c_cuda_status_example_gets_json_whatever_the_machine_has() {
     let exe = compile("cuda_status");
     let out = Command::new(&exe).output().unwrap();

@@ -333,6 +333,11 @@ def job_token(server_token: str, job: str) -> str:
     """The token of one job: it opens that job only (join, status, stop)."""
     ...
 
+def store_link_secret(token: str, job: str, round: int) -> str | None:
+    """The store path's link secret (hex) for the workers of ``round`` of ``job``
+    (``DTCOMM_LINK_SECRET``); None for an empty token."""
+    ...
+
 def resolve_launch(
     env: dict[str, str],
     rank: int | None = None,

@@ -137,6 +137,13 @@ class DtcommRendezvousHandler(RendezvousHandler):
                        timeout=timedelta(seconds=self._settings.join_timeout.value))
         store: Store = PrefixStore(f"torchrun.{w.job}/r{w.round}", tcp)
         self._handed = w.round
+        # torchrun starts the workers with this process's environment: their links prove the
+        # job token and round, not just access to the workers' store (docs/doors.md).
+        secret = _dtcomm.store_link_secret(self._settings.token.value or "", w.job, w.round)
+        if secret is not None:
+            os.environ["DTCOMM_LINK_SECRET"] = secret
+        else:
+            os.environ.pop("DTCOMM_LINK_SECRET", None)
         boot = RendezvousStoreInfo.build(w.rank, store, self._local_addr)
         return RendezvousInfo(store, w.rank, w.world, boot)
 

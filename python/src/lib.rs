@@ -73,6 +73,7 @@ fn _dtcomm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(usable_cores, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::cuda_status, m)?)?;
     m.add_function(wrap_pyfunction!(native::job_token, m)?)?;
+    m.add_function(wrap_pyfunction!(native::store_link_secret, m)?)?;
     m.add_function(wrap_pyfunction!(launch::resolve_launch, m)?)?;
     m.add_function(wrap_pyfunction!(launch::mpi_meet, m)?)?;
     m.add_function(wrap_pyfunction!(launch::advertised_ip, m)?)?;

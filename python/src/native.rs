@@ -676,6 +676,18 @@ pub(crate) fn job_token(server_token: &str, job: &str) -> PyResult<String> {
     Ok(dt_rdzv_proto::rendezvous::job_token(server_token, job))
 }
 
+/// The store path's link secret (hex) a launcher hands the workers of `round` of `job` as
+/// `DTCOMM_LINK_SECRET`, from the token its agent joined with; `None` for an empty token (a
+/// server without authentication: anyone could derive it, so the store's own secret is kept).
+#[pyfunction]
+pub(crate) fn store_link_secret(token: &str, job: &str, round: u64) -> Option<String> {
+    if token.is_empty() {
+        return None;
+    }
+    let s = dtcomm::store_link_secret(token, job, round);
+    Some(s.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// A data listener bound before joining a native job: its `addr` goes in `NativeClient.join`'s
 /// `addrs`, and `Communicator.from_welcome` builds every round's communicator over it. Options left as None resolve from
 /// their `DTCOMM_*` twins (`socket_ifname` picks the interface).

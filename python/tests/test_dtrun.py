@@ -3,6 +3,7 @@ fails with dtrun exiting that worker's code, several nodes joining a running dt-
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -24,6 +25,7 @@ ENV_SCRIPT = """
 import os, sys
 keys = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"]
 print(" ".join(f"{k}={os.environ[k]}" for k in keys), "ARGS=" + ",".join(sys.argv[1:]))
+print("LINKSECRET", os.environ.get("DTCOMM_LINK_SECRET", "none"))
 print("to stderr", file=sys.stderr)
 import numpy as np, dtcomm
 dtcomm.init(verbose=False)
@@ -46,6 +48,10 @@ def test_environment_prefixes_and_a_collective(tmp_path: Path) -> None:
         assert f"[rank{r}]: SUM 3 LOCAL {r} 3" in p.stdout
         assert f"[rank{r}]: to stderr" in p.stderr
     assert "[dtrun] rendezvous 127.0.0.1:" in p.stderr and "(embedded)" in p.stderr
+    # One node: the agent drew the links' secret and handed it to every worker (the loopback
+    # store, readable by any local user, never holds it).
+    secrets = set(re.findall(r"LINKSECRET (\S+)", p.stdout))
+    assert len(secrets) == 1 and re.fullmatch(r"[0-9a-f]{64}", secrets.pop()), p.stdout
 
 
 FAIL_SCRIPT = """

@@ -340,6 +340,7 @@ def test_elastic_run_survives_a_sigkilled_member(
 
 TORCHRUN_WORKER = """
 import os, time, numpy as np, dtcomm
+print("LINKSECRET", os.environ.get("DTCOMM_LINK_SECRET", "none")[:16], flush=True)
 dtcomm.init(verbose=False)
 r, w = dtcomm.rank(), dtcomm.size()
 for step in range(100000):
@@ -353,6 +354,17 @@ for step in range(100000):
     time.sleep(0.1)
 dtcomm.shutdown()
 """
+
+
+def _same_secret_then_a_new_one(a: str, b: str, procs: Procs, after: bool = False) -> None:
+    """The agents handed their workers one DTCOMM_LINK_SECRET per round (derived from the job
+    token and the round, so the workers' store never holds it); the survivor's next round
+    got another."""
+    sa = re.findall(r"LINKSECRET (\S+)", procs.out(a))
+    sb = re.findall(r"LINKSECRET (\S+)", procs.out(b))
+    assert sa and sb and sa[0] == sb[0] != "none" and len(sa[0]) == 16, (sa, sb)
+    if after:
+        assert len(sa) >= 2 and sa[-1] not in (sa[0], "none"), sa
 
 
 def test_torchrun_two_agents_one_sigkilled(
@@ -381,10 +393,12 @@ def test_torchrun_two_agents_one_sigkilled(
     procs.wait_for("both agents' workers training in a world of 2",
                    lambda: all(group_in_two(n) is not None for n in ("A", "B")), 150)
     assert {group_in_two("A"), group_in_two("B")} == {0, 1}
+    _same_secret_then_a_new_one("A", "B", procs)
     procs.kill_group("B")
     assert procs.wait_exit("A", 60) == 0, procs.dump()
     out = procs.out("A")
     assert re.search(r"STEP 20 rank 0 world 1 group 0", out) and "FINISHED alone" in out, out
+    _same_secret_then_a_new_one("A", "B", procs, after=True)
     st = native_server.cli("status", job)
     assert st.returncode == 0, st.stderr
     # The agents' store was hosted by group rank 0's agent, not the server's TCPStore port:
@@ -420,6 +434,7 @@ def test_dtrun_native_two_nodes_one_sigkilled(
     procs.wait_for("both nodes' workers training in a world of 2",
                    lambda: all(group_in_two(n) is not None for n in ("A", "B")), 120)
     survivor, victim = ("A", "B") if group_in_two("A") == 0 else ("B", "A")
+    _same_secret_then_a_new_one(survivor, victim, procs)
     procs.kill_group(victim)
     for pid_line in re.findall(r"^\[dtrun\] worker pid (\d+)", procs.out(victim), re.M):
         try:
@@ -430,3 +445,4 @@ def test_dtrun_native_two_nodes_one_sigkilled(
     out = procs.out(survivor)
     assert re.search(r"STEP 20 rank 0 world 1 group 0", out) and "FINISHED alone" in out, out
     assert re.search(r"native rendezvous .* round \d+ \(member .* lost", out), out
+    _same_secret_then_a_new_one(survivor, victim, procs, after=True)

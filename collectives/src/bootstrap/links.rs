@@ -28,6 +28,7 @@ use socket2::{Domain, Protocol, SockRef, Socket, Type};
 
 use super::handshake::{self, Auth, Hello};
 use super::{Setup, mismatch_detail};
+use crate::error::Strangers;
 use crate::transport::waker::Waker;
 
 /// Longest a stranger may hold a handshake slot (a member answers in microseconds).
@@ -87,6 +88,8 @@ struct Shared {
     /// Wakes the acceptor: a handshake finished, or the linker is dropped.
     accept_wake: Waker,
     stop: AtomicBool,
+    /// Unproven connections dropped so far, for timeouts to name.
+    strangers: Mutex<Strangers>,
 }
 
 impl Shared {
@@ -99,6 +102,13 @@ impl Shared {
             timeout: self.timeout,
             bufsize: self.bufsize,
         }
+    }
+
+    fn note_stranger(&self, from: SocketAddr, evicted: bool) {
+        self.strangers
+            .lock()
+            .expect("stranger tally")
+            .note(from.ip(), evicted);
     }
 
     fn send(&self, a: Arrival) {
@@ -185,6 +195,7 @@ impl Linker {
             wake,
             accept_wake,
             stop: AtomicBool::new(false),
+            strangers: Mutex::new(Strangers::default()),
         });
         let sh = shared.clone();
         let acceptor = std::thread::Builder::new()
@@ -211,6 +222,15 @@ impl Linker {
     /// Polled for `POLLIN` beside the links: readable when something arrived.
     pub(crate) fn waker(&self) -> &Waker {
         &self.shared.wake
+    }
+
+    /// Unproven connections the data port dropped so far.
+    pub(crate) fn strangers(&self) -> Strangers {
+        self.shared
+            .strangers
+            .lock()
+            .expect("stranger tally")
+            .clone()
     }
 
     /// Data streams per link.
@@ -414,7 +434,7 @@ fn accept_loop(sh: &Arc<Shared>, listener: &TcpListener) {
     let (tx, rx) = mpsc::channel::<(u64, Accepted)>();
     let mut partial: BTreeMap<usize, Partial> = BTreeMap::new();
     // Handshakes in flight: when each started, and a handle to close it early.
-    let mut in_flight: BTreeMap<u64, (Instant, Option<TcpStream>)> = BTreeMap::new();
+    let mut in_flight: BTreeMap<u64, (Instant, SocketAddr, Option<TcpStream>)> = BTreeMap::new();
     let mut next_id = 0u64;
     let mut dropped = 0usize;
     let mut evicted = 0usize;
@@ -429,10 +449,13 @@ fn accept_loop(sh: &Arc<Shared>, listener: &TcpListener) {
     while !sh.stop.load(Ordering::Acquire) {
         wake.reset();
         while let Ok((id, a)) = rx.try_recv() {
-            in_flight.remove(&id);
+            let evicted_before = in_flight.remove(&id).is_none();
             match a {
+                // Counted when it was closed to make room.
+                Accepted::Stranger(..) if evicted_before => {}
                 Accepted::Stranger(from, why) => {
                     dropped += 1;
+                    sh.note_stranger(from, false);
                     if dropped <= DROPS_LOGGED || dropped.is_multiple_of(100) {
                         tracing::warn!(rank = sh.rank, %from, dropped, "dtcomm: dropped a connection to the data port from {from}: {why} ({dropped} dropped so far)");
                     }
@@ -452,18 +475,21 @@ fn accept_loop(sh: &Arc<Shared>, listener: &TcpListener) {
                         let oldest = in_flight
                             .iter()
                             .next()
-                            .filter(|(_, (since, _))| now - *since >= HANDSHAKE_GRACE)
+                            .filter(|(_, (since, _, _))| now - *since >= HANDSHAKE_GRACE)
                             .map(|(id, _)| *id);
                         match oldest.and_then(|id| in_flight.remove(&id)) {
-                            Some((_, stream)) => {
-                                // Its thread's read fails at once and reports a stranger.
+                            Some((_, old_from, stream)) => {
+                                // Its thread's read fails at once (its report is not counted
+                                // again: the id is gone).
                                 if let Some(old) = stream {
                                     let _ = old.shutdown(std::net::Shutdown::Both);
                                 }
                                 evicted += 1;
+                                sh.note_stranger(old_from, true);
                             }
                             None => {
                                 dropped += 1;
+                                sh.note_stranger(from, false);
                                 if dropped <= DROPS_LOGGED || dropped.is_multiple_of(100) {
                                     tracing::warn!(rank = sh.rank, %from, "dtcomm: dropped a connection from {from}: {} handshakes in flight", in_flight.len());
                                 }
@@ -473,7 +499,7 @@ fn accept_loop(sh: &Arc<Shared>, listener: &TcpListener) {
                     }
                     next_id += 1;
                     let id = next_id;
-                    in_flight.insert(id, (Instant::now(), s.try_clone().ok()));
+                    in_flight.insert(id, (Instant::now(), from, s.try_clone().ok()));
                     let (tx, auth, me) = (tx.clone(), sh.auth.clone(), su.me(0));
                     let shared = sh.clone();
                     let spawned = std::thread::Builder::new()

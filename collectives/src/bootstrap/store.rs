@@ -1,8 +1,11 @@
 //! The store path (torch's `from_store`, env://, `dtcomm.init()` on a TCPStore): each rank
 //! publishes `address\nhost\ninterface\nworld\nsecret\nhost record` under
-//! `<prefix>/<generation>/addr/<rank>`: rank 0 draws the generation's link secret and
-//! publishes it (hex; the other ranks leave that line empty), the store being what this path
-//! already trusts; the host record (hex, `shm::host::record`) lets the shared-memory set-up
+//! `<prefix>/<generation>/addr/<rank>`. The links' secret: where the launcher handed every
+//! rank one (`DTCOMM_LINK_SECRET`: `dtrun` and the torchrun handler derive it from the job
+//! token and round) the store holds only its fingerprint (`L` + 8 bytes of a hash, on rank 0's
+//! line), so reading the store is not enough to pass the handshake; otherwise rank 0 draws the
+//! generation's secret and publishes it (hex; the other ranks leave that line empty), which
+//! proves only that a connector could read the store. The host record (hex, `shm::host::record`) lets the shared-memory set-up
 //! skip its identity exchange. Every rank reads rank 0's entry first (rank 0
 //! is in every world), so a rank started with another world size fails at once naming both
 //! sizes instead of waiting for a rank that will never come.
@@ -36,12 +39,77 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
+/// Where the links' secret comes from, as rank 0 published it.
+#[derive(Debug, PartialEq, Eq)]
+enum Secret {
+    /// Drawn by rank 0 and published in the store.
+    Published(Vec<u8>),
+    /// The launcher's (`DTCOMM_LINK_SECRET`): only its fingerprint is in the store.
+    Launcher([u8; 8]),
+}
+
+const FINGERPRINT_CONTEXT: &[u8] = b"dtcomm link secret fingerprint v1\0";
+
+/// What the store may show of a launcher's secret: 8 bytes of a hash of it.
+fn fingerprint(secret: &[u8]) -> [u8; 8] {
+    let d = ring::digest::digest(
+        &ring::digest::SHA256,
+        &[FINGERPRINT_CONTEXT, secret].concat(),
+    );
+    let mut out = [0u8; 8];
+    out.copy_from_slice(&d.as_ref()[..8]);
+    out
+}
+
+impl Secret {
+    fn line(&self) -> String {
+        match self {
+            Secret::Published(s) => hex(s),
+            Secret::Launcher(f) => format!("L{}", hex(f)),
+        }
+    }
+
+    fn parse(line: &str) -> Option<Secret> {
+        if let Some(f) = line.strip_prefix('L') {
+            let f = unhex(f)?;
+            return Some(Secret::Launcher(f.try_into().ok()?));
+        }
+        unhex(line).filter(|s| !s.is_empty()).map(Secret::Published)
+    }
+}
+
+/// The secret this rank proves links with, given what rank 0 published and what this rank's
+/// launcher handed it: a disagreement (one launcher's secret and not the other's, or two
+/// different ones) is an error naming `DTCOMM_LINK_SECRET`, never a silent fallback.
+fn agree(zero: Secret, mine: Option<&[u8]>) -> Result<Vec<u8>, String> {
+    match (zero, mine) {
+        (Secret::Published(s), None) => Ok(s),
+        (Secret::Launcher(f), Some(m)) if fingerprint(m) == f => Ok(m.to_vec()),
+        (Secret::Launcher(f), Some(m)) => Err(format!(
+            "this rank's DTCOMM_LINK_SECRET (fingerprint {}) is not rank 0's ({}): ranks of \
+             different rounds or jobs on one store prefix?",
+            hex(&fingerprint(m)),
+            hex(&f)
+        )),
+        (Secret::Launcher(f), None) => Err(format!(
+            "rank 0 proves links with its launcher's DTCOMM_LINK_SECRET (fingerprint {}) and \
+             this rank has none: ranks started by different launchers?",
+            hex(&f)
+        )),
+        (Secret::Published(_), Some(m)) => Err(format!(
+            "this rank has a DTCOMM_LINK_SECRET (fingerprint {}) and rank 0 has none (it \
+             published a secret in the store): ranks started by different launchers?",
+            hex(&fingerprint(m))
+        )),
+    }
+}
+
 /// One rank's published entry.
 struct Entry {
     addr: SocketAddr,
     host: String,
     world: Option<usize>,
-    secret: Option<Vec<u8>>,
+    secret: Option<Secret>,
     record: Option<Vec<u8>>,
 }
 
@@ -55,7 +123,7 @@ fn parse(su: &Setup, r: usize, v: &[u8]) -> Result<Entry, CommError> {
     let host = it.next().unwrap_or("").to_owned();
     let _iface = it.next();
     let world = it.next().and_then(|w| w.parse().ok());
-    let secret = it.next().and_then(unhex).filter(|s| !s.is_empty());
+    let secret = it.next().and_then(Secret::parse);
     let record = it.next().and_then(unhex).filter(|r| !r.is_empty());
     Ok(Entry {
         addr,
@@ -90,11 +158,15 @@ pub(crate) fn tcp_mesh(
         .add(&format!("{prefix}/generation/{rank}"), 1)
         .map_err(|e| su.err(format!("store: {e}")))?;
     let key = |r: usize| format!("{prefix}/{generation}/addr/{r}");
-    let mine = (rank == 0).then(handshake::secret);
+    let launcher = cfg.link_secret.value.as_ref().map(|s| s.bytes());
+    let mine = (rank == 0).then(|| match launcher {
+        Some(s) => Secret::Launcher(fingerprint(s)),
+        None => Secret::Published(handshake::secret().to_vec()),
+    });
     let value = format!(
         "{me}\n{host}\n{}\n{world}\n{}\n{}",
         bound.iface,
-        mine.as_ref().map(|s| hex(s)).unwrap_or_default(),
+        mine.as_ref().map(Secret::line).unwrap_or_default(),
         hex(&crate::shm::host::own_record(cfg))
     );
     store
@@ -116,12 +188,27 @@ pub(crate) fn tcp_mesh(
     {
         return Err(super::mismatch(&su, 0, w, None));
     }
-    let secret = zero.secret.ok_or_else(|| {
+    let zero_secret = zero.secret.ok_or_else(|| {
         su.err(format!(
             "rank 0's entry {} has no link secret (a dtcomm older than this rank's?)",
             key(0)
         ))
     })?;
+    let secret = agree(zero_secret, launcher).map_err(|e| su.err(e))?;
+    tracing::debug!(
+        rank,
+        proof = if launcher.is_some() {
+            "launcher"
+        } else {
+            "store"
+        },
+        "dtcomm: links of {prefix}/{generation} prove {}",
+        if launcher.is_some() {
+            "the launcher's secret (the job token and round)"
+        } else {
+            "only that the connector could read the store"
+        }
+    );
     let auth = Auth::new(&secret, format!("store {prefix}/{generation}"));
 
     // Every peer's address: half the deadline, a warning naming who is missing, the rest.
@@ -184,6 +271,46 @@ fn wait_sliced(
         match store.wait(keys, SLICE) {
             Err(StoreError::Timeout { .. }) => su.interrupted()?,
             r => return Ok(r),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_store_shows_a_fingerprint_of_a_launchers_secret_never_the_secret() {
+        let s = [7u8; 32];
+        let line = Secret::Launcher(fingerprint(&s)).line();
+        assert!(line.starts_with('L') && line.len() == 17, "{line}");
+        assert!(!line.contains(&hex(&s[..4])), "{line}");
+        assert_eq!(
+            Secret::parse(&line),
+            Some(Secret::Launcher(fingerprint(&s)))
+        );
+        let p = Secret::Published(vec![1, 2, 3]);
+        assert_eq!(Secret::parse(&p.line()), Some(p));
+        assert_eq!(Secret::parse(""), None);
+        assert_eq!(Secret::parse("Lzz"), None);
+    }
+
+    #[test]
+    fn ranks_agree_on_the_secret_or_fail_naming_the_variable() {
+        let a = [1u8; 32];
+        let b = [2u8; 32];
+        assert_eq!(
+            agree(Secret::Launcher(fingerprint(&a)), Some(&a)).unwrap(),
+            a
+        );
+        assert_eq!(agree(Secret::Published(b.to_vec()), None).unwrap(), b);
+        for (zero, mine) in [
+            (Secret::Launcher(fingerprint(&a)), Some(&b[..])),
+            (Secret::Launcher(fingerprint(&a)), None),
+            (Secret::Published(b.to_vec()), Some(&a[..])),
+        ] {
+            let e = agree(zero, mine).unwrap_err();
+            assert!(e.contains("DTCOMM_LINK_SECRET"), "{e}");
         }
     }
 }

@@ -41,6 +41,20 @@ pub fn round_secret(token: &str, job: &str, round: u64) -> [u8; 32] {
     out
 }
 
+const STORE_CONTEXT: &[u8] = b"dtcomm store path v1\0";
+
+/// The link secret a launcher hands the workers of `round` of `job` for the store path
+/// (`DTCOMM_LINK_SECRET`), derived like [`round_secret`] but for another purpose: the workers'
+/// store (torch's `env://` on node 0, which has no authentication) then never holds it, and a
+/// stranger who reads that store cannot pass the data-plane handshake.
+pub fn store_link_secret(token: &str, job: &str, round: u64) -> [u8; 32] {
+    let round_key = round_secret(token, job, round);
+    let key = hmac::Key::new(hmac::HMAC_SHA256, &round_key);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(hmac::sign(&key, STORE_CONTEXT).as_ref());
+    out
+}
+
 /// A bound, listening data socket, made before joining a native job; its [`addr`] goes in
 /// the `Join`. It serves every round of the membership: [`Communicator::from_welcome`]
 /// builds each round's communicator over a clone of it, and the handshake's round number

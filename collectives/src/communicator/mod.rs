@@ -193,6 +193,7 @@ impl Communicator {
     fn from_engine(world: usize, config: Config, engine: Engine, describe: String) -> Communicator {
         let rank = engine.rank;
         let fence = engine.fence.clone();
+        let cancel = engine.cancel.clone();
         let state = State {
             engine,
             seq: 0,
@@ -215,15 +216,16 @@ impl Communicator {
                 fence,
                 device_rt: OnceLock::new(),
                 host_ranks: AtomicUsize::new(1),
-                cancel: Arc::new(Mutex::new(None)),
+                cancel,
             }),
             progress: OnceLock::new(),
         }
     }
 
-    /// Interrupts the calls in flight (a caller waiting on one of them was interrupted, e.g.
-    /// by Ctrl-C): each fails with [`CommError::Interrupted`] within 100 ms, the communicator
-    /// is failed and the peers are told.
+    /// Interrupts the calls in flight: blocking ones on any thread and the progress thread's
+    /// (a caller waiting on one was interrupted, e.g. by Ctrl-C, or the communicator is being
+    /// destroyed): each fails with [`CommError::Interrupted`] within 100 ms, the communicator
+    /// is failed and the peers are told. Calls made later fail the same way.
     pub fn interrupt(&self, reason: &str) {
         self.inner.interrupt(reason);
     }

@@ -47,7 +47,7 @@ impl Inflight {
         Inflight {
             desc,
             what,
-            deadline: Deadline::new(inner.rank, timeout),
+            deadline: Deadline::new(inner.rank, timeout, &inner.cancel),
             others: (0..inner.world).filter(|&r| r != inner.rank).collect(),
             backoff: Backoff::default(),
         }
@@ -284,7 +284,8 @@ impl Inner {
                     call: desc,
                     elapsed,
                     waiting_for: f.others.clone(),
-                    suspects: suspects(self.rank, &f.others, &reports),
+                    suspects: suspects(self.rank, &f.others, &reports).into(),
+                    strangers: Box::new(st.engine.transport.strangers()),
                 };
                 tracing::error!(rank = self.rank, "dtcomm: {e} (NCCL communicator aborted)");
                 st.engine.transport.abort(None, &e.to_string());

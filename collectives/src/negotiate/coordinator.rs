@@ -149,16 +149,23 @@ impl Coordinator {
     /// One cycle: every name that all ranks have submitted is answered, in the order the
     /// names first arrived: errors for names whose requests disagree, and the others fused.
     pub fn cycle(&mut self) -> Vec<Response> {
-        self.cycles += 1;
-        let out = self.stalled();
-        self.answer(out)
+        self.cycle_by(1)
     }
 
     /// A cycle that started before the cycle time was up (a caller waiting for its operations
     /// woke it): answers what is ready, as [`Coordinator::cycle`], but does not count toward
     /// the stall deadline, which stays at least the cycle time × the stall cycles.
     pub fn early_cycle(&mut self) -> Vec<Response> {
-        self.answer(Vec::new())
+        self.cycle_by(0)
+    }
+
+    /// A cycle that counts as `n` toward the stall deadline: the driver charges a cycle by the
+    /// cycle times it lasted, so slow cycles (100k pending names) do not stretch the deadline
+    /// past the time it stands for. Every rank must charge the same `n`.
+    pub fn cycle_by(&mut self, n: u64) -> Vec<Response> {
+        self.cycles += n;
+        let out = if n > 0 { self.stalled() } else { Vec::new() };
+        self.answer(out)
     }
 
     fn answer(&mut self, mut out: Vec<Response>) -> Vec<Response> {

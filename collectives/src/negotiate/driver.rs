@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::coordinator::Coordinator;
 use super::payload::Payload;
@@ -361,6 +361,14 @@ impl Drop for Negotiator {
     }
 }
 
+/// What a cycle counts toward the stall deadline: the cycle times since the previous one
+/// (`elapsed`), at least 1 when the rank waited its whole cycle time, 0 for an early cycle that
+/// came within one.
+fn charge(elapsed: Duration, cycle: Duration, waited: bool) -> u32 {
+    let n = (elapsed.as_secs_f64() / cycle.as_secs_f64().max(1e-4)) as u32;
+    if waited { n.max(1) } else { n }
+}
+
 fn run(comm: Arc<Communicator>, shared: Arc<Shared>, cycle: Duration, threshold: u64) {
     let world = comm.world();
     let stall = comm.config().timeout.value;
@@ -374,6 +382,7 @@ fn run(comm: Arc<Communicator>, shared: Arc<Shared>, cycle: Duration, threshold:
         }
     };
     let mut slots = Slots::default();
+    let mut last_cycle = Instant::now();
     loop {
         let payload = {
             let st = shared.lock();
@@ -382,6 +391,8 @@ fn run(comm: Arc<Communicator>, shared: Arc<Shared>, cycle: Duration, threshold:
                 .wait_timeout_while(st, cycle, |s| !s.nudged)
                 .unwrap_or_else(|p| p.into_inner());
             let waited = !std::mem::take(&mut st.nudged);
+            let charge = charge(last_cycle.elapsed(), cycle, waited);
+            last_cycle = Instant::now();
             let full = st.marks.as_ref().map(|m| m.len() >= MAX_MARKS);
             match full {
                 Some(false) => st.marks.as_mut().expect("marking").push(now_us()),
@@ -391,7 +402,7 @@ fn run(comm: Arc<Communicator>, shared: Arc<Shared>, cycle: Duration, threshold:
             let new = std::mem::take(&mut st.new);
             let flags = wire::Flags {
                 stopping: st.stopping,
-                waited,
+                charge,
             };
             wire::encode(flags, &new)
         };
@@ -399,14 +410,14 @@ fn run(comm: Arc<Communicator>, shared: Arc<Shared>, cycle: Duration, threshold:
             Ok(g) => g,
             Err(e) => return fail_all(e.to_string()),
         };
-        let (mut stoppers, mut any_waited) = (Vec::new(), false);
+        let (mut stoppers, mut charged) = (Vec::new(), 0u32);
         for (rank, bytes) in gathered.iter().enumerate() {
             match wire::decode(bytes) {
                 Ok((flags, reqs)) => {
                     if flags.stopping {
                         stoppers.push(rank);
                     }
-                    any_waited |= flags.waited;
+                    charged = charged.max(flags.charge);
                     for r in reqs {
                         // Duplicates were refused at submission, so this cannot fail.
                         let _ = coord.submit(rank as u32, r);
@@ -416,11 +427,7 @@ fn run(comm: Arc<Communicator>, shared: Arc<Shared>, cycle: Duration, threshold:
             }
         }
         // Every rank saw the same flags, so all count the same cycles.
-        let responses = if any_waited {
-            coord.cycle()
-        } else {
-            coord.early_cycle()
-        };
+        let responses = coord.cycle_by(u64::from(charged));
         for resp in responses {
             if let Err(e) = execute(&comm, &shared, resp) {
                 return fail_all(e.to_string());
@@ -673,6 +680,25 @@ fn execute(comm: &Communicator, shared: &Shared, resp: Response) -> Result<(), C
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slow_cycle_counts_the_cycle_times_it_lasted() {
+        let c = Duration::from_millis(5);
+        assert_eq!(charge(Duration::from_millis(5), c, true), 1);
+        assert_eq!(
+            charge(Duration::from_millis(1), c, true),
+            1,
+            "woken late, still one"
+        );
+        assert_eq!(
+            charge(Duration::from_millis(1), c, false),
+            0,
+            "early: not counted"
+        );
+        // 100k pending names made one cycle last 80 ms: 16 cycle times, not 1.
+        assert_eq!(charge(Duration::from_millis(80), c, true), 16);
+        assert_eq!(charge(Duration::from_millis(80), c, false), 16);
+    }
 
     #[test]
     fn an_operation_left_behind_by_a_failed_collective_fails_instead_of_blocking() {

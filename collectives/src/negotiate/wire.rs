@@ -25,14 +25,16 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
 pub(crate) struct Flags {
     /// It is shutting down.
     pub stopping: bool,
-    /// It waited the whole cycle time (rather than being woken early by a caller waiting for
-    /// its operations): the cycle counts toward the stall deadline.
-    pub waited: bool,
+    /// Cycle times since its previous cycle (at least 1 when it waited the whole cycle time
+    /// rather than being woken early by a caller waiting for its operations): what the cycle
+    /// counts toward the stall deadline, the largest of every rank's.
+    pub charge: u32,
 }
 
 /// Encodes one rank's contribution.
 pub(crate) fn encode(flags: Flags, requests: &[Request]) -> Vec<u8> {
-    let mut out = vec![u8::from(flags.stopping) | (u8::from(flags.waited) << 1)];
+    let mut out = vec![u8::from(flags.stopping)];
+    out.extend_from_slice(&flags.charge.to_le_bytes());
     out.extend_from_slice(&(requests.len() as u32).to_le_bytes());
     for r in requests {
         put_str(&mut out, &r.name);
@@ -82,12 +84,12 @@ impl Reader<'_> {
 pub(crate) fn decode(bytes: &[u8]) -> Result<(Flags, Vec<Request>), String> {
     let mut r = Reader(bytes);
     let bits = r.take(1)?[0];
-    if bits > 3 {
+    if bits > 1 {
         return Err(format!("unknown cycle flags {bits:#x}"));
     }
     let flags = Flags {
         stopping: bits & 1 != 0,
-        waited: bits & 2 != 0,
+        charge: r.u32()?,
     };
     let n = r.u32()?;
     let mut out = Vec::new();

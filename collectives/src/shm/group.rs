@@ -312,7 +312,8 @@ impl ShmGroup {
                 call: *call,
                 elapsed,
                 waiting_for: missing,
-                suspects: Vec::new(),
+                suspects: Box::default(),
+                strangers: Box::new(t.strangers()),
             })),
             Phase::Interrupted(e) => Err(EngineError::Comm(e)),
         }

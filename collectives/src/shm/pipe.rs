@@ -129,15 +129,20 @@ impl Pipes {
     }
 
     /// Writes a prefix of `a ++ b` into the pipe to local rank `to`.
+    /// A reader that failed (its `aborted` word) or closed is an error at once, not a ring
+    /// that keeps taking bytes nobody will read.
     pub(crate) fn try_send(&self, to: usize, a: &[u8], b: &[u8]) -> Result<usize, LinkError> {
+        if let Some(e) = self.peer_abort(to) {
+            return Err(e);
+        }
+        if self.closed(to) {
+            return Err(self.gone(to, true));
+        }
         let me = self.me;
         let head = self.head(me, to).load(Ordering::Relaxed);
         let tail = self.tail(me, to).load(Ordering::Acquire);
         let free = PIPE - self.in_flight(to, head, tail)?;
         if free == 0 {
-            if self.closed(to) {
-                return Err(self.gone(to, true));
-            }
             return Ok(0);
         }
         let ring = self.ring(me, to);
@@ -268,19 +273,22 @@ impl Pipes {
     pub(crate) fn aborted(&self) -> Option<LinkError> {
         (0..self.ranks.len())
             .filter(|&i| i != self.me)
-            .find_map(|i| {
-                let v = self
-                    .u32_at(self.layout.slot(i) + slot::ABORTED)
-                    .load(Ordering::SeqCst);
-                (v != 0).then(|| LinkError::Aborted {
-                    origin: self.ranks[i],
-                    lost: (v >= 2).then(|| (v - 2) as usize),
-                    reason: format!(
-                        "rank {} failed (said through shared memory; its own error says why)",
-                        self.ranks[i]
-                    ),
-                })
-            })
+            .find_map(|i| self.peer_abort(i))
+    }
+
+    /// The abort of local rank `i`, if it failed.
+    fn peer_abort(&self, i: usize) -> Option<LinkError> {
+        let v = self
+            .u32_at(self.layout.slot(i) + slot::ABORTED)
+            .load(Ordering::Acquire);
+        (v != 0).then(|| LinkError::Aborted {
+            origin: self.ranks[i],
+            lost: (v >= 2).then(|| (v - 2) as usize),
+            reason: format!(
+                "rank {} failed (said through shared memory; its own error says why)",
+                self.ranks[i]
+            ),
+        })
     }
 
     /// Sleeps (at most `timeout`, and a short nap) until a pipe to a local rank in `sends`
@@ -358,5 +366,38 @@ mod tests {
         assert_eq!(queued(PIPE as u64 + 6, 5), None, "more than the ring holds");
         assert_eq!(queued(4, 5), None, "the tail past the head");
         assert_eq!(queued(u64::MAX, 0), None);
+    }
+
+    /// Two ends of one host's pipes over one segment: local ranks 0 and 1 (global 5 and 7).
+    fn pair() -> (Pipes, Pipes) {
+        let layout = Layout::new(2, 4096);
+        let (_seg, map) =
+            super::super::segment::Created::new(layout.len(), None, "dtcomm-pipe-test").unwrap();
+        let map = Arc::new(map);
+        let end = |me| Pipes::new(map.clone(), layout, me, vec![5, 7], 8, &[None, None]);
+        (end(0), end(1))
+    }
+
+    #[test]
+    fn a_writer_stops_at_once_when_its_reader_failed_or_closed() {
+        let (a, b) = pair();
+        assert_eq!(a.try_send(1, b"hello", b"").unwrap(), 5);
+        b.abort(Some(3));
+        match a.try_send(1, b"more", b"") {
+            Err(LinkError::Aborted { origin, lost, .. }) => {
+                assert_eq!((origin, lost), (7, Some(3)));
+            }
+            other => panic!("wrote into a failed reader: {other:?}"),
+        }
+
+        let (a, b) = pair();
+        b.u32_at(b.layout.slot(1) + slot::CLOSED)
+            .store(1, Ordering::SeqCst);
+        match a.try_send(1, b"x", b"") {
+            Err(LinkError::Closed { peer, graceful, .. }) => {
+                assert_eq!((peer, graceful), (7, true))
+            }
+            other => panic!("wrote into a closed reader: {other:?}"),
+        }
     }
 }

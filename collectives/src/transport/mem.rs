@@ -259,6 +259,11 @@ impl Transport for MemTransport {
     fn linked(&self) -> Vec<usize> {
         (0..self.shared.world).filter(|&p| p != self.rank).collect()
     }
+
+    fn strangers(&self) -> crate::error::Strangers {
+        // No listener: nobody else can reach an in-memory pipe.
+        crate::error::Strangers::default()
+    }
 }
 
 impl Drop for MemTransport {

@@ -85,4 +85,6 @@ pub(crate) trait Transport: Send {
     fn describe(&self) -> String;
     /// The peers this rank holds a link to now.
     fn linked(&self) -> Vec<usize>;
+    /// Unproven connections this rank's listener dropped so far (for timeouts).
+    fn strangers(&self) -> crate::error::Strangers;
 }

@@ -167,4 +167,8 @@ impl Transport for Routed {
     fn linked(&self) -> Vec<usize> {
         self.inner.linked()
     }
+
+    fn strangers(&self) -> crate::error::Strangers {
+        self.inner.strangers()
+    }
 }

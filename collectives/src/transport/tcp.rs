@@ -503,4 +503,8 @@ impl Transport for TcpTransport {
         l.sort_unstable();
         l
     }
+
+    fn strangers(&self) -> crate::error::Strangers {
+        self.linker.strangers()
+    }
 }

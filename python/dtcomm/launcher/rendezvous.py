@@ -7,6 +7,12 @@ port; the server forms rounds of nodes (``--nnodes MIN:MAX``), and a lost or new
 new round, into which every ``dtrun`` restarts its workers (``native_round``). Node 0's agent
 hosts the round's store for the workers (torch's env://), like torchrun's agents do.
 
+The workers' links prove membership with ``DTCOMM_LINK_SECRET`` where this agent can hand them
+one nobody else knows: derived from the job token and round on a native job with a token, drawn
+at random on a single node (the agent starts every worker). Elsewhere (several nodes on a
+``dt-rdzv`` TCPStore without tokens) rank 0 publishes the secret in the store, which proves
+only that a connector could read that store (``docs/doors.md``).
+
 Several nodes: every ``dtrun`` connects to a running ``dt-rdzv serve`` (``--rdzv-endpoint``)
 and takes a node rank from a counter under the run id. The counter also numbers *generations*:
 the n-th group of N nodes to join a run id is generation n, and every key of that job lives
@@ -15,6 +21,7 @@ under ``dtrun.<run id>/g<n>/``, so a rerun with the same id never reads an earli
 
 from __future__ import annotations
 
+import secrets
 import sys
 from dataclasses import dataclass
 
@@ -32,6 +39,8 @@ class Rendezvous:
     namespace: str
     server: _dtcomm.RdzvServer | None
     store: _dtcomm.StoreClient
+    #: ``DTCOMM_LINK_SECRET`` for this round's workers (hex), where this agent has one.
+    link_secret: str | None = None
 
     def fail(self, rank: int, code: int) -> None:
         """Tells the other nodes that a worker failed (they stop theirs)."""
@@ -113,7 +122,10 @@ def setup(
         file=sys.stderr,
         flush=True,
     )
-    return Rendezvous(endpoint, host, port, me, ns, server, store)
+    # A single node's agent starts every worker: a secret of its own keeps the loopback
+    # store's readers (any local user) out of the links.
+    own = secrets.token_hex(32) if nnodes == 1 and server is not None else None
+    return Rendezvous(endpoint, host, port, me, ns, server, store, own)
 
 
 def native_settings(
@@ -173,7 +185,8 @@ def native_round(member: _native.Member, ask_after: float | None) -> Rendezvous:
         file=sys.stderr,
         flush=True,
     )
-    return Rendezvous(endpoint, host, port, w.rank, prefix, server, store)
+    secret = _dtcomm.store_link_secret(member.settings.token.value or "", w.job, w.round)
+    return Rendezvous(endpoint, host, port, w.rank, prefix, server, store, secret)
 
 
 def finish(rdzv: Rendezvous, nnodes: int, ok: bool) -> None:

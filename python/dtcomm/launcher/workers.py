@@ -100,6 +100,8 @@ def worker_env(spec: Spec, rdzv: Rendezvous, local_rank: int) -> dict[str, str]:
         DTCOMM_STORE_PREFIX=f"{rdzv.namespace}/dtcomm",
         PYTHONUNBUFFERED=env.get("PYTHONUNBUFFERED", "1"),
     )
+    if rdzv.link_secret is not None:
+        env["DTCOMM_LINK_SECRET"] = rdzv.link_secret
     if env.get("DTRUN_HOROVOD") == "1":
         # What horovodrun sets (its Gloo controller's rank variables).
         env.update(
