@@ -126,6 +126,30 @@ fn check_header(m: &Mapping, l: &Layout) -> Result<(), String> {
     Ok(())
 }
 
+/// Every rank's host number (hosts numbered by their lowest rank) from the host records
+/// `ids`: ranks with the same host digest share a host, and, when the segment is a memfd
+/// (`memfd`: opened through `/proc/<pid>/fd`, which names the creator only in its own pid
+/// namespace), the same pid namespace too.
+fn hosts(ids: &[u8], world: usize, memfd: bool) -> Vec<usize> {
+    let key_of = |r: usize| {
+        let rec = &ids[r * ID_LEN..(r + 1) * ID_LEN];
+        let ns = if memfd { u64_at(rec, 24) } else { 0 };
+        (&rec[..16], ns)
+    };
+    let mut leaders: Vec<usize> = Vec::new();
+    (0..world)
+        .map(
+            |r| match leaders.iter().position(|&l| key_of(l) == key_of(r)) {
+                Some(h) => h,
+                None => {
+                    leaders.push(r);
+                    leaders.len() - 1
+                }
+            },
+        )
+        .collect()
+}
+
 /// Runs the set-up on a freshly connected engine. `book`: every rank's host record from the
 /// address book, when it holds them all (then step 1 is skipped). `Err` only for
 /// `DTCOMM_TRANSPORT=shm` or a failure of the links themselves.
@@ -158,20 +182,21 @@ pub(crate) fn find(
         }
         None => allgather(e, world, 0, &rec, timeout)?,
     };
-    let id_of = |r: usize| &ids[r * ID_LEN..r * ID_LEN + 16];
-    // Hosts, numbered by their lowest rank.
-    let mut leaders: Vec<usize> = Vec::new();
-    let host_of: Vec<usize> = (0..world)
-        .map(
-            |r| match leaders.iter().position(|&l| id_of(l) == id_of(r)) {
-                Some(h) => h,
-                None => {
-                    leaders.push(r);
-                    leaders.len() - 1
-                }
-            },
-        )
+    let memfd = cfg.shm_dir.value.is_none();
+    let host_of = hosts(&ids, world, memfd);
+    let nhosts = host_of.iter().max().map_or(1, |m| m + 1);
+    let split: Vec<usize> = (0..world)
+        .filter(|&r| host_of[r] != host_of[rank] && ids[r * ID_LEN..][..16] == rec[..16])
         .collect();
+    if memfd && !split.is_empty() {
+        tracing::info!(
+            rank,
+            ?split,
+            "dtcomm: ranks {split:?} share this host but not its pid namespace: a memfd segment \
+             cannot be opened across pid namespaces, so they link over TCP (DTCOMM_SHM_DIR on \
+             a directory both see shares memory)"
+        );
+    }
     let mine = host_of[rank];
     let host_ranks: Vec<usize> = (0..world).filter(|&r| host_of[r] == mine).collect();
     let everyone_wants = host_ranks.iter().all(|&r| ids[r * ID_LEN + 20] == 1);
@@ -282,12 +307,12 @@ pub(crate) fn find(
                 .iter()
                 .all(|&r| ids[r * ID_LEN + 20] == 1 && acks[r * ACK_LEN] == 1)
     };
-    let across = (leaders.len() > 1
-        && (0..leaders.len()).all(|h| {
+    let across = (nhosts > 1
+        && (0..nhosts).all(|h| {
             host_ok(h) && host_of.iter().filter(|&&x| x == h).count() == host_ranks.len()
         }))
     .then(|| {
-        let peers = (0..leaders.len())
+        let peers = (0..nhosts)
             .map(|h| {
                 (0..world)
                     .filter(|&r| host_of[r] == h)
@@ -305,10 +330,7 @@ pub(crate) fn find(
     let peers: Vec<usize> = host_ranks.iter().copied().filter(|&r| r != rank).collect();
     let remote = world - host_ranks.len();
     let others = if remote > 0 {
-        format!(
-            ", tcp to {remote} rank(s) on {} other host(s)",
-            leaders.len() - 1
-        )
+        format!(", tcp to {remote} rank(s) on {} other host(s)", nhosts - 1)
     } else {
         String::new()
     };
@@ -398,6 +420,30 @@ fn next_serial() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn rec(digest: u8, pid_ns: u64) -> Vec<u8> {
+        let mut r = vec![0u8; ID_LEN];
+        r[..16].fill(digest);
+        r[24..32].copy_from_slice(&pid_ns.to_le_bytes());
+        r
+    }
+
+    #[test]
+    fn ranks_in_another_pid_namespace_share_a_host_only_through_named_files() {
+        // Ranks 0, 1, 3 on host A (rank 3 in another pid namespace: a container of the same
+        // pod), rank 2 on host B.
+        let ids = [rec(1, 10), rec(1, 10), rec(2, 10), rec(1, 11)].concat();
+        assert_eq!(
+            hosts(&ids, 4, true),
+            vec![0, 0, 1, 2],
+            "memfd: /proc/<pid> differs"
+        );
+        assert_eq!(
+            hosts(&ids, 4, false),
+            vec![0, 0, 1, 0],
+            "DTCOMM_SHM_DIR: one host"
+        );
+    }
 
     #[test]
     fn a_segment_of_another_layout_version_is_refused_by_name() {
