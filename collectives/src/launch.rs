@@ -20,6 +20,7 @@ use std::fmt;
 
 pub mod mpi_hosts;
 pub mod mpi_session;
+pub mod native;
 pub mod pmi1;
 pub mod pmix;
 pub mod slurm;

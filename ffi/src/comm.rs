@@ -9,8 +9,9 @@ use std::time::Duration;
 use dt_rdzv::client::TcpStoreClient;
 use dt_rdzv::server::{BackgroundServer, ServeConfig};
 use dt_rdzv::store::{PrefixStore, Store};
+use dtcomm::launch::native::{JoinError, Member, NativeExplicit, NativeSettings};
 use dtcomm::launch::{self, Explicit, Launch, STORE_PORT, mpi_hosts, mpi_session};
-use dtcomm::{CommError, Communicator, Config, Options};
+use dtcomm::{CommError, Communicator, Config, DataListener, Options};
 
 use crate::handles::{self, Comm};
 use crate::status::{Fail, guard, invalid};
@@ -56,17 +57,44 @@ fn setup(detail: impl Into<String>) -> Fail {
     })
 }
 
-/// Joins the group the launcher environment describes (the precedence of Python's
-/// `dtcomm.init()`), without the native rendezvous.
-fn join(l: Launch) -> Result<Comm, Fail> {
-    if l.native.value {
-        return Err(setup(format!(
-            "rdzv {} is dt-rdzv's native port ({}): the C ABI joins through a TCPStore endpoint \
-             (dt-rdzv serve's port {STORE_PORT}, or MASTER_ADDR/MASTER_PORT) for now",
-            l.endpoint.value.as_deref().unwrap_or(""),
-            l.native.source
-        )));
+/// Joins the native rendezvous at `l`'s endpoint: the server assigns the ranks, the welcome's
+/// peer table gives the addresses, and when the server ends the round (a member lost) the
+/// communicator's calls fail with `DTCOMM_ROUND_ENDED`.
+fn join_native(l: &Launch, ex: &Explicit) -> Result<(Comm, String), Fail> {
+    let env = |k: &str| std::env::var(k).ok();
+    let nex = NativeExplicit {
+        endpoint: l.endpoint.value.clone(),
+        job: ex.run_id.clone(),
+        ..NativeExplicit::default()
+    };
+    let settings = NativeSettings::resolve(&nex, &env).map_err(setup)?;
+    let line = settings.log_line();
+    let listener = DataListener::bind(&Options::default())?;
+    let mut member = Member::join(settings, listener).map_err(joined)?;
+    let w = member.next_welcome().map_err(joined)?;
+    let (round, local_rank) = (w.round, w.local_rank as usize);
+    let comm = member.communicator().map_err(joined)?;
+    Ok((
+        Comm {
+            comm: Arc::new(comm),
+            local_rank,
+            _server: None,
+            member: std::sync::Mutex::new(Some(member)),
+        },
+        format!("{line} round={round}"),
+    ))
+}
+
+fn joined(e: JoinError) -> Fail {
+    match e {
+        JoinError::Comm(c) => Fail::from(c),
+        e => setup(e.to_string()),
     }
+}
+
+/// Joins the group the launcher environment describes (the precedence of Python's
+/// `dtcomm.init()`); the native rendezvous is [`join_native`].
+fn join(l: Launch) -> Result<Comm, Fail> {
     let cfg = Config::resolve(&Options::default()).map_err(setup)?;
     let wait = cfg.timeout.value;
     let Some(endpoint) = l.endpoint.value.clone() else {
@@ -77,6 +105,7 @@ fn join(l: Launch) -> Result<Comm, Fail> {
             comm: Arc::new(comm),
             local_rank: l.local_rank.value,
             _server: None,
+            member: Default::default(),
         });
     };
     if endpoint.starts_with(launch::HOROVOD_KV) {
@@ -152,6 +181,7 @@ fn join(l: Launch) -> Result<Comm, Fail> {
         comm: Arc::new(comm),
         local_rank: l.local_rank.value,
         _server: server,
+        member: Default::default(),
     })
 }
 
@@ -228,8 +258,14 @@ fn cstr(func: &str, what: &str, p: *const c_char) -> Result<Option<String>, Fail
 
 fn finish(func: &str, out: *mut dtcomm_comm_t, ex: Explicit) -> Result<(), Fail> {
     let l = launch::from_env(&ex).map_err(setup)?;
-    let line = l.to_string();
-    let c = join(l)?;
+    let mut line = l.to_string();
+    let c = if l.native.value {
+        let (c, native) = join_native(&l, &ex)?;
+        line = format!("{line}; {native}");
+        c
+    } else {
+        join(l)?
+    };
     tracing_line(&format!(
         "dtcomm ({func}): {line}; {}",
         c.comm.transport_description()
@@ -347,6 +383,7 @@ pub unsafe extern "C" fn dtcomm_comm_subset(
                 comm: Arc::new(c),
                 local_rank: parent.local_rank,
                 _server: None,
+                member: Default::default(),
             }),
             None => 0,
         };
@@ -371,6 +408,9 @@ pub extern "C" fn dtcomm_comm_destroy(comm: dtcomm_comm_t) -> dtcomm_result_t {
         c.comm
             .interrupt("dtcomm_comm_destroy was called while the call was in flight");
         c.comm.shutdown();
+        if let Some(m) = handles::take_member(&c) {
+            m.leave();
+        }
         Ok(())
     })
 }

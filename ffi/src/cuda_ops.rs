@@ -281,6 +281,7 @@ mod tests {
                     comm: Arc::new(c),
                     local_rank: 0,
                     _server: None,
+                    member: Default::default(),
                 })
             })
             .collect()

@@ -15,6 +15,8 @@ pub(crate) struct Comm {
     pub local_rank: usize,
     /// The store this rank hosts (rank 0 of env://), kept until destroy.
     pub _server: Option<BackgroundServer>,
+    /// The native rendezvous member whose round this communicator is (it leaves on destroy).
+    pub member: Mutex<Option<dtcomm::launch::native::Member>>,
 }
 
 static NEXT: AtomicU64 = AtomicU64::new(1);
@@ -42,6 +44,11 @@ pub(crate) fn add_comm(c: Comm) -> u64 {
 /// The communicator behind `h`.
 pub(crate) fn comm(h: u64) -> Option<Arc<Comm>> {
     lock(&COMMS).as_ref()?.get(&h).cloned()
+}
+
+/// The native member of `c`, taken out (once) to leave its job.
+pub(crate) fn take_member(c: &Comm) -> Option<dtcomm::launch::native::Member> {
+    c.member.lock().unwrap_or_else(|p| p.into_inner()).take()
 }
 
 /// Removes the communicator behind `h` (the caller shuts it down).

@@ -102,6 +102,56 @@ impl Server {
     }
 }
 
+/// A `dt-rdzv serve` with its native port on loopback: (process, native endpoint,
+/// fingerprint); the token is `token`.
+fn native_server(token: &str) -> (Server, String) {
+    let bin = std::env::var_os("DT_RDZV_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| target_dir().join("dt-rdzv"));
+    let mut child = Command::new(bin)
+        .args([
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--native-port",
+            "0",
+            "--no-http",
+            "--heartbeat-timeout",
+            "3s",
+        ])
+        .env("DTRDZV_TOKEN", token)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let (mut native, mut fingerprint) = (None, None);
+    for line in lines.by_ref().take(10) {
+        let line = line.unwrap();
+        if line.starts_with("dt-rdzv listening native=") {
+            for part in line.split_whitespace().skip(2) {
+                if let Some(v) = part.strip_prefix("native=") {
+                    native = Some(v.to_owned());
+                } else if let Some(v) = part.strip_prefix("fingerprint=") {
+                    fingerprint = Some(v.to_owned());
+                }
+            }
+            break;
+        }
+    }
+    std::thread::spawn(move || lines.for_each(drop));
+    let native = native.expect("dt-rdzv printed no native line");
+    (
+        Server {
+            child,
+            endpoint: native,
+        },
+        fingerprint.expect("no fingerprint"),
+    )
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -239,6 +289,62 @@ fn destroy_stops_a_call_blocked_on_another_thread_at_once() {
             && out.contains("dtcomm_comm_destroy was called"),
         "{out}"
     );
+}
+
+#[test]
+fn a_c_program_joins_a_native_round_and_hears_when_the_server_ends_it() {
+    let exe = compile("native_round");
+    let token = "c-native-token";
+    let (server, fingerprint) = native_server(token);
+    let kids: Vec<Child> = (0..2)
+        .map(|_| {
+            Command::new(&exe)
+                .env("DTCOMM_RDZV_ENDPOINT", &server.endpoint)
+                .env("DTCOMM_RDZV_FINGERPRINT", &fingerprint)
+                .env("DTCOMM_RDZV_TOKEN", token)
+                .env("DTCOMM_RDZV_MEMBERS", "2")
+                .env("DTCOMM_RDZV_LAST_CALL", "0")
+                .env("DTCOMM_RUN_ID", "c-native")
+                .env("DTCOMM_SOCKET_IFNAME", "lo")
+                .env("DTCOMM_TIMEOUT", "30")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<(Option<i32>, String, String)> = kids
+        .into_iter()
+        .map(|k| {
+            let o = k.wait_with_output().unwrap();
+            (
+                o.status.code(),
+                String::from_utf8_lossy(&o.stdout).into_owned(),
+                String::from_utf8_lossy(&o.stderr).into_owned(),
+            )
+        })
+        .collect();
+    let zero = outs
+        .iter()
+        .find(|o| o.1.contains("rank 0 world 2"))
+        .unwrap_or_else(|| panic!("no rank 0: {outs:?}"));
+    let other = outs
+        .iter()
+        .find(|o| o.1.contains("rank 1 world 2"))
+        .unwrap_or_else(|| panic!("no rank 1: {outs:?}"));
+    assert!(zero.1.contains("SUM 3 rank 0 world 2"), "{zero:?}");
+    assert_eq!(other.0, Some(3), "{other:?}");
+    assert_eq!(zero.0, Some(0), "{zero:?}");
+    assert!(
+        zero.1.contains("after the loss: round_ended") && zero.1.contains("NATIVE OK rank 0"),
+        "{zero:?}"
+    );
+    assert!(
+        zero.2.contains("native rdzv="),
+        "the start-up line: {}",
+        zero.2
+    );
+    drop(server);
 }
 
 #[test]

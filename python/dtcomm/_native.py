@@ -52,10 +52,10 @@ Environment (every value has a source in the start-up line):
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 from collections.abc import Mapping
+from typing import Any
 from dataclasses import dataclass, field
 
 from . import _dtcomm
@@ -87,12 +87,6 @@ def split_host_port(endpoint: str, default_port: int) -> tuple[str, int]:
 
 def join_host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def loose_bool(text: str | None) -> bool:
-    """OCI's loose booleans: ``1``, ``true``, ``yes`` are true; ``0``, ``false``, ``None``, empty
-    are false."""
-    return text is not None and text.strip().lower() in ("1", "true", "t", "yes", "y", "on")
 
 
 def own_ip(w: _dtcomm.Welcome) -> str:
@@ -135,19 +129,6 @@ def parse_members(text: str, var: str) -> tuple[int, int]:
     if mn < 1 or mx < mn:
         raise ConfigError(f"{var}={text!r}: need 1 <= MIN <= MAX")
     return mn, mx
-
-
-def _seconds(env: Mapping[str, str], var: str) -> float | None:
-    t = _set(env, var)
-    if t is None:
-        return None
-    try:
-        v = float(t)
-    except ValueError:
-        raise ConfigError(f"{var}={t!r} is not a number of seconds") from None
-    if v < 0:
-        raise ConfigError(f"{var}={t!r} must not be negative")
-    return v
 
 
 @dataclass(frozen=True)
@@ -229,111 +210,27 @@ def settings(
     join_timeout: float | None = None,
 ) -> Settings:
     """Resolves the native rendezvous settings: explicit arguments, then ``DTCOMM_RDZV_*``,
-    then the OCI Data Science variables, then defaults. Raises :class:`ConfigError`."""
+    then the OCI Data Science variables, then defaults, by the engine's rules
+    (``dtcomm::launch::native::NativeSettings``, what the C ABI uses too). Raises
+    :class:`ConfigError` naming the variable."""
     env = os.environ if env is None else env
-    ep_text = endpoint if endpoint is not None else _set(env, "DTCOMM_RDZV_ENDPOINT")
-    if ep_text is None:
-        raise ConfigError("the native rendezvous needs DTCOMM_RDZV_ENDPOINT=host:29401")
-    # Several servers may be given, comma-separated: the first that answers is used and a
-    # member whose server goes silent rejoins through the next. The store defaults to the first.
-    entries = [split_host_port(e, NATIVE_PORT) for e in ep_text.split(",") if e.strip()]
-    if not entries:
-        raise ConfigError(f"rendezvous endpoint {ep_text!r}: no host")
-    host, port = entries[0]
-    ep = Value(",".join(join_host_port(h, p) for h, p in entries),
-               "explicit" if endpoint is not None else "DTCOMM_RDZV_ENDPOINT")
+    try:
+        d = _dtcomm.native_settings(
+            dict(env), endpoint=endpoint, job=job, members=members, token=token,
+            fingerprint=fingerprint, cacert=cacert, store=store, last_call=last_call,
+            join_timeout=join_timeout)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
-    if token is not None:
-        tok = Value(token, "explicit")
-    elif (t := env.get("DTCOMM_RDZV_TOKEN")) is not None:
-        tok = Value(t.strip(), "DTCOMM_RDZV_TOKEN")
-    elif (f := _set(env, "DTCOMM_RDZV_TOKEN_FILE")) is not None:
-        try:
-            with open(f) as fh:
-                first = fh.readline().strip()
-        except OSError as e:
-            raise ConfigError(f"DTCOMM_RDZV_TOKEN_FILE={f!r}: {e}") from None
-        tok = Value(first, "DTCOMM_RDZV_TOKEN_FILE")
-    else:
-        tok = Value("", "none (a server with --no-auth)")
+    def v(name: str) -> Value[Any]:
+        value, source = d[name]
+        return Value(value, source)
 
-    fp: Value[str | None]
-    ca: Value[str | None]
-    fp = Value(fingerprint, "explicit") if fingerprint else Value(
-        _set(env, "DTCOMM_RDZV_FINGERPRINT"), "DTCOMM_RDZV_FINGERPRINT")
-    ca = Value(cacert, "explicit") if cacert else Value(_set(env, "DTCOMM_RDZV_CACERT"), "DTCOMM_RDZV_CACERT")
-    if fp.value and ca.value:
-        raise ConfigError("set DTCOMM_RDZV_FINGERPRINT or DTCOMM_RDZV_CACERT, not both")
-    if not fp.value and not ca.value:
-        raise ConfigError(
-            f"native rendezvous at {ep.value}: say how to trust the server: "
-            "DTCOMM_RDZV_FINGERPRINT=sha256:... (printed by `dt-rdzv serve` as "
-            "'dt-rdzv listening native=ADDR fingerprint=...') or DTCOMM_RDZV_CACERT=ca.pem"
-        )
-
-    if store is not None:
-        st = Value(store, "explicit")
-    elif (s := _set(env, "DTCOMM_RDZV_STORE")) is not None:
-        st = Value(join_host_port(*split_host_port(s, STORE_PORT)), "DTCOMM_RDZV_STORE")
-    else:
-        st = Value(join_host_port(host, STORE_PORT), f"native host, port {STORE_PORT}")
-
-    oci_mode = (_set(env, "OCI__MODE") or "").upper()
-    if job is not None:
-        jb = Value(job, "explicit")
-    else:
-        jb = Value("dtcomm", "default")
-        for var in ("DTCOMM_RUN_ID", "TORCHELASTIC_RUN_ID") + (("JOB_OCID",) if oci_mode else ()):
-            if (v := _set(env, var)) is not None:
-                jb = Value(v, var)
-                break
-
-    nd = Value(_set(env, "DTCOMM_RDZV_NODE") or socket.gethostname(),
-               "DTCOMM_RDZV_NODE" if _set(env, "DTCOMM_RDZV_NODE") else "host name")
-    mb = Value(_set(env, "DTCOMM_RDZV_MEMBER") or f"{nd.value}:{os.getpid()}",
-               "DTCOMM_RDZV_MEMBER" if _set(env, "DTCOMM_RDZV_MEMBER") else "node:pid")
-    main = Value(oci_mode == "MAIN", "OCI__MODE" if oci_mode else "default")
-
-    size: Value[tuple[int, int]]
-    if members is not None:
-        size = Value(members, "explicit")
-    elif (m := _set(env, "DTCOMM_RDZV_MEMBERS")) is not None:
-        size = Value(parse_members(m, "DTCOMM_RDZV_MEMBERS"), "DTCOMM_RDZV_MEMBERS")
-    elif oci_mode in ("MAIN", "WORKER"):
-        count = _set(env, "OCI__WORKER_COUNT")
-        n = (int(count) if count is not None and count.isdigit() else 1) + 1
-        if count is not None and not count.isdigit():
-            raise ConfigError(f"OCI__WORKER_COUNT={count!r} is not a whole number")
-        size = Value((n, n), "OCI__WORKER_COUNT + 1 (main)" if count is not None else "OCI default (1 worker + main)")
-    else:
-        size = Value((1, 1024), "default (elastic 1..1024)")
-
-    lc = Value(last_call, "explicit") if last_call is not None else (
-        Value(v, "DTCOMM_RDZV_LAST_CALL") if (v := _seconds(env, "DTCOMM_RDZV_LAST_CALL")) is not None
-        else Value(3.0, "default"))
-    if join_timeout is not None:
-        jt = Value(float(join_timeout), "explicit")
-    elif (v := _seconds(env, "DTCOMM_RDZV_JOIN_TIMEOUT")) is not None:
-        jt = Value(v, "DTCOMM_RDZV_JOIN_TIMEOUT")
-    elif (v := _seconds(env, "OCI__TIMEOUT")) is not None:
-        jt = Value(v, "OCI__TIMEOUT")
-    else:
-        jt = Value(600.0, "default")
-    if (e := _set(env, "DTCOMM_RDZV_EPHEMERAL")) is not None:
-        eph = Value(loose_bool(e), "DTCOMM_RDZV_EPHEMERAL")
-    elif (e := _set(env, "OCI__EPHEMERAL")) is not None:
-        eph = Value(loose_bool(e), "OCI__EPHEMERAL")
-    else:
-        eph = Value(False, "default")
-    mr: Value[int | None] = Value(None, "default (no limit)")
-    if (r := _set(env, "DTCOMM_RDZV_MAX_RESTARTS")) is not None:
-        if not r.isdigit():
-            raise ConfigError(f"DTCOMM_RDZV_MAX_RESTARTS={r!r} is not a whole number")
-        mr = Value(int(r), "DTCOMM_RDZV_MAX_RESTARTS")
-    rc = (Value(v, "DTCOMM_RDZV_RECONNECT")
-          if (v := _seconds(env, "DTCOMM_RDZV_RECONNECT")) is not None else Value(60.0, "default"))
-    return Settings(ep, tok, fp, ca, st, jb, mb, nd, main, size, lc, jt, eph, mr,
-                    server_name=_set(env, "DTCOMM_RDZV_SERVER_NAME") or "localhost", reconnect=rc)
+    return Settings(
+        v("endpoint"), v("token"), v("fingerprint"), v("cacert"), v("store"), v("job"),
+        v("member"), v("node"), v("main"), v("members"), v("last_call"), v("join_timeout"),
+        v("ephemeral"), v("max_restarts"), server_name=d["server_name"], reconnect=v("reconnect"),
+    )
 
 
 class RoundChanged(Exception):

@@ -324,7 +324,7 @@ impl PyCommunicator {
             .detach(move || Communicator::from_welcome(l, &peers, &secret))
             .map_err(to_py)?;
         if let Some(h) = handle {
-            crate::native::watch_round(&h, &comm, round);
+            dtcomm::launch::native::watch_round(&h, &comm, round);
         }
         Ok(PyCommunicator {
             comm: Some(Arc::new(comm)),

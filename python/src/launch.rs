@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 use dtcomm::launch::mpi_hosts::MeetError;
+use dtcomm::launch::native::{NativeExplicit, NativeSettings};
 use dtcomm::launch::{Explicit, Sourced, resolve};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -51,6 +52,60 @@ pub(crate) fn resolve_launch<'py>(
     put(&d, "run_id", &l.run_id)?;
     put(&d, "host_store", &l.host_store)?;
     put(&d, "native", &l.native)?;
+    Ok(d)
+}
+
+/// Resolves the native rendezvous' settings from `env` and the explicit values as every front
+/// end does ([`dtcomm::launch::native::NativeSettings::resolve`]): a dict of `name: (value,
+/// source)` plus `server_name` and `log_line`. Raises ValueError naming the variable.
+#[pyfunction]
+#[pyo3(signature = (env, *, endpoint=None, job=None, members=None, token=None, fingerprint=None,
+                    cacert=None, store=None, last_call=None, join_timeout=None))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn native_settings<'py>(
+    py: Python<'py>,
+    env: HashMap<String, String>,
+    endpoint: Option<String>,
+    job: Option<String>,
+    members: Option<(u32, u32)>,
+    token: Option<String>,
+    fingerprint: Option<String>,
+    cacert: Option<String>,
+    store: Option<String>,
+    last_call: Option<f64>,
+    join_timeout: Option<f64>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let ex = NativeExplicit {
+        endpoint,
+        job,
+        members,
+        token,
+        fingerprint,
+        cacert,
+        store,
+        last_call,
+        join_timeout,
+    };
+    let n =
+        NativeSettings::resolve(&ex, &|k| env.get(k).cloned()).map_err(PyValueError::new_err)?;
+    let d = PyDict::new(py);
+    put(&d, "endpoint", &n.endpoint)?;
+    put(&d, "token", &n.token)?;
+    put(&d, "fingerprint", &n.fingerprint)?;
+    put(&d, "cacert", &n.cacert)?;
+    put(&d, "store", &n.store)?;
+    put(&d, "job", &n.job)?;
+    put(&d, "member", &n.member)?;
+    put(&d, "node", &n.node)?;
+    put(&d, "main", &n.main)?;
+    put(&d, "members", &n.members)?;
+    put(&d, "last_call", &n.last_call)?;
+    put(&d, "join_timeout", &n.join_timeout)?;
+    put(&d, "ephemeral", &n.ephemeral)?;
+    put(&d, "max_restarts", &n.max_restarts)?;
+    put(&d, "reconnect", &n.reconnect)?;
+    d.set_item("server_name", &n.server_name)?;
+    d.set_item("log_line", n.log_line())?;
     Ok(d)
 }
 

@@ -382,7 +382,7 @@ impl NativeClient {
         }
     }
 
-    /// The member's handle for its communicators (see [`watch_round`]).
+    /// The member's handle for its communicators (see `dtcomm::launch::native::watch_round`).
     pub(crate) fn member_handle(&self, py: Python<'_>) -> PyResult<MemberHandle> {
         self.call(py, |c| Ok(c.handle()))
     }
@@ -732,27 +732,4 @@ impl PyDataListener {
     fn __repr__(&self) -> String {
         format!("DataListener({})", self.addr)
     }
-}
-
-/// Ties `comm` (rank of round `round`) to the member's connection: the server's word that the
-/// round ended for a loss or a departure, or that this member is out of the job, ends the
-/// communicator's round fence (calls in flight fail at once); a peer its links lose is reported
-/// to the server. A round that ends only to let members in (new members, a request) leaves the
-/// communicator working: elastic training moves on at its next commit, keeping its state.
-pub(crate) fn watch_round(h: &MemberHandle, comm: &dtcomm::Communicator, round: u64) {
-    let fence = comm.fence();
-    let reporter = h.clone();
-    fence.set_reporter(Box::new(move |peer, detail| {
-        let _ = reporter.report(round, peer as u32, detail.to_string());
-    }));
-    h.on_round_end(round, move |end| {
-        if end.lost.is_some() || end.removed {
-            fence.end(dtcomm::RoundEnd {
-                round,
-                lost: end.lost.map(|r| r as usize),
-                cause: end.why.clone(),
-                removed: end.removed,
-            });
-        }
-    });
 }
