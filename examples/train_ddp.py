@@ -4,7 +4,7 @@ regression task and prints the loss as it falls, then the measured all-reduce ba
 The collectives run on dtcomm (`init_process_group("dtcomm")`, found through the
 `torch.distributed.backends` entry point: no `import dtcomm` here); DEMO_BACKEND=gloo compares.
 Launched by scripts/demo.sh with `dtrun --nproc-per-node 4` and with torchrun through
-dt-rdzv serve; the script is the same for both.
+dt-rdzv serve, and by examples/slurm/train.sbatch with srun; the script is the same for all.
 """
 
 from __future__ import annotations
@@ -20,7 +20,12 @@ from torch import nn
 
 def main() -> None:
     backend = os.environ.get("DEMO_BACKEND", "dtcomm")
-    dist.init_process_group(backend, timeout=timedelta(seconds=120))
+    # env:// (torchrun, dtrun) by default; under srun or mpirun, DEMO_INIT_METHOD=dtcomm://
+    # takes the ranks and the store from the launcher (examples/slurm/train.sbatch).
+    init_method = os.environ.get("DEMO_INIT_METHOD")
+    if init_method is not None and init_method.startswith("dtcomm:"):
+        import dtcomm  # noqa: F401  (registers dtcomm://)
+    dist.init_process_group(backend, init_method=init_method, timeout=timedelta(seconds=120))
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(32, 128), nn.ReLU(), nn.Linear(128, 1))

@@ -123,3 +123,12 @@ __all__ = [
     "shutdown",
     "size",
 ]
+
+# A torch script that imports dtcomm gets the `dtcomm://` rendezvous (init_process_group(...,
+# init_method="dtcomm://"): ranks and store by dtcomm's launch rules, e.g. under srun). torch
+# stays optional: only registered when torch.distributed is loaded already; importing
+# dtcomm.torch_backend registers it too.
+if "torch.distributed" in __import__("sys").modules:
+    from ._torch_rendezvous import register as _register_rendezvous
+
+    _register_rendezvous()

@@ -7,6 +7,7 @@ import dataclasses
 import logging
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from . import _config, _dtcomm, _native
@@ -97,39 +98,10 @@ def init(
                                   verbose=verbose)
         return
     wait = _setup_wait(cfg)
-    if endpoint is None:
-        # A world of one: a private in-process store.
-        server = _dtcomm.RdzvServer("127.0.0.1", 0)
-        endpoint = server.endpoint
-    elif endpoint.startswith(_config.MPI_SESSION):
-        from ._mpi_session import meet
-
-        if cfg.rank.value is None:
-            raise _config.ConfigError("Open MPI's session directory needs OMPI_COMM_WORLD_RANK")
-        endpoint, server = meet(endpoint[len(_config.MPI_SESSION):], cfg.rank.value,
-                                cfg.run_id.value, wait)
-    elif endpoint.startswith((_config.MPI_PMIX, _config.MPI_PMI1)):
-        from ._mpi_session import meet_mpi
-
-        if cfg.rank.value is None:
-            raise _config.ConfigError("meeting through the MPI process manager needs a rank "
-                                      "variable")
-        endpoint, server = meet_mpi(endpoint, cfg.rank.value, cfg.run_id.value, wait,
-                                    socket_ifname)
-    elif cfg.host_store.value:
-        host, port = endpoint.rsplit(":", 1)
-        server = _dtcomm.RdzvServer("::" if not host.startswith("127.") else host, int(port))
+    endpoint, server = meet(cfg, wait, socket_ifname)
     store = _dtcomm.StoreClient(endpoint, wait)
     base = f"{cfg.run_id.value}/dtcomm"
-    me = cfg.rank.value
-    if me is None:
-        # OCI workers: ranks 1.. in order of arrival.
-        me = store.add(f"{base}/oci-rank", 1)
-        if me >= cfg.world_size.value:
-            raise _config.ConfigError(
-                f"OCI worker joined as number {me} but OCI__WORKER_COUNT allows "
-                f"{cfg.world_size.value - 1} workers"
-            )
+    me = rank_of(cfg, lambda key: store.add(key, 1), base)
     # Each rank counts its own joins: the n-th init() of every rank meets under generation n,
     # so an earlier run's keys (same run id, long-lived server) are never read.
     gen = store.add(f"{base}/gen/{me}", 1)
@@ -146,6 +118,52 @@ def init(
     _group = _Group(comm, cfg, server)
     if verbose:
         _say(f"dtcomm: {cfg.log_line()} generation={gen}; engine: {comm.config()}; {comm.transport()}")
+
+
+def meet(cfg: _config.Resolved, wait: float,
+         socket_ifname: str | None = None) -> tuple[str, _dtcomm.RdzvServer | None]:
+    """The store endpoint every rank of ``cfg`` meets at, and the server this process hosts
+    for it (a world of one's private store; rank 0's under Open MPI, MPICH, Slurm, OCI or
+    torch's env:// rule), by the launch rules (``dtcomm::launch``)."""
+    endpoint = cfg.endpoint.value
+    server: _dtcomm.RdzvServer | None = None
+    if endpoint is None:
+        # A world of one: a private in-process store.
+        server = _dtcomm.RdzvServer("127.0.0.1", 0)
+        return server.endpoint, server
+    if endpoint.startswith(_config.MPI_SESSION):
+        from ._mpi_session import meet as meet_session
+
+        if cfg.rank.value is None:
+            raise _config.ConfigError("Open MPI's session directory needs OMPI_COMM_WORLD_RANK")
+        return meet_session(endpoint[len(_config.MPI_SESSION):], cfg.rank.value,
+                            cfg.run_id.value, wait)
+    if endpoint.startswith((_config.MPI_PMIX, _config.MPI_PMI1)):
+        from ._mpi_session import meet_mpi
+
+        if cfg.rank.value is None:
+            raise _config.ConfigError("meeting through the MPI process manager needs a rank "
+                                      "variable")
+        return meet_mpi(endpoint, cfg.rank.value, cfg.run_id.value, wait, socket_ifname)
+    if cfg.host_store.value:
+        host, port = endpoint.rsplit(":", 1)
+        server = _dtcomm.RdzvServer("::" if not host.startswith("127.") else host, int(port))
+    return endpoint, server
+
+
+def rank_of(cfg: _config.Resolved, add: Callable[[str], int], base: str) -> int:
+    """This process's rank: the launcher's, or (an OCI worker) its number of arrival through
+    the store counter ``add`` under ``base``."""
+    me = cfg.rank.value
+    if me is not None:
+        return me
+    me = add(f"{base}/oci-rank")
+    if me >= cfg.world_size.value:
+        raise _config.ConfigError(
+            f"OCI worker joined as number {me} but OCI__WORKER_COUNT allows "
+            f"{cfg.world_size.value - 1} workers"
+        )
+    return me
 
 
 def _setup_wait(cfg: _config.Resolved) -> float:

@@ -338,6 +338,23 @@ def store_link_secret(token: str, job: str, round: int) -> str | None:
     (``DTCOMM_LINK_SECRET``); None for an empty token."""
     ...
 
+def native_settings(
+    env: dict[str, str],
+    *,
+    endpoint: str | None = None,
+    job: str | None = None,
+    members: tuple[int, int] | None = None,
+    token: str | None = None,
+    fingerprint: str | None = None,
+    cacert: str | None = None,
+    store: str | None = None,
+    last_call: float | None = None,
+    join_timeout: float | None = None,
+) -> dict[str, Any]:
+    """The native rendezvous' settings by the engine's rules: ``name: (value, source)`` plus
+    ``server_name`` and ``log_line``. Raises ValueError naming the variable."""
+    ...
+
 def resolve_launch(
     env: dict[str, str],
     rank: int | None = None,

@@ -496,8 +496,20 @@ def _create(store: Any, rank: int, size: int, timeout: timedelta) -> DtcommBacke
 
 def register() -> None:
     """Registers ``dtcomm`` with ``torch.distributed`` for CPU and CUDA tensors (idempotent).
-    The ``torch.distributed.backends`` entry point calls this."""
+    The ``torch.distributed.backends`` entry point calls this. Also registers the
+    ``dtcomm://`` rendezvous (``init_method="dtcomm://"``: ranks and the store by dtcomm's
+    launch rules, e.g. under ``srun`` with no ``MASTER_ADDR``)."""
+    from ._torch_rendezvous import register as register_rendezvous
+
+    register_rendezvous()
     patch_work_is_completed()
     if getattr(dist.Backend, NAME.upper(), None) is not None:
         return
     dist.Backend.register_backend(NAME, _create, devices=DEVICES)
+
+
+# `import dtcomm.torch_backend` makes `init_method="dtcomm://"` available (see
+# dtcomm._torch_rendezvous); the backend itself registers through its entry point.
+_register_dtcomm_rendezvous = __import__(
+    "dtcomm._torch_rendezvous", fromlist=["register"]).register
+_register_dtcomm_rendezvous()
