@@ -11,6 +11,8 @@ scripts/setup.sh
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
+echo "== import cycles between files (Rust and Python)"
+"$VENV/bin/python" scripts/check_cycles.py
 read -r -a FEATURES <<< "$(scripts/features.sh)"
 echo "== cargo clippy -D warnings ${FEATURES[*]}"
 cargo clippy --quiet --workspace --all-targets "${FEATURES[@]}" -- -D warnings

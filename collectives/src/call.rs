@@ -389,6 +389,33 @@ pub struct Call {
 }
 
 impl Call {
+    /// The [`CallDesc`] errors of this call name when it takes sequence number `seq`: the
+    /// element count of the buffer the call is counted by (the send buffer of a reduce or
+    /// gather, else the receive buffer), its reduction and root.
+    pub fn desc(&self, seq: u64) -> CallDesc {
+        let (send, recv) = (self.send.as_ref(), self.recv.as_ref());
+        let (redop, root) = match self.collective {
+            Collective::AllReduce { op } | Collective::ReduceScatter { op } => (Some(op), None),
+            Collective::Reduce { op, root } => (Some(op), Some(root)),
+            Collective::Broadcast { root }
+            | Collective::Gather { root }
+            | Collective::Scatter { root } => (None, Some(root)),
+            _ => (None, None),
+        };
+        let counted = match self.collective {
+            Collective::Reduce { .. } | Collective::Gather { .. } => send.or(recv),
+            _ => recv.or(send),
+        };
+        CallDesc {
+            op: self.collective.kind(),
+            dtype: counted.map_or(crate::dtype::DType::U8, RawBuf::dtype),
+            redop,
+            count: counted.map_or(0, |b| b.count() as u64),
+            root,
+            seq,
+        }
+    }
+
     /// A call with no buffers yet and the communicator's deadline.
     pub fn new(collective: Collective) -> Call {
         Call {

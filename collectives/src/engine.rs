@@ -10,17 +10,22 @@ use std::time::{Duration, Instant};
 
 use crate::call::CallDesc;
 use crate::error::CommError;
-use crate::fence::{Fenced, RoundFence};
+use crate::fence::RoundFence;
 use crate::op::ReduceOp;
 use crate::reduce::reduce_bytes;
 use crate::schedule::{Buf, Region, Schedule};
 use crate::shm::ShmGroup;
-use crate::shm::ops::Ctx as ShmOps;
+use crate::shm::ctx::Ctx as ShmOps;
 use crate::spin::SpinPolicy;
+use crate::transport::fenced::Fenced;
 use crate::transport::frame::{self, FRAME_BYTES, HEADER_LEN};
 use crate::transport::routed::{PipeSlot, Routed};
 use crate::transport::{LinkError, StreamId, Transport};
 use crate::watchdog::{Deadline, Phase, suspects};
+
+pub(crate) mod error;
+
+pub(crate) use self::error::EngineError;
 
 /// The buffers of one call, as bytes.
 pub(crate) struct Bufs<'a> {
@@ -685,16 +690,5 @@ impl Engine {
             }));
         }
         Ok(())
-    }
-}
-
-pub(crate) enum EngineError {
-    Comm(CommError),
-    Link(LinkError),
-}
-
-impl From<LinkError> for EngineError {
-    fn from(e: LinkError) -> Self {
-        EngineError::Link(e)
     }
 }

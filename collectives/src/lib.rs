@@ -27,7 +27,7 @@
 //!   interfaces with in-memory twins; [`cuda`]: whether CUDA and NCCL (loaded at run time,
 //!   feature `cuda`) are usable here ([`cuda::cuda_status`]), and with the feature the real
 //!   implementations of those interfaces;
-//! * [`dtype`], [`op`], `reduce.rs` and `half_conv.rs` (vectorised kernels), [`error`]
+//! * [`dtype`], [`op`], `reduce/` (vectorised kernels), [`error`]
 //!   (with stable [`ErrorCode`]s), `fork.rs` (calls from a forked child are refused).
 //!
 //! Errors, not hangs: every wait has a deadline (`DTCOMM_TIMEOUT`), a warning at half of it
@@ -46,7 +46,6 @@ mod engine;
 pub mod error;
 pub mod fence;
 mod fork;
-mod half_conv;
 pub mod interrupt;
 pub mod launch;
 pub mod negotiate;

@@ -135,7 +135,8 @@ fn child_reports() {
     println!("STATUS {}", cuda_status_with(&options()).to_json());
 }
 
-/// Builds the stand-in driver as `DIR/libcuda.so.1`, or `None` after saying why not.
+/// Builds the stand-in driver as `DIR/libcuda.so.1` (and `DIR/libcuda.so` linking to it), or
+/// `None` after saying why not.
 #[cfg(feature = "cuda")]
 fn fake_driver(name: &str, defines: &[&str]) -> Option<PathBuf> {
     let dir = std::env::temp_dir().join(format!("dtcomm-fake-cuda-{name}-{}", std::process::id()));
@@ -154,6 +155,11 @@ fn fake_driver(name: &str, defines: &[&str]) -> Option<PathBuf> {
         Ok(status) => {
             // A compiler that runs and fails is a failure (a stale or missing source).
             assert!(status.success(), "cc {} failed: {status}", source.display());
+            // cudarc tries `libcuda.so` before `libcuda.so.1`: without this link, a machine
+            // with a real driver (first seen on an H100) loads the real one beside the fake.
+            let link = dir.join("libcuda.so");
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink("libcuda.so.1", &link).unwrap();
             Some(dir)
         }
         Err(e) => {

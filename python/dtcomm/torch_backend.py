@@ -489,7 +489,18 @@ _LIVE: set[DtcommBackend] = set()
 
 
 def _create(store: Any, rank: int, size: int, timeout: timedelta) -> DtcommBackend:
-    backend = DtcommBackend(store, rank, size, timeout)
+    try:
+        backend = DtcommBackend(store, rank, size, timeout)
+    except TypeError as e:
+        if "No constructor defined" not in str(e):
+            raise
+        # torch before 2.15 gives its Backend base class no Python constructor (first seen
+        # with torch 2.11 on a GPU machine): say what to install instead of torch's riddle.
+        raise RuntimeError(
+            f"rank {rank}: dtcomm's torch backend needs torch >= 2.15 (its Backend base class "
+            f"has a Python constructor from then on); this is torch {torch.__version__}. "
+            "Install dtcomm[torch], or use dtcomm's own API (import dtcomm) with this torch"
+        ) from e
     _LIVE.add(backend)
     return backend
 

@@ -5,11 +5,12 @@
 use std::os::raw::c_int;
 
 use dtcomm::{DType, Memory, RawBuf};
-use pyo3::exceptions::{PyTypeError, PyValueError};
+
 use pyo3::ffi;
 use pyo3::prelude::*;
 
 use crate::dlpack;
+use crate::errors::Ctx;
 
 /// Whether a call writes into the buffer.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -40,28 +41,6 @@ pub(crate) struct Buf {
 // release in `Drop` takes the GIL.
 unsafe impl Send for Buf {}
 unsafe impl Sync for Buf {}
-
-/// What the caller's error messages say about the call.
-pub(crate) struct Ctx<'a> {
-    pub rank: usize,
-    pub op: &'a str,
-    pub arg: &'a str,
-}
-
-impl Ctx<'_> {
-    pub(crate) fn value_err(&self, what: impl std::fmt::Display) -> PyErr {
-        PyValueError::new_err(format!(
-            "rank {}: {}: {} {what}",
-            self.rank, self.op, self.arg
-        ))
-    }
-    pub(crate) fn type_err(&self, what: impl std::fmt::Display) -> PyErr {
-        PyTypeError::new_err(format!(
-            "rank {}: {}: {} {what}",
-            self.rank, self.op, self.arg
-        ))
-    }
-}
 
 /// The dtype of a buffer-protocol format string (`struct` syntax, native byte order).
 fn format_dtype(fmt: &str, itemsize: usize) -> Option<DType> {

@@ -9,11 +9,12 @@ use std::time::Duration;
 
 use dt_rdzv::client::TcpStoreClient;
 use dt_rdzv::store::{PrefixStore, Store};
-use dtcomm::{Algo, Call, Collective, CommError, Communicator, DType, OnDone, Options, ReduceOp};
+use dtcomm::{Call, Collective, CommError, Communicator, DType, OnDone, Options, ReduceOp};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
-use crate::buffer::{Access, Buf, Ctx};
+use crate::buffer::{Access, Buf};
+use crate::errors::Ctx;
 use crate::errors::{SetupError, ShutdownError, to_py};
 use crate::pystore::PyStore;
 use crate::work::Work;
@@ -30,35 +31,7 @@ fn redop(rank: usize, op: &str, v: u8) -> PyResult<ReduceOp> {
         })
 }
 
-/// Engine options from the constructors' keyword arguments (`None`: the `DTCOMM_*` twin).
-pub(crate) fn options(
-    timeout: Option<f64>,
-    algo: Option<&str>,
-    socket_ifname: Option<String>,
-    nsocks_perpeer: Option<usize>,
-    store_prefix: Option<String>,
-) -> PyResult<Options> {
-    let timeout = match timeout {
-        None => None,
-        Some(t) if t.is_finite() && t > 0.0 => Some(Duration::from_secs_f64(t)),
-        Some(t) => {
-            return Err(PyValueError::new_err(format!(
-                "timeout must be a positive number of seconds, got {t}"
-            )));
-        }
-    };
-    let algo = algo
-        .map(|a| a.parse::<Algo>().map_err(PyValueError::new_err))
-        .transpose()?;
-    Ok(Options {
-        timeout,
-        algo,
-        socket_ifname,
-        nsocks_perpeer,
-        store_prefix,
-        ..Options::default()
-    })
-}
+use crate::options::options;
 
 /// A group of ranks running collectives together (one per process and group).
 #[pyclass(module = "dtcomm._dtcomm", name = "Communicator")]

@@ -9,7 +9,7 @@ use dtcomm::DType;
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-use crate::buffer::Ctx;
+use crate::errors::Ctx;
 
 /// `kDLCPU`.
 pub(crate) const DEVICE_CPU: i32 = 1;

@@ -5,7 +5,7 @@
 //! `TypeError`; everything that went wrong between ranks is a [`DtcommError`] subclass.
 
 use dtcomm::{CallDesc, CommError, ErrorCode};
-use pyo3::exceptions::PyRuntimeError;
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
 pyo3::create_exception!(
@@ -190,4 +190,26 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("RdzvTimeoutError", py.get_type::<RdzvTimeoutError>())?;
     m.add("RdzvLostError", py.get_type::<RdzvLostError>())?;
     Ok(())
+}
+
+/// What the caller's error messages say about the call.
+pub(crate) struct Ctx<'a> {
+    pub rank: usize,
+    pub op: &'a str,
+    pub arg: &'a str,
+}
+
+impl Ctx<'_> {
+    pub(crate) fn value_err(&self, what: impl std::fmt::Display) -> PyErr {
+        PyValueError::new_err(format!(
+            "rank {}: {}: {} {what}",
+            self.rank, self.op, self.arg
+        ))
+    }
+    pub(crate) fn type_err(&self, what: impl std::fmt::Display) -> PyErr {
+        PyTypeError::new_err(format!(
+            "rank {}: {}: {} {what}",
+            self.rank, self.op, self.arg
+        ))
+    }
 }

@@ -24,6 +24,7 @@ mod interrupt;
 mod launch;
 mod native;
 mod negotiate;
+mod options;
 mod pystore;
 mod rdzv;
 mod work;

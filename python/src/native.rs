@@ -708,7 +708,7 @@ impl PyDataListener {
         socket_ifname: Option<String>,
         nsocks_perpeer: Option<usize>,
     ) -> PyResult<Self> {
-        let opts = crate::comm::options(timeout, algo, socket_ifname, nsocks_perpeer, None)?;
+        let opts = crate::options::options(timeout, algo, socket_ifname, nsocks_perpeer, None)?;
         let l = py
             .detach(move || dtcomm::DataListener::bind(&opts))
             .map_err(crate::errors::to_py)?;

@@ -14,8 +14,9 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::buffer::{Access, Buf, Ctx};
+use crate::buffer::{Access, Buf};
 use crate::comm::PyCommunicator;
+use crate::errors::Ctx;
 
 /// The negotiator over one communicator (see `dtcomm::negotiate`).
 #[pyclass(module = "dtcomm._dtcomm", name = "Negotiator")]

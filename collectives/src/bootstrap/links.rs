@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 
 use super::handshake::{self, Auth, Hello};
-use super::{Setup, mismatch_detail};
+use super::setup::{Setup, mismatch_detail};
 use crate::error::Strangers;
 use crate::transport::waker::Waker;
 

@@ -16,7 +16,8 @@ use std::time::Duration;
 use dt_rdzv::store::{Store, StoreError};
 
 use super::handshake::{self, Auth};
-use super::{Setup, bind, check_loopback, hostname, mesh};
+use super::setup::{Setup, mismatch};
+use super::{bind, check_loopback, hostname, mesh};
 use crate::config::Config;
 use crate::error::CommError;
 use crate::transport::tcp::TcpTransport;
@@ -186,7 +187,7 @@ pub(crate) fn tcp_mesh(
     if let Some(w) = zero.world
         && w != world
     {
-        return Err(super::mismatch(&su, 0, w, None));
+        return Err(mismatch(&su, 0, w, None));
     }
     let zero_secret = zero.secret.ok_or_else(|| {
         su.err(format!(
@@ -240,7 +241,7 @@ pub(crate) fn tcp_mesh(
         if let Some(w) = e.world
             && w != world
         {
-            return Err(super::mismatch(&su, r, w, None));
+            return Err(mismatch(&su, r, w, None));
         }
         peers.push((r, e.addr, e.host));
         records.push(e.record);

@@ -14,7 +14,8 @@ use std::net::SocketAddr;
 use ring::hmac;
 
 use super::handshake::Auth;
-use super::{Bound, Setup, bind, mesh};
+use super::setup::Setup;
+use super::{Bound, bind, mesh};
 use crate::communicator::Communicator;
 use crate::config::{Config, Options};
 use crate::error::CommError;

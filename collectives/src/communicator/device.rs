@@ -1,10 +1,10 @@
 //! Calls on device buffers: the path every rank agrees on before the first one, and host
 //! staging (copy to host memory on the caller's stream, the host collective over dtcomm's own
-//! links, copy back). The NCCL path is `nccl.rs`; the pure parts are in `crate::device`.
+//! links, copy back). The NCCL path is `nccl_calls.rs`; the pure parts are in `crate::device`.
 
 use std::time::{Duration, Instant};
 
-use super::nccl::Inflight;
+use super::nccl_calls::Inflight;
 use super::{Inner, State};
 use crate::call::{Call, CallDesc, Collective, RawBuf};
 use crate::device::api::{DevPtr, DeviceError, DeviceRuntime, HostMemory, StreamHandle};
@@ -24,34 +24,9 @@ pub(crate) struct DeviceState {
     /// every rank got (agreed once per communicator).
     path: Option<Result<(DevicePath, bool), String>>,
     /// The NCCL communicator, once the first NCCL call made it.
-    pub(super) nccl: Option<super::nccl::Session>,
+    pub(super) nccl: Option<super::nccl_calls::Session>,
     /// Host memory staged calls used, lent again to later ones.
     staging: StagingPool,
-}
-
-/// The [`CallDesc`] errors of a device call name (its `seq` is the one it takes).
-pub(super) fn describe(call: &Call, seq: u64) -> CallDesc {
-    let (send, recv) = (call.send.as_ref(), call.recv.as_ref());
-    let (redop, root) = match call.collective {
-        Collective::AllReduce { op } | Collective::ReduceScatter { op } => (Some(op), None),
-        Collective::Reduce { op, root } => (Some(op), Some(root)),
-        Collective::Broadcast { root }
-        | Collective::Gather { root }
-        | Collective::Scatter { root } => (None, Some(root)),
-        _ => (None, None),
-    };
-    let counted = match call.collective {
-        Collective::Reduce { .. } | Collective::Gather { .. } => send.or(recv),
-        _ => recv.or(send),
-    };
-    CallDesc {
-        op: call.collective.kind(),
-        dtype: counted.map_or(crate::dtype::DType::U8, RawBuf::dtype),
-        redop,
-        count: counted.map_or(0, |b| b.count() as u64),
-        root,
-        seq,
-    }
 }
 
 impl Inner {
@@ -112,7 +87,7 @@ impl Inner {
         let path = st.device.path.clone().expect("agreed above");
         let (path, p2p) = path.map_err(|detail| CommError::Device {
             rank: self.rank,
-            call: describe(call, st.seq),
+            call: call.desc(st.seq),
             elapsed: Duration::ZERO,
             detail,
         })?;
@@ -127,7 +102,7 @@ impl Inner {
                          before it is sent; use separate buffers (or DTCOMM_CUDA=stage)",
                         s.count, s.ptr.0, s.peer, r.count, r.peer, r.ptr.0
                     );
-                    let desc = describe(call, st.seq);
+                    let desc = call.desc(st.seq);
                     return Err(self.device_failure(st, desc, Instant::now(), detail));
                 }
                 // SAFETY: the caller's contract.
@@ -238,7 +213,7 @@ impl Inner {
     ) -> Result<(), CommError> {
         let started = Instant::now();
         let api = &*rt.api;
-        let desc = describe(call, st.seq);
+        let desc = call.desc(st.seq);
         let timeout = call.deadline.unwrap_or(self.config.timeout.value);
         let deadline = started + timeout;
         let fail = |st: &mut State, e: DeviceError| {

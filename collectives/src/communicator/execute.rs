@@ -1,4 +1,4 @@
-//! A checked [`Call`] run (the checks are in `check.rs`): the choice of schedule, the local pre-
+//! A checked [`Call`] run (the checks are in `args.rs`): the choice of schedule, the local pre-
 //! and post-processing (out-of-place copies, the division of `Avg`), the sequence number, and
 //! the engine. Everything here works on bytes; the dtype travels as a tag.
 

@@ -2,18 +2,18 @@
 //!
 //! * this file: construction, the byte-level entry ([`Communicator::run`],
 //!   [`Communicator::submit`]) through the one progress executor, the failed state, teardown;
-//! * `check.rs`: a [`Call`]'s arguments checked before anything is sent;
+//! * `args.rs`: a [`Call`]'s arguments checked before anything is sent;
 //! * `execute.rs`: a checked call turned into a schedule the engine runs (the choice of
 //!   algorithm, the local pre- and post-processing, the sequence number);
 //! * `typed.rs`: the safe typed API (`all_reduce<T>` and friends), a thin layer over `run`;
-//! * `device.rs` and `nccl.rs`: calls on device buffers (the path the ranks agree on, host
+//! * `device.rs` and `nccl_calls.rs`: calls on device buffers (the path the ranks agree on, host
 //!   staging, NCCL set-up, calls and their watch; see `crate::device`).
 
-mod check;
+mod args;
 mod device;
 mod execute;
 mod local;
-mod nccl;
+mod nccl_calls;
 mod typed;
 
 use std::any::Any;
@@ -511,7 +511,7 @@ impl Inner {
                 self.interrupt(&reason);
                 let e = CommError::Interrupted {
                     rank: self.rank,
-                    call: device::describe(call, st.seq),
+                    call: call.desc(st.seq),
                     elapsed: start.elapsed(),
                     reason,
                 };
@@ -538,7 +538,7 @@ impl Inner {
     }
 
     /// Watches a device call to its end, taking the state lock only for each look.
-    fn watch_unlocked(&self, mut f: nccl::Inflight) -> Result<(), CommError> {
+    fn watch_unlocked(&self, mut f: nccl_calls::Inflight) -> Result<(), CommError> {
         loop {
             let r = {
                 let mut st = lock(&self.state);

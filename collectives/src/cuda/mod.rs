@@ -15,12 +15,37 @@
 mod driver;
 mod json;
 #[cfg(feature = "cuda")]
-mod nccl;
+mod nccl_probe;
 #[cfg(feature = "cuda")]
 mod runtime;
 mod status;
 
-pub use status::{CudaStatus, LibStatus, NOT_BUILT, StatusOptions, cuda_status, cuda_status_with};
+pub use status::{CudaStatus, LibStatus, NOT_BUILT, StatusOptions};
+
+/// Probes the CUDA driver and NCCL; see [`cuda_status_with`].
+pub fn cuda_status() -> CudaStatus {
+    cuda_status_with(&StatusOptions::default())
+}
+
+/// Probes the CUDA driver and NCCL and says whether a GPU can be used here, and if not why.
+///
+/// Never panics and never fails: what goes wrong is in the answer. Safe to call any number
+/// of times (each call looks again). The driver is probed by opening `libcuda.so.1` first and
+/// only then through cudarc (`cuDriverGetVersion`, `cuInit(0)`, `cuDeviceGetCount`); NCCL is
+/// loaded by `dtcomm-nccl-sys`'s search (`docs/nccl.md`). Both libraries stay mapped.
+pub fn cuda_status_with(options: &StatusOptions) -> CudaStatus {
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = options;
+        CudaStatus::not_built()
+    }
+    #[cfg(feature = "cuda")]
+    {
+        let (driver, device_count) = driver::probe();
+        let nccl = nccl_probe::probe(options);
+        CudaStatus::from_parts(driver, nccl, device_count)
+    }
+}
 
 /// The device runtime of this process: CUDA and NCCL loaded at run time (feature `cuda`), or
 /// why there is none. A communicator loads its own on its first device call; a program that

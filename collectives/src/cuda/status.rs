@@ -52,37 +52,12 @@ pub struct CudaStatus {
     pub reason: Option<String>,
 }
 
-/// Extra inputs for [`cuda_status_with`].
+/// Extra inputs for [`cuda_status_with`](super::cuda_status_with).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StatusOptions {
     /// A Python installation's prefix (`sys.prefix`), searched for the `nvidia-nccl` wheel
     /// when `VIRTUAL_ENV` is unset, so that a venv's Python finds its NCCL unactivated.
     pub python_prefix: Option<PathBuf>,
-}
-
-/// Probes the CUDA driver and NCCL; see [`cuda_status_with`].
-pub fn cuda_status() -> CudaStatus {
-    cuda_status_with(&StatusOptions::default())
-}
-
-/// Probes the CUDA driver and NCCL and says whether a GPU can be used here, and if not why.
-///
-/// Never panics and never fails: what goes wrong is in the answer. Safe to call any number
-/// of times (each call looks again). The driver is probed by opening `libcuda.so.1` first and
-/// only then through cudarc (`cuDriverGetVersion`, `cuInit(0)`, `cuDeviceGetCount`); NCCL is
-/// loaded by `dtcomm-nccl-sys`'s search (`docs/nccl.md`). Both libraries stay mapped.
-pub fn cuda_status_with(options: &StatusOptions) -> CudaStatus {
-    #[cfg(not(feature = "cuda"))]
-    {
-        let _ = options;
-        CudaStatus::not_built()
-    }
-    #[cfg(feature = "cuda")]
-    {
-        let (driver, device_count) = super::driver::probe();
-        let nccl = super::nccl::probe(options);
-        CudaStatus::from_parts(driver, nccl, device_count)
-    }
 }
 
 impl CudaStatus {
@@ -181,7 +156,7 @@ mod tests {
     #[cfg(not(feature = "cuda"))]
     #[test]
     fn without_the_feature_it_says_so() {
-        let s = cuda_status();
+        let s = crate::cuda::cuda_status();
         assert!(!s.built_with_cuda && !s.usable);
         assert_eq!(s.reason.as_deref(), Some(NOT_BUILT));
         assert!(!s.driver.found && !s.nccl.found);

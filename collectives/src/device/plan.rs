@@ -6,7 +6,7 @@ use crate::call::{Call, CallDesc, Collective, Memory, RawBuf};
 use crate::device::api::{Block, DevPtr, NcclOp, StreamHandle};
 
 /// The device and stream of a call whose buffers are device memory (`None` for host calls).
-/// The check (`communicator/check.rs`) made sure every buffer of a call agrees.
+/// The check (`communicator/args.rs`) made sure every buffer of a call agrees.
 pub(crate) fn device_of(call: &Call) -> Option<(i32, StreamHandle)> {
     [call.send.as_ref(), call.recv.as_ref()]
         .into_iter()

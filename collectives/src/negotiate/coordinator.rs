@@ -2,9 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use super::check::check;
 use super::fuse::fuse;
 use super::request::{Kind, Request, Response};
+use super::validate::check;
 
 /// A rank submitted a name it already has pending (Horovod raises `ValueError` at submission).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -12,7 +12,7 @@
 //! fusion threshold.
 //!
 //! * [`Request`], [`Kind`]: what a rank submits;
-//! * [`Coordinator`]: the table of pending names, readiness, validation ([`check`]) and fusion
+//! * [`Coordinator`]: the table of pending names, readiness, validation ([`check`], `validate.rs`) and fusion
 //!   ([`fuse`]), one cycle at a time ([`Coordinator::cycle`]);
 //! * [`Response`]: what every rank runs next, in the coordinator's order;
 //! * [`Payload`]: a submission's buffer, owned or the caller's memory in place.
@@ -23,7 +23,6 @@
 //! The all-gather is one round trip: contributions travel in fixed-size slots sized from the
 //! previous cycles (`slot`), and only what overflows takes a second round.
 
-mod check;
 mod coordinator;
 mod driver;
 mod fuse;
@@ -31,12 +30,13 @@ mod payload;
 mod request;
 mod scale;
 mod slot;
+mod validate;
 mod wire;
 
-pub use check::check;
 pub use coordinator::{Coordinator, Duplicate};
 pub use driver::{Handle, NegotiateError, Negotiator, Output};
 pub use fuse::{DEFAULT_FUSION_THRESHOLD, fuse};
 pub use payload::{InPlace, Payload};
 pub use request::{Kind, Request, Response};
 pub use scale::scale;
+pub use validate::check;

@@ -5,8 +5,8 @@
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
+use super::native::combine_native;
 use crate::op::ReduceOp;
-use crate::reduce::combine_native;
 
 const BLOCK: usize = 256;
 

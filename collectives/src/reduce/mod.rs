@@ -2,97 +2,21 @@
 //!
 //! The loops are plain zips that LLVM vectorises (SSE2 baseline); on x86-64 a second copy of
 //! each loop is compiled with AVX2 enabled and picked at run time. f16 and bf16 are widened
-//! to f32 in blocks, combined, and rounded back once per step (see `half_conv.rs`).
+//! to f32 in blocks, combined, and rounded back once per step (`half.rs`); `native.rs` holds
+//! the native-type loops.
 //! `reduce_kernel_perf` in `benches/` measures them.
 
-use half::{bf16, f16};
+use ::half::{bf16, f16};
 
 use crate::dtype::{DType, cast_slice, cast_slice_mut};
 use crate::op::ReduceOp;
 
-/// Arithmetic the kernels need. Integers wrap; float min/max use plain comparisons (which
-/// vectorise to `minps`/`maxps`).
-pub(crate) trait Arith: Copy {
-    fn add(a: Self, b: Self) -> Self;
-    fn mul(a: Self, b: Self) -> Self;
-    fn min(a: Self, b: Self) -> Self;
-    fn max(a: Self, b: Self) -> Self;
-    fn div_n(a: Self, n: usize) -> Self;
-}
+mod half;
+mod native;
 
-macro_rules! arith_int {
-    ($($t:ty),*) => {$(
-        impl Arith for $t {
-            #[inline(always)]
-            fn add(a: Self, b: Self) -> Self { a.wrapping_add(b) }
-            #[inline(always)]
-            fn mul(a: Self, b: Self) -> Self { a.wrapping_mul(b) }
-            #[inline(always)]
-            fn min(a: Self, b: Self) -> Self { if b < a { b } else { a } }
-            #[inline(always)]
-            fn max(a: Self, b: Self) -> Self { if b > a { b } else { a } }
-            #[inline(always)]
-            fn div_n(a: Self, n: usize) -> Self { a / (n as $t) }
-        }
-    )*};
-}
-arith_int!(i8, u8, i16, i32, i64);
+pub(crate) use native::{Arith, combine_native};
 
-macro_rules! arith_float {
-    ($($t:ty),*) => {$(
-        impl Arith for $t {
-            #[inline(always)]
-            fn add(a: Self, b: Self) -> Self { a + b }
-            #[inline(always)]
-            fn mul(a: Self, b: Self) -> Self { a * b }
-            #[inline(always)]
-            fn min(a: Self, b: Self) -> Self { if b < a { b } else { a } }
-            #[inline(always)]
-            fn max(a: Self, b: Self) -> Self { if b > a { b } else { a } }
-            #[inline(always)]
-            fn div_n(a: Self, n: usize) -> Self { a / (n as $t) }
-        }
-    )*};
-}
-arith_float!(f32, f64);
-
-#[inline(always)]
-fn zip_apply<T: Arith>(dst: &mut [T], src: &[T], f: impl Fn(T, T) -> T) {
-    for (d, s) in dst.iter_mut().zip(src) {
-        *d = f(*d, *s);
-    }
-}
-
-#[inline(always)]
-fn combine<T: Arith>(op: ReduceOp, dst: &mut [T], src: &[T]) {
-    match op.combine() {
-        ReduceOp::Sum | ReduceOp::Avg => zip_apply(dst, src, T::add),
-        ReduceOp::Prod => zip_apply(dst, src, T::mul),
-        ReduceOp::Min => zip_apply(dst, src, T::min),
-        ReduceOp::Max => zip_apply(dst, src, T::max),
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn combine_avx2<T: Arith>(op: ReduceOp, dst: &mut [T], src: &[T]) {
-    combine(op, dst, src);
-}
-
-/// Combines native slices of equal length, with the widest vector unit available.
-pub(crate) fn combine_native<T: Arith>(op: ReduceOp, dst: &mut [T], src: &[T]) {
-    debug_assert_eq!(dst.len(), src.len());
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU supports AVX2 (checked just above), which is all the
-        // `target_feature` function requires.
-        unsafe { combine_avx2(op, dst, src) };
-        return;
-    }
-    combine(op, dst, src);
-}
-
-use crate::half_conv::{combine_bf16, combine_f16};
+use self::half::{combine_bf16, combine_f16};
 
 /// `dst = dst (op) src` elementwise; both are byte views of `dtype` elements of equal length.
 pub(crate) fn reduce_bytes(dtype: DType, op: ReduceOp, dst: &mut [u8], src: &[u8]) {

@@ -170,4 +170,4 @@ pub(crate) fn sub_mod(a: usize, b: usize, n: usize) -> usize {
 }
 
 #[cfg(test)]
-pub(crate) mod check;
+pub(crate) mod simulate;

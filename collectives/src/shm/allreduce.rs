@@ -10,11 +10,12 @@
 //! * **across hosts**: the same within each host around a cross-host allreduce of each rank's
 //!   slice over the links.
 
+use super::ctx::Ctx;
 use super::group::ShmGroup;
-use super::ops::Ctx;
 use crate::call::CallDesc;
 use crate::dtype::DType;
-use crate::engine::{Bufs, Engine, EngineError};
+use crate::engine::error::EngineError;
+use crate::engine::{Bufs, Engine};
 use crate::op::ReduceOp;
 use crate::reduce::reduce_bytes;
 use crate::schedule::{Schedule, partition};

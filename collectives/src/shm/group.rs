@@ -25,7 +25,7 @@ use super::layout::{Layout, slot};
 use super::segment::Mapping;
 use super::watch::Watch;
 use crate::call::CallDesc;
-use crate::engine::EngineError;
+use crate::engine::error::EngineError;
 use crate::error::CommError;
 use crate::spin::SpinPolicy;
 use crate::transport::frame::{self, HEADER_LEN};

@@ -15,6 +15,7 @@
 
 mod allreduce;
 mod cma;
+pub(crate) mod ctx;
 mod futex;
 pub(crate) mod group;
 pub(crate) mod host;

@@ -1,5 +1,5 @@
 //! The shared-memory collectives of one host other than allreduce (`allreduce.rs`), over
-//! [`ShmGroup`]'s epochs, and the context every one of them gets.
+//! the host group's epochs.
 //!
 //! * **broadcast**: the root publishes each chunk, the others copy it out.
 //! * **allgather** (equal counts): every rank publishes its piece, chunk by chunk.
@@ -8,46 +8,17 @@
 //! * **barrier**: one post.
 //!
 //! Reduce runs as an allreduce whose result only the root keeps. Point-to-point calls and the
-//! v-collectives go over the links.
+//! v-collectives go over the links. The context every one of them gets is `ctx.rs`.
 //!
 //! Every epoch publishes the call's header, so mismatched calls fail in the first one.
 
-use super::group::ShmGroup;
-use crate::call::CallDesc;
+pub(crate) use super::ctx::Ctx;
 use crate::dtype::DType;
-use crate::engine::EngineError;
+use crate::engine::error::EngineError;
 use crate::op::ReduceOp;
 use crate::reduce::reduce_bytes;
-use crate::transport::Transport;
 
 pub(crate) use super::allreduce::{allreduce, allreduce_across};
-use crate::watchdog::Deadline;
-
-/// What every shared-memory collective gets.
-pub(crate) struct Ctx<'a> {
-    pub g: &'a mut ShmGroup,
-    pub t: &'a mut dyn Transport,
-    pub call: &'a CallDesc,
-    pub deadline: &'a mut Deadline,
-}
-
-impl Ctx<'_> {
-    pub(super) fn sync(&mut self, first: bool) -> Result<(), EngineError> {
-        self.g.post();
-        self.g.wait_all(self.t, self.call, self.deadline, first)
-    }
-    pub(super) fn peer(&self, i: usize, off: usize, len: usize) -> &[u8] {
-        // SAFETY: `off + len` is within one buffer (callers chunk by `chunk()`); the peer
-        // wrote these bytes before a post this rank has waited for, and writes them again only
-        // after this rank's next post.
-        unsafe { std::slice::from_raw_parts(self.g.buf(i).add(off), len) }
-    }
-    pub(super) fn mine(&mut self, off: usize, len: usize) -> &mut [u8] {
-        let me = self.g.me;
-        // SAFETY: our own buffer; peers read it only between our post and our next one.
-        unsafe { std::slice::from_raw_parts_mut(self.g.buf(me).add(off), len) }
-    }
-}
 
 /// Broadcast of `work` from local rank `root`.
 pub(crate) fn broadcast(cx: &mut Ctx<'_>, root: usize, work: &mut [u8]) -> Result<(), EngineError> {

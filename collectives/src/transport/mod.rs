@@ -7,6 +7,7 @@
 //! parks the caller until one of the streams it cares about may progress; and it carries a
 //! control plane beside the data: goodbyes, aborts, and the loss of a peer.
 
+pub(crate) mod fenced;
 pub(crate) mod frame;
 pub(crate) mod iface;
 pub(crate) mod mem;

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use crate::load::Source;
+use crate::source::Source;
 use crate::version::Version;
 
 /// What went wrong at one place the search tried.
@@ -106,7 +106,7 @@ impl LoadError {
             }],
             LoadError::AlreadyLoaded { failure } => vec![Attempt {
                 source: Source::AlreadyLoaded,
-                place: crate::load::SONAME.into(),
+                place: crate::source::SONAME.into(),
                 failure: failure.clone(),
             }],
             LoadError::NotFound { attempts } => attempts.clone(),

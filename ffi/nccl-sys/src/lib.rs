@@ -32,6 +32,7 @@ pub mod error;
 pub mod load;
 mod nccl;
 pub mod result;
+pub mod source;
 pub mod symbols;
 pub mod unique_id;
 pub mod version;

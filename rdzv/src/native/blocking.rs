@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use dt_rdzv_proto::native::{JobStatus, Peer, ServerMsg, Welcome};
 
-use super::client::{ClientConfig, Joined, Membership, NativeClient};
+use super::client::{Joined, Membership, NativeClient};
+use super::config::ClientConfig;
 use super::error::NativeError;
 
 /// A [`NativeClient`] with its own runtime. See the module docs.

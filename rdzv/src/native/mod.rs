@@ -14,6 +14,7 @@
 
 mod blocking;
 mod client;
+mod config;
 mod error;
 mod session;
 mod tls;

@@ -19,7 +19,7 @@ use dt_rdzv_proto::native::{
 use tokio::sync::mpsc;
 use tokio::time::{Instant, Interval};
 
-use super::client::{ClientConfig, DEFAULT_NATIVE_PORT};
+use super::config::{ClientConfig, DEFAULT_NATIVE_PORT};
 use super::error::NativeError;
 use super::watch::{RoundEnd, Watchers};
 

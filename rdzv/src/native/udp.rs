@@ -12,9 +12,11 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 /// Receive buffer asked for on a server socket (Linux doubles it for bookkeeping): holds a
 /// burst of a few thousand Initials while the endpoint catches up.
+#[cfg(feature = "server")]
 pub(crate) const SERVER_RECV_BUFFER: usize = 8 << 20;
 /// Send buffer asked for on a server socket: a completed round sends every member its welcome
 /// at once.
+#[cfg(feature = "server")]
 pub(crate) const SERVER_SEND_BUFFER: usize = 4 << 20;
 /// Buffers asked for on a client socket (one [`Connector`](super::Connector) may carry many
 /// connections, as in a launcher or a benchmark herd).

@@ -73,7 +73,7 @@ pub struct Server {
     /// Jobs shared with other servers (`--backend`), and where the machine tells it.
     owners: Option<(
         Arc<owner::Owners>,
-        tokio::sync::mpsc::UnboundedReceiver<owner::Note>,
+        tokio::sync::mpsc::UnboundedReceiver<rendezvous::Note>,
     )>,
 }
 

@@ -29,17 +29,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
-use super::rendezvous::RdzvCore;
+use super::rendezvous::{Note, RdzvCore};
 use super::storage::{Claim, LeaseId, Storage, StorageError};
-
-/// What a server learns from the machine that the storage must hear of.
-#[derive(Debug)]
-pub(crate) enum Note {
-    /// A round of `job` completed.
-    Round { job: String, round: u64, world: u32 },
-    /// The machine forgot `job` (ended and retained long enough, idle, or handed off).
-    Forgotten { job: String },
-}
 
 /// The answer to [`Owners::claim`].
 #[derive(Debug, Clone, PartialEq, Eq)]

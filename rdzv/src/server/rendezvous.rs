@@ -13,7 +13,6 @@ use dt_rdzv_proto::rendezvous::{
 use tokio::sync::{Notify, mpsc, watch};
 
 use super::journal::Journal;
-use super::owner::Note;
 
 /// What a native connection task receives.
 #[derive(Debug)]
@@ -283,4 +282,13 @@ pub(crate) async fn run_timers(core: Arc<RdzvCore>, mut stop: watch::Receiver<bo
         g.machine.handle_timeout(Instant::now());
         g.route();
     }
+}
+
+/// What a server learns from the machine that the storage must hear of.
+#[derive(Debug)]
+pub(crate) enum Note {
+    /// A round of `job` completed.
+    Round { job: String, round: u64, world: u32 },
+    /// The machine forgot `job` (ended and retained long enough, idle, or handed off).
+    Forgotten { job: String },
 }

@@ -4,12 +4,12 @@
 //! [`Communicator::set_device_runtime`](crate::Communicator::set_device_runtime).
 
 mod gpu;
-mod nccl;
+mod mem_nccl;
 
 use std::sync::Arc;
 
 pub use gpu::MemGpu;
-pub use nccl::MemNccl;
+pub use mem_nccl::MemNccl;
 
 use super::api::DeviceRuntime;
 

@@ -29,7 +29,7 @@ from torch.utils.dlpack import to_dlpack
 import dtcomm
 from dtcomm import _api, _dtcomm, _state_codec
 
-from .process_sets import ProcessSet, global_process_set
+from .process_sets import ProcessSet, global_process_set, install_resolver
 from .timeline import Timeline
 
 __all__ = [
@@ -238,6 +238,9 @@ def _set_state(ps: ProcessSet | None) -> _SetState:
         raise ValueError(f"{ps} is not registered: add it with hvd.add_process_set() (or "
                          f"hvd.init(process_sets=[...])) on every rank first")
     return st
+
+
+install_resolver(_set_state)
 
 
 def _group(ps: ProcessSet | None) -> _SetState:

@@ -11,7 +11,23 @@ global set, and build the set's communicator from them (the native path's
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+
+def _not_initialized(ps: ProcessSet) -> Any:
+    raise ValueError("Horovod has not been initialized; use hvd.init().")
+
+
+#: How a set finds its registered state: installed by ``_core`` (which holds the registry and
+#: imports this module, never the other way round).
+_state_of: Callable[[ProcessSet], Any] = _not_initialized
+
+
+def install_resolver(resolve: Callable[[ProcessSet], Any]) -> None:
+    """Makes ``resolve`` the lookup of every set's registered state (``_core`` calls it)."""
+    global _state_of
+    _state_of = resolve
 
 
 class ProcessSet:
@@ -23,8 +39,7 @@ class ProcessSet:
         self.process_set_id: int | None = None
 
     def _registered(self) -> Any:
-        from . import _core
-        return _core._set_state(self)
+        return _state_of(self)
 
     def size(self) -> int:
         """Ranks in the set."""

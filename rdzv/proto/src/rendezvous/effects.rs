@@ -7,8 +7,7 @@ use super::error::Refusal;
 use super::probes::ReportVerdict;
 use crate::native::{JobEnd, RoundCause, ServerMsg};
 
-/// A driver's name for one client connection.
-pub type ConnId = u64;
+use super::ConnId;
 
 /// What the driver must do, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,8 +4,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use super::ConnId;
 use super::config::MachineConfig;
-use super::effects::{ConnId, Effects, Event};
+use super::effects::{Effects, Event};
 use super::error::Refusal;
 use super::{peers, ranks};
 use crate::native::{JobEnd, JobSpec, Join, LateJoin, Peer, Role, RoundCause, ServerMsg, Welcome};
@@ -80,7 +81,7 @@ pub(crate) struct Job {
     next_arrival: u64,
     pub(crate) empty_since: Option<Instant>,
     /// Rebuilding a round after a server restart (see `resume`).
-    pub(crate) adopting: Option<super::resume::Adopting>,
+    pub(crate) adopting: Option<Adopting>,
 }
 
 pub(crate) fn ms(d: Duration) -> u64 {
@@ -495,4 +496,12 @@ impl Job {
             );
         }
     }
+}
+
+/// A round being rebuilt from resumes (`resume.rs`).
+#[derive(Debug, Clone)]
+pub(crate) struct Adopting {
+    pub(crate) round: u64,
+    pub(crate) world: u32,
+    pub(crate) until: Instant,
 }

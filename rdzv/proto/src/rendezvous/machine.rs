@@ -6,10 +6,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
+use super::ConnId;
 use super::admission;
 use super::auth::{Scope, authorized};
 use super::config::MachineConfig;
-use super::effects::{Action, ConnId, Effects, Event, RendezvousStats};
+use super::effects::{Action, Effects, Event, RendezvousStats};
 use super::error::Refusal;
 use super::job::{self, Job, Removal};
 use super::probes::{self, MAX_EVIDENCE_BYTES, Probe, Probes, ReportVerdict, Start};

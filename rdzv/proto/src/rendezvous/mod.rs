@@ -51,7 +51,10 @@ mod resume;
 pub use admission::MAX_NAME_BYTES;
 pub use auth::{JOB_TOKEN_PREFIX, Scope, authorized, job_token};
 pub use config::MachineConfig;
-pub use effects::{Action, ConnId, Event, RendezvousStats};
+pub use effects::{Action, Event, RendezvousStats};
+
+/// A driver's name for one client connection.
+pub type ConnId = u64;
 pub use error::Refusal;
 pub use machine::{Input, RendezvousMachine};
 pub use probes::{MAX_EVIDENCE_BYTES, ReportVerdict};

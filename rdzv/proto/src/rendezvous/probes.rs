@@ -19,7 +19,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
-use super::effects::ConnId;
+use super::ConnId;
 
 /// Longest evidence text kept from a report, in bytes.
 pub const MAX_EVIDENCE_BYTES: usize = 512;

@@ -14,7 +14,7 @@ use std::time::Instant;
 use super::config::MachineConfig;
 use super::effects::{Effects, Event};
 use super::error::Refusal;
-use super::job::{Job, Phase, Place};
+use super::job::{Adopting, Job, Phase, Place};
 use crate::native::{JobSpec, Join, LateJoin, Resume, RoundCause, ServerMsg};
 
 /// The largest round a job is rebuilt for (dt-rdzv's default `--max-native-connections`).
@@ -48,14 +48,6 @@ pub(crate) fn validate(job: &str, member: &str, spec: &JobSpec, r: &Resume) -> R
         member: member.into(),
         why: format!("cannot resume {why}"),
     })
-}
-
-/// A round being rebuilt from resumes.
-#[derive(Debug, Clone)]
-pub(crate) struct Adopting {
-    pub(crate) round: u64,
-    pub(crate) world: u32,
-    pub(crate) until: Instant,
 }
 
 impl Job {

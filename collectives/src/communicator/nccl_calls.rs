@@ -14,7 +14,7 @@ use crate::call::{Call, CallDesc, Collective, RawBuf};
 use crate::device::api::{DeviceEvent, DeviceRuntime, InitState, NcclComm, NcclOp, StreamHandle};
 use crate::device::plan::{self, CHECK_WORDS};
 use crate::device::settle::Backoff;
-use crate::engine::EngineError;
+use crate::engine::error::EngineError;
 use crate::error::CommError;
 use crate::watchdog::{Deadline, Phase, suspects};
 
@@ -91,7 +91,7 @@ impl Inner {
         }
         if self.config.nccl_check.value {
             // The check's own all-gather takes a sequence number; the call takes the next.
-            let desc = plan::check_desc(call, super::device::describe(call, st.seq + 1));
+            let desc = plan::check_desc(call, call.desc(st.seq + 1));
             let mine = plan::check_record(&desc).map(|w| w as i64);
             let mut all = vec![[0i64; CHECK_WORDS]; self.world];
             let gather = Call::new(Collective::AllGather { counts: None })
@@ -115,7 +115,7 @@ impl Inner {
                 return Err(e);
             }
         }
-        let desc = super::device::describe(call, st.seq);
+        let desc = call.desc(st.seq);
         st.seq += 1;
         let api = &*rt.api;
         let s = st.device.nccl.as_mut().expect("opened above");
@@ -154,7 +154,7 @@ impl Inner {
         device: i32,
     ) -> Result<(), CommError> {
         let started = Instant::now();
-        let desc = super::device::describe(call, st.seq);
+        let desc = call.desc(st.seq);
         let nccl = match &rt.nccl {
             Ok(n) => n.clone(),
             Err(why) => return Err(self.device_failure(st, desc, started, why.clone())),
@@ -174,7 +174,7 @@ impl Inner {
         let bcast = Call::new(Collective::Broadcast { root: 0 }).recv(RawBuf::of_mut(&mut id[..]));
         // SAFETY: a host buffer of this frame.
         unsafe { self.execute(st, &bcast)? };
-        let desc = super::device::describe(call, st.seq);
+        let desc = call.desc(st.seq);
         if id[128] != 1 {
             let detail = made.unwrap_or_else(|| "rank 0 could not make an NCCL unique id".into());
             return Err(self.device_failure(st, desc, started, detail));
