@@ -63,7 +63,9 @@ struct Server {
 }
 
 impl Server {
-    fn start() -> Server {
+    /// Starts `dt-rdzv serve --host 127.0.0.1 --port 0 ARGS` with `env`; returns it once the
+    /// line starting `dt-rdzv listening KEY=` was printed, with that line's `key=value` words.
+    fn spawn(args: &[&str], env: &[(&str, &str)], key: &str) -> (Server, Vec<(String, String)>) {
         let bin = std::env::var_os("DT_RDZV_BIN")
             .map(PathBuf::from)
             .unwrap_or_else(|| target_dir().join("dt-rdzv"));
@@ -73,83 +75,63 @@ impl Server {
             bin.display()
         );
         let mut child = Command::new(bin)
-            .args([
-                "serve",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                "0",
-                "--no-native",
-                "--no-http",
-            ])
+            .args(["serve", "--host", "127.0.0.1", "--port", "0"])
+            .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let line = lines.next().expect("dt-rdzv printed nothing").unwrap();
-        let endpoint = line
-            .split("tcpstore=")
-            .nth(1)
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        let prefix = format!("dt-rdzv listening {key}=");
+        let line = lines
+            .by_ref()
+            .take(10)
+            .map(Result::unwrap)
+            .find(|l| l.starts_with(&prefix))
+            .unwrap_or_else(|| panic!("dt-rdzv printed no {prefix:?} line"));
+        let words: Vec<(String, String)> = line
             .split_whitespace()
-            .next()
-            .unwrap()
-            .to_owned();
+            .skip(2)
+            .filter_map(|w| w.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
         // Keep reading its stdout: a closed pipe would kill it at its next line.
         std::thread::spawn(move || lines.for_each(drop));
-        Server { child, endpoint }
+        let endpoint = words
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+            .expect("the endpoint");
+        (Server { child, endpoint }, words)
+    }
+
+    /// The TCPStore door only.
+    fn start() -> Server {
+        Server::spawn(&["--no-native", "--no-http"], &[], "tcpstore").0
     }
 }
 
-/// A `dt-rdzv serve` with its native port on loopback: (process, native endpoint,
-/// fingerprint); the token is `token`.
+/// A `dt-rdzv serve` with its native port on loopback (token `token`, 3 s heartbeat
+/// timeout): the server (its endpoint the native port) and its certificate's fingerprint.
 fn native_server(token: &str) -> (Server, String) {
-    let bin = std::env::var_os("DT_RDZV_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| target_dir().join("dt-rdzv"));
-    let mut child = Command::new(bin)
-        .args([
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
+    let (server, words) = Server::spawn(
+        &[
             "--native-port",
             "0",
             "--no-http",
             "--heartbeat-timeout",
             "3s",
-        ])
-        .env("DTRDZV_TOKEN", token)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let (mut native, mut fingerprint) = (None, None);
-    for line in lines.by_ref().take(10) {
-        let line = line.unwrap();
-        if line.starts_with("dt-rdzv listening native=") {
-            for part in line.split_whitespace().skip(2) {
-                if let Some(v) = part.strip_prefix("native=") {
-                    native = Some(v.to_owned());
-                } else if let Some(v) = part.strip_prefix("fingerprint=") {
-                    fingerprint = Some(v.to_owned());
-                }
-            }
-            break;
-        }
-    }
-    std::thread::spawn(move || lines.for_each(drop));
-    let native = native.expect("dt-rdzv printed no native line");
-    (
-        Server {
-            child,
-            endpoint: native,
-        },
-        fingerprint.expect("no fingerprint"),
-    )
+        ],
+        &[("DTRDZV_TOKEN", token)],
+        "native",
+    );
+    let fingerprint = words
+        .into_iter()
+        .find(|(k, _)| k == "fingerprint")
+        .map(|(_, v)| v)
+        .expect("no fingerprint");
+    (server, fingerprint)
 }
 
 impl Drop for Server {
