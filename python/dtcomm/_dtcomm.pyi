@@ -338,6 +338,11 @@ def store_link_secret(token: str, job: str, round: int) -> str | None:
     (``DTCOMM_LINK_SECRET``); None for an empty token."""
     ...
 
+def slurm_step(env: dict[str, str]) -> dict[str, Any] | None:
+    """The ``srun`` step this process is a task of (rank, world, local_rank, local_size, node,
+    nodes, first_host, port, run_id), or None; ValueError when Slurm's variables disagree."""
+    ...
+
 def native_settings(
     env: dict[str, str],
     *,

@@ -55,6 +55,33 @@ pub(crate) fn resolve_launch<'py>(
     Ok(d)
 }
 
+/// The Slurm step this process is a task of (`srun` started it), as the launch rules read it
+/// ([`dtcomm::launch::slurm::step`]): a dict (`rank`, `world`, `local_rank`, `local_size`,
+/// `node`, `nodes`, `first_host`, `port`, `run_id`), or None outside `srun`. Raises
+/// ValueError naming the variables when they disagree.
+#[pyfunction]
+pub(crate) fn slurm_step<'py>(
+    py: Python<'py>,
+    env: HashMap<String, String>,
+) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let Some(st) =
+        dtcomm::launch::slurm::step(&|k| env.get(k).cloned()).map_err(PyValueError::new_err)?
+    else {
+        return Ok(None);
+    };
+    let d = PyDict::new(py);
+    d.set_item("rank", st.rank)?;
+    d.set_item("world", st.world)?;
+    d.set_item("local_rank", st.local_rank)?;
+    d.set_item("local_size", st.local_size)?;
+    d.set_item("node", st.node)?;
+    d.set_item("nodes", st.nodes)?;
+    d.set_item("first_host", st.first_host)?;
+    d.set_item("port", st.port)?;
+    d.set_item("run_id", st.run_id)?;
+    Ok(Some(d))
+}
+
 /// Resolves the native rendezvous' settings from `env` and the explicit values as every front
 /// end does ([`dtcomm::launch::native::NativeSettings::resolve`]): a dict of `name: (value,
 /// source)` plus `server_name` and `log_line`. Raises ValueError naming the variable.

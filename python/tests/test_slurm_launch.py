@@ -64,3 +64,47 @@ def test_slurm_variables_that_disagree_are_refused_at_start(over: dict[str, str]
                        capture_output=True, text=True, timeout=60)
     assert p.returncode != 0 and needle in p.stderr, p.stdout + p.stderr
     assert "RESULT" not in p.stdout
+
+
+def agent_env(node: int, job: int, tasks_per_node: str = "1(x2)", ntasks: str = "2",
+              nodelist: str = "localhost,localhost") -> dict[str, str]:
+    """What ``srun -N 2 --ntasks-per-node=1 dtrun ...`` gives each agent (both "nodes" this
+    host)."""
+    return base_env({
+        "SLURM_PROCID": str(node), "SLURM_LOCALID": "0", "SLURM_NODEID": str(node),
+        "SLURM_NTASKS": ntasks, "SLURM_STEP_ID": "0", "SLURM_JOB_ID": str(job),
+        "SLURM_STEP_NODELIST": nodelist, "SLURM_STEP_TASKS_PER_NODE": tasks_per_node,
+        "DTCOMM_TIMEOUT": "60",
+    })
+
+
+def test_dtrun_agents_under_srun_take_nodes_and_rendezvous_from_slurm() -> None:
+    """One dtrun per node, no --nnodes/--node-rank/--rdzv-endpoint: node 0's agent hosts the
+    rendezvous on the step's first host at the derived port; their workers form one world."""
+    job = random.randrange(10**6, 10**7)
+    cmd = [sys.executable, "-m", "dtcomm", "--nproc-per-node", "2", str(WORKER)]
+    procs = [subprocess.Popen(cmd, env=agent_env(n, job), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for n in (1, 0)]
+    outs = []
+    for p in procs:
+        try:
+            out, err = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+        assert p.returncode == 0, out + err
+        outs.append((out, err))
+    got = sorted(m for out, _ in outs for m in re.findall(r"RESULT (.*)", out))
+    assert got == [f"rank={r} world=4 local={r % 2} sum=10 gathered=[0, 1, 2, 3]"
+                   for r in range(4)], outs
+    errs = "".join(err for _, err in outs)
+    assert f"Slurm step slurm-{job}.0: node 0 of 2" in errs and "(hosted here)" in errs, errs
+    assert f"Slurm step slurm-{job}.0: node 1 of 2" in errs and "(on node 0)" in errs, errs
+
+
+def test_dtrun_refuses_several_agents_on_one_node() -> None:
+    p = subprocess.run([sys.executable, "-m", "dtcomm", "--nproc-per-node", "2", str(WORKER)],
+                       env=agent_env(0, 7, tasks_per_node="2", ntasks="2", nodelist="localhost"),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "run one per node" in p.stderr, p.stdout + p.stderr

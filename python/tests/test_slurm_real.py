@@ -2,7 +2,8 @@
 ``slurm_cluster.py``): ``srun -n 4`` tasks form one world with no endpoint and no
 ``MASTER_ADDR``; DDP over dtcomm trains with ``init_method="dtcomm://"`` (every rank ends with
 the same parameters); ``srun --mpi=pmi2`` gives distinct local ranks; ``torchrun`` under
-``srun`` keeps torchrun's ranks; ``sbatch --wait examples/slurm/train.sbatch`` runs the example
+``srun`` keeps torchrun's ranks; ``dtrun`` as the step of an allocation starts its workers;
+``sbatch --wait examples/slurm/train.sbatch`` runs the example
 batch script end to end."""
 
 from __future__ import annotations
@@ -65,6 +66,17 @@ def test_torchrun_under_srun_keeps_torchruns_ranks(slurm: Slurm) -> None:
     assert p.returncode == 0, p.stdout + p.stderr + slurm.logs()
     assert results(p.stdout, "RESULT") == [
         f"rank={r} world=2 local={r} sum=3 gathered=[0, 1]" for r in range(2)], p.stdout
+
+
+def test_dtrun_as_the_step_of_an_allocation(slurm: Slurm) -> None:
+    """``srun --ntasks-per-node=1 dtrun --nproc-per-node 2``: dtrun reads the step (one node
+    here) and starts its workers."""
+    p = slurm.run("srun", "--ntasks-per-node=1", "-n", "1", "--export=ALL,DTCOMM_TIMEOUT=60",
+                  PY, "-m", "dtcomm", "--nproc-per-node", "2", str(WORKERS / "slurm_task.py"))
+    assert p.returncode == 0, p.stdout + p.stderr + slurm.logs()
+    got = sorted(re.findall(r"RESULT (.*)$", p.stdout, re.M))
+    assert got == [f"rank={r} world=2 local={r} sum=3 gathered=[0, 1]" for r in range(2)], p.stdout
+    assert "Slurm step slurm-" in p.stderr and "node 0 of 1" in p.stderr, p.stderr
 
 
 def test_the_sbatch_example_trains(slurm: Slurm, tmp_path: Path) -> None:

@@ -25,6 +25,10 @@ pub struct Step {
     pub run_id: String,
     /// The variable that gave the world size (for provenance).
     pub world_var: &'static str,
+    /// `SLURM_NODEID`: this node's index in the step's node list.
+    pub node: usize,
+    /// Nodes in the step (hosts of the node list).
+    pub nodes: usize,
 }
 
 /// The store port of job `job`, step `step`: 15000 + (16 × job + step) mod 10000, below the
@@ -231,5 +235,7 @@ pub fn step(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Step>, String
         port: port_for(job, step_id),
         run_id: format!("slurm-{job}.{step_id}"),
         world_var,
+        node: node as usize,
+        nodes: hosts.len(),
     }))
 }

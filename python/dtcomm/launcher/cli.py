@@ -187,6 +187,36 @@ def _child_args(a: argparse.Namespace) -> list[str]:
     return [*out, a.target, *a.args]
 
 
+def _slurm_defaults(a: argparse.Namespace) -> None:
+    """``srun --ntasks-per-node=1 dtrun ...`` inside an allocation: one agent per node; the
+    node count, this node's rank and the rendezvous (node 0 hosts it on the first host of the
+    step's node list, on the port every task derives from the job and step ids) come from
+    Slurm's variables, read by the engine's rules (``_dtcomm.slurm_step``). Explicit
+    ``--nnodes``, ``--node-rank`` or ``--rdzv-endpoint`` turn this off."""
+    if a.nnodes is not None or a.node_rank is not None or a.rdzv_endpoint is not None:
+        return
+    try:
+        st = _dtcomm.slurm_step(dict(os.environ))
+    except ValueError as e:
+        raise SystemExit(f"dtrun: {e}") from None
+    if st is None:
+        return
+    if st["local_size"] != 1:
+        raise SystemExit(
+            f"dtrun: srun started {st['local_size']} dtrun tasks on this node (node {st['node']} "
+            f"of step {st['run_id']}): run one per node (srun --ntasks-per-node=1 dtrun "
+            "--nproc-per-node N ...), or set --nnodes/--node-rank/--rdzv-endpoint")
+    a.nnodes = str(st["nodes"])
+    a.node_rank = st["node"]
+    if st["nodes"] > 1:
+        a.rdzv_endpoint = _native.join_host_port(st["first_host"], st["port"])
+        a.rdzv_host = st["node"] == 0
+    a.rdzv_id = a.rdzv_id or st["run_id"]
+    print(f"[dtrun] Slurm step {st['run_id']}: node {st['node']} of {st['nodes']}"
+          + (f", rendezvous {a.rdzv_endpoint} ({'hosted here' if a.rdzv_host else 'on node 0'})"
+             if st["nodes"] > 1 else ""), file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
     if a.hosts:
@@ -207,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
             if a.nnodes is not None and str(a.nnodes).isdigit() and a.node_rank >= int(a.nnodes):
                 raise SystemExit(f"dtrun: JOB_COMPLETION_INDEX={index} is past the job's "
                                  f"{a.nnodes} nodes (--nnodes / DTRUN_NNODES / PET_NNODES)")
+    _slurm_defaults(a)
     if a.horovod:
         # Workers inherit this process's environment (workers.worker_env).
         alias = os.path.join(os.path.dirname(os.path.dirname(__file__)), "horovod", "alias")
