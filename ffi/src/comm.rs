@@ -70,8 +70,8 @@ fn join_native(l: &Launch, ex: &Explicit) -> Result<(Comm, String), Fail> {
     let settings = NativeSettings::resolve(&nex, &env).map_err(setup)?;
     let line = settings.log_line();
     let listener = DataListener::bind(&Options::default())?;
-    let mut member = Member::join(settings, listener).map_err(joined)?;
-    let w = member.next_welcome().map_err(joined)?;
+    let mut member = Member::join(settings, Some(listener)).map_err(joined)?;
+    let w = member.next_welcome(None, None).map_err(joined)?;
     let (round, local_rank) = (w.round, w.local_rank as usize);
     let comm = member.communicator().map_err(joined)?;
     Ok((

@@ -52,11 +52,9 @@ Environment (every value has a source in the start-up line):
 from __future__ import annotations
 
 import os
-import sys
-import time
 from collections.abc import Mapping
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import _dtcomm
 from ._config import ConfigError, Value
@@ -152,6 +150,10 @@ class Settings:
     server_name: str = "localhost"
     #: Seconds a member keeps reconnecting after the server went away (0: never).
     reconnect: Value[float] = Value(60.0, "default")
+    #: What these settings were resolved from (the environment and the explicit values), so
+    #: that the engine's member resolves the very same ones.
+    sources: tuple[dict[str, str], dict[str, Any]] = field(
+        default=({}, {}), repr=False, compare=False)
 
     def log_line(self) -> str:
         mn, mx = self.members.value
@@ -214,11 +216,11 @@ def settings(
     (``dtcomm::launch::native::NativeSettings``, what the C ABI uses too). Raises
     :class:`ConfigError` naming the variable."""
     env = os.environ if env is None else env
+    explicit: dict[str, Any] = dict(
+        endpoint=endpoint, job=job, members=members, token=token, fingerprint=fingerprint,
+        cacert=cacert, store=store, last_call=last_call, join_timeout=join_timeout)
     try:
-        d = _dtcomm.native_settings(
-            dict(env), endpoint=endpoint, job=job, members=members, token=token,
-            fingerprint=fingerprint, cacert=cacert, store=store, last_call=last_call,
-            join_timeout=join_timeout)
+        d = _dtcomm.native_settings(dict(env), **explicit)
     except ValueError as e:
         raise ConfigError(str(e)) from None
 
@@ -230,203 +232,107 @@ def settings(
         v("endpoint"), v("token"), v("fingerprint"), v("cacert"), v("store"), v("job"),
         v("member"), v("node"), v("main"), v("members"), v("last_call"), v("join_timeout"),
         v("ephemeral"), v("max_restarts"), server_name=d["server_name"], reconnect=v("reconnect"),
+        sources=(dict(env), explicit),
     )
 
 
-class RoundChanged(Exception):
-    """The round this member was setting up ended before it was ready (retry with the next)."""
+#: The round this member was setting up ended before it was ready (retry with the next).
+RoundChanged = _dtcomm.RdzvRoundChangedError
 
 
-@dataclass
 class Member:
-    """One member of a native job: its connection and the rounds it has seen.
+    """One member of a native job: the engine's member (``dtcomm::launch::native::Member``,
+    also what the C ABI joins with), seen from Python. It keeps the rounds the server pushes:
+    the current welcome, why the round ended, members waiting to join, per-round values rank 0
+    publishes, the job's end.
 
-    Every wait is bounded: by ``settings.join_timeout`` for a round to form, and by ``timeout``
+    Every wait is bounded: by ``settings.join_timeout`` for a round to form, and by a timeout
     for everything else; errors name the job, the member and the round.
     """
 
-    settings: Settings
-    client: _dtcomm.NativeClient
-    welcome: _dtcomm.Welcome | None = None
-    #: The latest round the server ended (or superseded) since ``welcome``.
-    ended: str | None = None
-    #: Members waiting to join, as the server last said.
-    waiting: int = 0
-    #: The job's end, once the server said so.
-    job_end: _dtcomm.RdzvEvent | None = None
-    _next: _dtcomm.Welcome | None = None
-    #: Per-round configuration entries ``"<round> <value>"`` seen: (key, round) -> value.
-    _entries: dict[tuple[str, int], str] = field(default_factory=dict)
-    #: This member's data listener (bound before joining; serves every round).
-    listener: _dtcomm.DataListener | None = None
+    def __init__(self, settings: Settings, inner: _dtcomm.NativeMember,
+                 listener: _dtcomm.DataListener | None) -> None:
+        self.settings = settings
+        self._inner = inner
+        #: This member's data listener (bound before joining; serves every round).
+        self.listener = listener
 
     @classmethod
-    def join(cls, s: Settings, addrs: list[str] | None = None,
-             listener: _dtcomm.DataListener | None = None) -> Member:
+    def join(cls, s: Settings, listener: _dtcomm.DataListener | None = None) -> Member:
         """Connects and joins (the round may still be forming). With ``listener``, its
-        address is this member's data address in the job's peer table."""
-        client = s.connect()
-        sent = list(addrs or []) + ([listener.addr] if listener is not None else [])
-        # The host record travels beside the address: peers choose shared memory or TCP for
-        # this member from the welcome, without an exchange of their own.
-        host = listener.host_record if listener is not None else b""
-        client.join(s.job.value, s.member.value, s.node.value, addrs=sent, host=host,
-                    **s.spec())
-        return cls(s, client, listener=listener)
+        address (and host record) is this member's data address in the job's peer table."""
+        env, explicit = s.sources
+        inner = _dtcomm.NativeMember(env or dict(os.environ), listener, **explicit)
+        return cls(s, inner, listener)
 
-    def peer_addrs(self) -> list[str | None]:
-        """Where every rank of the current round listens, from the welcome (asking the
-        server for lower ranks a partial peer table left out): ``None`` where unknown."""
-        w = self.welcome
-        assert w is not None, "peer_addrs() before a welcome"
-        out: list[str | None] = [None] * w.world
-        peers = list(w.peers)
-        missing = [r for r in range(w.rank) if r not in {p.rank for p in peers}]
-        if missing and not w.all_peers:
-            peers += self.client.lookup(missing)
-        for p in peers:
-            if 0 <= p.rank < w.world and p.addrs:
-                host, port = split_host_port(p.addrs[0], 0)
-                if host in ("0.0.0.0", "::") and p.observed_ip:
-                    host = p.observed_ip
-                out[p.rank] = join_host_port(host, port)
-        return out
+    @property
+    def welcome(self) -> _dtcomm.Welcome | None:
+        return self._inner.welcome
 
-    def peer_hosts(self) -> list[bytes] | None:
-        """Every rank's host record from a whole peer table (None when the table is partial or
-        a member sent none: the shared-memory set-up then exchanges them itself). The same on
-        every rank of the round."""
-        w = self.welcome
-        assert w is not None, "peer_hosts() before a welcome"
-        if not w.all_peers:
-            return None
-        hosts: list[bytes | None] = [None] * w.world
-        for p in w.peers:
-            if 0 <= p.rank < w.world:
-                hosts[p.rank] = bytes(p.host)
-        if any(not h for h in hosts):
-            return None
-        return [h for h in hosts if h is not None]
+    @property
+    def ended(self) -> str | None:
+        """Why the current round is over (superseded or ended), once it is."""
+        return self._inner.ended
 
-    def communicator(self) -> _dtcomm.Communicator:
-        """The current round's communicator, over :attr:`listener` (its options were fixed
-        when it was bound) and the welcome's peer table (no store). Raises
-        :class:`RoundChanged` if the round already ended."""
-        w = self.welcome
-        assert w is not None and self.listener is not None, "communicator() needs a welcome and a listener"
-        if self.ended is not None or self._next is not None:
-            raise RoundChanged(f"{self.who}: {self.ended}")
-        return _dtcomm.Communicator.from_welcome(
-            self.listener, w.job, w.round, w.rank, w.world, self.peer_addrs(),
-            self.settings.token.value, client=self.client, hosts=self.peer_hosts(),
-        )
+    @property
+    def waiting(self) -> int:
+        """Members waiting to join, as the server last said."""
+        return self._inner.waiting
+
+    @property
+    def job_end(self) -> str | None:
+        """The job's end (or this member's removal), once the server said so."""
+        return self._inner.job_end
 
     @property
     def who(self) -> str:
-        r = f" round {self.welcome.round} rank {self.welcome.rank}" if self.welcome else ""
-        return f"job {self.settings.job.value!r} member {self.settings.member.value!r}{r}"
+        return self._inner.who
 
-    def _ended(self, ev: _dtcomm.RdzvEvent) -> None:
-        self.job_end = ev
-        err = _dtcomm.RdzvJobEndedError(f"{self.who}: job {ev.job!r} ended: {ev.why}")
-        err.job, err.how, err.end = ev.job, ev.how, ev.why  # type: ignore[attr-defined]
-        raise err
-
-    def _take(self, ev: _dtcomm.RdzvEvent) -> None:
-        """Notes one pushed message."""
-        cur = self.welcome.round if self.welcome is not None else 0
-        if ev.kind == "welcome" and ev.welcome is not None and ev.welcome.round > cur:
-            self._next = ev.welcome
-            self.ended = self.ended or f"round {cur} was superseded by round {ev.welcome.round}"
-        elif ev.kind == "round_ended" and ev.round is not None and ev.round >= cur:
-            self.ended = f"round {ev.round} ended: {ev.why}"
-        elif ev.kind == "pending":
-            self.waiting = ev.waiting or 0
-        elif ev.kind == "config" and ev.key is not None and ev.value is not None:
-            rnd, _, value = ev.value.decode(errors="replace").partition(" ")
-            if rnd.isdigit():
-                self._entries[(ev.key, int(rnd))] = value
-        elif ev.kind == "job_ended":
-            self._ended(ev)
-        elif ev.kind == "removed":
-            raise _dtcomm.RdzvLostError(
-                f"{self.who}: this member was removed from round {ev.round} of job {ev.job!r} "
-                f"by dt-rdzv (the others went on without it): {ev.why}"
-            )
-        elif ev.kind == "refused":
-            sys.stderr.write(f"dtcomm: {self.who}: dt-rdzv refused a request ({ev.how}): {ev.why}\n")
+    def communicator(self) -> _dtcomm.Communicator:
+        """The current round's communicator, over :attr:`listener` and the welcome's peer
+        table (no store), fenced by the round. Raises :class:`RoundChanged` if the round
+        already ended."""
+        assert self.listener is not None, "communicator() needs a member joined with a listener"
+        return self._inner.communicator()
 
     def poll(self) -> bool:
         """Takes the messages already received; True when the current round is over (a member
         was lost, left or joined). Raises ``RdzvJobEndedError`` when the job ended."""
-        while (ev := self.client.try_message()) is not None:
-            self._take(ev)
-        return self.ended is not None
+        return self._inner.poll()
 
-    def next_welcome(self, timeout: float | None = None, ask_after: float | None = None) -> _dtcomm.Welcome:
+    def next_welcome(self, timeout: float | None = None,
+                     ask_after: float | None = None) -> _dtcomm.Welcome:
         """The next round: the first one, or one after the current. With ``ask_after``
-        seconds, a member whose round the server has not ended by then asks for a new one
-        (its group failed without a membership change). Waits at most ``timeout`` (default the
-        join timeout plus the server's heartbeat timeout)."""
-        hb = self.welcome.heartbeat_timeout if self.welcome is not None else 2.0
-        limit = timeout if timeout is not None else self.settings.join_timeout.value + 2 * hb + 5
-        start = time.monotonic()
-        asked = False
-        while self._next is None:
-            waited = time.monotonic() - start
-            if waited >= limit:
-                raise _dtcomm.RdzvTimeoutError(
-                    f"{self.who}: no new round within {limit:.0f}s ({self.ended or 'the round did not end'}); "
-                    f"see `dt-rdzv status {self.settings.job.value}` for who is missing"
-                )
-            if ask_after is not None and not asked and self.ended is None and waited >= ask_after:
-                self.client.next_round()
-                asked = True
-            step = min(0.5, max(0.01, limit - waited))
-            ev = self.client.next_message(step)
-            if ev is not None:
-                self._take(ev)
-        w, self._next = self._next, None
-        self.welcome, self.ended, self.waiting = w, None, 0
-        return w
+        seconds, a member whose round the server has not ended by then asks for a new one (its
+        group failed without a membership change). Waits at most ``timeout`` (default the join
+        timeout plus the server's heartbeat timeout)."""
+        return self._inner.next_welcome(timeout, ask_after)
 
     def publish_round_value(self, key: str, value: str) -> None:
         """Publishes ``value`` for the current round under configuration entry ``key``
         (rank 0; the job's members read it with :meth:`round_value`)."""
-        w = self.welcome
-        assert w is not None, "publish_round_value() before a welcome"
-        self.client.publish(key, f"{w.round} {value}".encode())
+        self._inner.publish_round_value(key, value)
 
     def round_value(self, key: str, timeout: float, what: str) -> str:
         """What rank 0 published for the current round under ``key`` (waits at most
         ``timeout``). Raises :class:`RoundChanged` if the round ends first."""
-        w = self.welcome
-        assert w is not None, "round_value() before a welcome"
-        v = w.config_dict().get(key)
-        if v is not None:
-            rnd, _, value = v.decode(errors="replace").partition(" ")
-            if rnd == str(w.round):
-                return value
-        deadline = time.monotonic() + timeout
-        while (key, w.round) not in self._entries:
-            if self.ended is not None or self._next is not None:
-                raise RoundChanged(f"{self.who}: {self.ended}")
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise _dtcomm.RdzvTimeoutError(
-                    f"{self.who}: rank 0 did not publish round {w.round}'s {what} within {timeout:.0f}s"
-                )
-            ev = self.client.next_message(min(0.5, left))
-            if ev is not None:
-                self._take(ev)
-        return self._entries[(key, w.round)]
+        return self._inner.round_value(key, timeout, what)
+
+    def report(self, round: int, rank: int, evidence: str) -> None:
+        """Tells the server this member's link to ``rank`` of ``round`` broke, and how (the
+        server probes that member before acting on it)."""
+        self._inner.report(round, rank, evidence)
+
+    def finish(self) -> None:
+        """Ends the job for every member (``Finish``); later joins are refused."""
+        self._inner.finish()
 
     def leave(self) -> None:
         """Leaves the job for good (the others get a new round)."""
         try:
-            self.client.leave()
+            self._inner.leave()
         except _dtcomm.RdzvError:
             pass
 
     def close(self) -> None:
-        self.client.close()
+        self._inner.leave()

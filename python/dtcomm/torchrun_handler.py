@@ -165,7 +165,7 @@ class DtcommRendezvousHandler(RendezvousHandler):
         self._closed = True
         if self._member is not None:
             try:
-                self._member.client.finish()
+                self._member.finish()
             except _dtcomm.RdzvError:
                 pass
 

@@ -42,6 +42,16 @@ pub struct PyCommunicator {
 }
 
 impl PyCommunicator {
+    /// The Python face of a communicator built elsewhere (a native round's).
+    pub(crate) fn wrap(comm: Communicator) -> PyCommunicator {
+        let (rank, world) = (comm.rank(), comm.world());
+        PyCommunicator {
+            comm: Some(Arc::new(comm)),
+            rank,
+            world,
+        }
+    }
+
     fn build(
         py: Python<'_>,
         store: Arc<dyn Store>,

@@ -95,6 +95,13 @@ pyo3::create_exception!(
     "The connection to the rendezvous server was lost or closed."
 );
 
+pyo3::create_exception!(
+    _dtcomm,
+    RdzvRoundChangedError,
+    RdzvError,
+    "The round this member was setting up ended before it was ready: take the next one."
+);
+
 /// The Python exception for an engine error, with attributes for programs that branch on it:
 /// `result_code` (the stable numeric code, the C ABI's `dtcomm_result_t`), `result_name`,
 /// `rank`, and where the error has them `peer`, `op`, `seq` and `waiting_for` (else None).
@@ -189,6 +196,10 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("RdzvJobEndedError", py.get_type::<RdzvJobEndedError>())?;
     m.add("RdzvTimeoutError", py.get_type::<RdzvTimeoutError>())?;
     m.add("RdzvLostError", py.get_type::<RdzvLostError>())?;
+    m.add(
+        "RdzvRoundChangedError",
+        py.get_type::<RdzvRoundChangedError>(),
+    )?;
     Ok(())
 }
 

@@ -22,6 +22,7 @@ mod dlpack;
 mod errors;
 mod interrupt;
 mod launch;
+mod member;
 mod native;
 mod negotiate;
 mod options;
@@ -69,6 +70,7 @@ fn _dtcomm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<native::PyPeer>()?;
     m.add_class::<native::RdzvEvent>()?;
     m.add_class::<native::PyDataListener>()?;
+    m.add_class::<member::PyNativeMember>()?;
     m.add_function(wrap_pyfunction!(init_logging, m)?)?;
     m.add_function(wrap_pyfunction!(set_compute_threads, m)?)?;
     m.add_function(wrap_pyfunction!(usable_cores, m)?)?;

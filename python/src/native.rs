@@ -44,7 +44,7 @@ fn code_name(c: RefusalCode) -> &'static str {
     }
 }
 
-fn with_attrs(py: Python<'_>, err: PyErr, attrs: &[(&str, Py<PyAny>)]) -> PyErr {
+pub(crate) fn with_attrs(py: Python<'_>, err: PyErr, attrs: &[(&str, Py<PyAny>)]) -> PyErr {
     let v = err.value(py);
     for (k, a) in attrs {
         let _ = v.setattr(*k, a);
@@ -53,7 +53,7 @@ fn with_attrs(py: Python<'_>, err: PyErr, attrs: &[(&str, Py<PyAny>)]) -> PyErr 
 }
 
 /// The Python exception for a native-client error; `ctx` names the job and member.
-fn to_py(py: Python<'_>, ctx: &str, e: NativeError) -> PyErr {
+pub(crate) fn to_py(py: Python<'_>, ctx: &str, e: NativeError) -> PyErr {
     let msg = format!("{ctx}{e}");
     match e {
         NativeError::Refused { code, message } => with_attrs(

@@ -4,8 +4,12 @@
 
 #[cfg(feature = "native")]
 pub mod member;
+#[cfg(feature = "native")]
+pub mod round_state;
 pub mod settings;
 
 #[cfg(feature = "native")]
 pub use member::{JoinError, Member, watch_round};
+#[cfg(feature = "native")]
+pub use round_state::{RoundState, Stop};
 pub use settings::{NativeExplicit, NativeSettings, loose_bool, parse_members};

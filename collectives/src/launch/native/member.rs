@@ -12,6 +12,7 @@ use dt_rdzv::native::{
 use dt_rdzv_proto::native::{JobSpec, LateJoin, Peer, Role, ServerMsg, Welcome};
 
 use super::super::{join_host_port, split_host_port};
+use super::round_state::{RoundState, Stop};
 use super::settings::NativeSettings;
 use crate::bootstrap::welcome::{DataListener, RoundPeers, round_secret};
 use crate::communicator::Communicator;
@@ -29,17 +30,43 @@ pub enum JoinError {
         /// What the client said.
         source: NativeError,
     },
+    /// The round this member was setting up ended before it was ready (take the next one).
+    #[error("{0}")]
+    RoundChanged(String),
+    /// Nothing came in time (a round that did not form, a value rank 0 did not publish).
+    #[error("{0}")]
+    Timeout(String),
+    /// The job ended, or the server removed this member: it takes no further part.
+    #[error("{who}: {}", stop_text(.stop))]
+    Stopped {
+        /// The job and member.
+        who: String,
+        /// What the server said.
+        stop: Stop,
+    },
     /// The round's communicator.
     #[error(transparent)]
     Comm(#[from] CommError),
+}
+
+fn stop_text(s: &Stop) -> String {
+    match s {
+        Stop::JobEnded { job, why, .. } => format!("job {job:?} ended: {why}"),
+        Stop::Removed { job, round, why } => format!(
+            "this member was removed from round {round} of job {job:?} by dt-rdzv (the others \
+             went on without it): {why}"
+        ),
+    }
 }
 
 /// A member of a native job and the round it is in.
 pub struct Member {
     settings: NativeSettings,
     client: BlockingNativeClient,
-    listener: DataListener,
-    welcome: Option<Welcome>,
+    /// This member's data listener (bound before joining; serves every round), when it
+    /// builds communicators (a launcher's agent does not).
+    listener: Option<DataListener>,
+    state: RoundState,
 }
 
 impl std::fmt::Debug for Member {
@@ -55,7 +82,10 @@ fn secs(s: f64) -> Duration {
 impl Member {
     /// Connects to the settings' server and joins its job, advertising `listener`'s address
     /// and host record (the round may still be forming: see [`Member::next_welcome`]).
-    pub fn join(settings: NativeSettings, listener: DataListener) -> Result<Member, JoinError> {
+    pub fn join(
+        settings: NativeSettings,
+        listener: Option<DataListener>,
+    ) -> Result<Member, JoinError> {
         let who = format!(
             "job {:?} member {:?}",
             settings.job.value, settings.member.value
@@ -101,8 +131,11 @@ impl Member {
                 job: settings.job.value.clone(),
                 member: settings.member.value.clone(),
                 node: settings.node.value.clone(),
-                addrs: vec![listener.addr().to_string()],
-                host: listener.host_record().to_vec(),
+                addrs: listener.iter().map(|l| l.addr().to_string()).collect(),
+                host: listener
+                    .as_ref()
+                    .map(|l| l.host_record().to_vec())
+                    .unwrap_or_default(),
                 role: if settings.main.value {
                     Role::Main
                 } else {
@@ -115,15 +148,15 @@ impl Member {
             settings,
             client,
             listener,
-            welcome: None,
+            state: RoundState::default(),
         })
     }
 
     /// The job and member (and round and rank, once in one), for errors.
     pub fn who(&self) -> String {
         let r = self
-            .welcome
-            .as_ref()
+            .state
+            .welcome()
             .map(|w| format!(" round {} rank {}", w.round, w.rank))
             .unwrap_or_default();
         format!(
@@ -137,38 +170,143 @@ impl Member {
         &self.settings
     }
 
-    /// The current round's welcome.
-    pub fn welcome(&self) -> Option<&Welcome> {
-        self.welcome.as_ref()
+    /// What this member knows of its rounds (welcome, why it ended, waiting joiners, the
+    /// job's end).
+    pub fn state(&self) -> &RoundState {
+        &self.state
     }
 
-    /// Waits for the next round (the first one, or one after the current), at most the join
-    /// timeout plus twice the server's heartbeat timeout.
-    pub fn next_welcome(&mut self) -> Result<&Welcome, JoinError> {
+    /// The current round's welcome.
+    pub fn welcome(&self) -> Option<&Welcome> {
+        self.state.welcome()
+    }
+
+    fn take(&mut self, m: ServerMsg) -> Result<(), JoinError> {
+        match self.state.take(m) {
+            Ok(None) => Ok(()),
+            Ok(Some(refused)) => {
+                tracing::warn!("dtcomm: {}: {refused}", self.who());
+                Ok(())
+            }
+            Err(stop) => Err(JoinError::Stopped {
+                who: self.who(),
+                stop,
+            }),
+        }
+    }
+
+    /// Takes the messages already received; `true` when the current round is over (a member
+    /// was lost, left or joined). `Err` when the job ended or this member was removed.
+    pub fn poll(&mut self) -> Result<bool, JoinError> {
+        while let Some(m) = self.client.try_message() {
+            let m = m.map_err(|e| self.rdzv_err(e))?;
+            self.take(m)?;
+        }
+        Ok(self.state.ended().is_some())
+    }
+
+    /// Waits for the next round (the first one, or one after the current), at most
+    /// `timeout` (default: the join timeout plus twice the server's heartbeat timeout and 5 s).
+    /// With `ask_after`, a member whose round the server has not ended by then asks for a new
+    /// one (its group failed without a membership change).
+    pub fn next_welcome(
+        &mut self,
+        timeout: Option<Duration>,
+        ask_after: Option<Duration>,
+    ) -> Result<&Welcome, JoinError> {
         let hb = self
-            .welcome
-            .as_ref()
+            .state
+            .welcome()
             .map_or(2.0, |w| w.heartbeat_timeout_ms as f64 / 1000.0);
-        let limit = secs(self.settings.join_timeout.value + 2.0 * hb + 5.0);
+        let limit =
+            timeout.unwrap_or_else(|| secs(self.settings.join_timeout.value + 2.0 * hb + 5.0));
         let start = Instant::now();
-        let cur = self.welcome.as_ref().map_or(0, |w| w.round);
+        let mut asked = false;
         loop {
-            let left = limit.saturating_sub(start.elapsed());
-            if left.is_zero() {
-                return Err(self.rdzv_err(NativeError::Config(format!(
-                    "no round after {cur} within {limit:?}; see `dt-rdzv status {}` for who is \
+            if self.state.advance().is_some() {
+                return Ok(self.state.welcome().expect("advanced"));
+            }
+            let waited = start.elapsed();
+            if waited >= limit {
+                return Err(JoinError::Timeout(format!(
+                    "{}: no new round within {:.0}s ({}); see `dt-rdzv status {}` for who is \
                      missing",
+                    self.who(),
+                    limit.as_secs_f64(),
+                    self.state.ended().unwrap_or("the round did not end"),
                     self.settings.job.value
-                ))));
+                )));
+            }
+            if let Some(after) = ask_after
+                && !asked
+                && self.state.ended().is_none()
+                && waited >= after
+            {
+                self.client.next_round().map_err(|e| self.rdzv_err(e))?;
+                asked = true;
+            }
+            let step =
+                (limit - waited).clamp(Duration::from_millis(10), Duration::from_millis(500));
+            match self.client.next_message(step) {
+                Ok(m) => self.take(m)?,
+                Err(NativeError::Timeout { .. }) => {}
+                Err(e) => return Err(self.rdzv_err(e)),
+            }
+        }
+    }
+
+    /// Publishes `value` for the current round under configuration entry `key` (rank 0; the
+    /// other members read it with [`Member::round_value`]).
+    pub fn publish_round_value(&mut self, key: &str, value: &str) -> Result<(), JoinError> {
+        let round = self
+            .state
+            .welcome()
+            .map(|w| w.round)
+            .expect("publish_round_value() after next_welcome()");
+        self.client
+            .publish(key, format!("{round} {value}").into_bytes())
+            .map_err(|e| self.rdzv_err(e))
+    }
+
+    /// What rank 0 published for the current round under `key`, waiting at most `timeout`
+    /// (`what` names it in the timeout's message). [`JoinError::RoundChanged`] when the
+    /// round ends first.
+    pub fn round_value(
+        &mut self,
+        key: &str,
+        timeout: Duration,
+        what: &str,
+    ) -> Result<String, JoinError> {
+        let round = self
+            .state
+            .welcome()
+            .map(|w| w.round)
+            .expect("round_value() after next_welcome()");
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(v) = self.state.round_value(key) {
+                return Ok(v);
+            }
+            if self.state.changed() {
+                return Err(JoinError::RoundChanged(format!(
+                    "{}: {}",
+                    self.who(),
+                    self.state.ended().unwrap_or("a new round formed")
+                )));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(JoinError::Timeout(format!(
+                    "{}: rank 0 did not publish round {round}'s {what} within {:.0}s",
+                    self.who(),
+                    timeout.as_secs_f64()
+                )));
             }
             match self
                 .client
                 .next_message(left.min(Duration::from_millis(500)))
             {
-                Ok(ServerMsg::Welcome(w)) if w.round > cur => {
-                    return Ok(self.welcome.insert(w));
-                }
-                Ok(_) => {}
+                Ok(m) => self.take(m)?,
                 Err(NativeError::Timeout { .. }) => {}
                 Err(e) => return Err(self.rdzv_err(e)),
             }
@@ -227,9 +365,17 @@ impl Member {
     /// table, fenced by the round: when the server ends it for a lost or removed member, its
     /// calls fail with [`CommError::RoundEnded`] at once.
     pub fn communicator(&mut self) -> Result<Communicator, JoinError> {
+        if self.state.changed() {
+            return Err(JoinError::RoundChanged(format!(
+                "{}: {}",
+                self.who(),
+                self.state.ended().unwrap_or("a new round formed")
+            )));
+        }
         let w = self
-            .welcome
-            .clone()
+            .state
+            .welcome()
+            .cloned()
             .expect("communicator() after next_welcome()");
         let peers = RoundPeers {
             job: w.job.clone(),
@@ -240,7 +386,11 @@ impl Member {
             hosts: Self::peer_hosts(&w).unwrap_or_default(),
         };
         let secret = round_secret(&self.settings.token.value, &w.job, w.round);
-        let listener = self.listener.try_clone()?;
+        let listener = self
+            .listener
+            .as_ref()
+            .expect("communicator() of a member joined with a data listener")
+            .try_clone()?;
         let comm = Communicator::from_welcome(listener, &peers, &secret)?;
         watch_round(&self.client.handle(), &comm, w.round);
         Ok(comm)
@@ -249,6 +399,28 @@ impl Member {
     /// Leaves the job for good (the others get a new round).
     pub fn leave(self) {
         let _ = self.client.leave();
+    }
+
+    /// Ends the job for every member (`Finish`); later joins are refused.
+    pub fn finish(self) -> Result<(), JoinError> {
+        let who = self.who();
+        self.client
+            .finish()
+            .map_err(|source| JoinError::Rdzv { who, source })
+    }
+
+    /// Tells the server this member's link to `rank` of `round` broke, and how (`evidence`;
+    /// the server probes that member before acting on it).
+    pub fn report(&mut self, round: u64, rank: u32, evidence: String) -> Result<(), JoinError> {
+        self.client
+            .handle()
+            .report(round, rank, evidence)
+            .map_err(|e| self.rdzv_err(e))
+    }
+
+    /// Addresses of some ranks of the current round (from the server).
+    pub fn lookup(&mut self, ranks: Vec<u32>) -> Result<Vec<Peer>, JoinError> {
+        self.client.lookup(ranks).map_err(|e| self.rdzv_err(e))
     }
 }
 
