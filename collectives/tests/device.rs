@@ -756,6 +756,15 @@ fn staging_behind_a_stuck_stream_fails_at_the_deadline_and_tells_the_peers() {
         "{}",
         errs[1]
     );
+    // The copy queued behind the stuck work runs when the stream frees up (3 s after it
+    // was queued): the staging memory it writes must still be there (it used to be freed
+    // with the failed call, and the late copy corrupted the heap now and then).
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        gpu.freed_host_writes(),
+        0,
+        "a late copy wrote into freed staging memory"
+    );
 }
 
 /// Point to point on device buffers involves two ranks only, so it is staged without the

@@ -257,6 +257,7 @@ impl Inner {
             })
             .and_then(|()| settle(api, device, stream, deadline, timeout));
         if let Err(e) = copied {
+            abandon(self.rank, [send, recv]);
             return Err(fail(st, e));
         }
         let host = Call {
@@ -277,14 +278,38 @@ impl Inner {
                 unsafe { api.to_device(device, stream, h.ptr(), DevPtr(d.ptr() as u64), len) }
                     .and_then(|()| settle(api, device, stream, deadline, timeout));
             if let Err(e) = back {
+                abandon(self.rank, [send, recv]);
                 return Err(fail(st, e));
             }
         }
-        // Kept for the next staged call only once this one is over: on an error above they
-        // are dropped, since a copy may still be queued on the stream.
+        // Kept for the next staged call only once this one is over: on an error above a copy
+        // may still be queued on the stream, so they are abandoned, neither reused nor freed.
         for (_, m) in [send, recv].into_iter().flatten() {
             st.device.staging.give(m);
         }
         Ok(())
+    }
+}
+
+/// Staging memory of a call that failed while a copy to or from it may still be queued on the
+/// caller's stream (a stream stuck past the call's deadline): freeing it would let that copy
+/// write into freed memory later, so it is left allocated (logged with its size). Only calls
+/// that fail this way leak, once each.
+fn abandon(rank: usize, mut bufs: [Staged; 2]) {
+    let bytes: usize = bufs
+        .iter_mut()
+        .flatten()
+        .map(|(_, m)| m.bytes().len())
+        .sum();
+    if bytes > 0 {
+        tracing::warn!(
+            rank,
+            bytes,
+            "dtcomm: rank {rank}: {bytes} bytes of host staging memory are left allocated: a \
+             copy to or from them may still be queued on the stream"
+        );
+    }
+    for (_, m) in bufs.into_iter().flatten() {
+        std::mem::forget(m);
     }
 }

@@ -37,6 +37,32 @@ pub(crate) struct GpuShared {
     next_stream: AtomicU64,
     copies: AtomicUsize,
     host_allocs: AtomicUsize,
+    /// Address ranges of host memory the twin lent and that was freed since (a real device
+    /// that copies into one corrupts whatever lives there now).
+    freed_host: Mutex<Vec<(usize, usize)>>,
+    /// Copies the streams ran into freed host memory (skipped; counted for the tests).
+    freed_writes: AtomicUsize,
+}
+
+/// Host memory the twin lends: a plain buffer that, when freed, tells the twin, so that a copy
+/// still queued on a stream into it is caught instead of corrupting the heap.
+struct TwinHost {
+    buf: Vec<u64>,
+    shared: Arc<GpuShared>,
+}
+
+impl crate::device::HostMemory for TwinHost {
+    fn bytes(&mut self) -> &mut [u8] {
+        self.buf.bytes()
+    }
+}
+
+impl Drop for TwinHost {
+    fn drop(&mut self) {
+        let start = self.buf.as_ptr() as usize;
+        let len = std::mem::size_of_val(&self.buf[..]);
+        lock(&self.shared.freed_host).push((start, start + len));
+    }
 }
 
 /// An event of the twin: set once its stream reached it.
@@ -95,6 +121,8 @@ impl MemGpu {
                 next_stream: AtomicU64::new(1),
                 copies: AtomicUsize::new(0),
                 host_allocs: AtomicUsize::new(0),
+                freed_host: Mutex::new(Vec::new()),
+                freed_writes: AtomicUsize::new(0),
             }),
         }
     }
@@ -183,6 +211,12 @@ impl MemGpu {
     /// Host-device copies queued so far (staging shows up here, NCCL's path does not).
     pub fn copies(&self) -> usize {
         self.shared.copies.load(Ordering::Relaxed)
+    }
+
+    /// Copies a stream ran into host memory that had been freed (the twin skips them; a real
+    /// device would have corrupted whatever lives there now).
+    pub fn freed_host_writes(&self) -> usize {
+        self.shared.freed_writes.load(Ordering::Relaxed)
     }
 
     /// Staging host memory handed out so far ([`DeviceApi::host_memory`]).
@@ -324,7 +358,14 @@ impl DeviceApi for MemGpu {
 
     fn host_memory(&self, bytes: usize) -> Result<Box<dyn crate::device::HostMemory>, DeviceError> {
         self.shared.host_allocs.fetch_add(1, Ordering::Relaxed);
-        Ok(Box::new(vec![0u64; bytes.div_ceil(8)]))
+        let buf = vec![0u64; bytes.div_ceil(8)];
+        // Its addresses are live again (the allocator may reuse a freed buffer's).
+        let (start, end) = (buf.as_ptr() as usize, buf.as_ptr() as usize + buf.len() * 8);
+        lock(&self.shared.freed_host).retain(|&(s, e)| e <= start || s >= end);
+        Ok(Box::new(TwinHost {
+            buf,
+            shared: self.shared.clone(),
+        }))
     }
 
     fn device_count(&self) -> Result<usize, DeviceError> {
@@ -383,6 +424,13 @@ impl DeviceApi for MemGpu {
             stream,
             Box::new(move || {
                 let bytes = me.read(src, len, None).expect("checked when queued");
+                let freed = lock(&me.shared.freed_host)
+                    .iter()
+                    .any(|&(s, e)| dst < e && dst + len > s);
+                if freed {
+                    me.shared.freed_writes.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
                 // SAFETY: the caller keeps `dst` valid for `len` bytes until the copy is done.
                 unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst as *mut u8, len) };
             }),
