@@ -358,13 +358,14 @@ impl Engine {
                     call: *call,
                     elapsed,
                     round: end.round,
-                    lost: end.lost,
-                    cause: end.cause,
+                    lost: end.lost.map(|r| r as usize),
+                    cause: end.why,
                     removed: end.removed,
                 };
                 // Peers hear it from the server too; this covers one whose server connection
                 // is down at the moment.
-                self.transport.abort(end.lost, &err.to_string());
+                self.transport
+                    .abort(end.lost.map(|r| r as usize), &err.to_string());
                 return err;
             }
             EngineError::Link(LinkError::Refused { peer, detail }) => CommError::Setup {

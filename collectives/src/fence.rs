@@ -19,18 +19,8 @@ use std::time::Duration;
 /// Longest a parked call sleeps between looks at an armed fence.
 pub const FENCE_POLL: Duration = Duration::from_millis(20);
 
-/// Why a communicator's round ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RoundEnd {
-    /// The round.
-    pub round: u64,
-    /// The rank whose loss (or departure) ended it, if that was the cause.
-    pub lost: Option<usize>,
-    /// The membership service's words.
-    pub cause: String,
-    /// This member itself was removed from the job (declared lost, or the job stopped).
-    pub removed: bool,
-}
+/// Why a communicator's round ended (the rendezvous client's type: one `RoundEnd`).
+pub use dt_rdzv_proto::native::RoundEnd;
 
 /// Called with (peer rank, what the link said) when a link to a peer breaks without goodbye.
 pub type Reporter = Box<dyn Fn(usize, &str) + Send + Sync>;

@@ -259,7 +259,7 @@ fn fence_ends_a_stuck_call(comms: Vec<Communicator>) {
             f.end(dtcomm::RoundEnd {
                 round: 7,
                 lost: Some(2),
-                cause: "member \"m2\" (rank 2) lost: no message for 2.0 s".into(),
+                why: "member \"m2\" (rank 2) lost: no message for 2.0 s".into(),
                 removed: false,
             });
         }
@@ -305,7 +305,7 @@ fn fence_ends_a_stuck_call(comms: Vec<Communicator>) {
     fences[2].end(dtcomm::RoundEnd {
         round: 7,
         lost: None,
-        cause: "job \"j\" ended: stopped".into(),
+        why: "job \"j\" ended: stopped".into(),
         removed: true,
     });
     let t = Instant::now();

@@ -381,6 +381,12 @@ def slurm_step(env: dict[str, str]) -> dict[str, Any] | None:
     nodes, first_host, port, run_id), or None; ValueError when Slurm's variables disagree."""
     ...
 
+def mpi_session_meet(dir: str, rank: int, run_id: str, n: int, mine: str | None,
+                     timeout: float) -> str:
+    """The n-th meeting in Open MPI's session directory: rank 0 leaves ``mine``, the others
+    read it (TimeoutError past ``timeout``)."""
+    ...
+
 def native_settings(
     env: dict[str, str],
     *,

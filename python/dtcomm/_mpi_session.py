@@ -15,51 +15,23 @@ does (``meet_mpi``, the engine's ``dtcomm::launch::mpi_hosts``).
 from __future__ import annotations
 
 import os
-import time
 
 from . import _dtcomm
 
 _inits = 0
 
 
-def _path(session: str, run_id: str, n: int) -> str:
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id)
-    return os.path.join(session, f"dtcomm-{safe}-{n}.endpoint")
-
-
 def meet(session: str, rank: int, run_id: str,
          timeout: float) -> tuple[str, _dtcomm.RdzvServer | None]:
-    """Returns the store's ``host:port``, and the server when this rank (0) hosts it."""
+    """Returns the store's ``host:port``, and the server when this rank (0) hosts it. The file
+    and the wait are the engine's (``dtcomm::launch::mpi_session``, what the C ABI uses)."""
     global _inits
     _inits += 1
-    path = _path(session, run_id, _inits)
     if rank == 0:
         server = _dtcomm.RdzvServer("127.0.0.1", 0)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        try:
-            with open(tmp, "w") as f:
-                f.write(server.endpoint)
-            os.replace(tmp, path)
-        except OSError as e:
-            raise RuntimeError(
-                f"rank 0: cannot leave the store's address in Open MPI's session directory "
-                f"({path}): {e}; set DTCOMM_RDZV_ENDPOINT instead") from e
+        _dtcomm.mpi_session_meet(session, 0, run_id, _inits, server.endpoint, timeout)
         return server.endpoint, server
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with open(path) as f:
-                endpoint = f.read().strip()
-            if endpoint:
-                return endpoint, None
-        except FileNotFoundError:
-            pass
-        if time.monotonic() >= deadline:
-            raise TimeoutError(
-                f"rank {rank}: rank 0 did not leave its store's address in Open MPI's session "
-                f"directory within {timeout:g} s ({path} is missing): is rank 0 running "
-                "dtcomm.init() / hvd.init() too?")
-        time.sleep(0.01)
+    return _dtcomm.mpi_session_meet(session, rank, run_id, _inits, None, timeout), None
 
 
 def meet_mpi(endpoint: str, rank: int, run_id: str, timeout: float,

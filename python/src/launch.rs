@@ -136,6 +136,38 @@ pub(crate) fn native_settings<'py>(
     Ok(d)
 }
 
+/// Under `mpirun` on one host: the n-th meeting of run `run_id` in Open MPI's session
+/// directory `dir` ([`dtcomm::launch::mpi_session`], what the C ABI uses). Rank 0 passes its
+/// store's `host:port` as `mine` and leaves it there; the others read it, waiting at most
+/// `timeout` seconds (Ctrl-C stops the wait). Raises TimeoutError or RuntimeError naming the
+/// rank.
+#[pyfunction]
+#[pyo3(signature = (dir, rank, run_id, n, mine, timeout))]
+pub(crate) fn mpi_session_meet(
+    py: Python<'_>,
+    dir: String,
+    rank: usize,
+    run_id: String,
+    n: u64,
+    mine: Option<String>,
+    timeout: f64,
+) -> PyResult<String> {
+    let wait = std::time::Duration::try_from_secs_f64(timeout)
+        .map_err(|e| PyValueError::new_err(format!("timeout {timeout}: {e}")))?;
+    let path = dtcomm::launch::mpi_session::endpoint_file(&dir, &run_id, n);
+    if let Some(ep) = mine {
+        dtcomm::launch::mpi_session::publish(&path, &ep)
+            .map_err(pyo3::exceptions::PyRuntimeError::new_err)?;
+        return Ok(ep);
+    }
+    let (r, raised) =
+        crate::interrupt::detach(py, || dtcomm::launch::mpi_session::read(&path, rank, wait));
+    if let Some(e) = raised {
+        return Err(e);
+    }
+    r.map_err(pyo3::exceptions::PyTimeoutError::new_err)
+}
+
 /// Under an MPI launcher: the n-th meeting of run `run_id` through the process manager that
 /// `endpoint` names (`mpi-pmix://...`: Open MPI's PMIx server; `mpi-pmi://...`: Hydra's PMI-1
 /// socket; [`dtcomm::launch::mpi_hosts::meet`]). Rank 0 passes its store's `host:port` as

@@ -81,6 +81,7 @@ fn _dtcomm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(launch::native_settings, m)?)?;
     m.add_function(wrap_pyfunction!(launch::slurm_step, m)?)?;
     m.add_function(wrap_pyfunction!(launch::mpi_meet, m)?)?;
+    m.add_function(wrap_pyfunction!(launch::mpi_session_meet, m)?)?;
     m.add_function(wrap_pyfunction!(launch::advertised_ip, m)?)?;
     m.add_function(wrap_pyfunction!(launch::engine_timeout, m)?)?;
     errors::register(m)?;

@@ -571,8 +571,8 @@ impl Inner {
                 },
                 elapsed: std::time::Duration::ZERO,
                 round: end.round,
-                lost: end.lost,
-                cause: end.cause,
+                lost: end.lost.map(|r| r as usize),
+                cause: end.why,
                 removed: end.removed,
             };
             tracing::error!(rank = self.rank, "dtcomm: {e}");

@@ -74,6 +74,11 @@ pub fn read(path: &Path, rank: usize, timeout: Duration) -> Result<String, Strin
                 path.display()
             ));
         }
+        if let Some(why) = crate::interrupt::requested() {
+            return Err(format!(
+                "rank {rank}: interrupted while waiting for rank 0's store address ({why})"
+            ));
+        }
         std::thread::sleep(Duration::from_millis(10));
     }
 }

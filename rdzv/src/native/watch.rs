@@ -12,43 +12,12 @@
 
 use std::sync::{Arc, Mutex};
 
-use dt_rdzv_proto::native::{ClientMsg, RoundCause};
+use dt_rdzv_proto::native::ClientMsg;
 use tokio::sync::mpsc;
 
 use super::error::NativeError;
 
-/// How a round ended, as a watcher hears it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RoundEnd {
-    /// The last round that ended (for a job's end or a removal: the round the member was in,
-    /// as far as the session knows; `u64::MAX` when it never had one).
-    pub round: u64,
-    /// The rank whose loss or departure ended it, when that was the cause.
-    pub lost: Option<u32>,
-    /// The server's words.
-    pub why: String,
-    /// This member itself was removed (declared lost, or its connection closed by the server):
-    /// it is in no round any more.
-    pub removed: bool,
-}
-
-impl RoundEnd {
-    /// The end the server announced with `RoundEnded { round, cause }`.
-    pub fn from_cause(round: u64, cause: &RoundCause) -> RoundEnd {
-        let lost = match cause {
-            RoundCause::MemberLost { rank, .. } | RoundCause::MemberLeft { rank, .. } => {
-                Some(*rank)
-            }
-            _ => None,
-        };
-        RoundEnd {
-            round,
-            lost,
-            why: cause.to_string(),
-            removed: false,
-        }
-    }
-}
+pub use dt_rdzv_proto::native::RoundEnd;
 
 type Callback = Box<dyn FnOnce(&RoundEnd) + Send>;
 

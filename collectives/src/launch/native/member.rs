@@ -17,7 +17,6 @@ use super::settings::NativeSettings;
 use crate::bootstrap::welcome::{DataListener, RoundPeers, round_secret};
 use crate::communicator::Communicator;
 use crate::error::CommError;
-use crate::fence::RoundEnd;
 
 /// Why joining a native round failed.
 #[derive(Debug, thiserror::Error)]
@@ -436,12 +435,7 @@ pub fn watch_round(h: &MemberHandle, comm: &Communicator, round: u64) {
     }));
     h.on_round_end(round, move |end| {
         if end.lost.is_some() || end.removed {
-            fence.end(RoundEnd {
-                round,
-                lost: end.lost.map(|r| r as usize),
-                cause: end.why.clone(),
-                removed: end.removed,
-            });
+            fence.end(end.clone());
         }
     });
 }

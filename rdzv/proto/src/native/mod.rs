@@ -10,6 +10,7 @@ pub mod codec;
 // written here is documented.
 #[allow(missing_docs)]
 pub mod messages;
+mod round_end;
 
 pub use close::{CLOSE_GOING_AWAY, CLOSE_NO_STREAM, CLOSE_NORMAL};
 pub use codec::{
@@ -20,3 +21,4 @@ pub use messages::{
     ClientMsg, JobEnd, JobSpec, JobStatus, Join, LateJoin, MAX_HOST_BYTES, MemberStatus, Peer,
     RefusalCode, Resume, Role, RoundCause, ServerMsg, Welcome,
 };
+pub use round_end::RoundEnd;
