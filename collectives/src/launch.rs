@@ -3,7 +3,8 @@
 //! function of explicit arguments and an environment lookup.
 //!
 //! Precedence: explicit arguments, then `DTCOMM_*`, then torchrun (`RANK`, `WORLD_SIZE`,
-//! `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `MASTER_ADDR`/`MASTER_PORT`, `TORCHELASTIC_RUN_ID`), then
+//! `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `MASTER_ADDR`/`MASTER_PORT`, `TORCHELASTIC_RUN_ID`; a
+//! Kubernetes Indexed Job's `JOB_COMPLETION_INDEX` with a world size and no rank), then
 //! Horovod, Open MPI and PMI (`HOROVOD_RANK`, `OMPI_COMM_WORLD_RANK`, `PMI_RANK` and their
 //! sizes), then Slurm's `srun` (`SLURM_PROCID`, `SLURM_NTASKS`, `SLURM_LOCALID` and the
 //! step's node list and task counts: rank 0 hosts the store on the first host, [`slurm`]), then
@@ -176,6 +177,34 @@ fn pair(
     Ok(None)
 }
 
+/// A Kubernetes Indexed Job's pod: `JOB_COMPLETION_INDEX` as the rank when a world size
+/// (`DTCOMM_WORLD_SIZE`, else `WORLD_SIZE`: the job's completions) is set and no rank variable
+/// is. An index past the world size is an error naming both. Without a world size the index
+/// says nothing here (a native rendezvous assigns the ranks; `dtrun` takes it as its node rank).
+fn indexed_job(
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<(usize, usize, &'static str)>, String> {
+    let Some(idx) = var(env, "JOB_COMPLETION_INDEX") else {
+        return Ok(None);
+    };
+    if RANK_PAIRS.iter().any(|(r, _)| var(env, r).is_some()) {
+        return Ok(None);
+    }
+    let Some((wvar, w)) = ["DTCOMM_WORLD_SIZE", "WORLD_SIZE"]
+        .into_iter()
+        .find_map(|k| var(env, k).map(|v| (k, v)))
+    else {
+        return Ok(None);
+    };
+    let (i, n) = (int("JOB_COMPLETION_INDEX", &idx, 0)?, int(wvar, &w, 1)?);
+    if i >= n {
+        return Err(format!(
+            "JOB_COMPLETION_INDEX={i} is not below {wvar}={n} (the Indexed Job's completions)"
+        ));
+    }
+    Ok(Some((i, n, wvar)))
+}
+
 /// `host[:port]` (IPv6 in brackets) as (host without brackets, port).
 pub fn split_host_port(endpoint: &str, default_port: u16) -> Result<(String, u16), String> {
     let ep = endpoint.trim();
@@ -255,6 +284,8 @@ pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<La
             return Err(format!("rank {r} is not in a world of {w}"));
         }
         (s(Some(r), "explicit"), s(w, "explicit"))
+    } else if let Some((r, w, wvar)) = indexed_job(env)? {
+        (s(Some(r), "JOB_COMPLETION_INDEX"), s(w, wvar))
     } else if let Some((r, w, a, b)) = pair(env, &RANK_PAIRS, true)? {
         (s(Some(r), a), s(w, b))
     } else if let Some(st) = slurm()? {

@@ -300,3 +300,53 @@ fn horovodruns_key_value_server_is_the_rendezvous_under_horovodrun() {
         Some("horovod-kv://10.1.2.3:4711")
     );
 }
+
+#[test]
+fn an_indexed_jobs_pod_takes_its_rank_from_the_completion_index() {
+    let base = [
+        ("JOB_COMPLETION_INDEX", "2"),
+        ("DTCOMM_WORLD_SIZE", "4"),
+        ("MASTER_ADDR", "job-0.job"),
+        ("MASTER_PORT", "29500"),
+    ];
+    let l = run(&Explicit::default(), &base).unwrap();
+    assert_eq!((l.rank.value, l.world.value), (Some(2), 4));
+    assert_eq!(
+        (l.rank.source.as_str(), l.world.source.as_str()),
+        ("JOB_COMPLETION_INDEX", "DTCOMM_WORLD_SIZE")
+    );
+    assert_eq!(l.endpoint.value.as_deref(), Some("job-0.job:29500"));
+    // Past the completions: refused, naming both.
+    let e = run(
+        &Explicit::default(),
+        &[("JOB_COMPLETION_INDEX", "4"), ("WORLD_SIZE", "4")],
+    )
+    .unwrap_err();
+    assert!(
+        e.contains("JOB_COMPLETION_INDEX=4") && e.contains("WORLD_SIZE=4"),
+        "{e}"
+    );
+    // A launcher's rank wins (torchrun in an Indexed Job's pod: its RANK is global).
+    let l = run(
+        &Explicit::default(),
+        &[
+            ("JOB_COMPLETION_INDEX", "1"),
+            ("RANK", "5"),
+            ("WORLD_SIZE", "8"),
+            ("MASTER_ADDR", "a"),
+            ("MASTER_PORT", "1"),
+        ],
+    )
+    .unwrap();
+    assert_eq!((l.rank.value, l.rank.source.as_str()), (Some(5), "RANK"));
+    // No world size: the index alone says nothing (a native rendezvous assigns ranks).
+    let l = run(
+        &Explicit::default(),
+        &[
+            ("JOB_COMPLETION_INDEX", "1"),
+            ("DTCOMM_RDZV_ENDPOINT", "rdzv:29401"),
+        ],
+    )
+    .unwrap();
+    assert!(l.native.value, "{l}");
+}

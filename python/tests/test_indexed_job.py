@@ -1,0 +1,55 @@
+"""A Kubernetes Indexed Job's pods run ``python train.py`` with ``dtcomm.init()``: the rank from
+``JOB_COMPLETION_INDEX``, the world from ``DTCOMM_WORLD_SIZE`` (the job's completions), rank 0
+hosting the store at ``MASTER_ADDR`` (a headless Service's name for pod 0); an index past the
+completions is refused at start-up naming both variables."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from dtgroup import base_env
+
+WORKER = Path(__file__).parent / "workers" / "slurm_task.py"
+
+
+def pod_env(index: int, completions: int, port: int) -> dict[str, str]:
+    return base_env({
+        "JOB_COMPLETION_INDEX": str(index), "DTCOMM_WORLD_SIZE": str(completions),
+        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "DTCOMM_TIMEOUT": "60",
+    })
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_indexed_job_pods_form_one_world() -> None:
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, str(WORKER)], env=pod_env(i, 3, port),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for i in (2, 0, 1)]
+    outs = []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+        assert p.returncode == 0, out
+        outs.append(out)
+    got = sorted(re.sub(r" local=\d+", "", m) for o in outs for m in re.findall(r"RESULT (.*)", o))
+    assert got == [f"rank={r} world=3 sum=6 gathered=[0, 1, 2]" for r in range(3)], outs
+
+
+def test_an_index_past_the_completions_is_refused() -> None:
+    p = subprocess.run([sys.executable, str(WORKER)], env=pod_env(3, 3, free_port()),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0, p.stdout + p.stderr
+    assert "JOB_COMPLETION_INDEX=3 is not below DTCOMM_WORLD_SIZE=3" in p.stderr, p.stderr
