@@ -20,6 +20,7 @@ fn err(py: Python<'_>, e: JoinError) -> PyErr {
         JoinError::Rdzv { who, source } => to_py(py, &format!("{who}: "), source),
         JoinError::RoundChanged(m) => RdzvRoundChangedError::new_err(m),
         JoinError::Timeout(m) => RdzvTimeoutError::new_err(m),
+        JoinError::Interrupted(m) => pyo3::exceptions::PyKeyboardInterrupt::new_err(m),
         JoinError::Stopped {
             stop: Stop::JobEnded { job, why, how },
             ..
@@ -63,7 +64,13 @@ impl PyNativeMember {
         let m = guard
             .as_mut()
             .ok_or_else(|| PyRuntimeError::new_err("this member left its job"))?;
-        py.detach(|| f(m)).map_err(|e| err(py, e))
+        // Interruptible: a signal handler's exception (KeyboardInterrupt) ends the wait and
+        // is what the caller gets.
+        let (r, raised) = crate::interrupt::detach(py, || f(m));
+        if let Some(e) = raised {
+            return Err(e);
+        }
+        r.map_err(|e| err(py, e))
     }
 
     fn read<T>(&self, f: impl FnOnce(&Member) -> T) -> PyResult<T> {

@@ -446,3 +446,29 @@ def test_dtrun_native_two_nodes_one_sigkilled(
     assert re.search(r"STEP 20 rank 0 world 1 group 0", out) and "FINISHED alone" in out, out
     assert re.search(r"native rendezvous .* round \d+ \(member .* lost", out), out
     _same_secret_then_a_new_one(survivor, victim, procs, after=True)
+
+
+NATIVE_SIGINT = """
+import os, signal, threading, time, dtcomm
+threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+t = time.monotonic()
+try:
+    dtcomm.init(verbose=False)                     # the other member never comes
+    print("NOT INTERRUPTED", flush=True)
+except KeyboardInterrupt:
+    print(f"INTERRUPTED after {time.monotonic() - t:.2f} s", flush=True)
+"""
+
+
+def test_a_native_join_answers_sigint(
+    native_server: NativeServer, procs: Procs, tmp_path: Path
+) -> None:
+    """The native member's wait for a round (the engine's, up to the join timeout) stops at
+    Ctrl-C within a slice of it."""
+    script = _script(tmp_path, "sigint.py", NATIVE_SIGINT)
+    env = base_env(native_server.client_env(_job(), DTCOMM_RDZV_MEMBERS="2",
+                                            DTCOMM_TIMEOUT="60"))
+    procs.start("m", [sys.executable, script], env)
+    assert procs.wait_exit("m", 60) == 0, procs.dump()
+    m = re.search(r"INTERRUPTED after ([\d.]+) s", procs.out("m"))
+    assert m and float(m.group(1)) < 3.0, procs.out("m")

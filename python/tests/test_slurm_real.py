@@ -21,8 +21,16 @@ ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
 
 
+#: What each tagged line holds (matched anywhere: two tasks' lines can share one line of
+#: srun's output when their writes interleave).
+PAYLOAD = {
+    "RESULT": r"rank=\d+ world=\d+ local=\d+ sum=[\d.]+ gathered=\[[\d, ]*\]",
+    "DDP": r"rank=\d+ world=\d+ local=\S+ first=[\d.]+ last=[\d.]+ checksum=-?[\d.]+",
+}
+
+
 def results(out: str, tag: str) -> list[str]:
-    return sorted(re.findall(rf"^{tag} (.*)$", out, re.M))
+    return sorted(re.findall(rf"{tag} ({PAYLOAD[tag]})", out))
 
 
 def test_srun_four_tasks_form_one_world(slurm: Slurm) -> None:
@@ -74,7 +82,7 @@ def test_dtrun_as_the_step_of_an_allocation(slurm: Slurm) -> None:
     p = slurm.run("srun", "--ntasks-per-node=1", "-n", "1", "--export=ALL,DTCOMM_TIMEOUT=60",
                   PY, "-m", "dtcomm", "--nproc-per-node", "2", str(WORKERS / "slurm_task.py"))
     assert p.returncode == 0, p.stdout + p.stderr + slurm.logs()
-    got = sorted(re.findall(r"RESULT (.*)$", p.stdout, re.M))
+    got = results(p.stdout, "RESULT")
     assert got == [f"rank={r} world=2 local={r} sum=3 gathered=[0, 1]" for r in range(2)], p.stdout
     assert "Slurm step slurm-" in p.stderr and "node 0 of 1" in p.stderr, p.stderr
 

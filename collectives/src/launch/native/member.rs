@@ -35,6 +35,9 @@ pub enum JoinError {
     /// Nothing came in time (a round that did not form, a value rank 0 did not publish).
     #[error("{0}")]
     Timeout(String),
+    /// This thread's interrupt check asked the wait to stop (Ctrl-C in Python).
+    #[error("{0}")]
+    Interrupted(String),
     /// The job ended, or the server removed this member: it takes no further part.
     #[error("{who}: {}", stop_text(.stop))]
     Stopped {
@@ -225,6 +228,7 @@ impl Member {
             if self.state.advance().is_some() {
                 return Ok(self.state.welcome().expect("advanced"));
             }
+            self.interrupted("waiting for a round")?;
             let waited = start.elapsed();
             if waited >= limit {
                 return Err(JoinError::Timeout(format!(
@@ -293,6 +297,7 @@ impl Member {
                     self.state.ended().unwrap_or("a new round formed")
                 )));
             }
+            self.interrupted(what)?;
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(JoinError::Timeout(format!(
@@ -309,6 +314,18 @@ impl Member {
                 Err(NativeError::Timeout { .. }) => {}
                 Err(e) => return Err(self.rdzv_err(e)),
             }
+        }
+    }
+
+    /// Every wait here looks at this thread's interrupt check (`crate::interrupt`) between
+    /// its slices of at most 500 ms, so Ctrl-C in Python stops it.
+    fn interrupted(&self, waiting_for: &str) -> Result<(), JoinError> {
+        match crate::interrupt::requested() {
+            Some(why) => Err(JoinError::Interrupted(format!(
+                "{}: interrupted while {waiting_for}: {why}",
+                self.who()
+            ))),
+            None => Ok(()),
         }
     }
 
