@@ -7,6 +7,7 @@ without root (``slurmd`` launches tasks as their user)."""
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -92,7 +93,10 @@ def start(tmp: Path, base_env: dict[str, str]) -> tuple[Slurm, list[int]]:
                    check=True, capture_output=True, timeout=30)
     pids.append(_pid(tmp / "munge" / "pid", deadline))
     conf = tmp / "slurm.conf"
+    # Job ids start at a random number: the store port of a step derives from its job id, and
+    # two clusters of parallel test workers numbering jobs from 1 would collide on it.
     conf.write_text(f"""ClusterName=dtcomm
+FirstJobId={random.randrange(1_000, 5_000_000)}
 SlurmctldHost={node}(127.0.0.1)
 SlurmctldPort={_free_port()}
 SlurmdPort={_free_port()}
