@@ -20,5 +20,4 @@ echo "== cargo test ${FEATURES[*]}"
 cargo test --workspace "${FEATURES[@]}"
 echo "== pytest (real torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)'))"
 export DT_RDZV_BIN="$CARGO_TARGET_DIR/debug/dt-rdzv"
-# loadgroup: tests marked xdist_group("slurm") share one worker (and one Slurm cluster).
-"$VENV/bin/python" -m pytest -n 2 --dist loadgroup tests python/tests
+"$VENV/bin/python" -m pytest -n 2 tests python/tests

@@ -16,10 +16,6 @@ import pytest
 
 from slurm_cluster import Slurm, slurm  # noqa: F401 (fixture)
 
-#: One test worker runs them all (scripts/test.sh: --dist loadgroup): one Slurm cluster, and
-#: no two clusters' steps on one host at once.
-pytestmark = pytest.mark.xdist_group("slurm")
-
 WORKERS = Path(__file__).parent / "workers"
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
