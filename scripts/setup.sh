@@ -33,6 +33,7 @@ fi
 #   mpich        a real `mpiexec.hydra` (MPICH's launcher; Intel MPI's is Hydra too): scripts
 #                launched by it meet through its PMI-1 socket. `mpirun` stays Open MPI's
 #                (alternatives priority 50 against MPICH's 40)
+#   libpmix-dev  the libpmix.so Slurm's mpi/pmix plugin loads (`srun --mpi=pmix`)
 #   slurm-wlm, munge  a real Slurm (slurmctld, slurmd, srun, sbatch) and its authentication:
 #                python/tests/test_slurm_real.py starts a one-node cluster in a temporary
 #                directory (slurm_cluster.py) and stops it by PID; nothing runs as a service
@@ -45,6 +46,8 @@ command -v mpirun >/dev/null || apt_want+=(openmpi-bin)
 command -v mpiexec.hydra >/dev/null || apt_want+=(mpich)
 command -v slurmctld >/dev/null || apt_want+=(slurm-wlm)
 command -v munged >/dev/null || apt_want+=(munge)
+# (Slurm's mpi/pmix plugin opens the unversioned libpmix.so, which only the -dev package ships)
+[ -e /usr/lib/x86_64-linux-gnu/pmix2/lib/libpmix.so ] || [ "$(uname -m)" != x86_64 ] || apt_want+=(libpmix-dev)
 if [ ${#apt_want[@]} -gt 0 ] && command -v apt-get >/dev/null; then
   sudo=(); [ "$(id -u)" = 0 ] || sudo=(sudo -n)
   if [ "$(id -u)" = 0 ] || sudo -n true 2>/dev/null; then

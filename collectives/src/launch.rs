@@ -416,6 +416,15 @@ pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<La
                 )),
                 "Hydra's PMI-1 socket (mpiexec.hydra)",
             ),
+            // srun --mpi=pmix: Slurm's PMIx server carries rank 0's address (no derived port).
+            (None, None) if rank.source == SLURM_RANK && var(env, "PMIX_NAMESPACE").is_some() => s(
+                Some(format!(
+                    "{}{}",
+                    mpi_hosts::MPI_PMIX,
+                    var(env, "PMIX_NAMESPACE").expect("checked")
+                )),
+                "Slurm's PMIx server (srun --mpi=pmix)",
+            ),
             (None, None) if rank.source == SLURM_RANK => {
                 let st = slurm()?.expect("ranks from Slurm");
                 s(Some(join_host_port(&st.first_host, st.port)), SLURM_STORE)

@@ -1,7 +1,8 @@
 """dtcomm under a real Slurm (Debian's slurm-wlm and munge, one node started by the test,
 ``slurm_cluster.py``): ``srun -n 4`` tasks form one world with no endpoint and no
 ``MASTER_ADDR``; DDP over dtcomm trains with ``init_method="dtcomm://"`` (every rank ends with
-the same parameters); ``srun --mpi=pmi2`` gives distinct local ranks; ``torchrun`` under
+the same parameters); ``srun --mpi=pmi2`` gives distinct local ranks; ``srun --mpi=pmix`` meets through Slurm's
+PMIx server; ``torchrun`` under
 ``srun`` keeps torchrun's ranks; ``dtrun`` as the step of an allocation starts its workers;
 ``sbatch --wait examples/slurm/train.sbatch`` runs the example
 batch script end to end."""
@@ -65,6 +66,17 @@ def test_srun_pmi2_gives_distinct_local_ranks(slurm: Slurm) -> None:
     assert p.returncode == 0, p.stdout + p.stderr + slurm.logs()
     assert results(p.stdout, "RESULT") == [
         f"rank={r} world=3 local={r} sum=6 gathered=[0, 1, 2]" for r in range(3)], p.stdout
+
+
+def test_srun_pmix_meets_through_slurms_pmix_server(slurm: Slurm) -> None:
+    """``srun --mpi=pmix``: Slurm's ranks; rank 0's store address travels through the step's
+    PMIx server (no derived port)."""
+    p = slurm.run("srun", "--mpi=pmix", "-n", "3", "--export=ALL,DTCOMM_TIMEOUT=60", PY,
+                  str(WORKERS / "slurm_task.py"))
+    assert p.returncode == 0, p.stdout + p.stderr + slurm.logs()
+    assert results(p.stdout, "RESULT") == [
+        f"rank={r} world=3 local={r} sum=6 gathered=[0, 1, 2]" for r in range(3)], p.stdout
+    assert "RDZV Slurm's PMIx server (srun --mpi=pmix)" in p.stdout, p.stdout
 
 
 def test_torchrun_under_srun_keeps_torchruns_ranks(slurm: Slurm) -> None:

@@ -208,6 +208,16 @@ fn an_srun_task_gets_its_rank_world_local_rank_and_rank_0s_store() {
     let l = run_owned(&Explicit::default(), &p).unwrap();
     assert_eq!((l.local_rank.value, l.local_size.value), (1, 3));
     assert_eq!(l.local_rank.source, "SLURM_LOCALID");
+    // srun --mpi=pmix: Slurm's ranks, rank 0's address through Slurm's PMIx server.
+    let mut x = srun_task("4", "1", "1");
+    x.push(("PMIX_NAMESPACE", "slurm.pmix.4242.0".into()));
+    let l = run_owned(&Explicit::default(), &x).unwrap();
+    assert_eq!((l.rank.value, l.world.value), (Some(4), 7));
+    assert_eq!(
+        l.endpoint.value.as_deref(),
+        Some("mpi-pmix://slurm.pmix.4242.0")
+    );
+    assert_eq!(l.endpoint.source, "Slurm's PMIx server (srun --mpi=pmix)");
 }
 
 #[test]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 import dtcomm
+from dtcomm import _config
 
 dtcomm.init(verbose=False)
 r, n = dtcomm.rank(), dtcomm.size()
@@ -14,4 +15,6 @@ dtcomm.all_reduce(x)
 ranks = dtcomm.all_gather(np.array([r], dtype=np.int64))
 print(f"RESULT rank={r} world={n} local={dtcomm.local_rank()} sum={x[0]:g} "
       f"gathered={ranks.ravel().tolist()}", flush=True)
+if r == 0:
+    print(f"RDZV {_config.resolve().endpoint.source}", flush=True)
 dtcomm.shutdown()
