@@ -20,6 +20,10 @@
 #       Env: DT_RDZV_BIN (default: $CARGO_TARGET_DIR or target/debug/dt-rdzv), LAUNCH_TIMEOUT (s, 900),
 #       EMU_WIRE (force the userspace wire: 1; default only without sch_netem), EMU_MTU.
 #
+# Inside every host the names dtc-h0.. resolve to the hosts' addresses (an /etc/hosts of
+# its own, /etc/netns/dtc-hI/hosts, which `ip netns exec` mounts over /etc/hosts), as a
+# cluster's DNS names its nodes.
+#
 # DELAY applies to each link each way, so host to host a frame takes two DELAYs (plus
 # serialisation at RATE on each link).
 # Needs root (or CAP_NET_ADMIN) and iproute2; exit 3 when namespaces cannot be made here.
@@ -44,6 +48,18 @@ down() {
     ip link delete "$v" 2>/dev/null || true
   done
   ip link delete "$BR" 2>/dev/null || true
+  rm -rf /etc/netns/dtc-h* 2>/dev/null || true
+}
+
+# Each host's /etc/hosts: the machine's, then every emulated host by name.
+names() {
+  local n=$1
+  for ((i = 0; i < n; i++)); do
+    mkdir -p "/etc/netns/dtc-h$i"
+    { cat /etc/hosts 2>/dev/null || true
+      for ((j = 0; j < n; j++)); do echo "$NET.$((j + 1)) dtc-h$j"; done
+    } >"/etc/netns/dtc-h$i/hosts"
+  done
 }
 
 up() {
@@ -74,6 +90,7 @@ up() {
     ip netns exec "$ns" tc qdisc add dev eth0 root netem rate "$rate" delay "$delay" limit 100000
     tc qdisc add dev "dtcv$i" root netem rate "$rate" delay "$delay" limit 100000
   done
+  names "$n"
   echo "emu_cluster: $n hosts dtc-h0..dtc-h$((n - 1)) at $NET.1..$n, bridge $NET.254, links $rate / $delay each way (netem)" >&2
 }
 
@@ -105,6 +122,7 @@ wire_up() {
     ip netns exec "$ns" ip link set eth0 up
     ip netns exec "$ns" ip link set lo up
   done
+  names "$n"
   echo "emu_cluster: $n hosts dtc-h0..dtc-h$((n - 1)) at $NET.1..$n, bridge $NET.254, links $rate / $delay each way (emu_wire, MTU $mtu)" >&2
 }
 
@@ -147,5 +165,5 @@ case "${1:-}" in
     cat "$out"; rm -f "$out"
     exit $rc
     ;;
-  *) sed -n '2,26p' "$0"; exit 2 ;;
+  *) sed -n '2,29p' "$0"; exit 2 ;;
 esac

@@ -1,7 +1,9 @@
-"""A real one-node Slurm for tests: Debian's ``munged``, ``slurmctld`` and ``slurmd`` (installed
-by ``scripts/setup.sh``), configured in a temporary directory, started by the test and stopped
-by PID. The node declares 8 CPUs whatever the host has (``SlurmdParameters=config_overrides``),
-so ``srun -n 4`` runs oversubscribed on a 2-core VM. Skips, saying why, without the daemons or
+"""A real Slurm for tests: Debian's ``munged``, ``slurmctld`` and ``slurmd`` (installed by
+``scripts/setup.sh``), configured in a temporary directory, started by the test and stopped by
+PID. One node on this host by default; or one ``slurmd`` per emulated host (a network namespace
+of ``scripts/emu_cluster.sh``, entered with ``ip netns exec``), the controller on the bridge.
+Each node declares 8 CPUs whatever the host has (``SlurmdParameters=config_overrides``), so
+``srun -n 4`` runs oversubscribed on a 2-core VM. Skips, saying why, without the daemons or
 without root (``slurmd`` launches tasks as their user)."""
 
 from __future__ import annotations
@@ -45,9 +47,13 @@ def _stop(pid: int, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:  # our child (slurmd -D): reaped
+                return
+        except ChildProcessError:  # a daemon that forked away: gone when kill finds none
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
         time.sleep(0.05)
     try:
         os.kill(pid, signal.SIGKILL)
@@ -55,12 +61,22 @@ def _stop(pid: int, timeout: float = 10.0) -> None:
         pass
 
 
+@dataclass(frozen=True)
+class Node:
+    """A compute node: its Slurm name, the address its ``slurmd`` listens on, and the network
+    namespace it runs in (``None``: this host's)."""
+
+    name: str
+    addr: str
+    netns: str | None = None
+
+
 @dataclass
 class Slurm:
-    """A running one-node cluster: ``env`` points the client commands at it."""
+    """A running cluster: ``env`` points the client commands at it."""
 
     dir: Path
-    node: str
+    nodes: list[Node]
     env: dict[str, str]
 
     def run(self, *args: str, timeout: float = 180.0,
@@ -70,16 +86,32 @@ class Slurm:
 
     def logs(self) -> str:
         out = []
-        for name in ("slurmctld.log", f"slurmd-{self.node}.log"):
+        for name in ("slurmctld.log", *(f"slurmd-{n.name}.log" for n in self.nodes)):
             p = self.dir / name
             if p.exists():
                 out.append(f"--- {name}\n" + "\n".join(p.read_text().splitlines()[-30:]))
         return "\n".join(out)
 
 
-def start(tmp: Path, base_env: dict[str, str]) -> tuple[Slurm, list[int]]:
-    node = socket.gethostname().split(".")[0]
-    for d in ("state", "spool", "munge"):
+def _enter(netns: str) -> list[str]:
+    """The command prefix that runs in network namespace ``netns`` with its ``/etc/hosts``
+    (``/etc/netns/NAME/hosts`` where one is, as ``ip netns exec`` mounts it). Not ``ip netns
+    exec`` itself: that remounts ``/sys``, and ``slurmd`` then finds no cgroup hierarchy."""
+    hosts = Path("/etc/netns") / netns / "hosts"
+    prefix = ["nsenter", f"--net=/run/netns/{netns}"]
+    if not hosts.exists():
+        return prefix
+    return [*prefix, "unshare", "--mount", "sh", "-c", 'mount --bind "$0" /etc/hosts && exec "$@"',
+            str(hosts)]
+
+
+def start(tmp: Path, base_env: dict[str, str], nodes: list[Node] | None = None,
+          ctld_addr: str = "127.0.0.1") -> tuple[Slurm, list[int]]:
+    """Starts munge, the controller (on ``ctld_addr``) and a ``slurmd`` per node (default: one
+    on this host); returns the cluster and the daemons' PIDs, to stop in reverse order."""
+    host = socket.gethostname().split(".")[0]
+    nodes = nodes or [Node(host, "127.0.0.1")]
+    for d in ("state", "spool", "munge", *(f"tmpfs/{n.name}" for n in nodes)):
         (tmp / d).mkdir(parents=True, exist_ok=True)
     key, sock = tmp / "munge" / "key", tmp / "munge" / "sock"
     subprocess.run(["mungekey", "-c", "-k", str(key), "-b", "1024"], check=True,
@@ -95,9 +127,11 @@ def start(tmp: Path, base_env: dict[str, str]) -> tuple[Slurm, list[int]]:
     conf = tmp / "slurm.conf"
     # Job ids start at a random number: the store port of a step derives from its job id, and
     # two clusters of parallel test workers numbering jobs from 1 would collide on it.
+    nodelines = "\n".join(f"NodeName={n.name} NodeAddr={n.addr} CPUs=8 State=UNKNOWN"
+                          for n in nodes)
     conf.write_text(f"""ClusterName=dtcomm
 FirstJobId={random.randrange(1_000, 5_000_000)}
-SlurmctldHost={node}(127.0.0.1)
+SlurmctldHost={host}({ctld_addr})
 SlurmctldPort={_free_port()}
 SlurmdPort={_free_port()}
 SlurmUser=root
@@ -108,7 +142,8 @@ CredType=cred/munge
 StateSaveLocation={tmp / 'state'}
 SlurmdSpoolDir={tmp / 'spool'}/%n
 SlurmctldPidFile={tmp / 'slurmctld.pid'}
-SlurmdPidFile={tmp / 'slurmd.pid'}
+SlurmdPidFile={tmp / 'slurmd'}-%n.pid
+TmpFS={tmp / 'tmpfs'}/%n
 SlurmctldLogFile={tmp / 'slurmctld.log'}
 SlurmdLogFile={tmp / 'slurmd'}-%n.log
 ProctrackType=proctrack/linuxproc
@@ -121,7 +156,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SlurmdParameters=config_overrides
 MailProg=/bin/true
-NodeName={node} NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN
+{nodelines}
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 """)
     env = {**base_env, "SLURM_CONF": str(conf)}
@@ -129,18 +164,22 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
     subprocess.run(["slurmctld", "-f", str(conf), "-i"], check=True, env=env,
                    capture_output=True, timeout=30)
     pids.append(_pid(tmp / "slurmctld.pid", deadline))
-    subprocess.run(["slurmd", "-f", str(conf)], check=True, env=env, capture_output=True,
-                   timeout=30)
-    pids.append(_pid(tmp / "slurmd.pid", deadline))
-    slurm = Slurm(tmp, node, env)
+    for n in nodes:
+        # -D: in the foreground, so the PID is the daemon's (every wrapper below execs).
+        enter = _enter(n.netns) if n.netns else []
+        d = subprocess.Popen([*enter, "slurmd", "-D", "-f", str(conf), "-N", n.name], env=env,
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+        pids.append(d.pid)
+    slurm = Slurm(tmp, nodes, env)
     while time.monotonic() < deadline:
         p = slurm.run("sinfo", "-h", "-o", "%t", timeout=10)
-        if p.returncode == 0 and p.stdout.strip() == "idle":
+        if p.returncode == 0 and set(p.stdout.split()) == {"idle"}:
             return slurm, pids
         time.sleep(0.2)
     for pid in reversed(pids):
         _stop(pid)
-    raise RuntimeError(f"the Slurm node never became idle:\n{slurm.logs()}")
+    raise RuntimeError(f"the Slurm nodes never became idle:\n{slurm.logs()}")
 
 
 @pytest.fixture(scope="module")

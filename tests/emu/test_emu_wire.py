@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -16,9 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-EMU = ROOT / "scripts" / "emu_cluster.sh"
+from emu_hosts import EMU, emulated_hosts
 DELAY_US = 250
 
 ECHO = """
@@ -54,13 +51,6 @@ print(min(rtts) * 1e6, hashlib.sha256(data).hexdigest() == hashlib.sha256(got).h
 """
 
 
-def wire_bin() -> Path:
-    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
-    subprocess.run(["cargo", "build", "-q", "-p", "dt-bench", "--bin", "emu_wire"], cwd=ROOT,
-                   check=True, timeout=600)
-    return target / "debug" / "emu_wire"
-
-
 def alive(pid: int) -> bool:
     """Running (not gone, not a zombie nobody reaped yet)."""
     try:
@@ -72,18 +62,8 @@ def alive(pid: int) -> bool:
 
 @pytest.fixture
 def cluster() -> Iterator[dict[str, str]]:
-    if os.geteuid() != 0 or not Path("/dev/net/tun").exists() or shutil.which("ip") is None:
-        pytest.skip("needs root, /dev/net/tun and iproute2 for network namespaces and TAPs")
-    env = {**os.environ, "EMU_WIRE": "1", "EMU_WIRE_BIN": str(wire_bin())}
-    up = subprocess.run([str(EMU), "up", "2", "1gbit", f"{DELAY_US}us"], env=env,
-                        capture_output=True, text=True, timeout=120)
-    if up.returncode == 3:
-        pytest.skip(f"emu_cluster cannot make hosts here: {up.stderr.strip()}")
-    assert up.returncode == 0, up.stderr
-    try:
+    with emulated_hosts(2, "1gbit", f"{DELAY_US}us") as env:
         yield env
-    finally:
-        subprocess.run([str(EMU), "down"], env=env, timeout=120)
 
 
 def test_two_hosts_carry_data_intact_with_at_least_the_link_delays(

@@ -17,9 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from emu_hosts import ROOT, emulated_hosts, skip_unless_possible
 
-ROOT = Path(__file__).resolve().parents[2]
-EMU = ROOT / "scripts" / "emu_cluster.sh"
 MPIRUN = shutil.which("mpirun")
 
 # Open MPI runs `AGENT host cmd...` for each remote daemon, Hydra `AGENT -x host cmd...`, as
@@ -47,36 +46,20 @@ for cycle in range(3):
 """
 
 
-def wire_bin() -> Path:
-    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
-    subprocess.run(["cargo", "build", "-q", "-p", "dt-bench", "--bin", "emu_wire"], cwd=ROOT,
-                   check=True, timeout=600)
-    return target / "debug" / "emu_wire"
-
-
 @pytest.fixture
 def hosts(tmp_path: Path) -> Iterator[list[str]]:
     """Two emulated hosts; yields the mpirun command prefix that runs from the first."""
-    if os.geteuid() != 0 or not Path("/dev/net/tun").exists() or shutil.which("ip") is None:
-        pytest.skip("needs root, /dev/net/tun and iproute2 for network namespaces and TAPs")
+    skip_unless_possible()
     if MPIRUN is None:
         pytest.skip("Open MPI's mpirun is not installed (scripts/setup.sh installs openmpi-bin)")
     pytest.importorskip("torch")
-    env = {**os.environ, "EMU_WIRE": "1", "EMU_WIRE_BIN": str(wire_bin())}
-    up = subprocess.run([str(EMU), "up", "2", "10gbit", "50us"], env=env,
-                        capture_output=True, text=True, timeout=120)
-    if up.returncode == 3:
-        pytest.skip(f"emu_cluster cannot make hosts here: {up.stderr.strip()}")
-    assert up.returncode == 0, up.stderr
-    agent = tmp_path / "netns_rsh"
-    agent.write_text(AGENT)
-    agent.chmod(0o755)
-    try:
+    with emulated_hosts(2, "10gbit", "50us"):
+        agent = tmp_path / "netns_rsh"
+        agent.write_text(AGENT)
+        agent.chmod(0o755)
         yield ["ip", "netns", "exec", "dtc-h0", MPIRUN, "--allow-run-as-root",
                "--mca", "plm_rsh_agent", str(agent), "-x", "PATH", "-x", "DTCOMM_TIMEOUT",
                "-H", "10.77.0.1:2,10.77.0.2:1"]
-    finally:
-        subprocess.run([str(EMU), "down"], env=env, timeout=120)
 
 
 def _env(timeout: str) -> dict[str, str]:
