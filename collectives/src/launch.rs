@@ -6,7 +6,8 @@
 //! `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `MASTER_ADDR`/`MASTER_PORT`, `TORCHELASTIC_RUN_ID`; a
 //! Kubernetes Indexed Job's `JOB_COMPLETION_INDEX` with a world size and no rank), then
 //! Horovod, Open MPI and PMI (`HOROVOD_RANK`, `OMPI_COMM_WORLD_RANK`, `PMI_RANK` and their
-//! sizes), then Slurm's `srun` (`SLURM_PROCID`, `SLURM_NTASKS`, `SLURM_LOCALID` and the
+//! sizes), then a PyTorchJob pod's `PET_*` with one process per pod ([`pytorchjob`]), then
+//! Slurm's `srun` (`SLURM_PROCID`, `SLURM_NTASKS`, `SLURM_LOCALID` and the
 //! step's node list and task counts: rank 0 hosts the store on the first host, [`slurm`]), then
 //! OCI Data Science (`OCI__MODE`, `OCI__WORKER_COUNT`), else rank 0 of 1. A pair
 //! set by half (a rank without its size, an address without its port) is an error naming both
@@ -24,6 +25,7 @@ pub mod mpi_session;
 pub mod native;
 pub mod pmi1;
 pub mod pmix;
+pub mod pytorchjob;
 pub mod slurm;
 
 /// The TCPStore port (torchrun's default).
@@ -279,6 +281,17 @@ pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<La
     // Slurm's `srun` (read only for what no launcher above it set; parsed once).
     let step = std::cell::OnceCell::new();
     let slurm = || step.get_or_init(|| slurm::step(env)).clone();
+    let raw = ex
+        .endpoint
+        .clone()
+        .or_else(|| var(env, "DTCOMM_RDZV_ENDPOINT"));
+    let mut native = match &raw {
+        Some(ep) => is_native(env, ep)?,
+        None => s(false, "default"),
+    };
+    // A PyTorchJob pod's `PET_*`: read only where no rank variable is set, and not where the
+    // native rendezvous is asked for (it assigns the ranks).
+    let mut pod = None;
     let (mut rank, mut world) = if let Some((r, w)) = ex.rank_world {
         if w < 1 || r >= w {
             return Err(format!("rank {r} is not in a world of {w}"));
@@ -287,7 +300,14 @@ pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<La
     } else if let Some((r, w, wvar)) = indexed_job(env)? {
         (s(Some(r), "JOB_COMPLETION_INDEX"), s(w, wvar))
     } else if let Some((r, w, a, b)) = pair(env, &RANK_PAIRS, true)? {
+        pytorchjob::check_started_alone(env, a)?;
         (s(Some(r), a), s(w, b))
+    } else if !native.value
+        && let Some(p) = pytorchjob::pod(env)?
+    {
+        let found = (s(Some(p.rank), p.rank_var), s(p.world, "PET_NNODES"));
+        pod = Some(p);
+        found
     } else if let Some(st) = slurm()? {
         (s(Some(st.rank), SLURM_RANK), s(st.world, st.world_var))
     } else if oci == "MAIN" || oci == "WORKER" {
@@ -322,14 +342,6 @@ pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<La
         None => (s(0, "default (unknown)"), s(1, "default (unknown)")),
     };
 
-    let raw = ex
-        .endpoint
-        .clone()
-        .or_else(|| var(env, "DTCOMM_RDZV_ENDPOINT"));
-    let mut native = match &raw {
-        Some(ep) => is_native(env, ep)?,
-        None => s(false, "default"),
-    };
     let launcher_rank = !matches!(
         rank.source.as_str(),
         "default" | "OCI__MODE=MAIN" | "OCI__MODE=WORKER"
@@ -417,6 +429,13 @@ pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<La
                 "Hydra's PMI-1 socket (mpiexec.hydra)",
             ),
             // srun --mpi=pmix: Slurm's PMIx server carries rank 0's address (no derived port).
+            (None, None) if pod.as_ref().is_some_and(|p| p.endpoint.is_some()) => {
+                let (ep, src) = pod
+                    .as_ref()
+                    .and_then(|p| p.endpoint.clone())
+                    .expect("checked");
+                s(Some(ep), src)
+            }
             (None, None) if rank.source == SLURM_RANK && var(env, "PMIX_NAMESPACE").is_some() => s(
                 Some(format!(
                     "{}{}",
@@ -473,6 +492,8 @@ pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<La
         } else {
             s(true, "rank 0 of env://")
         }
+    } else if endpoint.source.starts_with("PET_") && rank.value == Some(0) {
+        s(true, "rank 0 of the PyTorchJob's pods")
     } else if endpoint.source == SLURM_STORE && rank.value == Some(0) {
         s(true, "rank 0 of the srun step")
     } else if oci == "MAIN" && ex.endpoint.is_none() {

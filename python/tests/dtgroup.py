@@ -57,6 +57,26 @@ def base_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def run_all(cmds: list[tuple[list[str], dict[str, str]]],
+            timeout: float = 120.0) -> list[tuple[int, str, str]]:
+    """Starts every ``(argv, env)`` at once (processes that meet each other: none can finish
+    alone) and returns each one's ``(returncode, stdout, stderr)`` in order; past ``timeout``
+    all are killed and the timeout raised."""
+    procs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for argv, env in cmds]
+    got = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=timeout)
+            got.append((p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return got
+
+
 def run_group(
     tmp_path: Path,
     world: int,

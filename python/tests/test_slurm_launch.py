@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dtgroup import base_env
+from dtgroup import base_env, run_all
 
 WORKER = Path(__file__).parent / "workers" / "slurm_task.py"
 
@@ -35,19 +35,11 @@ def srun_env(procid: int, job: int, **over: str) -> dict[str, str]:
 
 def test_srun_tasks_form_one_world() -> None:
     job = random.randrange(10**6, 10**7)
-    procs = [subprocess.Popen([sys.executable, str(WORKER)], env=srun_env(r, job),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(4)]
     outs = []
-    for p in procs:
-        try:
-            out, _ = p.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise
+    for rc, out, err in run_all([([sys.executable, str(WORKER)], srun_env(r, job))
+                                 for r in range(4)]):
+        assert rc == 0, out + err
         outs.append(out)
-        assert p.returncode == 0, out
     got = sorted(re.search(r"RESULT (.*)", o).group(1) for o in outs)  # type: ignore[union-attr]
     assert got == [f"rank={r} world=4 local={r % 2} sum=10 gathered=[0, 1, 2, 3]"
                    for r in range(4)], outs
@@ -83,17 +75,9 @@ def test_dtrun_agents_under_srun_take_nodes_and_rendezvous_from_slurm() -> None:
     rendezvous on the step's first host at the derived port; their workers form one world."""
     job = random.randrange(10**6, 10**7)
     cmd = [sys.executable, "-m", "dtcomm", "--nproc-per-node", "2", str(WORKER)]
-    procs = [subprocess.Popen(cmd, env=agent_env(n, job), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for n in (1, 0)]
     outs = []
-    for p in procs:
-        try:
-            out, err = p.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise
-        assert p.returncode == 0, out + err
+    for rc, out, err in run_all([(cmd, agent_env(n, job)) for n in (1, 0)]):
+        assert rc == 0, out + err
         outs.append((out, err))
     got = sorted(m for out, _ in outs for m in re.findall(r"RESULT (.*)", out))
     assert got == [f"rank={r} world=4 local={r % 2} sum=10 gathered=[0, 1, 2, 3]"

@@ -360,3 +360,124 @@ fn an_indexed_jobs_pod_takes_its_rank_from_the_completion_index() {
     .unwrap();
     assert!(l.native.value, "{l}");
 }
+
+#[test]
+fn a_pytorchjob_pod_started_without_torchrun_is_its_node_rank() {
+    let pod = [
+        ("PET_NNODES", "3"),
+        ("PET_NPROC_PER_NODE", "1"),
+        ("PET_NODE_RANK", "2"),
+        ("PET_MASTER_ADDR", "job-master-0"),
+        ("PET_MASTER_PORT", "23456"),
+    ];
+    let l = run(&Explicit::default(), &pod).unwrap();
+    assert_eq!((l.rank.value, l.world.value), (Some(2), 3));
+    assert_eq!(
+        (l.rank.source.as_str(), l.world.source.as_str()),
+        ("PET_NODE_RANK", "PET_NNODES")
+    );
+    assert_eq!(l.endpoint.value.as_deref(), Some("job-master-0:23456"));
+    assert!(!l.host_store.value);
+    let mut zero = pod;
+    zero[2] = ("PET_NODE_RANK", "0");
+    let l = run(&Explicit::default(), &zero).unwrap();
+    assert!(l.host_store.value, "{}", l.host_store.source);
+    // c10d's endpoint (default port 29400) and the Indexed Job's index as the node rank.
+    let l = run(
+        &Explicit::default(),
+        &[
+            ("PET_NNODES", "2:2"),
+            ("PET_RDZV_ENDPOINT", "job-svc"),
+            ("PET_RDZV_BACKEND", "c10d"),
+            ("JOB_COMPLETION_INDEX", "1"),
+        ],
+    )
+    .unwrap();
+    assert_eq!((l.rank.value, l.world.value), (Some(1), 2));
+    assert_eq!(l.rank.source, "JOB_COMPLETION_INDEX");
+    assert_eq!(
+        (l.endpoint.value.as_deref(), l.endpoint.source.as_str()),
+        (Some("job-svc:29400"), "PET_RDZV_ENDPOINT")
+    );
+    // torchrun's workers inside such a pod keep torchrun's ranks.
+    let mut worker = pod.to_vec();
+    worker.extend([
+        ("PET_NPROC_PER_NODE", "4"),
+        ("RANK", "9"),
+        ("WORLD_SIZE", "12"),
+        ("LOCAL_RANK", "1"),
+        ("LOCAL_WORLD_SIZE", "4"),
+        ("MASTER_ADDR", "127.0.0.1"),
+        ("MASTER_PORT", "29500"),
+    ]);
+    worker.retain(|(k, v)| *k != "PET_NPROC_PER_NODE" || *v == "4");
+    let l = run(&Explicit::default(), &worker).unwrap();
+    assert_eq!((l.rank.value, l.world.value), (Some(9), 12));
+}
+
+#[test]
+fn a_pytorchjob_pod_that_cannot_be_one_rank_is_refused_naming_the_variables() {
+    let cases: &[(&[(&str, &str)], &str)] = &[
+        (
+            &[
+                ("PET_NNODES", "2"),
+                ("PET_NPROC_PER_NODE", "4"),
+                ("PET_NODE_RANK", "0"),
+            ],
+            "PET_NPROC_PER_NODE='4' asks for 4 processes per pod",
+        ),
+        (
+            &[("PET_NNODES", "1:4"), ("PET_NODE_RANK", "0")],
+            "PET_NNODES='1:4' is an elastic range",
+        ),
+        (
+            &[("PET_NNODES", "2"), ("PET_NODE_RANK", "2")],
+            "PET_NODE_RANK=2 is not below PET_NNODES=2",
+        ),
+        (
+            &[
+                ("PET_NNODES", "2"),
+                ("PET_NODE_RANK", "1"),
+                ("JOB_COMPLETION_INDEX", "0"),
+            ],
+            "PET_NODE_RANK='1' and JOB_COMPLETION_INDEX='0' disagree",
+        ),
+        (&[("PET_NNODES", "2")], "PET_NNODES=2 with no PET_NODE_RANK"),
+        (
+            &[
+                ("PET_NNODES", "2"),
+                ("PET_NODE_RANK", "1"),
+                ("PET_RDZV_BACKEND", "etcd-v2"),
+            ],
+            "PET_RDZV_BACKEND='etcd-v2'",
+        ),
+        (
+            &[
+                ("PET_NNODES", "2"),
+                ("PET_NODE_RANK", "1"),
+                ("PET_MASTER_ADDR", "m"),
+            ],
+            "PET_MASTER_ADDR='m' is set but PET_MASTER_PORT is not",
+        ),
+        (
+            &[("PET_NNODES", "2"), ("PET_NODE_RANK", "1")],
+            "a world of 2 (PET_NNODES) needs a rendezvous endpoint",
+        ),
+        // RANK and WORLD_SIZE in a pod of four processes that nobody started.
+        (
+            &[
+                ("PET_NNODES", "2"),
+                ("PET_NPROC_PER_NODE", "4"),
+                ("RANK", "1"),
+                ("WORLD_SIZE", "8"),
+                ("MASTER_ADDR", "m"),
+                ("MASTER_PORT", "1"),
+            ],
+            "RANK=1, WORLD_SIZE=8 with PET_NPROC_PER_NODE='4' and no LOCAL_RANK",
+        ),
+    ];
+    for (vars, needle) in cases {
+        let e = run(&Explicit::default(), vars).unwrap_err();
+        assert!(e.contains(needle), "{vars:?}: {e}");
+    }
+}
