@@ -3,13 +3,15 @@ one ``slurmd`` per network namespace (``scripts/emu_cluster.sh``; nodes ``dtc-h0
 ``dtc-h1``, which resolve inside the hosts as a cluster's DNS would). ``srun -N 2`` tasks form
 one world with no endpoint and no ``MASTER_ADDR`` (rank 0 hosts the store on the first node of
 the step's node list; ``--mpi=pmix``: its address through Slurm's PMIx server), DDP trains
-across the hosts, and ``dtrun`` as a one-task-per-node step starts every node's workers.
+across the hosts, ``dtrun`` as a one-task-per-node step starts every node's workers, and a task
+killed on one host fails the other naming it.
 Skips without root, /dev/net/tun, iproute2 or Slurm."""
 
 from __future__ import annotations
 
 import re
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -94,3 +96,35 @@ def test_workers_run_on_both_hosts(slurm: Slurm, tmp_path: Path) -> None:
     assert p.returncode == 0, p.stdout + p.stderr + slurm.logs()
     seen = dict(re.findall(r"NETNS (\S+) (\S+)", p.stdout))
     assert set(seen) == {"dtc-h0", "dtc-h1"} and len(set(seen.values())) == 2, p.stdout
+
+
+LOSE_A_HOST = """
+import os, signal
+import numpy as np
+import dtcomm
+dtcomm.init(verbose=False)
+x = np.ones(1 << 16, dtype=np.float32)
+dtcomm.all_reduce(x)
+if dtcomm.rank() == 1:
+    os.kill(os.getpid(), signal.SIGKILL)
+try:
+    for _ in range(10_000):
+        dtcomm.all_reduce(x)
+except Exception as e:
+    raise SystemExit(3) from e
+"""
+
+
+def test_a_task_killed_on_one_host_fails_the_other_host_naming_it(slurm: Slurm) -> None:
+    """A task lost mid-job (SIGKILL on dtc-h1) is an error on dtc-h0 naming the lost rank, well
+    before the 120 s deadline; no task hangs."""
+    t = time.monotonic()
+    p = slurm.run("srun", "-N", "2", "--ntasks-per-node=1", "--export=ALL,DTCOMM_TIMEOUT=120",
+                  PY, "-c", LOSE_A_HOST, timeout=100)
+    took = time.monotonic() - t
+    out = p.stdout + p.stderr
+    assert p.returncode != 0, out
+    # (the task's own line can be cut off when Slurm ends the step; its error log is not)
+    assert re.search(r"rank 0: rank 1 was lost during all_reduce\(seq \d+", out), out + slurm.logs()
+    assert "dtc-h0: task 0: Exited with exit code 3" in p.stderr, out
+    assert took < 60, f"the survivor took {took:.0f} s to fail (deadline 120 s)"
