@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates ffi/nccl-sys/src/bindings.rs (NCCL's types and constants, no functions) from
+# Regenerates sys/nccl/src/bindings.rs (NCCL's types and constants, no functions) from
 # nccl.h with bindgen. The output is committed, so building the workspace needs no NCCL,
 # no libclang and no CUDA; only this script does.
 #
@@ -12,7 +12,7 @@
 #     downloaded with `pip download` into a temporary directory;
 #   - bindgen-cli $BINDGEN_VERSION (`cargo install --locked` if `bindgen --version` differs),
 #     run on Debian's libclang 14 (apt: libclang1-14 libclang-common-14-dev);
-#   - ffi/nccl-sys/regen/cuda_runtime.h and cuda_fp16.h: stand-ins for the CUDA headers
+#   - sys/nccl/regen/cuda_runtime.h and cuda_fp16.h: stand-ins for the CUDA headers
 #     (nccl.h only needs the cudaStream_t handle type from them);
 #   - the repository's rustfmt.toml, so the output is already `cargo fmt` clean.
 set -euo pipefail
@@ -22,7 +22,7 @@ NCCL_WHEEL_VERSION=2.30.7
 BINDGEN_VERSION=0.73.2
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-CRATE="$ROOT/ffi/nccl-sys"
+CRATE="$ROOT/sys/nccl"
 OUT="$CRATE/src/bindings.rs"
 
 check=0
