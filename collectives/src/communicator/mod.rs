@@ -3,17 +3,16 @@
 //! * this file: construction, the byte-level entry ([`Communicator::run`],
 //!   [`Communicator::submit`]) through the one progress executor, the failed state, teardown;
 //! * `args.rs`: a [`Call`]'s arguments checked before anything is sent;
-//! * `execute.rs`: a checked call turned into a schedule the engine runs (the choice of
-//!   algorithm, the local pre- and post-processing, the sequence number);
-//! * `typed.rs`: the safe typed API (`all_reduce<T>` and friends), a thin layer over `run`;
-//! * `device.rs` and `nccl_calls.rs`: calls on device buffers (the path the ranks agree on, host
-//!   staging, NCCL set-up, calls and their watch; see `crate::device`).
+//! * `route.rs`: which backend runs a checked call, decided in one place, and the dispatch;
+//! * `backend/`: the backends, a file each (links and their schedules, shared memory,
+//!   hierarchical, host staging of device buffers, NCCL; see `crate::device`);
+//! * `buffers.rs`: byte views of a checked call's buffers, shared by the backends;
+//! * `typed.rs`: the safe typed API (`all_reduce<T>` and friends), a thin layer over `run`.
 
 mod args;
-mod device;
-mod execute;
-mod local;
-mod nccl_calls;
+mod backend;
+mod buffers;
+mod route;
 mod typed;
 
 use std::any::Any;
@@ -31,7 +30,7 @@ use crate::fence::RoundFence;
 use crate::progress::{Completion, Job, OnDone, Progress, Work};
 use crate::transport::{Transport, mem};
 
-pub(crate) use execute::allreduce_algo;
+pub(crate) use backend::links::allreduce_algo;
 
 /// The engine and the counters of one communicator, behind its lock.
 pub(crate) struct State {
@@ -40,7 +39,7 @@ pub(crate) struct State {
     send_seq: Vec<u64>,
     recv_seq: Vec<u64>,
     failed: Option<CommError>,
-    device: device::DeviceState,
+    device: backend::staged::DeviceState,
 }
 
 /// What a communicator's calls share with the progress thread.
@@ -200,7 +199,7 @@ impl Communicator {
             send_seq: vec![0; world],
             recv_seq: vec![0; world],
             failed: None,
-            device: device::DeviceState::default(),
+            device: backend::staged::DeviceState::default(),
         };
         Communicator {
             inner: Arc::new(Inner {
@@ -538,7 +537,7 @@ impl Inner {
     }
 
     /// Watches a device call to its end, taking the state lock only for each look.
-    fn watch_unlocked(&self, mut f: nccl_calls::Inflight) -> Result<(), CommError> {
+    fn watch_unlocked(&self, mut f: backend::nccl_calls::Inflight) -> Result<(), CommError> {
         loop {
             let r = {
                 let mut st = lock(&self.state);

@@ -9,8 +9,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Inner, State};
 use crate::call::{Call, CallDesc, Collective, RawBuf};
+use crate::communicator::{Inner, State};
 use crate::device::api::{DeviceEvent, DeviceRuntime, InitState, NcclComm, NcclOp, StreamHandle};
 use crate::device::plan::{self, CHECK_WORDS};
 use crate::device::settle::Backoff;
@@ -54,7 +54,7 @@ impl Inflight {
     }
 
     /// Sleeps a little between polls.
-    pub(super) fn pause(&mut self) {
+    pub(in crate::communicator) fn pause(&mut self) {
         self.backoff.pause();
     }
 }
@@ -66,7 +66,7 @@ impl Inner {
     ///
     /// # Safety
     /// As for `execute_device`.
-    pub(super) unsafe fn enqueue_nccl(
+    pub(in crate::communicator) unsafe fn enqueue_nccl(
         &self,
         st: &mut State,
         rt: &DeviceRuntime,
@@ -220,7 +220,11 @@ impl Inner {
 
     /// Watches `f` to its end holding the state lock (the set-up, and calls run by a thread
     /// that holds it anyway).
-    pub(super) fn watch(&self, st: &mut State, f: &mut Inflight) -> Result<(), CommError> {
+    pub(in crate::communicator) fn watch(
+        &self,
+        st: &mut State,
+        f: &mut Inflight,
+    ) -> Result<(), CommError> {
         loop {
             if let Some(r) = self.poll(st, f) {
                 return r;
@@ -232,7 +236,11 @@ impl Inner {
     /// One look at `f`: `Some` once it finished or failed. Watches NCCL's async error, the
     /// control plane and the deadline; on any failure aborts the NCCL communicator and fails
     /// the communicator (telling the peers).
-    pub(super) fn poll(&self, st: &mut State, f: &mut Inflight) -> Option<Result<(), CommError>> {
+    pub(in crate::communicator) fn poll(
+        &self,
+        st: &mut State,
+        f: &mut Inflight,
+    ) -> Option<Result<(), CommError>> {
         let desc = f.desc;
         let start = Instant::now() - f.deadline.elapsed();
         if let Some(e) = &st.failed {

@@ -1,12 +1,12 @@
-//! Calls on device buffers: the path every rank agrees on before the first one, and host
-//! staging (copy to host memory on the caller's stream, the host collective over dtcomm's own
-//! links, copy back). The NCCL path is `nccl_calls.rs`; the pure parts are in `crate::device`.
+//! The staged backend for calls on device buffers: the path every rank agrees on before the
+//! first one, and host staging (copy to host memory on the caller's stream, the host collective
+//! over dtcomm's own links, copy back). The NCCL backend is `nccl_calls.rs`, the choice between
+//! them `route.rs`; the pure parts are in `crate::device`.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use super::nccl_calls::Inflight;
-use super::{Inner, State};
 use crate::call::{Call, CallDesc, Collective, RawBuf};
+use crate::communicator::{Inner, State};
 use crate::device::api::{DevPtr, DeviceError, DeviceRuntime, HostMemory, StreamHandle};
 use crate::device::path::{self, Agreed, DevicePath, PROBE_LEN, Probe};
 use crate::device::plan;
@@ -22,9 +22,9 @@ type Staged = Option<(RawBuf, Box<dyn HostMemory>)>;
 pub(crate) struct DeviceState {
     /// The agreed path and whether every rank's NCCL has `ncclSend`/`ncclRecv`, or the error
     /// every rank got (agreed once per communicator).
-    path: Option<Result<(DevicePath, bool), String>>,
+    pub(in crate::communicator) path: Option<Result<(DevicePath, bool), String>>,
     /// The NCCL communicator, once the first NCCL call made it.
-    pub(super) nccl: Option<super::nccl_calls::Session>,
+    pub(in crate::communicator) nccl: Option<super::nccl_calls::Session>,
     /// Host memory staged calls used, lent again to later ones.
     staging: StagingPool,
 }
@@ -39,83 +39,9 @@ impl Inner {
             .map_err(Clone::clone)
     }
 
-    /// Runs a checked call whose buffers are on `device`, ordered on `stream`, to its end
-    /// while holding the state lock.
-    ///
-    /// # Safety
-    /// As for `execute`: the buffers are valid device memory for their counts.
-    pub(super) unsafe fn execute_device(
-        &self,
-        st: &mut State,
-        call: &Call,
-        device: i32,
-        stream: StreamHandle,
-    ) -> Result<(), CommError> {
-        // SAFETY: the caller's contract.
-        match unsafe { self.enqueue_device(st, call, device, stream) }? {
-            None => Ok(()),
-            Some(mut f) => self.watch(st, &mut f),
-        }
-    }
-
-    /// Starts a checked device call: the path agreed first if it was not; a staged call runs
-    /// to its end here (`None`), an NCCL call is queued on the device and returned to be
-    /// watched (the caller's stream is ordered after it already).
-    ///
-    /// # Safety
-    /// As for [`execute_device`](Self::execute_device), until the call is over.
-    pub(super) unsafe fn enqueue_device(
-        &self,
-        st: &mut State,
-        call: &Call,
-        device: i32,
-        stream: StreamHandle,
-    ) -> Result<Option<Inflight>, CommError> {
-        let rt = self
-            .device_runtime()
-            .map_err(|why| self.invalid(call.collective.name(), why))?;
-        if plan::point_to_point(call) {
-            // Only two ranks make the call: no all-rank agreement (or NCCL set-up) can run
-            // here, and host staging needs none.
-            // SAFETY: the caller's contract.
-            return unsafe { self.stage(st, rt, call, device, stream) }.map(|()| None);
-        }
-        if st.device.path.is_none() {
-            let agreed = self.agree(st, rt, device)?;
-            st.device.path = Some(agreed);
-        }
-        let path = st.device.path.clone().expect("agreed above");
-        let (path, p2p) = path.map_err(|detail| CommError::Device {
-            rank: self.rank,
-            call: call.desc(st.seq),
-            elapsed: Duration::ZERO,
-            detail,
-        })?;
-        match (path, plan::nccl_op(call, self.rank, self.world, p2p)) {
-            (DevicePath::Nccl, Some(op)) => {
-                let size = call.send.or(call.recv).map_or(1, |b| b.dtype().size());
-                if let Some((s, r)) = plan::overlap(&op, size) {
-                    // The other ranks are entering NCCL: fail them too, at once.
-                    let detail = format!(
-                        "send and recv overlap ({} elements at {:#x} to rank {} and {} from rank \
-                         {} at {:#x}): NCCL's grouped sends and receives may overwrite data \
-                         before it is sent; use separate buffers (or DTCOMM_CUDA=stage)",
-                        s.count, s.ptr.0, s.peer, r.count, r.peer, r.ptr.0
-                    );
-                    let desc = call.desc(st.seq);
-                    return Err(self.device_failure(st, desc, Instant::now(), detail));
-                }
-                // SAFETY: the caller's contract.
-                unsafe { self.enqueue_nccl(st, rt, call, op, device, stream) }.map(Some)
-            }
-            // SAFETY: the caller's contract.
-            _ => unsafe { self.stage(st, rt, call, device, stream) }.map(|()| None),
-        }
-    }
-
     /// Every rank's [`Probe`] all-gathered over the host links, and the path [`path::decide`]s
     /// from them (the same on every rank), logged once.
-    fn agree(
+    pub(in crate::communicator) fn agree(
         &self,
         st: &mut State,
         rt: &DeviceRuntime,
@@ -178,7 +104,7 @@ impl Inner {
     }
 
     /// A device failure of this rank: the communicator fails and the peers are told.
-    pub(super) fn device_failure(
+    pub(in crate::communicator) fn device_failure(
         &self,
         st: &mut State,
         call: CallDesc,
@@ -203,7 +129,7 @@ impl Inner {
     ///
     /// # Safety
     /// As for [`execute_device`](Self::execute_device).
-    unsafe fn stage(
+    pub(in crate::communicator) unsafe fn stage(
         &self,
         st: &mut State,
         rt: &DeviceRuntime,

@@ -1,9 +1,11 @@
-//! A checked [`Call`] run (the checks are in `args.rs`): the choice of schedule, the local pre-
-//! and post-processing (out-of-place copies, the division of `Avg`), the sequence number, and
-//! the engine. Everything here works on bytes; the dtype travels as a tag.
+//! The links backend: a checked [`Call`] run over the transport alone (the checks are in
+//! `args.rs`, the routing in `route.rs`): the choice of schedule, the local pre- and
+//! post-processing (out-of-place copies, the division of `Avg`), the sequence number, and the
+//! engine. Everything here works on bytes; the dtype travels as a tag.
 
-use super::{Inner, State};
-use crate::call::{Call, CallDesc, Collective, OpKind, RawBuf};
+use crate::call::{Call, CallDesc, Collective, OpKind};
+use crate::communicator::buffers::{as_bytes, bytes_mut, copy_over, input, staged};
+use crate::communicator::{Inner, State};
 use crate::config::{Algo, Config};
 use crate::dtype::DType;
 use crate::engine::Bufs;
@@ -34,7 +36,7 @@ pub(crate) fn allreduce_algo(cfg: &Config, world: usize, count: usize, dtype: DT
     }
 }
 
-pub(super) fn allreduce_schedule(
+pub(in crate::communicator) fn allreduce_schedule(
     cfg: &Config,
     rank: usize,
     world: usize,
@@ -98,72 +100,6 @@ fn broadcast_schedule(
     }
 }
 
-/// The bytes of a checked buffer (empty for none).
-///
-/// # Safety
-/// `b` passed [`Inner::check`]; the caller of `run`/`submit` vouches for the memory.
-pub(super) unsafe fn bytes_mut<'a>(b: Option<&RawBuf>) -> &'a mut [u8] {
-    match b {
-        Some(b) if b.count() > 0 => {
-            let len = b.count() * b.dtype().size();
-            // SAFETY: checked non-null, aligned and not overflowing; valid per the contract.
-            unsafe { std::slice::from_raw_parts_mut(b.ptr(), len) }
-        }
-        _ => &mut [],
-    }
-}
-
-/// An element-aligned copy of `b`'s bytes (for inputs that overlap the output, and for the
-/// scratch copies reduce and reduce_scatter work in).
-///
-/// # Safety
-/// As for [`bytes_mut`].
-pub(super) unsafe fn staged(b: Option<&RawBuf>) -> Vec<u64> {
-    // SAFETY: per the contract.
-    let src = unsafe { bytes_mut(b) };
-    let mut v = vec![0u64; src.len().div_ceil(8)];
-    as_bytes(&mut v)[..src.len()].copy_from_slice(src);
-    v
-}
-
-pub(super) fn as_bytes(v: &mut [u64]) -> &mut [u8] {
-    // SAFETY: u64 has no padding; the byte view covers the same memory.
-    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
-}
-
-/// `send`, copied if it overlaps `recv` (the engine reads one while it writes the other).
-///
-/// # Safety
-/// As for [`bytes_mut`].
-pub(super) unsafe fn input<'a>(
-    send: Option<&RawBuf>,
-    recv: Option<&RawBuf>,
-    copy: &'a mut Vec<u64>,
-) -> &'a [u8] {
-    match (send, recv) {
-        (Some(s), Some(r)) if s.overlaps(r) => {
-            // SAFETY: per the contract.
-            *copy = unsafe { staged(Some(s)) };
-            let n = s.count() * s.dtype().size();
-            &as_bytes(copy)[..n]
-        }
-        // SAFETY: per the contract.
-        (s, _) => unsafe { bytes_mut(s) },
-    }
-}
-
-/// Copies `from`'s bytes onto `to` (which may overlap) unless they are the same buffer.
-///
-/// # Safety
-/// As for [`bytes_mut`]; both are checked to hold the same number of bytes.
-pub(super) unsafe fn copy_over(from: &RawBuf, to: &RawBuf) {
-    let n = from.count() * from.dtype().size();
-    if n > 0 && from.ptr() != to.ptr() {
-        // SAFETY: per the contract; `copy` allows overlap.
-        unsafe { std::ptr::copy(from.ptr(), to.ptr(), n) };
-    }
-}
-
 /// One engine run: the frame-header description of the call, its schedule and its buffers.
 struct Plan<'a> {
     op: OpKind,
@@ -215,21 +151,15 @@ impl Plan<'_> {
 }
 
 impl Inner {
-    /// Runs a checked call under the state lock.
+    /// Runs a checked call over the links alone (the schedules of `crate::schedule`).
     ///
     /// # Safety
-    /// `call` passed [`check`](Self::check); its buffers are valid as `Communicator::run`
-    /// requires.
-    pub(super) unsafe fn execute(&self, st: &mut State, call: &Call) -> Result<(), CommError> {
-        self.refuse_if_over(st, call)?;
-        if let Some((device, stream)) = crate::device::plan::device_of(call) {
-            // SAFETY: as for this function.
-            return unsafe { self.execute_device(st, call, device, stream) };
-        }
-        // SAFETY: as for this function.
-        if let Some(r) = unsafe { self.execute_local(st, call) } {
-            return r;
-        }
+    /// As for `Inner::execute`.
+    pub(in crate::communicator) unsafe fn run_links(
+        &self,
+        st: &mut State,
+        call: &Call,
+    ) -> Result<(), CommError> {
         let (rank, world, cfg) = (self.rank, self.world, &self.config);
         let (send, recv) = (call.send.as_ref(), call.recv.as_ref());
         let dtype = recv.or(send).map_or(DType::U8, |b| b.dtype());
@@ -547,47 +477,6 @@ impl Inner {
                     source.set(peer);
                 }
             }
-        }
-        Ok(())
-    }
-
-    /// Fails a call before it starts when the round ended or the communicator failed or was
-    /// shut down.
-    pub(super) fn refuse_if_over(&self, st: &mut State, call: &Call) -> Result<(), CommError> {
-        if st.failed.is_none()
-            && let Some(end) = st.engine.fence.ended()
-        {
-            // The round ended between calls: this one fails before sending anything.
-            let (send, recv) = (call.send.as_ref(), call.recv.as_ref());
-            let e = CommError::RoundEnded {
-                rank: self.rank,
-                call: CallDesc {
-                    op: call.collective.kind(),
-                    dtype: recv.or(send).map_or(DType::U8, |b| b.dtype()),
-                    redop: None,
-                    count: recv.or(send).map_or(0, |b| b.count() as u64),
-                    root: None,
-                    seq: st.seq,
-                },
-                elapsed: std::time::Duration::ZERO,
-                round: end.round,
-                lost: end.lost.map(|r| r as usize),
-                cause: end.why,
-                removed: end.removed,
-            };
-            tracing::error!(rank = self.rank, "dtcomm: {e}");
-            st.failed = Some(e.clone());
-            return Err(e);
-        }
-        if let Some(e) = &st.failed {
-            return Err(match e {
-                CommError::Shutdown { detail, .. } => CommError::Shutdown {
-                    rank: self.rank,
-                    op: call.collective.name(),
-                    detail: detail.clone(),
-                },
-                e => CommError::Failed(Box::new(e.clone())),
-            });
         }
         Ok(())
     }

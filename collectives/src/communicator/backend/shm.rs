@@ -1,32 +1,43 @@
-//! A checked [`Call`] run over shared memory (`shm/ops.rs`) when every rank of the
-//! communicator is on this host and the collective has a shared-memory algorithm, or an
-//! allreduce across hosts that each share memory within; the others go through schedules and
-//! links (`execute.rs`).
+//! The shared-memory backend: a checked [`Call`] run over shared memory (`shm/ops.rs`), where
+//! `route.rs` sends it: every rank of the communicator on this host and a collective with a
+//! shared-memory algorithm (all but point to point).
 
-use super::execute::{allreduce_schedule, as_bytes, bytes_mut, copy_over, input, staged};
-use super::{Inner, State};
 use crate::call::{Call, CallDesc, Collective, OpKind};
+use crate::communicator::buffers::{as_bytes, bytes_mut, copy_over, input, staged};
+use crate::communicator::{Inner, State};
 use crate::dtype::DType;
 use crate::error::CommError;
 use crate::op::ReduceOp;
 use crate::reduce::divide_bytes;
 use crate::shm::ops;
 
+/// Whether shared memory has an algorithm for `call`: every collective but point to point and
+/// the uneven forms (`allgatherv`, `alltoallv`).
+pub(in crate::communicator) fn has_algorithm(call: &Call) -> bool {
+    match &call.collective {
+        Collective::Send { .. } | Collective::Recv { .. } | Collective::RecvAny { .. } => false,
+        Collective::AllToAll {
+            send_counts,
+            recv_counts,
+        } => send_counts.is_none() && recv_counts.is_none(),
+        Collective::AllGather { counts } => {
+            let sent = call.send.as_ref().map_or(0, |s| s.count());
+            counts.as_ref().is_none_or(|c| c.iter().all(|&n| n == sent))
+        }
+        _ => true,
+    }
+}
+
 impl Inner {
-    /// Runs `call` over shared memory, or returns `None` when it is not for shared memory.
+    /// Runs `call` over shared memory.
     ///
     /// # Safety
-    /// As for [`execute`](Self::execute).
-    pub(super) unsafe fn execute_local(
+    /// As for `Inner::execute`.
+    pub(in crate::communicator) unsafe fn run_shm(
         &self,
         st: &mut State,
         call: &Call,
-    ) -> Option<Result<(), CommError>> {
-        let g = st.engine.shm.as_ref()?;
-        if g.size() != self.world {
-            // SAFETY: as for this function.
-            return unsafe { self.execute_across(st, call) };
-        }
+    ) -> Result<(), CommError> {
         let (send, recv) = (call.send.as_ref(), call.recv.as_ref());
         let dtype = recv.or(send).map_or(DType::U8, |b| b.dtype());
         let timeout = call.deadline.unwrap_or(self.config.timeout.value);
@@ -104,14 +115,12 @@ impl Inner {
                 st.engine
                     .run_local(&desc, timeout, |cx| ops::broadcast(cx, *root, w))
             }
-            Collective::AllGather { counts } => {
+            Collective::AllGather { .. } => {
                 let s = send.expect("checked");
-                if counts
-                    .as_ref()
-                    .is_some_and(|c| c.iter().any(|&n| n != s.count()))
-                {
-                    return None;
-                }
+                debug_assert!(
+                    has_algorithm(call),
+                    "route.rs sends allgatherv over the links"
+                );
                 desc.count = (s.count() * self.world) as u64;
                 let i = unsafe { input(send, recv, &mut copy) };
                 let w = unsafe { bytes_mut(recv) };
@@ -177,66 +186,20 @@ impl Inner {
                 st.seq += 1;
                 st.engine.run_local(&desc, timeout, ops::barrier)
             }
-            _ => return None,
+            _ => unreachable!("route.rs sends what has no shared-memory algorithm over the links"),
         };
-        Some(self.failed_if(st, result))
+        self.failed_if(st, result)
     }
 
-    fn failed_if(&self, st: &mut State, r: Result<(), CommError>) -> Result<(), CommError> {
+    /// Records an error as the communicator's failure (and logs it).
+    pub(in crate::communicator) fn failed_if(
+        &self,
+        st: &mut State,
+        r: Result<(), CommError>,
+    ) -> Result<(), CommError> {
         r.inspect_err(|e| {
             tracing::error!(rank = self.rank, "dtcomm: {e}");
             st.failed = Some(e.clone());
         })
-    }
-
-    /// An allreduce over ranks of several hosts that all share memory within: shared memory
-    /// within each host, the links between (`ops::allreduce_across`). `None` for anything
-    /// else (which then runs over the links alone).
-    ///
-    /// # Safety
-    /// As for [`execute`](Self::execute).
-    unsafe fn execute_across(&self, st: &mut State, call: &Call) -> Option<Result<(), CommError>> {
-        let Collective::AllReduce { op } = &call.collective else {
-            return None;
-        };
-        let (host, peers) = st.engine.shm.as_ref()?.across.clone()?;
-        let (send, recv) = (call.send.as_ref(), call.recv.as_ref());
-        let r = recv.expect("checked");
-        let dtype = r.dtype();
-        let desc = CallDesc {
-            op: OpKind::AllReduce,
-            dtype,
-            redop: Some(*op),
-            count: r.count() as u64,
-            root: None,
-            seq: st.seq,
-        };
-        st.seq += 1;
-        let timeout = call.deadline.unwrap_or(self.config.timeout.value);
-        let small = self.config.tree_threshold.value;
-        let cfg = &self.config;
-        let cross =
-            |len: usize| allreduce_schedule(cfg, host, peers.len(), len, dtype).remap(&peers);
-        let mut copy = Vec::new();
-        // SAFETY: the buffers passed `check` and are valid per the caller's contract; `input`
-        // copies a send that overlaps the output.
-        let i = match send {
-            Some(s) if s.ptr() != r.ptr() => Some(unsafe { input(send, recv, &mut copy) }),
-            _ => None,
-        };
-        // SAFETY: as above.
-        let w = unsafe { bytes_mut(recv) };
-        let result = st
-            .engine
-            .run_split(&desc, timeout, |e, g, d| {
-                ops::allreduce_across(e, g, &desc, d, dtype, op.combine(), w, i, small, &cross)
-            })
-            .map(|()| {
-                if *op == ReduceOp::Avg {
-                    // SAFETY: as above.
-                    divide_bytes(dtype, unsafe { bytes_mut(recv) }, self.world);
-                }
-            });
-        Some(self.failed_if(st, result))
     }
 }
