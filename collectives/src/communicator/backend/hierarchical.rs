@@ -2,7 +2,7 @@
 //! within: shared memory within each host, the links between one rank per host.
 
 use super::links::allreduce_schedule;
-use crate::call::{Call, CallDesc, OpKind};
+use crate::call::Call;
 use crate::communicator::buffers::{bytes_mut, input};
 use crate::communicator::{Inner, State};
 use crate::error::CommError;
@@ -28,14 +28,7 @@ impl Inner {
         let (send, recv) = (call.send.as_ref(), call.recv.as_ref());
         let r = recv.expect("checked");
         let dtype = r.dtype();
-        let desc = CallDesc {
-            op: OpKind::AllReduce,
-            dtype,
-            redop: Some(op),
-            count: r.count() as u64,
-            root: None,
-            seq: st.seq,
-        };
+        let desc = call.desc(st.seq);
         st.seq += 1;
         let timeout = call.deadline.unwrap_or(self.config.timeout.value);
         let small = self.config.tree_threshold.value;
