@@ -20,10 +20,12 @@ use crate::spin::SpinPolicy;
 use crate::transport::fenced::Fenced;
 use crate::transport::frame::{self, FRAME_BYTES, HEADER_LEN};
 use crate::transport::routed::{PipeSlot, Routed};
-use crate::transport::{LinkError, StreamId, Transport};
+use crate::transport::{StreamId, Transport};
 use crate::watchdog::{Deadline, Phase, suspects};
 
 pub(crate) mod error;
+mod failure;
+mod header;
 
 pub(crate) use self::error::EngineError;
 
@@ -303,103 +305,6 @@ impl Engine {
         })
     }
 
-    /// The error a failed call returns: aborts are passed on, a lost peer is reported, and
-    /// the peers are told.
-    pub(crate) fn fail(
-        &mut self,
-        e: EngineError,
-        call: &CallDesc,
-        deadline: &Deadline,
-    ) -> CommError {
-        let elapsed = deadline.elapsed();
-        let rank = self.rank;
-        let err = match e {
-            EngineError::Comm(c) => c,
-            EngineError::Link(LinkError::Aborted {
-                origin,
-                lost,
-                reason,
-            }) => {
-                // Pass the abort on, naming the same lost rank: this rank may be about to exit,
-                // and a peer that sees it vanish must still learn the root cause.
-                self.transport.abort(lost, &reason);
-                return CommError::Aborted {
-                    rank,
-                    origin,
-                    lost,
-                    call: *call,
-                    elapsed,
-                    reason,
-                };
-            }
-            EngineError::Link(LinkError::Closed { peer, .. })
-                if let Err(LinkError::Aborted {
-                    origin,
-                    lost: Some(lost),
-                    reason,
-                }) = self.transport.check()
-                    && lost != peer =>
-            {
-                // `peer` is gone, but another rank already reported an earlier loss: name the
-                // root cause, not the rank that left because of it.
-                self.transport.abort(Some(lost), &reason);
-                return CommError::Aborted {
-                    rank,
-                    origin,
-                    lost: Some(lost),
-                    call: *call,
-                    elapsed,
-                    reason,
-                };
-            }
-            EngineError::Link(LinkError::RoundEnded(end)) => {
-                let err = CommError::RoundEnded {
-                    rank,
-                    call: *call,
-                    elapsed,
-                    round: end.round,
-                    lost: end.lost.map(|r| r as usize),
-                    cause: end.why,
-                    removed: end.removed,
-                };
-                // Peers hear it from the server too; this covers one whose server connection
-                // is down at the moment.
-                self.transport
-                    .abort(end.lost.map(|r| r as usize), &err.to_string());
-                return err;
-            }
-            EngineError::Link(LinkError::Refused { peer, detail }) => CommError::Setup {
-                rank,
-                elapsed,
-                detail: format!("linking rank {peer} for {call}: {detail}"),
-            },
-            EngineError::Link(LinkError::Closed {
-                peer,
-                graceful,
-                detail,
-            }) => CommError::PeerLost {
-                rank,
-                peer,
-                call: *call,
-                elapsed,
-                detail: if graceful {
-                    format!("{detail} (it said goodbye before this call was done)")
-                } else {
-                    // First-hand evidence for the membership service (aborts relayed by peers
-                    // are theirs to report; a goodbye is no loss).
-                    self.fence.report_lost(peer, &detail);
-                    detail
-                },
-            },
-        };
-        let lost = match &err {
-            CommError::PeerLost { peer, .. } => Some(*peer),
-            _ => None,
-        };
-        self.transport.abort(lost, &err.to_string());
-        err
-    }
-
     fn run_step(
         &mut self,
         step: &crate::schedule::Step,
@@ -655,41 +560,5 @@ impl Engine {
                 .collect();
             self.transport.park(&sends, &recvs, wait)?;
         }
-    }
-
-    fn check_header(
-        &self,
-        peer: usize,
-        hdr: &[u8; HEADER_LEN],
-        call: &CallDesc,
-        len: usize,
-    ) -> Result<(), EngineError> {
-        let (theirs, plen) = frame::decode(hdr).map_err(|detail| {
-            EngineError::Comm(CommError::Protocol {
-                rank: self.rank,
-                peer,
-                call: *call,
-                detail,
-            })
-        })?;
-        if theirs != *call {
-            return Err(EngineError::Comm(CommError::Mismatch {
-                rank: self.rank,
-                peer,
-                ours: *call,
-                theirs,
-            }));
-        }
-        if plen != len {
-            return Err(EngineError::Comm(CommError::Protocol {
-                rank: self.rank,
-                peer,
-                call: *call,
-                detail: format!(
-                    "frame of {plen} bytes where {len} were expected (different per-rank counts in a v-collective?)"
-                ),
-            }));
-        }
-        Ok(())
     }
 }
