@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the cargo-fuzz targets in fuzz/ (TCPStore decoder + store engine, native codec +
 # rendezvous machine on one connection, rendezvous machine driven by several connections and
-# jobs with a virtual clock) for a while each. Not part of CI.
+# jobs with a virtual clock, the data plane's frame header and control-message decoders) for a
+# while each. Not part of CI.
 #
 # Usage: scripts/fuzz.sh [SECONDS_PER_TARGET]   (default 60)
 #
@@ -22,7 +23,7 @@ fi
 
 cargo run --quiet --release --manifest-path fuzz/Cargo.toml --example seed_corpus -- fuzz/corpus
 
-for target in tcpstore_decode native_decode rendezvous_machine; do
+for target in tcpstore_decode native_decode rendezvous_machine data_plane_decode; do
     echo "== cargo fuzz run $target (${SECS} s)"
     cargo fuzz run "$target" -- -max_total_time="$SECS" -rss_limit_mb=2048
 done

@@ -15,10 +15,12 @@
 //! * [`call`]: the byte-level [`Call`] every front end submits ([`Collective`], [`RawBuf`]);
 //! * [`Communicator`] (`communicator/`): construction, [`Communicator::run`] and
 //!   [`Communicator::submit`] through the one progress executor (`progress.rs`, [`Work`]),
-//!   `execute.rs` (a call checked and planned), `typed.rs` (the safe typed API on top);
+//!   `route.rs` (the one routing decision) and `backend/` (a file per backend: links,
+//!   shared memory, hierarchical, staged, NCCL), `typed.rs` (the safe typed API on top);
 //! * `schedule/`: pure schedules (`ring.rs`, `doubling.rs`, `tree.rs`, `direct.rs`);
 //! * `engine.rs`: runs a schedule over a transport; `watchdog.rs`: deadlines and warnings;
-//! * `transport/`: the `Transport` trait, `mem.rs` (the in-memory twin), `tcp.rs`,
+//! * `transport/`: the `DataPlane` and `ControlPlane` traits, `control.rs` (the control
+//!   messages' codec), `mem.rs` (the in-memory twin), `tcp.rs`, `fenced.rs` (the round fence),
 //!   `frame.rs` (data frame headers), `iface.rs` (`DTCOMM_SOCKET_IFNAME`);
 //! * `bootstrap/`: the TCP mesh and its authenticated handshake (`handshake.rs`); peers'
 //!   addresses through a store (`store.rs`) or a native round's `Welcome` (`welcome.rs`);
@@ -46,6 +48,8 @@ mod engine;
 pub mod error;
 pub mod fence;
 mod fork;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod interrupt;
 pub mod launch;
 pub mod negotiate;

@@ -13,7 +13,7 @@
 use std::time::Instant;
 
 use dt_rdzv_proto::tcpstore::{
-    DecodeError, Decoded, Engine, EngineConfig, Limits, Request, VALIDATE_MAGIC, decode,
+    DecodeError, Decoded, Engine, EngineConfig, Input, Limits, Request, VALIDATE_MAGIC, decode,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -80,19 +80,22 @@ fuzz_target!(|data: &[u8]| {
 
     let mut engine = Engine::new(EngineConfig::default());
     let now = Instant::now();
-    engine.connect(1);
+    engine.handle(now, Input::Connected { conn: 1 });
+    let validate = Request::Validate {
+        magic: VALIDATE_MAGIC,
+    };
     engine.handle(
-        1,
-        Request::Validate {
-            magic: VALIDATE_MAGIC,
-        },
         now,
+        Input::Request {
+            conn: 1,
+            request: validate,
+        },
     );
-    for req in segmented.requests {
-        engine.handle(1, req, now);
+    for request in segmented.requests {
+        engine.handle(now, Input::Request { conn: 1, request });
         while engine.poll_action().is_some() {}
     }
-    engine.disconnect(1, now);
+    engine.handle(now, Input::Closed { conn: 1 });
     engine.handle_timeout(now + std::time::Duration::from_secs(3600));
     while engine.poll_action().is_some() {}
 });

@@ -6,7 +6,8 @@
 //! device call ([`path`]). On NCCL, all-gather with per-rank counts, all-to-all(v), gather and
 //! scatter are one group of `ncclSend`/`ncclRecv` ([`NcclOp::Exchange`], `plan.rs`), staged
 //! instead where some rank's NCCL lacks them; point to point is always staged. The engine side
-//! is `communicator/device.rs`. See `docs/device-buffers.md`.
+//! is `communicator/route.rs` (staged or NCCL) and `communicator/backend/`. See
+//! `docs/device-buffers.md`.
 //!
 //! Everything here is written against two narrow interfaces ([`api`]): [`DeviceApi`] for the
 //! few CUDA calls used and [`NcclApi`] for NCCL. The real ones live in [`crate::cuda`] (cargo

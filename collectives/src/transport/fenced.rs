@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{LinkError, StreamId, Transport};
+use super::{ControlPlane, DataPlane, LinkError, StreamId, Transport};
 use crate::fence::{FENCE_POLL, RoundFence};
 
 fn fence_check(fence: &RoundFence) -> Result<(), LinkError> {
@@ -27,7 +27,7 @@ impl Fenced {
     }
 }
 
-impl Transport for Fenced {
+impl DataPlane for Fenced {
     fn streams(&self, peer: usize) -> usize {
         self.inner.streams(peer)
     }
@@ -56,11 +56,6 @@ impl Transport for Fenced {
         self.inner.peek(peer, stream, buf)
     }
 
-    fn check(&mut self) -> Result<(), LinkError> {
-        fence_check(&self.fence)?;
-        self.inner.check()
-    }
-
     fn park(
         &mut self,
         sends: &[StreamId],
@@ -74,6 +69,13 @@ impl Transport for Fenced {
         };
         self.inner.park(sends, recvs, timeout)?;
         fence_check(&self.fence)
+    }
+}
+
+impl ControlPlane for Fenced {
+    fn check(&mut self) -> Result<(), LinkError> {
+        fence_check(&self.fence)?;
+        self.inner.check()
     }
 
     fn report_stall(&mut self, op: u8, seq: u64, waiting_for: &[usize]) {

@@ -1,13 +1,15 @@
 //! The in-memory twin of the TCP transport: bounded byte pipes between threads of one process,
 //! with the same partial reads and writes, goodbyes, aborts and lost peers. Pipes are small
-//! on purpose, so frames cross them in pieces as they do over sockets.
+//! on purpose, so frames cross them in pieces as they do over sockets; control messages travel
+//! as the bytes of `control.rs`, the codec TCP uses.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::{LinkError, StreamId, Transport};
+use super::control::{self, Control};
+use super::{ControlPlane, DataPlane, LinkError, StreamId};
 
 const ALIVE: u8 = 0;
 const GOODBYE: u8 = 1;
@@ -30,10 +32,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// (origin, lost rank, reason).
-type AbortMsg = (usize, Option<usize>, String);
-/// (origin, op, seq, waiting for).
-type StallMsg = (usize, u8, u64, Vec<usize>);
+/// A control message as it travels: its sender and its bytes (`control.rs`, the codec TCP's
+/// control sockets carry too).
+type Wire = (usize, Vec<u8>);
 
 struct Shared {
     world: usize,
@@ -42,9 +43,10 @@ struct Shared {
     /// Index: (from * world + to) * streams + stream.
     pipes: Vec<Mutex<VecDeque<u8>>>,
     status: Vec<AtomicU8>,
-    inbox: Vec<Mutex<Option<AbortMsg>>>,
-    /// Stall reports received, per rank: (origin, op, seq, waiting for).
-    stalls: Vec<Mutex<Vec<StallMsg>>>,
+    /// The first abort each rank received.
+    inbox: Vec<Mutex<Option<Wire>>>,
+    /// Stall reports received, per rank.
+    stalls: Vec<Mutex<Vec<Wire>>>,
     notify: Vec<Notify>,
 }
 
@@ -85,6 +87,23 @@ pub(crate) fn group(world: usize, streams: usize, capacity: usize) -> Vec<MemTra
         .collect()
 }
 
+/// One whole control message from `from`'s bytes (the twin passes messages whole).
+fn decode(from: usize, bytes: &[u8]) -> Result<Control, LinkError> {
+    match control::decode(bytes) {
+        Ok(Some((m, n))) if n == bytes.len() => Ok(m),
+        Ok(_) => Err(LinkError::Closed {
+            peer: from,
+            graceful: false,
+            detail: "a control message cut short or with bytes after it".into(),
+        }),
+        Err(e) => Err(LinkError::Closed {
+            peer: from,
+            graceful: false,
+            detail: e.to_string(),
+        }),
+    }
+}
+
 impl MemTransport {
     fn closed(&self, peer: usize) -> Option<LinkError> {
         match self.shared.status[peer].load(Ordering::Acquire) {
@@ -110,7 +129,7 @@ impl MemTransport {
     }
 }
 
-impl Transport for MemTransport {
+impl DataPlane for MemTransport {
     fn streams(&self, _peer: usize) -> usize {
         self.shared.streams
     }
@@ -182,26 +201,6 @@ impl Transport for MemTransport {
         Ok(n)
     }
 
-    fn check(&mut self) -> Result<(), LinkError> {
-        if let Some((origin, lost, reason)) = lock(&self.shared.inbox[self.rank]).clone() {
-            return Err(LinkError::Aborted {
-                origin,
-                lost,
-                reason,
-            });
-        }
-        for peer in (0..self.shared.world).filter(|&p| p != self.rank) {
-            if self.shared.status[peer].load(Ordering::Acquire) == DEAD {
-                return Err(LinkError::Closed {
-                    peer,
-                    graceful: false,
-                    detail: "peer thread is gone".into(),
-                });
-            }
-        }
-        Ok(())
-    }
-
     fn park(
         &mut self,
         _sends: &[StreamId],
@@ -219,26 +218,74 @@ impl Transport for MemTransport {
         self.seen = *g;
         Ok(())
     }
+}
+
+impl ControlPlane for MemTransport {
+    fn check(&mut self) -> Result<(), LinkError> {
+        if let Some((from, bytes)) = lock(&self.shared.inbox[self.rank]).clone() {
+            return Err(match decode(from, &bytes) {
+                Ok(Control::Abort {
+                    origin,
+                    lost,
+                    reason,
+                }) => LinkError::Aborted {
+                    origin,
+                    lost,
+                    reason,
+                },
+                Ok(other) => unreachable!("the inbox holds aborts, not {other:?}"),
+                Err(e) => e,
+            });
+        }
+        for peer in (0..self.shared.world).filter(|&p| p != self.rank) {
+            if self.shared.status[peer].load(Ordering::Acquire) == DEAD {
+                return Err(LinkError::Closed {
+                    peer,
+                    graceful: false,
+                    detail: "peer thread is gone".into(),
+                });
+            }
+        }
+        Ok(())
+    }
 
     fn report_stall(&mut self, op: u8, seq: u64, waiting_for: &[usize]) {
+        let msg = Control::Stall {
+            op,
+            seq,
+            waiting_for: waiting_for.to_vec(),
+        }
+        .encode();
         for peer in (0..self.shared.world).filter(|&p| p != self.rank) {
-            lock(&self.shared.stalls[peer]).push((self.rank, op, seq, waiting_for.to_vec()));
+            lock(&self.shared.stalls[peer]).push((self.rank, msg.clone()));
         }
     }
 
     fn stalls(&mut self, op: u8, seq: u64) -> Vec<(usize, Vec<usize>)> {
         lock(&self.shared.stalls[self.rank])
             .iter()
-            .filter(|s| s.1 == op && s.2 == seq)
-            .map(|s| (s.0, s.3.clone()))
+            .filter_map(|(from, bytes)| match decode(*from, bytes) {
+                Ok(Control::Stall {
+                    op: o,
+                    seq: s,
+                    waiting_for,
+                }) if o == op && s == seq => Some((*from, waiting_for)),
+                _ => None,
+            })
             .collect()
     }
 
     fn abort(&mut self, lost: Option<usize>, reason: &str) {
+        let msg = Control::Abort {
+            origin: self.rank,
+            lost,
+            reason: reason.to_owned(),
+        }
+        .encode();
         for peer in (0..self.shared.world).filter(|&p| p != self.rank) {
             let mut slot = lock(&self.shared.inbox[peer]);
             if slot.is_none() {
-                *slot = Some((self.rank, lost, reason.to_owned()));
+                *slot = Some((self.rank, msg.clone()));
             }
             drop(slot);
             self.shared.notify[peer].bump();

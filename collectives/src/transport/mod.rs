@@ -3,10 +3,13 @@
 //!
 //! [`routed`] picks each peer's link: the host's shared-memory pipes or the inner transport.
 //!
-//! A transport moves bytes on numbered streams to and from each peer, without blocking; it
-//! parks the caller until one of the streams it cares about may progress; and it carries a
-//! control plane beside the data: goodbyes, aborts, and the loss of a peer.
+//! A transport moves bytes on numbered streams to and from each peer, without blocking, and
+//! parks the caller until one of the streams it cares about may progress ([`DataPlane`]); and
+//! it carries a control plane beside the data ([`ControlPlane`]): goodbyes, aborts, stall
+//! reports and the loss of a peer, as [`control`]'s messages. [`fenced`] puts the round's
+//! fence in front of any transport (a decorator); [`frame`] is the data frames' header codec.
 
+pub(crate) mod control;
 pub(crate) mod fenced;
 pub(crate) mod frame;
 pub(crate) mod iface;
@@ -41,7 +44,9 @@ pub(crate) enum LinkError {
 /// A stream: (peer, stream index).
 pub(crate) type StreamId = (usize, usize);
 
-pub(crate) trait Transport: Send {
+/// The data plane: bytes on numbered streams to and from each peer, without blocking, and a
+/// park until one of them may move.
+pub(crate) trait DataPlane: Send {
     /// Number of data streams to `peer`.
     fn streams(&self, peer: usize) -> usize;
     /// Writes a prefix of `a ++ b` without blocking; `Ok(0)` when nothing fits now.
@@ -63,8 +68,6 @@ pub(crate) trait Transport: Send {
     /// Copies up to `buf.len()` bytes waiting on a stream into `buf` without consuming them;
     /// `Ok(0)` when nothing is there now.
     fn peek(&mut self, peer: usize, stream: usize, buf: &mut [u8]) -> Result<usize, LinkError>;
-    /// Reads the control plane: an abort from a peer or a peer lost without goodbye.
-    fn check(&mut self) -> Result<(), LinkError>;
     /// Blocks up to `timeout` until a stream in `sends` may accept bytes, one in `recvs` has
     /// bytes, or the control plane has news. Spurious returns are allowed.
     fn park(
@@ -73,6 +76,13 @@ pub(crate) trait Transport: Send {
         recvs: &[StreamId],
         timeout: Duration,
     ) -> Result<(), LinkError>;
+}
+
+/// The control plane beside the data ([`control`]'s messages): aborts, goodbyes, stall
+/// reports, the loss of a peer, and what a timeout reports about the links.
+pub(crate) trait ControlPlane: Send {
+    /// Reads the control plane: an abort from a peer or a peer lost without goodbye.
+    fn check(&mut self) -> Result<(), LinkError>;
     /// Tells every peer that this rank has waited half the deadline of call `(op, seq)` for
     /// `waiting_for` (best effort).
     fn report_stall(&mut self, op: u8, seq: u64, waiting_for: &[usize]);
@@ -89,3 +99,8 @@ pub(crate) trait Transport: Send {
     /// Unproven connections this rank's listener dropped so far (for timeouts).
     fn strangers(&self) -> crate::error::Strangers;
 }
+
+/// A whole transport: both planes (what the engine holds, boxed).
+pub(crate) trait Transport: DataPlane + ControlPlane {}
+
+impl<T: DataPlane + ControlPlane + ?Sized> Transport for T {}

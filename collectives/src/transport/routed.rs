@@ -11,7 +11,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use super::{LinkError, StreamId, Transport};
+use super::{ControlPlane, DataPlane, LinkError, StreamId, Transport};
 use crate::shm::pipe::Pipes;
 
 /// Where set-up puts the host's pipes.
@@ -53,7 +53,7 @@ impl Routed {
     }
 }
 
-impl Transport for Routed {
+impl DataPlane for Routed {
     fn streams(&self, peer: usize) -> usize {
         match self.route(peer) {
             Some(_) => 1,
@@ -94,15 +94,6 @@ impl Transport for Routed {
         }
     }
 
-    fn check(&mut self) -> Result<(), LinkError> {
-        // The sockets first: an abort relayed over TCP carries its reason.
-        self.inner.check()?;
-        match self.pipes.get().and_then(Pipes::aborted) {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
-    }
-
     fn park(
         &mut self,
         sends: &[StreamId],
@@ -139,6 +130,17 @@ impl Transport for Routed {
         self.inner
             .park(&self.inner_sends, &self.inner_recvs, timeout.min(MIXED_NAP))?;
         pipes.wait(&self.pipe_sends, &self.pipe_recvs, Duration::ZERO)
+    }
+}
+
+impl ControlPlane for Routed {
+    fn check(&mut self) -> Result<(), LinkError> {
+        // The sockets first: an abort relayed over TCP carries its reason.
+        self.inner.check()?;
+        match self.pipes.get().and_then(Pipes::aborted) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     fn report_stall(&mut self, op: u8, seq: u64, waiting_for: &[usize]) {

@@ -10,24 +10,9 @@ use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
-use super::{LinkError, StreamId, Transport};
+use super::control::{self, Control};
+use super::{ControlPlane, DataPlane, LinkError, StreamId};
 use crate::bootstrap::links::{Arrival, Linker};
-
-const CTRL_GOODBYE: u8 = b'G';
-const CTRL_ABORT: u8 = b'A';
-const CTRL_STALL: u8 = b'S';
-/// Most ranks a stall report may name, and longest abort reason: what a peer announces is
-/// bounded before anything is buffered for it.
-const MAX_CTRL_RANKS: usize = 1 << 20;
-const MAX_CTRL_REASON: usize = 64 << 10;
-
-fn oversized(peer: usize, what: &str, n: usize) -> LinkError {
-    LinkError::Closed {
-        peer,
-        graceful: false,
-        detail: format!("control socket announced a {what} of {n} entries, over the limit"),
-    }
-}
 
 /// One peer's sockets.
 pub(crate) struct Peer {
@@ -189,65 +174,41 @@ impl TcpTransport {
         parsed
     }
 
+    /// Takes the whole messages `p`'s control buffer holds (an abort stays there: every later
+    /// check reports it again).
     fn parse_ctrl(p: &mut Peer, peer: usize) -> Result<(), LinkError> {
         loop {
-            let b = &p.ctrl_buf;
-            match b.first() {
-                None => return Ok(()),
-                Some(&CTRL_GOODBYE) => {
-                    p.goodbye = true;
-                    p.ctrl_buf.drain(..1);
-                }
-                Some(&CTRL_STALL) => {
-                    if b.len() < 14 {
-                        return Ok(());
-                    }
-                    let op = b[1];
-                    let seq = u64::from_le_bytes(b[2..10].try_into().expect("8"));
-                    let n = u32::from_le_bytes(b[10..14].try_into().expect("4")) as usize;
-                    if n > MAX_CTRL_RANKS {
-                        return Err(oversized(peer, "stall report", n));
-                    }
-                    if b.len() < 14 + 4 * n {
-                        return Ok(());
-                    }
-                    let w = (0..n)
-                        .map(|i| {
-                            u32::from_le_bytes(b[14 + 4 * i..18 + 4 * i].try_into().expect("4"))
-                                as usize
-                        })
-                        .collect();
-                    p.stalls.push((op, seq, w));
-                    p.ctrl_buf.drain(..14 + 4 * n);
-                }
-                Some(&CTRL_ABORT) => {
-                    if b.len() < 13 {
-                        return Ok(());
-                    }
-                    let origin = u32::from_le_bytes(b[1..5].try_into().expect("4")) as usize;
-                    let lost = u32::from_le_bytes(b[5..9].try_into().expect("4"));
-                    let len = u32::from_le_bytes(b[9..13].try_into().expect("4")) as usize;
-                    if len > MAX_CTRL_REASON {
-                        return Err(oversized(peer, "abort reason", len));
-                    }
-                    if b.len() < 13 + len {
-                        return Ok(());
-                    }
-                    let reason = String::from_utf8_lossy(&b[13..13 + len]).into_owned();
-                    return Err(LinkError::Aborted {
-                        origin,
-                        lost: (lost != u32::MAX).then_some(lost as usize),
-                        reason,
-                    });
-                }
-                Some(other) => {
+            let (msg, len) = match control::decode(&p.ctrl_buf) {
+                Ok(Some(m)) => m,
+                Ok(None) => return Ok(()),
+                Err(e) => {
                     return Err(LinkError::Closed {
                         peer,
                         graceful: false,
-                        detail: format!("garbage on control socket (byte {other:#x})"),
+                        detail: e.to_string(),
+                    });
+                }
+            };
+            match msg {
+                Control::Goodbye => p.goodbye = true,
+                Control::Stall {
+                    op,
+                    seq,
+                    waiting_for,
+                } => p.stalls.push((op, seq, waiting_for)),
+                Control::Abort {
+                    origin,
+                    lost,
+                    reason,
+                } => {
+                    return Err(LinkError::Aborted {
+                        origin,
+                        lost,
+                        reason,
                     });
                 }
             }
+            p.ctrl_buf.drain(..len);
         }
     }
 
@@ -305,7 +266,7 @@ fn send_fd(fd: i32, a: &[u8], b: &[u8]) -> io::Result<usize> {
     }
 }
 
-impl Transport for TcpTransport {
+impl DataPlane for TcpTransport {
     fn streams(&self, peer: usize) -> usize {
         if peer == self.rank {
             1
@@ -390,17 +351,6 @@ impl Transport for TcpTransport {
         Err(self.closed(peer, &e))
     }
 
-    fn check(&mut self) -> Result<(), LinkError> {
-        self.absorb();
-        if let Some(e) = &self.first_failure {
-            return Err(e.clone());
-        }
-        for i in 0..self.linked.len() {
-            self.read_ctrl(self.linked[i])?;
-        }
-        Ok(())
-    }
-
     fn park(
         &mut self,
         sends: &[StreamId],
@@ -456,15 +406,27 @@ impl Transport for TcpTransport {
         }
         Ok(())
     }
+}
+
+impl ControlPlane for TcpTransport {
+    fn check(&mut self) -> Result<(), LinkError> {
+        self.absorb();
+        if let Some(e) = &self.first_failure {
+            return Err(e.clone());
+        }
+        for i in 0..self.linked.len() {
+            self.read_ctrl(self.linked[i])?;
+        }
+        Ok(())
+    }
 
     fn report_stall(&mut self, op: u8, seq: u64, waiting_for: &[usize]) {
-        let mut msg = vec![CTRL_STALL, op];
-        msg.extend_from_slice(&seq.to_le_bytes());
-        msg.extend_from_slice(&(waiting_for.len() as u32).to_le_bytes());
-        for w in waiting_for {
-            msg.extend_from_slice(&(*w as u32).to_le_bytes());
-        }
-        self.ctrl_send_all(&msg);
+        let msg = Control::Stall {
+            op,
+            seq,
+            waiting_for: waiting_for.to_vec(),
+        };
+        self.ctrl_send_all(&msg.encode());
     }
 
     fn stalls(&mut self, op: u8, seq: u64) -> Vec<(usize, Vec<usize>)> {
@@ -480,18 +442,16 @@ impl Transport for TcpTransport {
     }
 
     fn abort(&mut self, lost: Option<usize>, reason: &str) {
-        let r = reason.as_bytes();
-        let r = &r[..r.len().min(4000)];
-        let mut msg = vec![CTRL_ABORT];
-        msg.extend_from_slice(&(self.rank as u32).to_le_bytes());
-        msg.extend_from_slice(&lost.map_or(u32::MAX, |l| l as u32).to_le_bytes());
-        msg.extend_from_slice(&(r.len() as u32).to_le_bytes());
-        msg.extend_from_slice(r);
-        self.ctrl_send_all(&msg);
+        let msg = Control::Abort {
+            origin: self.rank,
+            lost,
+            reason: reason.to_owned(),
+        };
+        self.ctrl_send_all(&msg.encode());
     }
 
     fn shutdown(&mut self) {
-        self.ctrl_send_all(&[CTRL_GOODBYE]);
+        self.ctrl_send_all(&Control::Goodbye.encode());
     }
 
     fn describe(&self) -> String {
