@@ -13,6 +13,8 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== import cycles between files (Rust and Python)"
 "$VENV/bin/python" scripts/check_cycles.py
+echo "== Python: ruff, mypy, stubtest of _dtcomm.pyi"
+DTCOMM_VENV="$VENV" scripts/lint_python.sh
 read -r -a FEATURES <<< "$(scripts/features.sh)"
 echo "== cargo clippy -D warnings ${FEATURES[*]}"
 cargo clippy --quiet --workspace --all-targets "${FEATURES[@]}" -- -D warnings

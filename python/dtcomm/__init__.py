@@ -17,6 +17,7 @@ the device count), and if not why.
 
 from __future__ import annotations
 
+from . import elastic  # dtcomm.elastic.run, ObjectState, TorchState
 from ._api import (
     all_gather,
     all_reduce,
@@ -44,11 +45,11 @@ from ._cuda import cuda_status
 from ._dtcomm import (
     CommTimeoutError,
     Communicator,
+    DeviceError,
     DtcommError,
     MismatchError,
     NativeClient,
     PeerLostError,
-    RoundEndedError,
     RdzvConnectError,
     RdzvError,
     RdzvEvent,
@@ -57,17 +58,16 @@ from ._dtcomm import (
     RdzvRefusedError,
     RdzvServer,
     RdzvTimeoutError,
+    RoundEndedError,
     SetupError,
     ShutdownError,
-    DeviceError,
     StoreClient,
     Welcome,
     __version__,
     job_token,
 )
-from ._ops import AVG, MAX, MIN, PROD, SUM, ReduceOp
+from ._vocab import AVG, MAX, MIN, PROD, SUM, ReduceOp
 from ._work import Work
-from . import elastic  # noqa: E402  (dtcomm.elastic.run, ObjectState, TorchState)
 
 __all__ = [
     "AVG",

@@ -4,6 +4,7 @@ arrays and CPU torch tensors (sync, or ``async_op=True`` for a :class:`Work`).""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import sys
 import time
@@ -12,8 +13,8 @@ from typing import Any
 
 from . import _config, _dtcomm, _native
 from ._arrays import empty, plain, shape
-from ._ops import ReduceOp
 from ._threads import fit_torch_threads
+from ._vocab import ReduceOp
 from ._work import Work
 
 log = logging.getLogger("dtcomm")
@@ -101,7 +102,7 @@ def init(
     endpoint, server = meet(cfg, wait, socket_ifname)
     store = _dtcomm.StoreClient(endpoint, wait)
     base = f"{cfg.run_id.value}/dtcomm"
-    me = rank_of(cfg, lambda key: store.add(key, 1), base)
+    me = rank_of(cfg, functools.partial(store.add, delta=1), base)
     # Each rank counts its own joins: the n-th init() of every rank meets under generation n,
     # so an earlier run's keys (same run id, long-lived server) are never read.
     gen = store.add(f"{base}/gen/{me}", 1)
@@ -117,7 +118,8 @@ def init(
     del store
     _group = _Group(comm, cfg, server)
     if verbose:
-        _say(f"dtcomm: {cfg.log_line()} generation={gen}; engine: {comm.config()}; {comm.transport()}")
+        _say(f"dtcomm: {cfg.log_line()} generation={gen}; engine: {comm.config()}; "
+             f"{comm.transport()}")
 
 
 def meet(cfg: _config.Resolved, wait: float,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -121,7 +121,8 @@ def resolve(
                                      rdzv_endpoint=rdzv_endpoint, run_id=run_id)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    v = {k: Value(*got[k]) for k in got}
+    # The engine's values differ in type by key (rank: int, endpoint: str | None, ...).
+    v: dict[str, Value[Any]] = {k: Value(*got[k]) for k in got}
     native = v["native"]
     lr, ls = v["local_rank"], v["local_size"]
     if local_rank is not None and local_size is not None and not native.value:

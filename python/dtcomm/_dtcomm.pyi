@@ -1,7 +1,18 @@
 """Type stubs of the native module dtcomm._dtcomm (Rust, PyO3)."""
 
 from collections.abc import Callable
-from typing import Any, final
+from typing import Any, Literal, final, overload
+
+__all__ = [
+    "Communicator", "Work", "Negotiator", "RdzvServer", "StoreClient", "NativeClient", "Welcome",
+    "Peer", "RdzvEvent", "DataListener", "NativeMember", "init_logging", "set_compute_threads",
+    "usable_cores", "cuda_status", "job_token", "store_link_secret", "resolve_launch",
+    "native_settings", "slurm_step", "mpi_meet", "mpi_session_meet", "advertised_ip",
+    "engine_timeout", "DtcommError", "CommTimeoutError", "PeerLostError", "RoundEndedError",
+    "MismatchError", "SetupError", "ShutdownError", "DeviceError", "RdzvError",
+    "RdzvConnectError", "RdzvRefusedError", "RdzvJobEndedError", "RdzvTimeoutError",
+    "RdzvLostError", "RdzvRoundChangedError", "__version__",
+]
 
 __version__: str
 
@@ -44,12 +55,13 @@ class RdzvTimeoutError(RdzvError): ...
 class RdzvLostError(RdzvError): ...
 class RdzvRoundChangedError(RdzvError): ...
 
-Callback = Callable[[BaseException | None], object]
+# What a call with ``callback=`` calls once it ended: with its error, or None (stubs only).
+_Callback = Callable[[BaseException | None], object]
 
 @final
 class Negotiator:
     """Horovod-style name-based negotiation and fusion over a communicator."""
-    def __init__(self, comm: Communicator, cycle_ms: float, threshold: int) -> None: ...
+    def __new__(cls, comm: Communicator, cycle_ms: float, threshold: int) -> Negotiator: ...
     def submit(self, name: str, kind: str, dtype: str, shape: list[int], data: Any, *,
                root: int | None = None, op: str | None = None, prescale: float = 1.0,
                postscale: float = 1.0, splits: list[int] = ..., in_place: bool = False) -> int: ...
@@ -70,10 +82,10 @@ class Work:
     @property
     def source(self) -> int | None: ...
 
-@final
 def set_compute_threads(n: int) -> None: ...
 def usable_cores() -> int: ...
 
+@final
 class Communicator:
     @staticmethod
     def connect(
@@ -126,10 +138,10 @@ class Communicator:
     def failure(self) -> BaseException | None: ...
     def shutdown(self) -> None: ...
     def all_reduce(
-        self, buf: Any, op: int = 1, *, async_op: bool = False, callback: Callback | None = None
+        self, buf: Any, op: int = 1, *, async_op: bool = False, callback: _Callback | None = None
     ) -> Work | None: ...
     def broadcast(
-        self, buf: Any, root: int = 0, *, async_op: bool = False, callback: Callback | None = None
+        self, buf: Any, root: int = 0, *, async_op: bool = False, callback: _Callback | None = None
     ) -> Work | None: ...
     def reduce(
         self,
@@ -138,7 +150,7 @@ class Communicator:
         root: int = 0,
         *,
         async_op: bool = False,
-        callback: Callback | None = None,
+        callback: _Callback | None = None,
     ) -> Work | None: ...
     def all_gather(
         self,
@@ -147,7 +159,7 @@ class Communicator:
         counts: list[int] | None = None,
         *,
         async_op: bool = False,
-        callback: Callback | None = None,
+        callback: _Callback | None = None,
     ) -> Work | None: ...
     def reduce_scatter(
         self,
@@ -156,7 +168,7 @@ class Communicator:
         op: int = 1,
         *,
         async_op: bool = False,
-        callback: Callback | None = None,
+        callback: _Callback | None = None,
     ) -> Work | None: ...
     def gather(
         self,
@@ -165,7 +177,7 @@ class Communicator:
         root: int = 0,
         *,
         async_op: bool = False,
-        callback: Callback | None = None,
+        callback: _Callback | None = None,
     ) -> Work | None: ...
     def scatter(
         self,
@@ -174,7 +186,7 @@ class Communicator:
         root: int = 0,
         *,
         async_op: bool = False,
-        callback: Callback | None = None,
+        callback: _Callback | None = None,
     ) -> Work | None: ...
     def all_to_all(
         self,
@@ -184,24 +196,29 @@ class Communicator:
         recv_counts: list[int] | None = None,
         *,
         async_op: bool = False,
-        callback: Callback | None = None,
+        callback: _Callback | None = None,
     ) -> Work | None: ...
     def barrier(
-        self, *, async_op: bool = False, callback: Callback | None = None
+        self, *, async_op: bool = False, callback: _Callback | None = None
     ) -> Work | None: ...
     def send(
-        self, buf: Any, peer: int, *, async_op: bool = False, callback: Callback | None = None
+        self, buf: Any, peer: int, *, async_op: bool = False, callback: _Callback | None = None
     ) -> Work | None: ...
     def recv(
-        self, buf: Any, peer: int, *, async_op: bool = False, callback: Callback | None = None
+        self, buf: Any, peer: int, *, async_op: bool = False, callback: _Callback | None = None
     ) -> Work | None: ...
+    @overload
     def recv_any(
-        self, buf: Any, *, async_op: bool = False, callback: Callback | None = None
+        self, buf: Any, *, async_op: Literal[False] = False, callback: None = None
+    ) -> int: ...
+    @overload
+    def recv_any(
+        self, buf: Any, *, async_op: bool = False, callback: _Callback | None = None
     ) -> int | Work: ...
 
 @final
 class RdzvServer:
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None: ...
+    def __new__(cls, host: str = "127.0.0.1", port: int = 0) -> RdzvServer: ...
     @property
     def endpoint(self) -> str: ...
     @property
@@ -210,7 +227,7 @@ class RdzvServer:
 
 @final
 class StoreClient:
-    def __init__(self, endpoint: str, timeout: float = 60.0) -> None: ...
+    def __new__(cls, endpoint: str, timeout: float = 60.0) -> StoreClient: ...
     def set(self, key: str, value: bytes) -> None: ...
     def get(self, key: str, timeout: float | None = None) -> bytes: ...
     def add(self, key: str, delta: int) -> int: ...
@@ -259,24 +276,25 @@ class RdzvEvent:
 
 @final
 class DataListener:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         *,
         timeout: float | None = None,
         algo: str | None = None,
         socket_ifname: str | None = None,
         nsocks_perpeer: int | None = None,
-    ) -> None: ...
+    ) -> DataListener: ...
     @property
     def addr(self) -> str: ...
     @property
     def host_record(self) -> bytes: ...
 
+@final
 class NativeMember:
     """One member of a native job (the engine's member): join, rounds, values, communicators."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         env: dict[str, str],
         listener: DataListener | None = None,
         *,
@@ -289,8 +307,10 @@ class NativeMember:
         store: str | None = None,
         last_call: float | None = None,
         join_timeout: float | None = None,
-    ) -> None: ...
-    def next_welcome(self, timeout: float | None = None, ask_after: float | None = None) -> Welcome: ...
+    ) -> NativeMember: ...
+    def next_welcome(
+        self, timeout: float | None = None, ask_after: float | None = None
+    ) -> Welcome: ...
     def poll(self) -> bool: ...
     def communicator(self) -> Communicator: ...
     def publish_round_value(self, key: str, value: str) -> None: ...
@@ -309,9 +329,10 @@ class NativeMember:
     @property
     def who(self) -> str: ...
 
+@final
 class NativeClient:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         endpoint: str,
         token: str = "",
         *,
@@ -319,9 +340,9 @@ class NativeClient:
         cacert: str | None = None,
         server_name: str = "localhost",
         timeout: float = 30.0,
-        reconnect: float | None = 60.0,
+        reconnect: float | None = ...,  # 60 seconds
         job: str | None = None,
-    ) -> None: ...
+    ) -> NativeClient: ...
     @property
     def endpoint(self) -> str: ...
     @property
@@ -332,8 +353,8 @@ class NativeClient:
         member: str,
         node: str,
         *,
-        addrs: list[str] = ...,
-        host: bytes = b"",
+        addrs: list[str] = ...,  # none
+        host: bytes = ...,  # none
         main: bool = False,
         min_members: int = 1,
         max_members: int = 1024,
@@ -379,6 +400,23 @@ def store_link_secret(token: str, job: str, round: int) -> str | None:
 def slurm_step(env: dict[str, str]) -> dict[str, Any] | None:
     """The ``srun`` step this process is a task of (rank, world, local_rank, local_size, node,
     nodes, first_host, port, run_id), or None; ValueError when Slurm's variables disagree."""
+    ...
+
+def mpi_meet(endpoint: str, rank: int, run_id: str, n: int, mine: str | None,
+             timeout: float) -> str:
+    """Under an MPI launcher: the n-th meeting of run ``run_id`` through the process manager
+    that ``endpoint`` names (``mpi-pmix://...``, ``mpi-pmi://...``). Rank 0 passes its store's
+    ``host:port`` as ``mine``; every rank gets rank 0's (TimeoutError past ``timeout``)."""
+    ...
+
+def advertised_ip(socket_ifname: str | None = None) -> str:
+    """The address the data plane advertises (``socket_ifname`` in NCCL's syntax, else the
+    first interface that is up and not loopback)."""
+    ...
+
+def engine_timeout() -> float:
+    """The engine's deadline in seconds as it resolves it (``DTCOMM_TIMEOUT``, else 300).
+    Raises ValueError naming a bad value."""
     ...
 
 def mpi_session_meet(dir: str, rank: int, run_id: str, n: int, mine: str | None,

@@ -46,7 +46,8 @@ def _enc(v: Any, path: str, depth: int) -> Any:
     if isinstance(v, dict):
         if all(isinstance(k, str) for k in v) and not (len(v) == 1 and next(iter(v)) in _TAGS):
             return {k: _enc(x, f"{path}[{k!r}]", depth + 1) for k, x in v.items()}
-        return {"__dict__": [[_enc(k, f"{path}.key", depth + 1), _enc(x, f"{path}[{k!r}]", depth + 1)]
+        return {"__dict__": [[_enc(k, f"{path}.key", depth + 1),
+                              _enc(x, f"{path}[{k!r}]", depth + 1)]
                              for k, x in v.items()]}
     np = _numpy()
     if np is not None and isinstance(v, np.generic):
@@ -110,7 +111,8 @@ def _ndarray(body: dict[str, Any]) -> Any:
     for d in shape:
         n *= d
     if any(d < 0 for d in shape) or n * dt.itemsize != len(raw):
-        raise StateCodecError(f"bad __ndarray__: shape {shape} of {dt} does not fit {len(raw)} bytes")
+        raise StateCodecError(f"bad __ndarray__: shape {shape} of {dt} does not fit "
+                              f"{len(raw)} bytes")
     return np.frombuffer(raw, dtype=dt).reshape(shape).copy()
 
 

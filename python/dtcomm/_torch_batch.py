@@ -42,7 +42,8 @@ class P2pBatch:
     # Works of collectives issued inside the region (run at once, covered by the end's Work)
     others: list[DtcommWork] = field(default_factory=list)
 
-    def add(self, kind: str, tensor: torch.Tensor, peer: int, tag: int, work: DtcommWork) -> DtcommWork:
+    def add(self, kind: str, tensor: torch.Tensor, peer: int, tag: int,
+            work: DtcommWork) -> DtcommWork:
         """Records one call; its Work completes when the batch issued it and it finished."""
         if peer == self.rank:
             raise ValueError(f"rank {self.rank}: batch_isend_irecv: {kind} with itself")

@@ -33,7 +33,8 @@ def _arrived(store: Any, key: str, seconds: float) -> bool:
 
 
 def monitored_barrier(
-    store: Any, n: int, rank: int, size: int, timeout: timedelta, group_timeout: timedelta, wait_all: bool
+    store: Any, n: int, rank: int, size: int, timeout: timedelta, group_timeout: timedelta,
+    wait_all: bool,
 ) -> None:
     """The ``n``-th monitored barrier of a group; raises ``RuntimeError`` with gloo's words."""
     ms = int(timeout.total_seconds() * 1000)
@@ -73,11 +74,13 @@ def monitored_barrier(
             error = f"[Rank 0]: Rank {r} failed to pass monitoredBarrier in {ms} ms"
             store.set(_key(n, "verdict"), error.encode())
             raise RuntimeError(
-                f"{error}\n Original exception: \n dtcomm: Timed out waiting for rank {r} (barrier {n})"
+                f"{error}\n Original exception: \n dtcomm: Timed out waiting for rank {r} "
+                f"(barrier {n})"
             )
         missing.append(r)
     if missing:
-        error = f"[Rank 0]: Ranks {', '.join(map(str, missing))} failed to pass monitoredBarrier in {ms} ms"
+        error = (f"[Rank 0]: Ranks {', '.join(map(str, missing))} failed to pass "
+                 f"monitoredBarrier in {ms} ms")
         store.set(_key(n, "verdict"), error.encode())
         raise RuntimeError(error)
     store.set(_key(n, "verdict"), _OK)

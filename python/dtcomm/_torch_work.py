@@ -16,9 +16,13 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import OpType
+from torch._C._distributed_c10d import OpType  # type: ignore[attr-defined, unused-ignore]
 
 from . import _dtcomm
+
+# Type checking: torch's stub lacks `OpType` and `Work._get_op_type` (both exist at run time),
+# and `Work`'s methods are replaced on purpose (patch_work_is_completed). The `type: ignore`s
+# name `unused-ignore` too: where torch is not installed, mypy sees it as Any.
 
 
 def torch_words(exc: BaseException) -> BaseException:
@@ -97,7 +101,7 @@ class DtcommWork(dist._Work):
         else:
             self._base.set_result(self._result)
 
-    def wait(self, timeout: timedelta = timedelta(0)) -> bool:
+    def wait(self, timeout: timedelta | float | None = timedelta(0)) -> bool:
         secs = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout or 0)
         if self._stream is not None and self._finish is None:
             # The stream is ordered after the calls: nothing to wait for on the host. An error
@@ -135,19 +139,24 @@ class DtcommWork(dist._Work):
 _work_is_completed = dist.Work.is_completed
 
 
-def _is_completed(work: dist.Work) -> bool:
+def _is_completed(self: dist.Work) -> bool:
     """``Work.is_completed`` that also sees a Python backend's completion. torch wraps the Work
     a Python backend returns in a holder that forwards only ``wait`` and ``get_future``
     (``PyWorkHolder``), so the holder's own flag stays False forever; its future is the
     backend's, done exactly when the call completed. Only consulted when torch says False."""
-    if _work_is_completed(work):
+    if _work_is_completed(self):
         return True
-    if int(work._get_op_type()) != _UNKNOWN_OP:
+    if _op_type(self) != _UNKNOWN_OP:
         return False  # a C++ backend's Work (gloo, nccl) knows its own state
     try:
-        return bool(work.get_future().done())
+        return bool(self.get_future().done())
     except RuntimeError:
         return False  # a Work without a future
+
+
+def _op_type(work: dist.Work) -> int:
+    """The Work's ``OpType`` as an int (``UNKNOWN`` for a Python backend's Work)."""
+    return int(work._get_op_type())  # type: ignore[attr-defined, unused-ignore]
 
 
 _UNKNOWN_OP = int(OpType.UNKNOWN)
@@ -164,17 +173,17 @@ def set_source(t: torch.Tensor, src: int | None) -> None:
 _work_source_rank = dist.Work._source_rank
 
 
-def _source_rank(work: dist.Work) -> int:
+def _source_rank(self: dist.Work) -> int:
     """``Work._source_rank`` that also answers for a Python backend's receive from any source:
     torch's holder does not forward ``sourceRank()``, but its future is the backend's, whose
     value is the received tensor, on which the backend recorded the sender (`set_source`)."""
     try:
-        return int(_work_source_rank(work))
+        return int(_work_source_rank(self))
     except RuntimeError:
-        if int(work._get_op_type()) != _UNKNOWN_OP:
+        if _op_type(self) != _UNKNOWN_OP:
             raise
         try:
-            fut = work.get_future()
+            fut = self.get_future()
         except RuntimeError:
             raise RuntimeError("sourceRank(): not a receive from any source") from None
         value = fut.value() if fut.done() else None
@@ -188,7 +197,7 @@ def patch_work_is_completed() -> None:
     """Installs :func:`_is_completed` as ``torch.distributed.Work.is_completed`` and
     :func:`_source_rank` as ``Work._source_rank`` / ``source_rank`` (idempotent)."""
     if dist.Work.is_completed is not _is_completed:
-        dist.Work.is_completed = _is_completed  # type: ignore[method-assign]
+        dist.Work.is_completed = _is_completed  # type: ignore[method-assign, unused-ignore]
     if dist.Work._source_rank is not _source_rank:
-        dist.Work._source_rank = _source_rank  # type: ignore[method-assign]
-        dist.Work.source_rank = _source_rank  # type: ignore[method-assign]
+        dist.Work._source_rank = _source_rank  # type: ignore[method-assign, unused-ignore]
+        dist.Work.source_rank = _source_rank  # type: ignore[method-assign, unused-ignore]

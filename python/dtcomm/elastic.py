@@ -53,6 +53,9 @@ class HostsUpdatedInterrupt(Exception):
     :meth:`State.commit` / :meth:`State.check_host_updates` so every member resets at the same
     step. The state is kept."""
 
+    #: Horovod's flag (set by ``hvd.elastic``'s states): the reset may skip the state sync.
+    skip_sync: bool
+
 
 def broadcast_bytes(data: bytes | None, root: int = 0) -> bytes:
     """``root``'s ``data`` on every rank (two broadcasts: length, then bytes). A negative
@@ -64,7 +67,7 @@ def broadcast_bytes(data: bytes | None, root: int = 0) -> bytes:
     _api.broadcast(n, root)
     if n[0] < 0:
         raise StateCodecError(f"rank {root} could not encode its state (see its error)")
-    buf = bytearray(data if mine and data is not None else b"") if mine else bytearray(n[0])
+    buf = bytearray(data if data is not None else b"") if mine else bytearray(n[0])
     if n[0]:
         _api.broadcast(buf, root)
     return bytes(buf)
@@ -139,7 +142,8 @@ class State:
     def check_host_updates(self) -> None:
         """Raises :class:`HostsUpdatedInterrupt` if the server ended this round."""
         if _api._round_changed():
-            raise HostsUpdatedInterrupt(_api._g("elastic").member.ended)  # type: ignore[union-attr]
+            member = _api._g("elastic").member  # (not None: its round changed)
+            raise HostsUpdatedInterrupt(member.ended if member is not None else None)
 
     def save(self) -> None:
         """Saves a copy of the state in memory."""

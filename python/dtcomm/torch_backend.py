@@ -28,29 +28,24 @@ from ._threads import fit_torch_threads
 from ._torch_batch import P2pBatch
 from ._torch_monitored import monitored_barrier
 from ._torch_work import DtcommWork, patch_work_is_completed, set_source, torch_words
+from ._vocab import BitwiseOp, ReduceOp
 
 NAME = "dtcomm"
 DEVICES = ["cpu", "cuda"]
 _TORCH_DEFAULT_TIMEOUT = timedelta(minutes=30)
-_BITWISE = ("BAND", "BOR", "BXOR")
+_BITWISE_FN = {
+    BitwiseOp.BAND: torch.bitwise_and,
+    BitwiseOp.BOR: torch.bitwise_or,
+    BitwiseOp.BXOR: torch.bitwise_xor,
+}
 
 
-def _redop(rank: int, op: Any) -> int | str:
-    """The engine's op number, or the name of a bitwise op (done locally after a gather)."""
-    table = {
-        dist.ReduceOp.SUM: 1,
-        dist.ReduceOp.PRODUCT: 2,
-        dist.ReduceOp.MIN: 3,
-        dist.ReduceOp.MAX: 4,
-        dist.ReduceOp.AVG: 5,
-    }
-    for k, v in table.items():
-        if op == k:
-            return v
-    for name in _BITWISE:
-        if op == getattr(dist.ReduceOp, name):
-            return name
-    raise ValueError(f"rank {rank}: dtcomm does not support reduce op {op} (PREMUL_SUM is NCCL-only)")
+def _redop(rank: int, op: Any) -> ReduceOp | BitwiseOp:
+    """The engine's operator, or a bitwise one (done locally after a gather)."""
+    try:
+        return ReduceOp.from_torch(op)
+    except ValueError as e:
+        raise ValueError(f"rank {rank}: {e}") from None
 
 
 def cuda_stream(tensors: list[torch.Tensor]) -> Any:
@@ -166,16 +161,18 @@ class DtcommBackend(_C10dBackend):
         op = _redop(self._rank, opts.reduceOp)
         if t.is_sparse:
             return self.allreduce_sparse(tensors, opts)
-        if isinstance(op, str):
+        if isinstance(op, BitwiseOp):
             return self._bitwise(t, tensors, op)
-        return self._one("all_reduce", tensors, lambda cb: self._comm.all_reduce(t, op, callback=cb), opts=opts)
+        return self._one("all_reduce", tensors,
+                         lambda cb: self._comm.all_reduce(t, op, callback=cb), opts=opts)
 
-    def _bitwise(self, t: torch.Tensor, result: list[torch.Tensor], name: str) -> DtcommWork:
+    def _bitwise(self, t: torch.Tensor, result: list[torch.Tensor], op: BitwiseOp) -> DtcommWork:
         if t.is_floating_point():
-            raise ValueError(f"rank {self._rank}: all_reduce {name} needs an integer tensor, got {t.dtype}")
+            raise ValueError(f"rank {self._rank}: all_reduce {op.name} needs an integer tensor, "
+                             f"got {t.dtype}")
         flat = t.contiguous().view(-1)
         out = torch.empty((self._size, flat.numel()), dtype=t.dtype, device=t.device)
-        fn = {"BAND": torch.bitwise_and, "BOR": torch.bitwise_or, "BXOR": torch.bitwise_xor}[name]
+        fn = _BITWISE_FN[op]
 
         def finish() -> None:
             acc = out[0].clone()
@@ -191,8 +188,9 @@ class DtcommBackend(_C10dBackend):
         """Sum of sparse COO tensors, as gloo does it: every rank's indices and values are
         gathered, concatenated and coalesced; the result replaces the tensor's contents."""
         _check(self._rank, "all_reduce", tensors)
-        if _redop(self._rank, opts.reduceOp) != 1:
-            raise ValueError(f"rank {self._rank}: sparse all_reduce supports SUM only, got {opts.reduceOp}")
+        if _redop(self._rank, opts.reduceOp) is not ReduceOp.SUM:
+            raise ValueError(f"rank {self._rank}: sparse all_reduce supports SUM only, "
+                             f"got {opts.reduceOp}")
         t = tensors[0]
         w = self._work("all_reduce", tensors)
         try:
@@ -220,19 +218,21 @@ class DtcommBackend(_C10dBackend):
         out = torch.empty(flat.numel() * self._size, dtype=torch.uint8, device=flat.device)
 
         def finish() -> None:
-            for lst, row in zip(outputs, out.split(flat.numel()) if flat.numel() else [out] * self._size):
-                for o, part in zip(lst, row.split(sizes)):
+            rows = out.split(flat.numel()) if flat.numel() else [out] * self._size
+            for lst, row in zip(outputs, rows, strict=True):
+                for o, part in zip(lst, row.split(sizes), strict=True):
                     o.detach().copy_(part.clone().view(o.dtype).view_as(o))
 
         result = [o for lst in outputs for o in lst]
-        return self._one(
-            "all_gather", result, lambda cb: self._comm.all_gather(flat, out, callback=cb), finish, opts=opts
-        )
+        return self._one("all_gather", result,
+                         lambda cb: self._comm.all_gather(flat, out, callback=cb), finish,
+                         opts=opts)
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any) -> DtcommWork:
         op = _redop(self._rank, opts.reduceOp)
-        if isinstance(op, str) or len({t.dtype for t in tensors}) > 1:
-            raise ValueError(f"rank {self._rank}: allreduce_coalesced needs one dtype and an arithmetic op")
+        if isinstance(op, BitwiseOp) or len({t.dtype for t in tensors}) > 1:
+            raise ValueError(f"rank {self._rank}: allreduce_coalesced needs one dtype and an "
+                             "arithmetic op")
         flat = torch.cat([t.detach().reshape(-1) for t in tensors])
 
         def finish() -> None:
@@ -249,15 +249,18 @@ class DtcommBackend(_C10dBackend):
     def broadcast(self, tensors: list[torch.Tensor], opts: Any) -> DtcommWork:
         _check(self._rank, "broadcast", tensors)
         t, root = tensors[0].detach(), opts.rootRank
-        return self._one("broadcast", tensors, lambda cb: self._comm.broadcast(t, root, callback=cb), opts=opts)
+        return self._one("broadcast", tensors,
+                         lambda cb: self._comm.broadcast(t, root, callback=cb), opts=opts)
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any) -> DtcommWork:
         _check(self._rank, "reduce", tensors)
         t, root = tensors[0].detach(), opts.rootRank
         op = _redop(self._rank, opts.reduceOp)
-        if isinstance(op, str):
-            raise ValueError(f"rank {self._rank}: reduce with {op} is not supported; use all_reduce")
-        return self._one("reduce", tensors, lambda cb: self._comm.reduce(t, op, root, callback=cb), opts=opts)
+        if isinstance(op, BitwiseOp):
+            raise ValueError(f"rank {self._rank}: reduce with {op.name} is not supported; "
+                             "use all_reduce")
+        return self._one("reduce", tensors,
+                         lambda cb: self._comm.reduce(t, op, root, callback=cb), opts=opts)
 
     def allgather(
         self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any
@@ -265,12 +268,13 @@ class DtcommBackend(_C10dBackend):
         _check(self._rank, "all_gather", inputs)
         outs, x = outputs[0], inputs[0].detach()
         if len(outs) != self._size:
-            raise ValueError(f"rank {self._rank}: all_gather: {len(outs)} outputs for a world of {self._size}")
+            raise ValueError(f"rank {self._rank}: all_gather: {len(outs)} outputs for a world "
+                             f"of {self._size}")
         counts = [o.numel() for o in outs]
         flat = torch.empty(sum(counts), dtype=x.dtype, device=x.device)
 
         def finish() -> None:
-            for o, part in zip(outs, flat.split(counts)):
+            for o, part in zip(outs, flat.split(counts), strict=True):
                 o.detach().copy_(part.view_as(o))
 
         return self._one(
@@ -282,7 +286,8 @@ class DtcommBackend(_C10dBackend):
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> DtcommWork:
         o, i = output.detach(), input.detach()
-        return self._one("all_gather", [output], lambda cb: self._comm.all_gather(i, o, callback=cb), opts=opts)
+        return self._one("all_gather", [output],
+                         lambda cb: self._comm.all_gather(i, o, callback=cb), opts=opts)
 
     def allgather_into_tensor_coalesced(
         self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any
@@ -294,27 +299,29 @@ class DtcommBackend(_C10dBackend):
     ) -> DtcommWork:
         w = self._work("all_gather", list(outputs))
         w.expect(len(outputs))
-        for o, i in zip(outputs, inputs):
+        for o, i in zip(outputs, inputs, strict=False):
             w.add(self._comm.all_gather(i.detach(), o.detach(), callback=w.callback))
         return w
 
-    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> DtcommWork:
+    def reduce_scatter_single(
+        self, output: torch.Tensor, input: torch.Tensor, opts: Any
+    ) -> DtcommWork:
         op = _redop(self._rank, opts.reduceOp)
-        if isinstance(op, str):
-            raise ValueError(f"rank {self._rank}: reduce_scatter with {op} is not supported")
+        if isinstance(op, BitwiseOp):
+            raise ValueError(f"rank {self._rank}: reduce_scatter with {op.name} is not supported")
         o, i = output.detach(), input.detach()
-        return self._one(
-            "reduce_scatter", [output], lambda cb: self._comm.reduce_scatter(i, o, op, callback=cb), opts=opts)
+        return self._one("reduce_scatter", [output],
+                         lambda cb: self._comm.reduce_scatter(i, o, op, callback=cb), opts=opts)
 
     def reduce_scatter_single_coalesced(
         self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any
     ) -> DtcommWork:
         op = _redop(self._rank, opts.reduceOp)
-        if isinstance(op, str):
-            raise ValueError(f"rank {self._rank}: reduce_scatter with {op} is not supported")
+        if isinstance(op, BitwiseOp):
+            raise ValueError(f"rank {self._rank}: reduce_scatter with {op.name} is not supported")
         w = self._work("reduce_scatter", list(outputs))
         w.expect(len(outputs))
-        for o, i in zip(outputs, inputs):
+        for o, i in zip(outputs, inputs, strict=False):
             w.add(self._comm.reduce_scatter(i.detach(), o.detach(), op, callback=w.callback))
         return w
 
@@ -328,8 +335,8 @@ class DtcommBackend(_C10dBackend):
     ) -> DtcommWork:
         _check(self._rank, "reduce_scatter", outputs)
         op = _redop(self._rank, opts.reduceOp)
-        if isinstance(op, str):
-            raise ValueError(f"rank {self._rank}: reduce_scatter with {op} is not supported")
+        if isinstance(op, BitwiseOp):
+            raise ValueError(f"rank {self._rank}: reduce_scatter with {op.name} is not supported")
         out, ins = outputs[0].detach(), inputs[0]
         if len(ins) != self._size or any(i.numel() != out.numel() for i in ins):
             raise ValueError(
@@ -337,8 +344,9 @@ class DtcommBackend(_C10dBackend):
                 f"elements, got {[i.numel() for i in ins]}"
             )
         flat = torch.cat([i.detach().reshape(-1) for i in ins])
-        return self._one(
-            "reduce_scatter", outputs, lambda cb: self._comm.reduce_scatter(flat, out, op, callback=cb), opts=opts)
+        return self._one("reduce_scatter", outputs,
+                         lambda cb: self._comm.reduce_scatter(flat, out, op, callback=cb),
+                         opts=opts)
 
     def all_to_all_single(
         self,
@@ -350,7 +358,8 @@ class DtcommBackend(_C10dBackend):
     ) -> DtcommWork:
         o, i = output.detach(), input.detach()
         if not output_split_sizes and not input_split_sizes:
-            return self._one("all_to_all", [output], lambda cb: self._comm.all_to_all(i, o, callback=cb), opts=opts)
+            return self._one("all_to_all", [output],
+                             lambda cb: self._comm.all_to_all(i, o, callback=cb), opts=opts)
         n = self._size
         in_row = i.numel() // i.size(0) if i.dim() and i.size(0) else 1
         out_row = o.numel() // o.size(0) if o.dim() and o.size(0) else 1
@@ -358,8 +367,8 @@ class DtcommBackend(_C10dBackend):
         osz = list(output_split_sizes) or [o.size(0) // n] * n
         sc = [s * in_row for s in isz]
         rc = [s * out_row for s in osz]
-        return self._one(
-            "all_to_all", [output], lambda cb: self._comm.all_to_all(i, o, sc, rc, callback=cb), opts=opts)
+        return self._one("all_to_all", [output],
+                         lambda cb: self._comm.all_to_all(i, o, sc, rc, callback=cb), opts=opts)
 
     def alltoall(
         self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any
@@ -370,12 +379,11 @@ class DtcommBackend(_C10dBackend):
         dst = torch.empty(sum(rc), dtype=src.dtype, device=src.device)
 
         def finish() -> None:
-            for o, part in zip(outputs, dst.split(rc)):
+            for o, part in zip(outputs, dst.split(rc), strict=True):
                 o.detach().copy_(part.view_as(o))
 
-        return self._one(
-            "all_to_all", outputs, lambda cb: self._comm.all_to_all(src, dst, sc, rc, callback=cb), finish
-        )
+        return self._one("all_to_all", outputs,
+                         lambda cb: self._comm.all_to_all(src, dst, sc, rc, callback=cb), finish)
 
     def gather(
         self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any
@@ -383,15 +391,17 @@ class DtcommBackend(_C10dBackend):
         _check(self._rank, "gather", inputs)
         x, root = inputs[0].detach(), opts.rootRank
         if self._rank != root:
-            return self._one("gather", [], lambda cb: self._comm.gather(x, None, root, callback=cb), opts=opts)
+            return self._one("gather", [],
+                             lambda cb: self._comm.gather(x, None, root, callback=cb), opts=opts)
         outs = outputs[0]
         flat = torch.empty(x.numel() * self._size, dtype=x.dtype, device=x.device)
 
         def finish() -> None:
-            for o, part in zip(outs, flat.split(x.numel())):
+            for o, part in zip(outs, flat.split(x.numel()), strict=False):
                 o.detach().copy_(part.view_as(o))
 
-        return self._one("gather", outs, lambda cb: self._comm.gather(x, flat, root, callback=cb), finish)
+        return self._one("gather", outs,
+                         lambda cb: self._comm.gather(x, flat, root, callback=cb), finish)
 
     def scatter(
         self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any
@@ -399,7 +409,8 @@ class DtcommBackend(_C10dBackend):
         _check(self._rank, "scatter", outputs)
         out, root = outputs[0].detach(), opts.rootRank
         src = torch.cat([t.detach().reshape(-1) for t in inputs[0]]) if self._rank == root else None
-        return self._one("scatter", outputs, lambda cb: self._comm.scatter(src, out, root, callback=cb), opts=opts)
+        return self._one("scatter", outputs,
+                         lambda cb: self._comm.scatter(src, out, root, callback=cb), opts=opts)
 
     def barrier(self, opts: Any = None) -> DtcommWork:
         return self._one("barrier", [], lambda cb: self._comm.barrier(callback=cb), opts=opts)
@@ -411,7 +422,8 @@ class DtcommBackend(_C10dBackend):
         timeout = opts.timeout if opts.timeout.total_seconds() >= 0 else self._timeout
         n = self._monitored
         self._monitored += 1
-        monitored_barrier(self._store, n, self._rank, self._size, timeout, self._timeout, wait_all_ranks)
+        monitored_barrier(self._store, n, self._rank, self._size, timeout, self._timeout,
+                          wait_all_ranks)
 
     def start_coalescing(self) -> None:
         """Starts a batch of isend/irecv (``batch_isend_irecv``); see :class:`P2pBatch`."""

@@ -72,7 +72,8 @@ def parser() -> argparse.ArgumentParser:
                         "(round changes from lost or new nodes do not count; default 0)")
     p.add_argument("--rdzv-endpoint", "--rdzv_endpoint",
                    default=_env("RDZV_ENDPOINT"),
-                   help="host:port of a running dt-rdzv serve (several nodes); env DTRUN_RDZV_ENDPOINT")
+                   help="host:port of a running dt-rdzv serve (several nodes); "
+                        "env DTRUN_RDZV_ENDPOINT")
     p.add_argument("--rdzv-id", "--rdzv_id", default=_env("RDZV_ID"),
                    help="run id shared by the nodes of one job (default: 'dtrun' with several "
                         "nodes, random with one)")

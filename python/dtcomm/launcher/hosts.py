@@ -141,8 +141,9 @@ def run(hosts_text: str, np: int | None, child_args: list[str], run_id: str | No
         _free_port() if is_local(placed[0].name) else 29400)
     run_id = run_id or f"dtrun-{uuid.uuid4().hex[:8]}"
     cmds = commands(placed, child_args, run_id, port)
-    print(f"[dtrun] -H: {', '.join(f'{h.name}: ranks {h.first}..{h.first + h.procs - 1}' for h in placed)}"
-          f"; store on {placed[0].name}:{port}", file=sys.stderr, flush=True)
+    layout = ", ".join(f"{h.name}: ranks {h.first}..{h.first + h.procs - 1}" for h in placed)
+    print(f"[dtrun] -H: {layout}; store on {placed[0].name}:{port}", file=sys.stderr,
+          flush=True)
     # The others' store clients retry until the first host's store is up (their deadline is
     # --rdzv-timeout).
     procs = [subprocess.Popen(c, start_new_session=True, env=child_env()) for c in cmds]
@@ -165,7 +166,7 @@ def run(hosts_text: str, np: int | None, child_args: list[str], run_id: str | No
     try:
         while not done.is_set():
             codes = [p.poll() for p in procs]
-            for h, c in zip(placed, codes):
+            for h, c in zip(placed, codes, strict=True):
                 if c not in (None, 0) and all(h.name != f for f, _ in failed):
                     failed.append((h.name, c))
             if failed:
@@ -184,5 +185,5 @@ def run(hosts_text: str, np: int | None, child_args: list[str], run_id: str | No
                 p.wait()
         return failed[0][1] if failed else 1
     finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)

@@ -177,7 +177,8 @@ def native_round(member: _native.Member, ask_after: float | None) -> Rendezvous:
     except _dtcomm.DtcommError as e:
         if server is not None:
             server.stop()
-        raise SystemExit(f"dtrun: {member.who}: cannot reach node 0's store at {endpoint}: {e}") from None
+        raise SystemExit(f"dtrun: {member.who}: cannot reach node 0's store at {endpoint}: "
+                         f"{e}") from None
     print(
         f"[dtrun] native rendezvous {member.settings.endpoint.value}: job {w.job!r} round "
         f"{w.round} ({w.cause}), node {w.rank} of {w.world}; workers' store {endpoint} "

@@ -159,7 +159,8 @@ def run(spec: Spec, rdzv: Rendezvous, interrupt: Callable[[], str | None] | None
         ranks.append(rank)
         for src, dst in ((p.stdout, sys.stdout), (p.stderr, sys.stderr)):
             assert src is not None
-            t = threading.Thread(target=_pump, args=(src, dst, f"[rank{rank}]: ", lock), daemon=True)
+            t = threading.Thread(target=_pump, args=(src, dst, f"[rank{rank}]: ", lock),
+                                 daemon=True)
             t.start()
             pumps.append(t)
 
@@ -176,7 +177,7 @@ def run(spec: Spec, rdzv: Rendezvous, interrupt: Callable[[], str | None] | None
     last_check = 0.0
     try:
         while any(p.poll() is None for p in procs):
-            for rank, p in zip(ranks, procs):
+            for rank, p in zip(ranks, procs, strict=True):
                 rc = p.poll()
                 if rc is not None and rc != 0 and failed is None:
                     failed = (rank, rc)
@@ -212,7 +213,7 @@ def run(spec: Spec, rdzv: Rendezvous, interrupt: Callable[[], str | None] | None
         if interrupted is not None and failed is None:
             raise Interrupted(interrupted)
         if failed is None:
-            for rank, p in zip(ranks, procs):
+            for rank, p in zip(ranks, procs, strict=True):
                 if p.returncode != 0:
                     failed = (rank, p.returncode)
                     break

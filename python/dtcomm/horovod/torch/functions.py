@@ -21,7 +21,9 @@ from typing import Any
 import torch
 
 from . import _core
-from .compression import Compression
+from ._collectives import Splits
+from .compression import Compression, Compressor
+from .process_sets import ProcessSet
 
 
 def _c(t: torch.Tensor) -> torch.Tensor:
@@ -35,13 +37,13 @@ class HorovodAllreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, average: bool | None, name: str | None,
                 op: int | None, prescale_factor: float, postscale_factor: float,
-                process_set: Any) -> torch.Tensor:
+                process_set: ProcessSet | None) -> torch.Tensor:
         ctx.args = (average, op, prescale_factor, postscale_factor, process_set)
         return _core.synchronize(_core.allreduce_async(
             tensor, average, name, op, prescale_factor, postscale_factor, process_set))
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         average, op, pre, post, ps = ctx.args
         g = allreduce(_c(grad), average=average, op=op, prescale_factor=pre,
                       postscale_factor=post, process_set=ps)
@@ -49,9 +51,9 @@ class HorovodAllreduce(torch.autograd.Function):
 
 
 def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
-              compression: Any = Compression.none, op: int | None = None,
+              compression: type[Compressor] = Compression.none, op: int | None = None,
               prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-              process_set: Any = None) -> torch.Tensor:
+              process_set: ProcessSet | None = None) -> torch.Tensor:
     """Allreduces ``tensor`` (Average by default) into a new tensor; differentiable."""
     compressed, cctx = compression.compress(tensor)
     out = HorovodAllreduce.apply(compressed, average, name, op, prescale_factor,
@@ -64,7 +66,7 @@ class HorovodGroupedAllreduce(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, average: bool | None, name: str | None, op: int | None,
-                prescale_factor: float, postscale_factor: float, process_set: Any,
+                prescale_factor: float, postscale_factor: float, process_set: ProcessSet | None,
                 *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         ctx.args = (average, op, prescale_factor, postscale_factor, process_set)
         hs = _core.grouped_allreduce_async(list(tensors), average, name, op, prescale_factor,
@@ -72,7 +74,7 @@ class HorovodGroupedAllreduce(torch.autograd.Function):
         return tuple(_core.synchronize(h) for h in hs)
 
     @staticmethod
-    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[Any, ...]:
+    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         average, op, pre, post, ps = ctx.args
         gs = grouped_allreduce([_c(g) for g in grads], average=average, op=op,
                                prescale_factor=pre, postscale_factor=post, process_set=ps)
@@ -80,20 +82,20 @@ class HorovodGroupedAllreduce(torch.autograd.Function):
 
 
 def grouped_allreduce(tensors: list[torch.Tensor], average: bool | None = None,
-                      name: str | None = None, compression: Any = Compression.none,
+                      name: str | None = None, compression: type[Compressor] = Compression.none,
                       op: int | None = None, prescale_factor: float = 1.0,
                       postscale_factor: float = 1.0,
-                      process_set: Any = None) -> list[torch.Tensor]:
+                      process_set: ProcessSet | None = None) -> list[torch.Tensor]:
     """Allreduces every tensor of the list into new tensors; differentiable."""
     if not tensors:
         return []
     pairs = [compression.compress(t) for t in tensors]
     outs = HorovodGroupedAllreduce.apply(average, name, op, prescale_factor, postscale_factor,
                                          process_set, *[p[0] for p in pairs])
-    return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
+    return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs, strict=True)]
 
 
-def _my_offset(rows: int, process_set: Any) -> int:
+def _my_offset(rows: int, process_set: ProcessSet | None) -> int:
     """Sum of the first dimensions of the lower ranks of the set (an allgather of every
     rank's rows)."""
     dims = _core.allgather(torch.tensor([rows], dtype=torch.int32), process_set=process_set)
@@ -105,12 +107,12 @@ class HorovodAllgather(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, name: str | None,
-                process_set: Any) -> torch.Tensor:
+                process_set: ProcessSet | None) -> torch.Tensor:
         ctx.shape, ctx.ps = tensor.shape, process_set
         return _core.synchronize(_core.allgather_async(tensor, name, process_set))
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         reduced = allreduce(_c(grad), op=_core.Average, process_set=ctx.ps)
         rows = ctx.shape[0] if len(ctx.shape) else 1
         offset = _my_offset(rows, ctx.ps)
@@ -118,7 +120,7 @@ class HorovodAllgather(torch.autograd.Function):
 
 
 def allgather(tensor: torch.Tensor, name: str | None = None,
-              process_set: Any = None) -> torch.Tensor:
+              process_set: ProcessSet | None = None) -> torch.Tensor:
     """Concatenates every rank's ``tensor`` along dimension 0; differentiable."""
     return HorovodAllgather.apply(tensor, name, process_set)
 
@@ -127,14 +129,14 @@ class HorovodGroupedAllgather(torch.autograd.Function):
     """Allgather of a list; backward as :class:`HorovodAllgather`, per tensor."""
 
     @staticmethod
-    def forward(ctx: Any, name: str | None, process_set: Any,
+    def forward(ctx: Any, name: str | None, process_set: ProcessSet | None,
                 *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         ctx.shapes, ctx.ps = [t.shape for t in tensors], process_set
         return tuple(_core.synchronize(h)
                      for h in _core.grouped_allgather_async(list(tensors), name, process_set))
 
     @staticmethod
-    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[Any, ...]:
+    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         reduced = grouped_allreduce([_c(g) for g in grads], op=_core.Average,
                                     process_set=ctx.ps)
         rows = [s[0] if len(s) else 1 for s in ctx.shapes]
@@ -142,12 +144,12 @@ class HorovodGroupedAllgather(torch.autograd.Function):
                                        process_set=ctx.ps)
         me = _core._group(ctx.ps).set_rank
         out = [g.narrow(0, int(d[:me].sum().item()), r).reshape(s)
-               for g, d, r, s in zip(reduced, dims, rows, ctx.shapes)]
+               for g, d, r, s in zip(reduced, dims, rows, ctx.shapes, strict=True)]
         return (None, None, *out)
 
 
 def grouped_allgather(tensors: list[torch.Tensor], name: str | None = None,
-                      process_set: Any = None) -> list[torch.Tensor]:
+                      process_set: ProcessSet | None = None) -> list[torch.Tensor]:
     """Allgathers every tensor of the list; differentiable."""
     if not tensors:
         return []
@@ -159,12 +161,12 @@ class HorovodBroadcast(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, root_rank: int, name: str | None,
-                process_set: Any) -> torch.Tensor:
+                process_set: ProcessSet | None) -> torch.Tensor:
         ctx.root_rank, ctx.ps = root_rank, process_set
         return _core.synchronize(_core.broadcast_async(tensor, root_rank, name, process_set))
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         reduced = allreduce(_c(grad), op=_core.Average, process_set=ctx.ps)
         if _core.rank() != ctx.root_rank:
             reduced = reduced * 0
@@ -172,7 +174,7 @@ class HorovodBroadcast(torch.autograd.Function):
 
 
 def broadcast(tensor: torch.Tensor, root_rank: int, name: str | None = None,
-              process_set: Any = None) -> torch.Tensor:
+              process_set: ProcessSet | None = None) -> torch.Tensor:
     """Returns ``root_rank``'s ``tensor`` on every rank; differentiable."""
     return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
 
@@ -181,8 +183,8 @@ class HorovodAlltoall(torch.autograd.Function):
     """Alltoall; backward: alltoall of the gradient with the received splits."""
 
     @staticmethod
-    def forward(ctx: Any, tensor: torch.Tensor, splits: Any, name: str | None,
-                process_set: Any) -> Any:
+    def forward(ctx: Any, tensor: torch.Tensor, splits: Splits | None, name: str | None,
+                process_set: ProcessSet | None) -> Any:
         if splits is None:
             # Equal parts, asked for explicitly so that the received splits come back too.
             _core._splits(None, tensor, process_set)
@@ -198,13 +200,13 @@ class HorovodAlltoall(torch.autograd.Function):
         return out, received
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor, *_dead: Any) -> tuple[Any, ...]:
+    def backward(ctx: Any, grad: torch.Tensor, *_dead: Any) -> tuple[torch.Tensor | None, ...]:
         g, _ = alltoall(_c(grad), splits=ctx.received, process_set=ctx.ps)
         return g, None, None, None
 
 
-def alltoall(tensor: torch.Tensor, splits: Any = None, name: str | None = None,
-             process_set: Any = None) -> Any:
+def alltoall(tensor: torch.Tensor, splits: Splits | None = None, name: str | None = None,
+             process_set: ProcessSet | None = None) -> Any:
     """Scatters slices of dimension 0 to every rank and gathers theirs; returns ``output``, or
     ``(output, received_splits)`` when ``splits`` is given; differentiable."""
     if tensor.dim() == 0:
@@ -215,7 +217,7 @@ def alltoall(tensor: torch.Tensor, splits: Any = None, name: str | None = None,
 
 
 def _scatter_grad(grad: torch.Tensor, op: int, pre: float, post: float,
-                  process_set: Any) -> torch.Tensor:
+                  process_set: ProcessSet | None) -> torch.Tensor:
     g = _c(grad)
     if op == _core.Sum:
         g = g * _core._group(process_set).size
@@ -233,20 +235,20 @@ class HorovodReducescatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, name: str | None, op: int,
                 prescale_factor: float, postscale_factor: float,
-                process_set: Any) -> torch.Tensor:
+                process_set: ProcessSet | None) -> torch.Tensor:
         ctx.args = (op, prescale_factor, postscale_factor, process_set)
         return _core.synchronize(_core.reducescatter_async(
-            tensor, name, None, op, process_set, prescale_factor, postscale_factor))
+            tensor, name, Compression.none, op, process_set, prescale_factor, postscale_factor))
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         g = allgather(_scatter_grad(grad, *ctx.args), process_set=ctx.args[-1])
         return g, None, None, None, None, None
 
 
 def reducescatter(tensor: torch.Tensor, name: str | None = None,
-                  compression: Any = Compression.none, op: int = _core.Average,
-                  process_set: Any = None, prescale_factor: float = 1.0,
+                  compression: type[Compressor] = Compression.none, op: int = _core.Average,
+                  process_set: ProcessSet | None = None, prescale_factor: float = 1.0,
                   postscale_factor: float = 1.0) -> torch.Tensor:
     """Reduces ``tensor`` over the ranks; each keeps its rows of dimension 0; differentiable."""
     compressed, cctx = compression.compress(tensor)
@@ -260,23 +262,23 @@ class HorovodGroupedReducescatter(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, name: str | None, op: int, prescale_factor: float,
-                postscale_factor: float, process_set: Any,
+                postscale_factor: float, process_set: ProcessSet | None,
                 *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         ctx.args = (op, prescale_factor, postscale_factor, process_set)
-        hs = _core.grouped_reducescatter_async(list(tensors), name, None, op, process_set,
-                                               prescale_factor, postscale_factor)
+        hs = _core.grouped_reducescatter_async(list(tensors), name, Compression.none, op,
+                                               process_set, prescale_factor, postscale_factor)
         return tuple(_core.synchronize(h) for h in hs)
 
     @staticmethod
-    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[Any, ...]:
+    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         gs = grouped_allgather([_scatter_grad(g, *ctx.args) for g in grads],
                                process_set=ctx.args[-1])
         return (None, None, None, None, None, *gs)
 
 
 def grouped_reducescatter(tensors: list[torch.Tensor], name: str | None = None,
-                          compression: Any = Compression.none, op: int = _core.Average,
-                          process_set: Any = None, prescale_factor: float = 1.0,
+                          compression: type[Compressor] = Compression.none, op: int = _core.Average,
+                          process_set: ProcessSet | None = None, prescale_factor: float = 1.0,
                           postscale_factor: float = 1.0) -> list[torch.Tensor]:
     """Reducescatters every tensor of the list; differentiable."""
     if not tensors:
@@ -284,7 +286,7 @@ def grouped_reducescatter(tensors: list[torch.Tensor], name: str | None = None,
     pairs = [compression.compress(t) for t in tensors]
     outs = HorovodGroupedReducescatter.apply(name, op, prescale_factor, postscale_factor,
                                              process_set, *[p[0] for p in pairs])
-    return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
+    return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs, strict=True)]
 
 
 __all__ = [

@@ -6,23 +6,41 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, TypeVar, overload
 
 import torch
 
+from dtcomm._vocab import ReduceOp
+
 from . import _core as hvd
-from .compression import Compression
+from ._collectives import Handle
+from ._state import rt
+from .compression import Compression, Compressor
+from .process_sets import ProcessSet
 from .sparse import sparse_allreduce_async
 
+T = TypeVar("T")
+#: ``groups``: a number of groups, or lists of parameters reduced together.
+Groups: TypeAlias = "int | list[list[torch.Tensor]]"
 
-def _split_list(items: list[Any], n: int) -> list[list[Any]]:
+if TYPE_CHECKING:
+    # For the checker, the mixin is the optimizer it is mixed into (its attributes and the
+    # methods ``super()`` reaches); at run time it is a plain mixin.
+    _OptimizerBase: TypeAlias = torch.optim.Optimizer
+else:
+    _OptimizerBase = object
+
+
+def _split_list(items: list[T], n: int) -> list[list[T]]:
     """``items`` in ``n`` nearly equal consecutive chunks (the first ones one longer)."""
     d, r = divmod(len(items), n)
     return [items[i * d + min(i, r):(i + 1) * d + min(i + 1, r)] for i in range(n)]
 
 
-def _check_groups(groups: Any) -> None:
+def _check_groups(groups: object) -> None:
+    """Raises ValueError unless ``groups`` is None, a positive number, or lists of distinct
+    tensors."""
     if groups is None:
         return
     if not (isinstance(groups, list) or (isinstance(groups, int) and groups > 0)):
@@ -40,15 +58,31 @@ def _check_groups(groups: Any) -> None:
 
 
 # A submitted reduction: (handle, compression context).
-_Pending = tuple[Any, Any]
+_Pending: TypeAlias = "tuple[Handle, Any]"
+# What ``_handles`` holds: ``id(p)`` -> (p, handle or None, context), or ``id(group)`` -> a
+# _GroupEntry once the whole group was submitted.
+_ParamEntry: TypeAlias = "tuple[torch.Tensor, Handle | None, Any]"
 
 
-class _DistributedMixin:
+class _GroupEntry(NamedTuple):
+    """A group of parameters whose reductions were submitted together."""
+
+    params: tuple[torch.Tensor, ...]
+    #: (handle, compression context) per parameter.
+    pending: list[_Pending]
+
+
+class _DistributedMixin(_OptimizerBase):
     """Mixed into the wrapped optimizer's class (as Horovod does)."""
 
-    def _hvd_setup(self, named_parameters: Any, compression: Any, backward_passes_per_step: int,
-                   op: int, gradient_predivide_factor: float, groups: Any,
+    #: Set by :func:`DistributedOptimizer` before ``_hvd_setup``.
+    _process_set: ProcessSet | None
+
+    def _hvd_setup(self, named_parameters: Iterable[tuple[str, torch.Tensor]] | None,
+                   compression: type[Compressor], backward_passes_per_step: int,
+                   op: int, gradient_predivide_factor: float, groups: Groups | None,
                    sparse_as_dense: bool) -> None:
+        """Checks the arguments, names every parameter and registers the gradient hooks."""
         if op == hvd.Adasum:
             raise NotImplementedError("Adasum is not supported by dtcomm's Horovod API")
         if gradient_predivide_factor != 1.0 and op != hvd.Average:
@@ -61,12 +95,13 @@ class _DistributedMixin:
         self._predivide = gradient_predivide_factor
         self.sparse_as_dense = sparse_as_dense
         self.backward_passes_per_step = backward_passes_per_step
-        param_groups = self.param_groups  # type: ignore[attr-defined]
+        param_groups = self.param_groups
         params = [p for g in param_groups for p in g["params"]]
         if named_parameters is not None:
             named = list(named_parameters)
             if any(not isinstance(n, tuple) for n in named):
-                raise ValueError("named_parameters should be a sequence of tuples (name, parameter)")
+                raise ValueError("named_parameters should be a sequence of tuples "
+                                 "(name, parameter)")
             names = [n for n, _ in named]
             if len(set(names)) != len(names):
                 raise ValueError("Parameter names in named_parameters must be unique")
@@ -81,7 +116,7 @@ class _DistributedMixin:
                            for i, g in enumerate(param_groups) for j, p in enumerate(g["params"])}
         # Per-parameter tables are keyed by ``id(p)``: a tensor's own ``__hash__`` is Python
         # code, paid several times per gradient per step otherwise.
-        self._handles: dict[Any, Any] = {}
+        self._handles: dict[int, _ParamEntry | _GroupEntry] = {}
         self._delay = {id(p): backward_passes_per_step for p in params}
         self._requires_update = [p for p in params if p.requires_grad]
         self._should_sync = True
@@ -96,17 +131,17 @@ class _DistributedMixin:
         if self._member and (hvd._group(self._process_set).size > 1
                              or os.environ.get("HOROVOD_ELASTIC") == "1"):
             if groups is not None:
-                self._form_groups()
+                self._form_groups(groups)
             for p in self._requires_update:
                 self._hooks.append(p.register_post_accumulate_grad_hook(self._hook))
 
     @property
     def _parameter_names(self) -> dict[torch.Tensor, str]:
         """Horovod's table: each parameter and the name its gradient is reduced under."""
-        params = [p for g in self.param_groups for p in g["params"]]  # type: ignore[attr-defined]
+        params = [p for g in self.param_groups for p in g["params"]]
         return {p: self._names[id(p)] for p in params}
 
-    def _form_groups(self) -> None:
+    def _form_groups(self, groups: Groups) -> None:
         """Groups of parameters whose gradients are reduced together, the same on every rank:
         ordered as rank 0 lists them, then ``groups`` chunks, or the given lists plus one
         group per parameter in none of them."""
@@ -116,13 +151,13 @@ class _DistributedMixin:
                                      name="hvd.optimizer.groups", process_set=self._process_set)
         index = {name: i for i, name in enumerate(order)}
         p_list.sort(key=lambda p: index[self._names[id(p)]])
-        if isinstance(self._groups, list):
+        if isinstance(groups, list):
             ids = {id(p) for p in p_list}
-            p_groups = [[p for p in g if id(p) in ids] for g in self._groups]
+            p_groups = [[p for p in g if id(p) in ids] for g in groups]
             grouped = {id(p) for g in p_groups for p in g}
             p_groups += [[p] for p in p_list if id(p) not in grouped]
         else:
-            p_groups = _split_list(p_list, self._groups)
+            p_groups = _split_list(p_list, groups)
         for g in p_groups:
             if not g:
                 continue
@@ -149,10 +184,11 @@ class _DistributedMixin:
         else:
             pre, post, op = 1.0, 1.0, self._op
         compressed, ctx = self._compression.compress(tensor)
-        if hvd._timeline is None:
+        if rt.timeline is None:
             # The gradient path: lent to the negotiator as is, no handle table (the same
             # name as allreduce_async_ gives it, so ranks may mix both).
-            return hvd._lend_allreduce(compressed, "allreduce." + name, hvd._OPS[op], pre, post,
+            return hvd._lend_allreduce(compressed, "allreduce." + name,
+                                       ReduceOp.from_horovod(op), pre, post,
                                        self._process_set), ctx
         h = hvd.allreduce_async_(compressed, name=name, op=op, prescale_factor=pre,
                                  postscale_factor=post, process_set=self._process_set)
@@ -187,7 +223,7 @@ class _DistributedMixin:
         g = id(group)
         self._group_counts[g] += 1
         if self._group_counts[g] == len(group):
-            self._handles[g] = (group, self._grouped_allreduce_grad_async(group))
+            self._handles[g] = _GroupEntry(group, self._grouped_allreduce_grad_async(group))
             for gp in group:
                 self._handles.pop(id(gp), None)
             self._group_counts[g] = 0
@@ -213,23 +249,24 @@ class _DistributedMixin:
         handles = self._handles
         done: set[int] = set()
         for key, entry in handles.items():
-            if isinstance(entry[0], tuple):
-                done.update(id(p) for p in entry[0])
+            if isinstance(entry, _GroupEntry):
+                done.update(id(p) for p in entry.params)
             else:
                 done.add(key)
         for p in self._requires_update:
             if id(p) not in done:
                 handles[id(p)] = (p, *self._allreduce_grad_async(p))
         for key, entry in list(handles.items()):
-            if not isinstance(entry[0], tuple) and entry[1] is None:
+            if not isinstance(entry, _GroupEntry) and entry[1] is None:
                 handles[key] = (entry[0], *self._allreduce_grad_async(entry[0]))
         for entry in handles.values():
-            if isinstance(entry[0], tuple):
-                for p, (h, ctx) in zip(entry[0], entry[1]):
+            if isinstance(entry, _GroupEntry):
+                for p, (h, ctx) in zip(entry.params, entry.pending, strict=True):
                     self._write_back(p, hvd.synchronize(h), ctx)
             else:
-                p, h, ctx = entry
-                self._write_back(p, hvd.synchronize(h), ctx)
+                p, pending, ctx = entry
+                assert pending is not None  # (every parameter's reduction was started above)
+                self._write_back(p, hvd.synchronize(pending), ctx)
         for g in self._group_counts:
             self._group_counts[g] = 0
         handles.clear()
@@ -250,7 +287,7 @@ class _DistributedMixin:
         for p in self._delay:
             self._delay[p] = passes
 
-    def load_state_dict(self, *args: Any, **kwargs: Any) -> Any:
+    def load_state_dict(self, *args: Any, **kwargs: Any) -> None:
         # Forgets pending reductions (e.g. of a failed round, before an elastic restore).
         self._handles = {}
         self._synchronized = False
@@ -259,9 +296,16 @@ class _DistributedMixin:
             self._group_counts[g] = 0
         for p in self._delay:
             self._delay[p] = self.backward_passes_per_step
-        return super().load_state_dict(*args, **kwargs)  # type: ignore[misc]
+        return super().load_state_dict(*args, **kwargs)
 
-    def step(self, closure: Any = None) -> Any:
+    @overload
+    def step(self, closure: None = None) -> None: ...
+
+    @overload
+    def step(self, closure: Callable[[], float]) -> float: ...
+
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:
+        """Waits for the gradients' reductions (unless skipped), then steps."""
         if self._should_sync:
             if self._synchronized:
                 warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
@@ -269,20 +313,22 @@ class _DistributedMixin:
                               stacklevel=2)
             self.synchronize()
         self._synchronized = False
-        return super().step(closure)  # type: ignore[misc]
+        return super().step(closure)
 
-    def zero_grad(self, *args: Any, **kwargs: Any) -> Any:
+    def zero_grad(self, *args: Any, **kwargs: Any) -> None:
         if self._handles:
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
                                  "before optimizer.step() or optimizer.synchronize().")
-        return super().zero_grad(*args, **kwargs)  # type: ignore[misc]
+        return super().zero_grad(*args, **kwargs)
 
 
-def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Any = None,
-                         compression: Any = Compression.none, backward_passes_per_step: int = 1,
-                         op: int = 0, gradient_predivide_factor: float = 1.0,
-                         num_groups: int = 0, groups: Any = None,
-                         sparse_as_dense: bool = False, process_set: Any = None) -> Any:
+def DistributedOptimizer(
+        optimizer: torch.optim.Optimizer,
+        named_parameters: Iterable[tuple[str, torch.Tensor]] | None = None,
+        compression: type[Compressor] = Compression.none, backward_passes_per_step: int = 1,
+        op: int = hvd.Average, gradient_predivide_factor: float = 1.0, num_groups: int = 0,
+        groups: Groups | None = None, sparse_as_dense: bool = False,
+        process_set: ProcessSet | None = None) -> _DistributedMixin:
     """Wraps ``optimizer`` so that ``step()`` applies gradients averaged over every rank (of
     ``process_set``, when given; a rank outside the set steps on its own gradients), reduced
     by parameter name as each becomes ready during ``backward()``. ``groups``: a
@@ -295,7 +341,8 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Any
                       "removed in v0.23.0.", DeprecationWarning, stacklevel=2)
         if groups is None:
             groups = num_groups
-    cls = type(optimizer.__class__.__name__, (_DistributedMixin, optimizer.__class__), {})
+    cls: type[_DistributedMixin] = type(optimizer.__class__.__name__,
+                                        (_DistributedMixin, optimizer.__class__), {})
     opt = cls.__new__(cls)
     opt.__dict__.update(optimizer.__dict__)
     opt._process_set = process_set
@@ -305,7 +352,7 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Any
 
 
 def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
-                              model: Any = None) -> None:
+                              model: torch.nn.Module | None = None) -> None:
     """Makes every rank's optimizer state (hyper-parameters and per-parameter state) equal to
     ``root_rank``'s. A new optimizer's state is made first, as Horovod does: zero gradients and
     one step of the wrapped optimizer (never a reducing step), so every rank has state to
@@ -322,7 +369,7 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
                     if isinstance(optimizer, torch.optim.SparseAdam) or id(p) in sparse:
                         p.grad = p.grad.to_sparse()
         if isinstance(optimizer, _DistributedMixin):
-            super(_DistributedMixin, optimizer).step()  # type: ignore[misc]
+            super(_DistributedMixin, optimizer).step()
         else:
             optimizer.step()
     state = hvd.broadcast_object(optimizer.state_dict(), root_rank=root_rank,

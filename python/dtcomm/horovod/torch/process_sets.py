@@ -11,21 +11,35 @@ global set, and build the set's communicator from them (the native path's
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import NoReturn, Protocol, SupportsInt
 
 
-def _not_initialized(ps: ProcessSet) -> Any:
+class Registered(Protocol):
+    """What a set's registered state tells it (``_state._SetState``)."""
+
+    @property
+    def ranks(self) -> list[int]:
+        """The set's global ranks."""
+        ...
+
+    @property
+    def set_rank(self) -> int | None:
+        """This process's rank in the set; None outside it."""
+        ...
+
+
+def _not_initialized(ps: ProcessSet) -> NoReturn:
     raise ValueError("Horovod has not been initialized; use hvd.init().")
 
 
-#: How a set finds its registered state: installed by ``_core`` (which holds the registry and
+#: How a set finds its registered state: installed by ``_state`` (which holds the registry and
 #: imports this module, never the other way round).
-_state_of: Callable[[ProcessSet], Any] = _not_initialized
+_state_of: Callable[[ProcessSet], Registered] = _not_initialized
 
 
-def install_resolver(resolve: Callable[[ProcessSet], Any]) -> None:
-    """Makes ``resolve`` the lookup of every set's registered state (``_core`` calls it)."""
+def install_resolver(resolve: Callable[[ProcessSet], Registered]) -> None:
+    """Makes ``resolve`` the lookup of every set's registered state (``_state`` calls it)."""
     global _state_of
     _state_of = resolve
 
@@ -34,11 +48,11 @@ class ProcessSet:
     """A set of global ranks (``hvd.ProcessSet([0, 2])``). ``process_set_id`` is set when it
     is registered; ``hvd.global_process_set`` (id 0) holds every rank."""
 
-    def __init__(self, ranks: Any) -> None:
+    def __init__(self, ranks: Iterable[SupportsInt]) -> None:
         self.ranks: list[int] = sorted({int(r) for r in ranks})
         self.process_set_id: int | None = None
 
-    def _registered(self) -> Any:
+    def _registered(self) -> Registered:
         return _state_of(self)
 
     def size(self) -> int:

@@ -6,11 +6,10 @@ number of ranks (of the process set, when one is given)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from . import _core
+from .process_sets import ProcessSet
 
 
 class SparseAllreduceHandle:
@@ -46,7 +45,7 @@ class SparseAllreduceHandle:
 
 
 def sparse_allreduce_async(tensor: torch.Tensor, name: str | None, op: int | None,
-                           process_set: Any = None) -> SparseAllreduceHandle:
+                           process_set: ProcessSet | None = None) -> SparseAllreduceHandle:
     """Starts the allgathers of ``tensor``'s indices and values (``op``: ``Average``, the
     default, or ``Sum``); returns a callable handle."""
     if not tensor.is_sparse:

@@ -78,7 +78,7 @@ class _SyncBatchNormFn(torch.autograd.Function):
         return y.to(input.dtype)
 
     @staticmethod
-    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[Any, ...]:
+    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         x, weight, mean, invstd = ctx.saved_tensors
         need_input, need_weight, need_bias = ctx.needs_input_grad[0:3]
         c = x.shape[1]
@@ -114,8 +114,9 @@ class SyncBatchNorm(_BatchNorm):
     ``num_features`` is ``C`` of an ``(N, C, ...)`` input."""
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
-                 affine: bool = True, track_running_stats: bool = True, device: Any = None,
-                 dtype: Any = None) -> None:
+                 affine: bool = True, track_running_stats: bool = True,
+                 device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None) -> None:
         super().__init__(num_features, eps, momentum, affine, track_running_stats,
                          device=device, dtype=dtype)
 

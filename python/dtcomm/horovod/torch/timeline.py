@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import IO, Callable
+from collections.abc import Callable
+from typing import IO
 
 #: Takes the cycle marks recorded since the last call: (Unix µs list, how many were dropped).
 MarkSource = Callable[[], "tuple[list[int], int]"]

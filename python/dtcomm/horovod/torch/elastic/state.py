@@ -105,7 +105,13 @@ class TorchState(State):
     ``state_dict``, other values are copied. Assigning a new model/optimizer/sampler to an
     attribute saves it."""
 
-    def __init__(self, model: Any = None, optimizer: Any = None, **kwargs: Any) -> None:
+    #: The handler of each attribute that has one (modules, optimizers, samplers).
+    _handlers: dict[str, StateHandler]
+    #: The last saved copy of the other attributes.
+    _saved_state: dict[str, Any]
+
+    def __init__(self, model: torch.nn.Module | None = None,
+                 optimizer: torch.optim.Optimizer | None = None, **kwargs: Any) -> None:
         super().__init__()
         values = {**kwargs, "model": model, "optimizer": optimizer}
         handlers: dict[str, StateHandler] = {}
@@ -174,5 +180,5 @@ class TorchState(State):
             g = _api._group
             why = g.member.ended if g is not None and g.member is not None else None
             e = HostsUpdatedInterrupt(why or "another rank saw the round end")
-            e.skip_sync = False  # type: ignore[attr-defined]
+            e.skip_sync = False
             raise e
