@@ -13,7 +13,11 @@ pub fn frame_header(bytes: &[u8]) {
     };
     let h: [u8; HEADER_LEN] = h.try_into().expect("32 bytes");
     if let Ok((call, len)) = frame::decode(&h) {
-        assert_eq!(frame::encode(&call, len), h, "{call:?} re-encoded differently");
+        assert_eq!(
+            frame::encode(&call, len),
+            h,
+            "{call:?} re-encoded differently"
+        );
     }
 }
 

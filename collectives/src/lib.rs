@@ -37,6 +37,8 @@
 //! with a [`CommError`] naming the ranks, the call and its sequence number, and a failed
 //! communicator says so on every later call.
 
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 mod bootstrap;
 pub mod call;
 mod communicator;

@@ -1,13 +1,14 @@
 //! Which backend runs a checked call, decided in one place, and the dispatch to it. The
 //! backends (`backend/`, a file each) only run what they are given:
 //!
-//! | route | when | backend |
-//! |---|---|---|
-//! | [`Route::SharedMemory`] | every rank on this host, a collective shared memory has (all but point to point and the uneven forms) | `shm.rs` |
-//! | [`Route::Hierarchical`] | an allreduce over hosts that each share memory within | `hierarchical.rs` |
-//! | [`Route::Links`] | everything else on host memory | `links.rs` (the schedules) |
-//! | [`DeviceRoute::Nccl`] | device buffers, the agreed path NCCL and the call NCCL's | `nccl_calls.rs` |
-//! | [`DeviceRoute::Staged`] | other device buffers (point to point always) | `staged.rs` |
+//! * [`Route::SharedMemory`] (`shm.rs`): every rank on this host and a collective shared
+//!   memory has (all but point to point and the uneven forms);
+//! * [`Route::Hierarchical`] (`hierarchical.rs`): an allreduce over hosts that each share
+//!   memory within;
+//! * [`Route::Links`] (`links.rs`, the schedules): everything else on host memory;
+//! * [`DeviceRoute::Nccl`] (`nccl_calls.rs`): device buffers, the agreed path NCCL and the
+//!   call one NCCL has;
+//! * [`DeviceRoute::Staged`] (`staged.rs`): other device buffers (point to point always).
 //!
 //! Before any of them, a call on a communicator whose round ended, that failed or was shut down
 //! is refused ([`Inner::refuse_if_over`]).
@@ -121,12 +122,14 @@ impl Inner {
                 Some(mut f) => self.watch(st, &mut f),
             };
         }
-        // SAFETY (each arm): as for this function.
         match self.route(st, call) {
+            // SAFETY: as for this function (checked call, valid buffers).
             Route::SharedMemory => unsafe { self.run_shm(st, call) },
+            // SAFETY: as for this function (checked call, valid buffers).
             Route::Hierarchical { op, host, peers } => unsafe {
                 self.run_hierarchical(st, call, op, host, &peers)
             },
+            // SAFETY: as for this function (checked call, valid buffers).
             Route::Links => unsafe { self.run_links(st, call) },
         }
     }
@@ -165,8 +168,8 @@ impl Inner {
                 // SAFETY: the caller's contract.
                 unsafe { self.enqueue_nccl(st, rt, call, op, device, stream) }.map(Some)
             }
-            // SAFETY: the caller's contract.
             DeviceRoute::Staged => {
+                // SAFETY: the caller's contract: valid device buffers until the call is over.
                 unsafe { self.stage(st, rt, call, device, stream) }.map(|()| None)
             }
         }

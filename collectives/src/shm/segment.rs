@@ -174,6 +174,7 @@ pub(crate) fn attach(path: &str, len: usize) -> io::Result<Mapping> {
         unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) },
         &format!("opening {path}"),
     )?;
+    // SAFETY: `stat` is plain data for which all zeroes is a valid value; `fstat` fills it below.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: `fd` is open; `st` is a valid out-parameter.
     let r = unsafe { libc::fstat(fd, &mut st) };

@@ -19,6 +19,7 @@ impl Waker {
         }
         // SAFETY: `fd` is a fresh descriptor nobody else owns.
         Ok(Waker {
+            // SAFETY: `fd` is a fresh descriptor nobody else owns.
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
         })
     }

@@ -39,6 +39,7 @@ impl Inner {
         // SAFETY: the buffers passed `check` and are valid per the caller's contract; `input`
         // copies a send that overlaps the output.
         let i = match send {
+            // SAFETY: checked buffers, valid for the call (`run`'s contract).
             Some(s) if s.ptr() != r.ptr() => Some(unsafe { input(send, recv, &mut copy) }),
             _ => None,
         };

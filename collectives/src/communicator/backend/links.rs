@@ -178,6 +178,7 @@ impl Inner {
                 match send {
                     Some(s) if s.ptr() != r.ptr() && !s.overlaps(r) && algo == Algo::Ring => {
                         let sched = ring::allreduce_out_of_place(rank, world, n);
+                        // SAFETY: checked buffers, valid for the call (`run`'s contract).
                         let (w, i) = unsafe { (bytes_mut(recv), bytes_mut(send)) };
                         run(
                             st,
@@ -195,9 +196,11 @@ impl Inner {
                     }
                     _ => {
                         if let Some(s) = send {
+                            // SAFETY: checked buffers, valid for the call (`run`'s contract).
                             unsafe { copy_over(s, r) };
                         }
                         let sched = allreduce_schedule(cfg, rank, world, n, dtype);
+                        // SAFETY: checked buffers, valid for the call (`run`'s contract).
                         let w = unsafe { bytes_mut(recv) };
                         run(
                             st,
@@ -215,16 +218,19 @@ impl Inner {
                     }
                 }
                 if *op == ReduceOp::Avg {
+                    // SAFETY: checked buffers, valid for the call (`run`'s contract).
                     divide_bytes(dtype, unsafe { bytes_mut(recv) }, world);
                 }
             }
             Collective::Broadcast { root } => {
                 let r = recv.expect("checked");
                 if let (Some(s), true) = (send, rank == *root) {
+                    // SAFETY: checked buffers, valid for the call (`run`'s contract).
                     unsafe { copy_over(s, r) };
                 }
                 let n = r.count();
                 let sched = broadcast_schedule(cfg, rank, world, *root, n, dtype);
+                // SAFETY: checked buffers, valid for the call (`run`'s contract).
                 let w = unsafe { bytes_mut(recv) };
                 run(
                     st,
@@ -246,7 +252,9 @@ impl Inner {
                 let sched = tree::reduce_binomial(rank, world, *root, n);
                 if rank == *root {
                     let r = recv.expect("checked");
+                    // SAFETY: checked buffers, valid for the call (`run`'s contract).
                     unsafe { copy_over(input, r) };
+                    // SAFETY: checked buffers, valid for the call (`run`'s contract).
                     let w = unsafe { bytes_mut(recv) };
                     run(
                         st,
@@ -262,10 +270,12 @@ impl Inner {
                         },
                     )?;
                     if *op == ReduceOp::Avg {
+                        // SAFETY: checked buffers, valid for the call (`run`'s contract).
                         divide_bytes(dtype, unsafe { bytes_mut(recv) }, world);
                     }
                 } else {
                     // Non-root buffers stay as they were: the tree writes partial sums.
+                    // SAFETY: checked buffers, valid for the call (`run`'s contract).
                     scratch = unsafe { staged(Some(input)) };
                     let w = &mut as_bytes(&mut scratch)[..n * dtype.size()];
                     run(
@@ -288,7 +298,9 @@ impl Inner {
                 let counts = counts.clone().unwrap_or_else(|| vec![s.count(); world]);
                 let total = counts.iter().sum();
                 let sched = allgather_schedule(cfg, rank, world, &counts, dtype);
+                // SAFETY: checked buffers, valid for the call (`run`'s contract).
                 let i = unsafe { input(send, recv, &mut copy) };
+                // SAFETY: checked buffers, valid for the call (`run`'s contract).
                 let w = unsafe { bytes_mut(recv) };
                 run(
                     st,
@@ -308,6 +320,7 @@ impl Inner {
                 let (s, r) = (send.expect("checked"), recv.expect("checked"));
                 let n = r.count();
                 let es = dtype.size();
+                // SAFETY: checked buffers, valid for the call (`run`'s contract).
                 scratch = unsafe { staged(Some(s)) };
                 let w = &mut as_bytes(&mut scratch)[..s.count() * es];
                 let sched = ring::reduce_scatter(rank, world, &vec![n; world]);
@@ -324,6 +337,7 @@ impl Inner {
                         input: &[],
                     },
                 )?;
+                // SAFETY: checked buffers, valid for the call (`run`'s contract).
                 let out = unsafe { bytes_mut(recv) };
                 out.copy_from_slice(&w[rank * n * es..(rank + 1) * n * es]);
                 if *op == ReduceOp::Avg {
@@ -334,8 +348,10 @@ impl Inner {
                 let s = send.expect("checked");
                 let sched = direct::gather(rank, world, *root, &vec![s.count(); world]);
                 let (i, w) = if rank == *root {
+                    // SAFETY: checked buffers, valid for the call (`run`'s contract).
                     unsafe { (input(send, recv, &mut copy), bytes_mut(recv)) }
                 } else {
+                    // SAFETY: checked buffers, valid for the call (`run`'s contract).
                     (unsafe { bytes_mut(send) } as &[u8], &mut [][..])
                 };
                 run(
@@ -356,10 +372,12 @@ impl Inner {
                 let r = recv.expect("checked");
                 let sched = direct::scatter(rank, world, *root, &vec![r.count(); world]);
                 let i: &[u8] = if rank == *root {
+                    // SAFETY: checked buffers, valid for the call (`run`'s contract).
                     unsafe { input(send, recv, &mut copy) }
                 } else {
                     &[]
                 };
+                // SAFETY: checked buffers, valid for the call (`run`'s contract).
                 let w = unsafe { bytes_mut(recv) };
                 run(
                     st,
@@ -389,7 +407,9 @@ impl Inner {
                 let sc = crate::call::block_counts(send_counts.as_ref(), s.count(), world);
                 let rc = crate::call::block_counts(recv_counts.as_ref(), r.count(), world);
                 let sched = direct::all_to_all(rank, world, &sc, &rc);
+                // SAFETY: checked buffers, valid for the call (`run`'s contract).
                 let i = unsafe { input(send, recv, &mut copy) };
+                // SAFETY: checked buffers, valid for the call (`run`'s contract).
                 let w = unsafe { bytes_mut(recv) };
                 run(
                     st,
@@ -423,6 +443,7 @@ impl Inner {
             }
             Collective::Send { peer } => {
                 let n = send.expect("checked").count();
+                // SAFETY: checked buffers, valid for the call (`run`'s contract).
                 let i = unsafe { bytes_mut(send) };
                 let seq = SeqKind::SendTo(*peer);
                 run(
@@ -458,6 +479,7 @@ impl Inner {
                             .inspect_err(|e| st.failed = Some(e.clone()))?
                     }
                 };
+                // SAFETY: checked buffers, valid for the call (`run`'s contract).
                 let w = unsafe { bytes_mut(recv) };
                 let seq = SeqKind::RecvFrom(peer);
                 run(

@@ -59,9 +59,11 @@ impl Inner {
                 desc.redop = Some(*op);
                 desc.count = r.count() as u64;
                 let i = match send {
+                    // SAFETY: checked buffers, valid for the call (`run`'s contract).
                     Some(s) if s.ptr() != r.ptr() => Some(unsafe { input(send, recv, &mut copy) }),
                     _ => None,
                 };
+                // SAFETY: checked buffers, valid for the call (`run`'s contract).
                 let w = unsafe { bytes_mut(recv) };
                 st.seq += 1;
                 st.engine
@@ -70,6 +72,7 @@ impl Inner {
                     })
                     .map(|()| {
                         if *op == ReduceOp::Avg {
+                            // SAFETY: checked buffers, valid for the call (`run`'s contract).
                             divide_bytes(dtype, unsafe { bytes_mut(recv) }, self.world);
                         }
                     })
@@ -85,9 +88,12 @@ impl Inner {
                 let mut scratch;
                 let w: &mut [u8] = if self.rank == *root {
                     let r = recv.expect("checked");
+                    // SAFETY: checked buffers, valid for the call (`run`'s contract).
                     unsafe { copy_over(inp, r) };
+                    // SAFETY: checked buffers, valid for the call (`run`'s contract).
                     unsafe { bytes_mut(recv) }
                 } else {
+                    // SAFETY: checked buffers, valid for the call (`run`'s contract).
                     scratch = unsafe { staged(Some(inp)) };
                     &mut as_bytes(&mut scratch)[..n * dtype.size()]
                 };
@@ -99,6 +105,7 @@ impl Inner {
                     })
                     .map(|()| {
                         if is_root && *op == ReduceOp::Avg {
+                            // SAFETY: checked buffers, valid for the call (`run`'s contract).
                             divide_bytes(dtype, unsafe { bytes_mut(recv) }, self.world);
                         }
                     })
@@ -106,10 +113,12 @@ impl Inner {
             Collective::Broadcast { root } => {
                 let r = recv.expect("checked");
                 if let (Some(s), true) = (send, self.rank == *root) {
+                    // SAFETY: checked buffers, valid for the call (`run`'s contract).
                     unsafe { copy_over(s, r) };
                 }
                 desc.count = r.count() as u64;
                 desc.root = Some(*root);
+                // SAFETY: checked buffers, valid for the call (`run`'s contract).
                 let w = unsafe { bytes_mut(recv) };
                 st.seq += 1;
                 st.engine
@@ -122,7 +131,9 @@ impl Inner {
                     "route.rs sends allgatherv over the links"
                 );
                 desc.count = (s.count() * self.world) as u64;
+                // SAFETY: checked buffers, valid for the call (`run`'s contract).
                 let i = unsafe { input(send, recv, &mut copy) };
+                // SAFETY: checked buffers, valid for the call (`run`'s contract).
                 let w = unsafe { bytes_mut(recv) };
                 st.seq += 1;
                 st.engine
@@ -131,7 +142,9 @@ impl Inner {
             Collective::ReduceScatter { op } => {
                 desc.redop = Some(*op);
                 desc.count = send.expect("checked").count() as u64;
+                // SAFETY: checked buffers, valid for the call (`run`'s contract).
                 let i = unsafe { input(send, recv, &mut copy) };
+                // SAFETY: checked buffers, valid for the call (`run`'s contract).
                 let w = unsafe { bytes_mut(recv) };
                 st.seq += 1;
                 st.engine
@@ -140,6 +153,7 @@ impl Inner {
                     })
                     .map(|()| {
                         if *op == ReduceOp::Avg {
+                            // SAFETY: checked buffers, valid for the call (`run`'s contract).
                             divide_bytes(dtype, unsafe { bytes_mut(recv) }, self.world);
                         }
                     })
@@ -149,7 +163,9 @@ impl Inner {
                 recv_counts: None,
             } => {
                 desc.count = send.expect("checked").count() as u64;
+                // SAFETY: checked buffers, valid for the call (`run`'s contract).
                 let i = unsafe { input(send, recv, &mut copy) };
+                // SAFETY: checked buffers, valid for the call (`run`'s contract).
                 let w = unsafe { bytes_mut(recv) };
                 st.seq += 1;
                 st.engine
@@ -159,8 +175,10 @@ impl Inner {
                 desc.count = send.expect("checked").count() as u64;
                 desc.root = Some(*root);
                 let (i, w) = if self.rank == *root {
+                    // SAFETY: checked buffers, valid for the call (`run`'s contract).
                     unsafe { (input(send, recv, &mut copy), bytes_mut(recv)) }
                 } else {
+                    // SAFETY: checked buffers, valid for the call (`run`'s contract).
                     (unsafe { bytes_mut(send) } as &[u8], &mut [][..])
                 };
                 st.seq += 1;
@@ -171,10 +189,12 @@ impl Inner {
                 desc.count = recv.expect("checked").count() as u64;
                 desc.root = Some(*root);
                 let i: &[u8] = if self.rank == *root {
+                    // SAFETY: checked buffers, valid for the call (`run`'s contract).
                     unsafe { input(send, recv, &mut copy) }
                 } else {
                     &[]
                 };
+                // SAFETY: checked buffers, valid for the call (`run`'s contract).
                 let w = unsafe { bytes_mut(recv) };
                 st.seq += 1;
                 st.engine.run_local(&desc, timeout, |cx| {
