@@ -7,6 +7,8 @@
 //! * [`rdzv`]: the rendezvous barrier herd and the servers it runs against (`rdzv_perf`).
 //! * [`stats`]: medians for reports.
 
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 pub mod emu;
 pub mod perf;
 pub mod rdzv;

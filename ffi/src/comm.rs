@@ -41,7 +41,9 @@ pub unsafe extern "C" fn dtcomm_version(
             (patch, env!("CARGO_PKG_VERSION_PATCH")),
         ] {
             if !p.is_null() {
-                // SAFETY: the caller's contract.
+                // SAFETY: `p` is one of the caller's three pointers and is non-null (checked just
+                // above); `dtcomm_version`'s contract makes a non-null one valid for a write of one
+                // `c_int`. Nothing keeps the pointer after this write.
                 unsafe { p.write(v(s)) };
             }
         }
@@ -249,7 +251,10 @@ fn cstr(func: &str, what: &str, p: *const c_char) -> Result<Option<String>, Fail
     if p.is_null() {
         return Ok(None);
     }
-    // SAFETY: the caller passes a NUL-terminated string (documented).
+    // SAFETY: `p` is non-null (checked above). The only caller, `dtcomm_comm_init_rank`, passes its
+    // `endpoint` and `run_id`, which its contract makes NULL or NUL-terminated strings readable
+    // until it returns; the borrowed `CStr` does not outlive this function (it is copied into an
+    // owned `String`).
     let s = unsafe { CStr::from_ptr(p) };
     s.to_str()
         .map(|s| Some(s.to_owned()))
@@ -271,7 +276,9 @@ fn finish(func: &str, out: *mut dtcomm_comm_t, ex: Explicit) -> Result<(), Fail>
         c.comm.transport_description()
     ));
     let h = handles::add_comm(c);
-    // SAFETY: checked non-null by the caller of `finish`.
+    // SAFETY: both callers, `dtcomm_comm_init` and `dtcomm_comm_init_rank`, refuse a NULL `out`
+    // before calling `finish`, and their contracts make it valid for a write of one
+    // `dtcomm_comm_t`.
     unsafe { out.write(h) };
     Ok(())
 }
@@ -363,7 +370,10 @@ pub unsafe extern "C" fn dtcomm_comm_subset(
         let list: Vec<c_int> = if nranks == 0 {
             Vec::new()
         } else {
-            // SAFETY: non-null and `nranks` long by the caller's contract.
+            // SAFETY: `ranks` is non-null here (NULL with `nranks > 0` was refused above, and this
+            // branch has `nranks > 0`); the contract makes it valid for `nranks` reads of `c_int`
+            // while this call runs, and the slice is copied into a `Vec` at once, so no borrow of
+            // the caller's memory outlives this statement.
             unsafe { std::slice::from_raw_parts(ranks, nranks) }.to_vec()
         };
         let list = list
@@ -387,7 +397,8 @@ pub unsafe extern "C" fn dtcomm_comm_subset(
             }),
             None => 0,
         };
-        // SAFETY: checked non-null.
+        // SAFETY: `out` is non-null (checked at the top) and the contract makes it valid for a
+        // write of one `dtcomm_comm_t`.
         unsafe { out.write(h) };
         Ok(())
     })
@@ -434,7 +445,9 @@ fn topo(
             return Err(invalid(func, "output pointer is NULL"));
         }
         let c = get(func, h)?;
-        // SAFETY: checked non-null; the caller's contract.
+        // SAFETY: `out` is non-null (checked above). `topo`'s callers (`dtcomm_comm_rank`,
+        // `dtcomm_comm_size`, `dtcomm_comm_local_rank`) pass their caller's pointer unchanged,
+        // which their contracts make valid for a write of one `c_int`.
         unsafe { out.write(f(&c) as c_int) };
         Ok(())
     })

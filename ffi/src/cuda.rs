@@ -40,12 +40,15 @@ pub unsafe extern "C" fn dtcomm_cuda_status(
         let json = cuda_status().to_json();
         let size = json.len() + 1;
         if !needed.is_null() {
-            // SAFETY: the caller's contract.
+            // SAFETY: `needed` is non-null (checked just above), and the contract makes a non-null
+            // `needed` valid for a write of one `usize`.
             unsafe { needed.write(size) };
         }
         if len < size {
             if len > 0 {
-                // SAFETY: buf is valid for len >= 1 bytes.
+                // SAFETY: `len > 0` here and a NULL `buf` with `len > 0` was refused at the top, so
+                // `buf` is the caller's buffer, valid for `len` >= 1 bytes of writes by the
+                // contract.
                 unsafe { buf.write(0) };
             }
             return Err(invalid(
@@ -53,8 +56,11 @@ pub unsafe extern "C" fn dtcomm_cuda_status(
                 format!("buffer of {len} bytes is too small: the status needs {size}"),
             ));
         }
-        // SAFETY: buf is valid for len >= size bytes; the JSON has no NUL (control characters
-        // are escaped).
+        // SAFETY: `buf` is non-null (`len >= size >= 1`, and NULL with `len > 0` was refused) and
+        // valid for `len >= size = json.len() + 1` bytes of writes by the contract: the copy fills
+        // the first `json.len()` and the terminator the last. `json` is our own `String`, so the
+        // regions cannot overlap, and it has no NUL inside (control characters are escaped), so the
+        // C string ends at the terminator.
         unsafe {
             std::ptr::copy_nonoverlapping(json.as_ptr(), buf.cast::<u8>(), json.len());
             buf.add(json.len()).write(0);
@@ -72,24 +78,29 @@ mod tests {
     #[test]
     fn sizes_and_writes_the_json() {
         let mut needed = 0usize;
-        // SAFETY: NULL with len 0 asks the size.
+        // SAFETY: a NULL `buf` with `len` 0 only asks the size (nothing is written to it), and
+        // `needed` points at a live local `usize`.
         let rc = unsafe { dtcomm_cuda_status(std::ptr::null_mut(), 0, &mut needed) };
         assert_eq!(rc, DTCOMM_INVALID_ARGUMENT);
         assert!(needed > 2);
         let mut small = [1 as c_char; 8];
-        // SAFETY: 8 valid bytes.
+        // SAFETY: `small` is a live local array of exactly the 8 bytes passed as `len`; `needed`
+        // points at a live local `usize`.
         let rc = unsafe { dtcomm_cuda_status(small.as_mut_ptr(), 8, &mut needed) };
         assert_eq!(rc, DTCOMM_INVALID_ARGUMENT);
         assert_eq!(small[0], 0);
         let mut buf = vec![1 as c_char; needed + 4096];
-        // SAFETY: buf.len() valid bytes; needed may be NULL.
+        // SAFETY: `buf` is a live `Vec` of `buf.len()` bytes, the length passed, and not otherwise
+        // borrowed during the call; a NULL `needed` is allowed.
         let rc = unsafe { dtcomm_cuda_status(buf.as_mut_ptr(), buf.len(), std::ptr::null_mut()) };
         assert_eq!(rc, DTCOMM_SUCCESS);
-        // SAFETY: NUL-terminated by the call.
+        // SAFETY: the call succeeded, so it wrote a NUL-terminated string into `buf`, which stays
+        // alive and unmodified while `json` borrows it.
         let json = unsafe { CStr::from_ptr(buf.as_ptr()) }.to_str().unwrap();
         assert!(json.starts_with("{\"usable\":"), "{json}");
         assert!(json.contains(",\"nccl\":{\"found\":"), "{json}");
-        // SAFETY: NULL buffer with a length is refused before any write.
+        // SAFETY: deliberately outside the contract (NULL `buf` with `len` 5) to check the refusal:
+        // the function returns `DTCOMM_INVALID_ARGUMENT` before it touches either pointer.
         let rc = unsafe { dtcomm_cuda_status(std::ptr::null_mut(), 5, std::ptr::null_mut()) };
         assert_eq!(rc, DTCOMM_INVALID_ARGUMENT);
     }

@@ -302,6 +302,11 @@ mod tests {
                         let stream = gpu.new_stream(d).unwrap();
                         let sp = stream.0 as *mut c_void;
                         let p = gpu.upload(d, &[rank as f32 + 1.0; 4]);
+                        // SAFETY: `p` is a live allocation of 4 `f32` on device `d` of the
+                        // in-memory GPU twin this communicator's device runtime was set to; the
+                        // twin resolves device addresses through its own allocation table (checked,
+                        // never dereferenced as host memory), and `sp` is a stream of that device.
+                        // `req` is NULL, so the call blocks until the result is in `p`.
                         let rc = unsafe {
                             dtcomm_cuda_all_reduce(
                                 h,
@@ -319,6 +324,10 @@ mod tests {
                         assert_eq!(gpu.download::<f32>(p, 4), vec![6.0; 4]);
                         let out = gpu.alloc(d, 4 * world);
                         let mut req: dtcomm_request_t = 0;
+                        // SAFETY: as above for `p` (1 element read) and `out` (a twin allocation of
+                        // `4 * world` bytes, the `world` `f32` the gather writes); `req` is a live
+                        // local the call writes the request handle to, and `p` and `out` stay
+                        // allocated until the request is waited for below.
                         let rc = unsafe {
                             dtcomm_cuda_all_gather(
                                 h,
@@ -336,6 +345,9 @@ mod tests {
                         gpu.sync(d, StreamHandle(stream.0)).unwrap();
                         assert_eq!(gpu.download::<f32>(out, world), vec![6.0; world]);
                         crate::request::dtcomm_request_free(req);
+                        // SAFETY: the negative device is refused while the arguments are checked,
+                        // before any buffer or the stream is touched; the pointers are the same
+                        // live twin allocations as above anyway.
                         let rc = unsafe {
                             dtcomm_cuda_broadcast(
                                 h,

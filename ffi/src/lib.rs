@@ -14,12 +14,13 @@
 //! * `comm.rs`: version queries, `dtcomm_comm_init` (from the launcher environment, with the
 //!   precedence of Python's `dtcomm.init()`) and `dtcomm_comm_init_rank`, destroy, topology;
 //! * `cuda.rs`: `dtcomm_cuda_status`, whether CUDA and NCCL are usable here, as JSON;
-//! * `ops.rs`: every collective, blocking and non-blocking (`dtcomm_i*`);
+//! * `ops/`: every collective, blocking and non-blocking (`dtcomm_i*`);
 //! * `request.rs`: `dtcomm_test`, `dtcomm_wait`, `dtcomm_request_free`;
-//! * `negotiate.rs`: Horovod's model: a negotiator, named operations completing once every
+//! * `negotiate/`: Horovod's model: a negotiator, named operations completing once every
 //!   rank submitted them, fused allreduces (`dtcomm_negotiator_*`, `dtcomm_named_*`).
 
 #![allow(non_camel_case_types)]
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 mod comm;
 mod cuda;

@@ -24,7 +24,8 @@ pub unsafe extern "C" fn dtcomm_test(req: dtcomm_request_t, done: *mut c_int) ->
             return Err(invalid(F, "done is NULL"));
         }
         let w = handles::request(req).ok_or_else(|| invalid(F, unknown(req)))?;
-        // SAFETY: checked non-null; the caller's contract.
+        // SAFETY: `done` is non-null (checked at the top) and the contract makes it valid for a
+        // write of one `c_int`.
         unsafe { done.write(c_int::from(w.test())) };
         Ok(())
     })

@@ -3,6 +3,8 @@
 //! here, stopped by PID), every rank a separate process finding the others through the
 //! launcher environment as in `dtcomm.init()`. `cuda_status.c` needs no ranks and runs once.
 
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -36,10 +36,19 @@ pub(crate) struct Buf {
     owner: Option<Owner>,
 }
 
-// SAFETY: the memory is owned by the exporter, which the `Owner` keeps alive; the engine
-// touches it from one thread at a time (the caller's, or the ordered worker's), and the
-// release in `Drop` takes the GIL.
+// SAFETY: a `Buf` is an address into memory the exporter owns plus the export that keeps it
+// alive; neither is tied to the thread that made it. The memory is used from one thread at a
+// time (the caller's, or the engine's worker running the call it belongs to, ordered by the
+// engine). The export is given back only in `Drop`, under the GIL (`Python::try_attach`, or
+// leaked when the interpreter is finalising), whichever thread drops the last reference; the
+// DLPack owner calls its producer's deleter once, from any thread (`dlpack::Managed` is
+// `Send`).
 unsafe impl Send for Buf {}
+// SAFETY: `&Buf` offers reads only: its plain fields, `raw()` (a copy of the address, which
+// the engine uses under `Communicator::run`/`submit`'s contract), and `as_bytes()` (reads of
+// host memory). Nothing reachable through `&Buf` writes the memory or touches the owner, so
+// shared references on several threads cannot race; the engine's worker holds `Arc<Buf>`s
+// only to keep the exports alive until their call finished.
 unsafe impl Sync for Buf {}
 
 /// The dtype of a buffer-protocol format string (`struct` syntax, native byte order).
@@ -65,7 +74,8 @@ impl Buf {
     /// Views `obj`: a torch tensor through DLPack (or a DLPack capsule, consumed), anything
     /// else through the buffer protocol.
     pub(crate) fn extract(obj: &Bound<'_, PyAny>, access: Access, ctx: &Ctx<'_>) -> PyResult<Buf> {
-        // SAFETY: `obj` is a live object; PyObject_CheckBuffer only reads its type.
+        // SAFETY: `obj` is a live object (the `Bound` holds a strong reference) and the GIL is held
+        // (a `Bound` proves it); `PyObject_CheckBuffer` only reads its type's buffer slot.
         if unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) } != 0 {
             return Self::from_buffer(obj, access, ctx);
         }
@@ -84,8 +94,10 @@ impl Buf {
         if access == Access::Write {
             flags |= ffi::PyBUF_WRITABLE;
         }
-        // SAFETY: `view` is a zeroed Py_buffer we own; on success it must be released, which
-        // `Owner::Buffer` does on drop.
+        // SAFETY: `obj` is live and the GIL held (a `Bound`); `view` is a zero-initialised
+        // `Py_buffer` we own alone, boxed so its address stays put while the export lives. On
+        // success the export must be released exactly once, which `Owner::Buffer` does in `Buf`'s
+        // `Drop`; on failure CPython leaves nothing to release and the box is simply freed.
         let rc = unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), &mut *view, flags as c_int) };
         if rc != 0 {
             let cause = PyErr::fetch(obj.py());
@@ -108,12 +120,16 @@ impl Buf {
         let fmt = if v.format.is_null() {
             "B".to_owned()
         } else {
-            // SAFETY: a non-null format is a NUL-terminated string owned by the export.
+            // SAFETY: `v` is a successful export requested with `PyBUF_FORMAT` (part of
+            // `PyBUF_RECORDS_RO`), so a non-null `format` (checked) is a NUL-terminated string the
+            // exporter keeps until the export is released; `buf_owner` holds the export past this
+            // statement, and the string is copied into a `String` at once.
             unsafe { std::ffi::CStr::from_ptr(v.format) }
                 .to_string_lossy()
                 .into_owned()
         };
-        // SAFETY: `v` is a live export.
+        // SAFETY: `v` is a successful export, alive in `buf_owner`, and the GIL is held (`obj` is a
+        // `Bound`); `PyBuffer_IsContiguous` only reads its shape, strides and item size.
         let contiguous = unsafe { ffi::PyBuffer_IsContiguous(&**v, b'C' as _) } != 0;
         let ptr = v.buf.cast::<u8>();
         let bytes = v.len as usize;
@@ -234,8 +250,11 @@ impl Buf {
         if n == 0 {
             return &[];
         }
-        // SAFETY: the export keeps `count` elements of `dtype` at `ptr` alive and readable for
-        // as long as `self` lives.
+        // SAFETY: the memory is host memory (asserted above) and `n > 0`, so `self.ptr` is the
+        // export's non-null start, aligned for its elements (`check_aligned`) and contiguous
+        // (checked at extraction). The export in `self.owner` keeps those `count` elements of
+        // `dtype`, `n` bytes, alive and readable for as long as `self` lives, which bounds the
+        // returned slice; nothing writes through `&self`.
         unsafe { std::slice::from_raw_parts(self.ptr, n) }
     }
 
@@ -261,7 +280,10 @@ impl Drop for Buf {
             let mut owner = Some(owner);
             let released = Python::try_attach(|_py| match owner.take().expect("once") {
                 Owner::Buffer(mut v) => {
-                    // SAFETY: `v` is a live export obtained by PyObject_GetBuffer, released once.
+                    // SAFETY: only `from_buffer` builds an `Owner::Buffer`, after
+                    // `PyObject_GetBuffer` succeeded, so `v` is a live export; `owner.take()` hands
+                    // it to this closure once, so it is released exactly once, and the closure runs
+                    // with the GIL held (`try_attach`).
                     unsafe { ffi::PyBuffer_Release(&mut *v) }
                 }
                 Owner::DlPack(m) => drop(m),
@@ -277,7 +299,9 @@ fn dims(v: &ffi::Py_buffer) -> Vec<isize> {
     if v.shape.is_null() {
         return vec![v.len / v.itemsize.max(1)];
     }
-    // SAFETY: a non-null shape has `ndim` entries owned by the export.
+    // SAFETY: `v` is a successful export the caller still holds (in `buf_owner`); a non-null
+    // `shape` (checked) holds `ndim` entries owned by the exporter until the export is released,
+    // and they are copied into a `Vec` at once.
     unsafe { std::slice::from_raw_parts(v.shape, v.ndim as usize) }.to_vec()
 }
 

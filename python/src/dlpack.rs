@@ -55,7 +55,12 @@ const USED: &CStr = c"used_dltensor";
 /// A consumed `DLManagedTensor`; dropping it calls the producer's deleter.
 pub(crate) struct Managed(*mut DLManagedTensor);
 
-// SAFETY: the producer's tensor is plain memory plus a deleter; we call the deleter once.
+// SAFETY: a `Managed` is the sole owner of its `DLManagedTensor` (the capsule was renamed
+// `used_dltensor`, so the capsule's destructor leaves the tensor alone): moving it to another
+// thread moves that ownership, and nothing else refers to the struct. The memory it describes
+// is used under the engine's contract, not through `Managed`, and the producer's deleter runs
+// once, in `drop`, which happens with the GIL held (`Buf`'s `Drop` under `Python::try_attach`,
+// or an error path that holds a `Bound`), whatever the thread.
 unsafe impl Send for Managed {}
 
 /// What the collectives need to know of a DLPack tensor.
@@ -96,7 +101,13 @@ impl Managed {
             .map_err(|e| ctx.value_err(format!("cannot be exported through DLPack: {e}")))?
         };
         let cap = capsule.as_ptr();
-        // SAFETY: `cap` is a live object; the capsule API checks its type and name.
+        // SAFETY: `cap` is the capsule object, alive for this block (`capsule` holds a strong
+        // reference), and the GIL is held (`obj` is a `Bound`). `PyCapsule_IsValid` checks that it
+        // is a capsule named `dltensor` with a non-null pointer before `PyCapsule_GetPointer` reads
+        // that pointer, which the DLPack protocol makes the producer's `DLManagedTensor`. Renaming
+        // the capsule `used_dltensor` takes ownership: its destructor then leaves the tensor alone,
+        // so the `Managed` returned is the only owner (if the rename fails we return without it,
+        // and the capsule still owns the tensor).
         unsafe {
             if ffi::PyCapsule_IsValid(cap, NAME.as_ptr()) == 0 {
                 return Err(ctx.type_err("gave a DLPack capsule that is not a 'dltensor'"));
@@ -115,17 +126,22 @@ impl Managed {
 
     /// The tensor's layout.
     pub(crate) fn tensor(&self) -> Info {
-        // SAFETY: `self.0` is a live DLManagedTensor until our drop.
+        // SAFETY: `self.0` is the non-null `DLManagedTensor` `from_object` took ownership of; it
+        // lives until `Managed::drop` calls its deleter, which `&self` rules out while `t` is in
+        // use, and the producer does not change the struct after exporting it.
         let t = unsafe { &(*self.0).dl_tensor };
         let nd = t.ndim.max(0) as usize;
         let shape = if nd == 0 || t.shape.is_null() {
             Vec::new()
         } else {
-            // SAFETY: `shape` has `ndim` entries.
+            // SAFETY: `t.shape` is non-null (checked) and, per DLPack, holds `ndim` (`nd > 0`)
+            // `int64` entries owned by the tensor's manager, alive while we own the tensor; they
+            // are copied into a `Vec` at once.
             unsafe { std::slice::from_raw_parts(t.shape, nd) }.to_vec()
         };
         let strides = (!t.strides.is_null() && nd > 0)
-            // SAFETY: non-null `strides` has `ndim` entries.
+            // SAFETY: as for `shape`: a non-null `strides` (checked) holds `ndim` entries alive
+            // while we own the tensor, copied at once.
             .then(|| unsafe { std::slice::from_raw_parts(t.strides, nd) }.to_vec());
         let contiguous = match &strides {
             None => true,
@@ -143,8 +159,9 @@ impl Managed {
             }
         };
         Info {
-            // SAFETY: byte_offset stays within the producer's allocation.
-            data: unsafe { t.data.cast::<u8>().add(t.byte_offset as usize) },
+            // The address only (never dereferenced here; for a CUDA tensor it is a device
+            // address, not host memory), so no `unsafe` in-bounds offset is needed.
+            data: t.data.cast::<u8>().wrapping_add(t.byte_offset as usize),
             device_type: t.device.device_type,
             device_id: t.device.device_id,
             code: t.dtype.code,
@@ -159,7 +176,11 @@ impl Managed {
 
 impl Drop for Managed {
     fn drop(&mut self) {
-        // SAFETY: we own the tensor since the rename; its deleter frees it exactly once.
+        // SAFETY: `self.0` is the `DLManagedTensor` `from_object` made us the sole owner of (the
+        // capsule was renamed, so its destructor leaves it alone). `drop` runs once, so the
+        // producer's deleter, which frees the tensor and the struct `self.0` points at, runs
+        // exactly once, and nothing uses the pointer afterwards. It runs with the GIL held (see the
+        // `Send` impl), for producers whose deleter needs it.
         unsafe {
             if let Some(d) = (*self.0).deleter {
                 d(self.0);
@@ -168,13 +189,14 @@ impl Drop for Managed {
     }
 }
 
-/// The dtcomm dtype of a DLPack dtype (kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4).
 /// Whether `obj` is a capsule (a DLPack export passed as is).
 pub(crate) fn is_capsule(obj: &Bound<'_, PyAny>) -> bool {
-    // SAFETY: `obj` is a live object; the check only reads its type.
+    // SAFETY: `obj` is a live object (the `Bound` holds a strong reference) and the GIL is held;
+    // `PyCapsule_CheckExact` only compares its type pointer.
     unsafe { ffi::PyCapsule_CheckExact(obj.as_ptr()) != 0 }
 }
 
+/// The dtcomm dtype of a DLPack dtype (kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4).
 pub(crate) fn dtype(code: u8, bits: u8, lanes: u16) -> Option<DType> {
     if lanes != 1 {
         return None;

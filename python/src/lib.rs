@@ -3,17 +3,19 @@
 //! The PyO3 module `dtcomm._dtcomm` under the Python package `dtcomm` (`python/dtcomm/`):
 //! glue only, the algorithms are the engine's (`collectives/`).
 //!
-//! * `comm.rs`: `Communicator`, every collective on numpy arrays and CPU torch tensors,
+//! * `comm/`: `Communicator`, every collective on numpy arrays and CPU torch tensors,
 //!   synchronous or `async_op=True`;
 //! * `work.rs`: `Work`, the handle of an asynchronous call (the engine's executor orders
 //!   and runs the calls);
 //! * `buffer.rs`: zero-copy views (buffer protocol), `dlpack.rs`: torch tensors (DLPack);
 //! * `pystore.rs`: a Rust `Store` over torch's c10d store objects;
-//! * `native.rs`: the native rendezvous client (`NativeClient`, `Welcome`, `RdzvEvent`);
+//! * `native/`: the native rendezvous client (`NativeClient`, `Welcome`, `RdzvEvent`);
 //! * `rdzv.rs`: the in-process `dt-rdzv` server and a store client (for `dtrun`);
 //! * `cuda.rs`: `cuda_status()`, whether CUDA and NCCL are usable here (feature `cuda`);
 //! * `launch.rs`: the engine's launcher-environment resolver (what the C ABI uses), for tests;
 //! * `errors.rs`: the exception types and the mapping from the engine's errors.
+
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 mod buffer;
 mod comm;

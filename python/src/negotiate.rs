@@ -104,12 +104,18 @@ impl PyNegotiator {
         };
         let (data, lent) = if in_place {
             let buf = Buf::extract(data, Access::Write, &ctx)?.host_only(&ctx)?;
-            let bytes = buf.as_bytes();
-            // SAFETY: `buf` (the export, which keeps the memory alive) is stored with the
-            // handle until the operation is waited for, and dropped only after the
-            // negotiator's thread is joined otherwise; the caller promises not to touch the
-            // memory meanwhile (Horovod's rule for in-place operations).
-            let lend = unsafe { InPlace::new(bytes.as_ptr().cast_mut(), bytes.len()) };
+            // The export's own pointer (writable: extracted with `Access::Write`), not one
+            // derived from a shared `&[u8]`, which the negotiator could not write through.
+            let raw = buf.raw();
+            let len = buf.count * buf.dtype.size();
+            // SAFETY: `raw` points at `len` bytes of host memory (`host_only`) that the export
+            // in `buf` keeps alive and writable: a writable buffer-protocol export or a DLPack
+            // tensor. `buf` is stored with the handle below and dropped only once the
+            // operation completed (`wait`), or after the negotiator's thread was joined (the
+            // field order of `PyNegotiator`; a refused submission never used the memory). The
+            // caller promises not to touch the memory meanwhile (Horovod's rule for in-place
+            // operations), so the negotiator's use is exclusive, as `InPlace::new` requires.
+            let lend = unsafe { InPlace::new(raw.ptr(), len) };
             (Payload::InPlace(lend), Some(buf))
         } else {
             let owned = match data.cast::<PyBytes>() {

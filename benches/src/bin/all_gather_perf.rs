@@ -1,4 +1,7 @@
 //! `all_gather_perf`: the nccl-tests benchmark of dtcomm's all gather, over TCP. See [`dt_bench::perf`].
+
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 fn main() {
     std::process::exit(dt_bench::perf::main(dt_bench::perf::Collective::AllGather));
 }

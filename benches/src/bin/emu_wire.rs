@@ -5,6 +5,8 @@
 //!
 //!     emu_wire --rate 10gbit --delay 50us dtct0 dtct1 dtcbr0
 
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
@@ -70,7 +72,8 @@ fn run(a: &Args) -> std::io::Result<()> {
         .map(|n| tap::open(n))
         .collect::<std::io::Result<Vec<_>>>()?;
     // Wake-ups as exact as the kernel can make them (the default slack is 50 µs).
-    // SAFETY: PR_SET_TIMERSLACK takes a plain integer and changes only this thread.
+    // SAFETY: `PR_SET_TIMERSLACK` takes its value as a plain integer (no pointer is passed or kept)
+    // and changes only this thread's timer slack; a failure leaves the default and is harmless.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
     let n = taps.len();
     let mut links = Links::new(n, (a.rate > 0).then_some(a.rate), a.delay.as_nanos() as u64);
@@ -110,8 +113,9 @@ fn run(a: &Args) -> std::io::Result<()> {
             tv_nsec: (ns % 1_000_000_000) as libc::c_long,
         });
         let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const _);
-        // SAFETY: `fds` holds `n` initialised pollfds for the call; `tsp` is null or points
-        // to a live timespec.
+        // SAFETY: `fds` is a live `Vec` of exactly `n` initialised pollfds (one per tap), which
+        // `ppoll` reads and whose `revents` it writes during the call only; `tsp` is null or points
+        // at `ts`, a live local `timespec`; a null signal mask leaves the mask alone.
         let rc = unsafe { libc::ppoll(fds.as_mut_ptr(), n as _, tsp, std::ptr::null()) };
         if rc < 0 {
             let e = std::io::Error::last_os_error();

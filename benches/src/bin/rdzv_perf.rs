@@ -28,6 +28,8 @@
 //! plane (training processes whose links report a reset), `benches/python/fault_recovery.py`
 //! measures the same faults to the first completed allreduce after them.
 
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -493,7 +495,9 @@ fn raise_fd_limit() {
         rlim_cur: 0,
         rlim_max: 0,
     };
-    // SAFETY: getrlimit/setrlimit read and write only the struct passed.
+    // SAFETY: `getrlimit` writes one `rlimit` into `lim`, a live local, and `setrlimit` reads it
+    // back; neither keeps the pointer, and raising the soft limit to the hard one is always
+    // allowed.
     unsafe {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
             lim.rlim_cur = lim.rlim_max;

@@ -4,6 +4,8 @@
 //!
 //! GB/s counts the bytes of `dst` produced per second (each element reads dst and src).
 
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 use std::hint::black_box;
 use std::time::Instant;
 

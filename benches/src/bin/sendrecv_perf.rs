@@ -1,5 +1,8 @@
 //! `sendrecv_perf`: the nccl-tests benchmark of dtcomm's point-to-point send/recv (pairs of
 //! ranks in ping-pong). See [`dt_bench::perf`].
+
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 fn main() {
     std::process::exit(dt_bench::perf::main(dt_bench::perf::Collective::SendRecv));
 }

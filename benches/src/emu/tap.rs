@@ -29,8 +29,10 @@ pub fn open(name: &str) -> io::Result<File> {
     req[..name.len()].copy_from_slice(name.as_bytes());
     req[16..18].copy_from_slice(&(IFF_TAP | IFF_NO_PI).to_ne_bytes());
     use std::os::fd::AsRawFd;
-    // SAFETY: TUNSETIFF reads (and writes back) one `struct ifreq`, which `req` is large
-    // enough to hold, for the lifetime of the call.
+    // SAFETY: `TUNSETIFF` reads one `struct ifreq` (40 bytes on Linux: a 16-byte name, then the
+    // union whose first member is the flags) through the pointer and writes the chosen name back
+    // into it; `req` is a live local of exactly that size, laid out above, and the kernel keeps no
+    // pointer to it after the call. `f` is an open `/dev/net/tun`.
     let rc = unsafe { libc::ioctl(f.as_raw_fd(), TUNSETIFF as _, req.as_mut_ptr()) };
     if rc < 0 {
         let e = io::Error::last_os_error();

@@ -115,7 +115,12 @@ impl Gpu {
     fn upload<T: BenchElem>(&self, v: &[T], to: DevPtr) -> Result<(), String> {
         let bytes = dtcomm::dtype::as_bytes(v);
         if !bytes.is_empty() {
-            // SAFETY: `v` outlives the copy (synchronised below); `to` holds `bytes.len()`.
+            // SAFETY: `to_device` needs `bytes.len()` bytes at `bytes.as_ptr()` to stay valid and
+            // unchanged until the copy is done: `bytes` views `v`, borrowed (shared) until this
+            // function returns, which is after `self.sync()` waited for the stream. If that wait
+            // times out (a minute) the copy may still be pending when `v` is released: a hung
+            // device, where the run is abandoned anyway. `to` is a device allocation the caller
+            // sized for `v`.
             unsafe {
                 self.rt
                     .api
@@ -129,7 +134,11 @@ impl Gpu {
     fn download<T: BenchElem>(&self, from: DevPtr, v: &mut [T]) -> Result<(), String> {
         let bytes = dtcomm::dtype::as_bytes_mut(v);
         if !bytes.is_empty() {
-            // SAFETY: `v` is borrowed until the copy is synchronised below.
+            // SAFETY: `to_host` needs `bytes.len()` writable bytes at `bytes.as_mut_ptr()`, read by
+            // no one else until the copy is done: `bytes` views `v`, borrowed exclusively until
+            // this function returns, which is after `self.sync()` waited for the stream (with the
+            // same caveat as `upload` for a wait that times out). `from` is a device allocation the
+            // caller sized for `v`.
             unsafe {
                 self.rt.api.to_host(
                     self.device,
@@ -212,8 +221,10 @@ pub fn measure<T: BenchElem>(c: &Communicator, gpu: &Gpu, spec: &Spec) -> Result
     gpu.upload(&k.send, b.send.ptr())?;
     gpu.upload(&k.recv, b.recv.ptr())?;
     let the_call = call(gpu, coll, &b, T::DTYPE, op, root, spec.in_place)?;
-    // SAFETY: device buffers of `b`, sized for the call's counts, alive until it returns
-    // (every call returns once its result is on the device).
+    // SAFETY: `the_call`'s buffers are the device allocations in `b`, sized for the call's counts
+    // by `fill` and `call`, which live until `measure` returns, after every run; `run` on device
+    // buffers returns once the result is on the device, and nothing else touches them meanwhile
+    // (this thread alone uses `b`, and `download` runs between calls, not during one).
     let run = || unsafe { c.run(&the_call) };
     let mut wrong = 0;
     if spec.check {

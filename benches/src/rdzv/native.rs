@@ -265,7 +265,8 @@ pub async fn run_kill_one(
         Fault::Kill => libc::SIGKILL,
         Fault::Freeze => libc::SIGSTOP,
     };
-    // SAFETY: kill(2) on our own child's pid.
+    // SAFETY: `kill` takes plain integers. `child` is our own child process, not yet reaped (`wait`
+    // comes after), so its pid still names it and cannot have been reused by another process.
     unsafe {
         libc::kill(child.id() as i32, sig);
     }

@@ -29,7 +29,9 @@ impl ServerProcess {
 
     /// Stops the server by PID (SIGTERM for dt-rdzv, closing stdin for the Python one).
     pub fn stop(mut self) {
-        // SAFETY: kill(2) on our own child's pid.
+        // SAFETY: `kill` takes plain integers. `self.child` is our own child process, not yet
+        // reaped (`wait` comes after), so its pid still names it and cannot have been reused by
+        // another process.
         unsafe {
             libc::kill(self.child.id() as i32, libc::SIGTERM);
         }
@@ -55,7 +57,8 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     };
     let f: Vec<&str> = rest.split_whitespace().collect();
     let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    // SAFETY: sysconf has no preconditions.
+    // SAFETY: `sysconf` takes a plain integer, touches no memory of ours and has no preconditions;
+    // an error (-1) is clamped to 1 below.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     (ticks(11) + ticks(12)) / hz
 }

@@ -8,6 +8,11 @@
 //! (or registered) memory of at least the counts given, `stream` a CUDA stream of the
 //! communicator's device (or null for the legacy default stream), and the collective called
 //! in the same order on every rank.
+//!
+//! The function pointers called here come from [`Nccl::symbols`]: each resolved with the C
+//! signature of its NCCL function, only from a library whose version has it, and from a
+//! library that is never unloaded (`RTLD_NODELETE`), so calling one is calling that NCCL
+//! function; what remains for each call's soundness is its arguments.
 
 use std::ffi::{c_int, c_void};
 
@@ -31,7 +36,9 @@ impl Nccl {
         id: ncclUniqueId,
         rank: c_int,
     ) -> NcclResult<Status> {
-        // SAFETY: the caller upholds NCCL's contract; `comm` is a valid out pointer.
+        // SAFETY: `comm_init_rank` is `ncclCommInitRank` (module docs). `comm` is a `&mut`, so a
+        // valid, exclusive place for the handle NCCL writes; `id` is passed by value; a current
+        // device and the same `id` on every rank are this function's contract.
         let rc = unsafe { (self.symbols().comm_init_rank)(comm, nranks, id, rank) };
         self.check("ncclCommInitRank", rc)
     }
@@ -63,7 +70,11 @@ impl Nccl {
                 last_error: String::new(),
             });
         }
-        // SAFETY: the caller upholds NCCL's contract; `config` is initialized and sized.
+        // SAFETY: `init` is `ncclCommInitRankConfig`, present in this library (`optional` checked).
+        // `comm` and `config` are `&mut`s, valid and exclusive for the call; `config` carries this
+        // header's size, magic and version (`is_initialized` checked just above), so NCCL reads a
+        // struct of the layout it expects, and its string attributes outliving the call is this
+        // function's contract.
         let rc = unsafe { init(comm, nranks, id, rank, config) };
         self.check(NAME, rc)
     }
@@ -83,7 +94,10 @@ impl Nccl {
     ) -> NcclResult<Status> {
         let split = self.optional("ncclCommSplit", self.symbols().comm_split)?;
         let config = config.map_or(std::ptr::null_mut(), |c| c as *mut ncclConfig_t);
-        // SAFETY: the caller upholds NCCL's contract.
+        // SAFETY: `split` is `ncclCommSplit`, present in this library (`optional` checked).
+        // `newcomm` is a `&mut`, a valid out pointer; `config` is null (inherit the parent's) or
+        // from a `&mut` that lives across the call; `comm` being live and every rank of it calling
+        // is this function's contract.
         let rc = unsafe { split(comm, color, key, newcomm, config) };
         self.check("ncclCommSplit", rc)
     }
@@ -94,7 +108,8 @@ impl Nccl {
     /// See the module docs.
     pub unsafe fn comm_finalize(&self, comm: ncclComm_t) -> NcclResult<Status> {
         let finalize = self.optional("ncclCommFinalize", self.symbols().comm_finalize)?;
-        // SAFETY: the caller upholds NCCL's contract.
+        // SAFETY: `finalize` is `ncclCommFinalize`, present in this library (`optional` checked);
+        // it takes only `comm`, live by this function's contract.
         self.check("ncclCommFinalize", unsafe { finalize(comm) })
     }
 
@@ -103,7 +118,8 @@ impl Nccl {
     /// # Safety
     /// See the module docs; no call may use `comm` afterwards.
     pub unsafe fn comm_destroy(&self, comm: ncclComm_t) -> NcclResult<Status> {
-        // SAFETY: the caller upholds NCCL's contract.
+        // SAFETY: `comm_destroy` is `ncclCommDestroy` (module docs); it takes only `comm`, live by
+        // this function's contract, which also forbids any use of it afterwards.
         self.check("ncclCommDestroy", unsafe {
             (self.symbols().comm_destroy)(comm)
         })
@@ -115,7 +131,8 @@ impl Nccl {
     /// # Safety
     /// See the module docs; no call may use `comm` afterwards.
     pub unsafe fn comm_abort(&self, comm: ncclComm_t) -> NcclResult<Status> {
-        // SAFETY: the caller upholds NCCL's contract.
+        // SAFETY: `comm_abort` is `ncclCommAbort` (module docs); it takes only `comm`, live by this
+        // function's contract, which also forbids any use of it afterwards.
         self.check("ncclCommAbort", unsafe {
             (self.symbols().comm_abort)(comm)
         })
@@ -128,7 +145,8 @@ impl Nccl {
     /// See the module docs.
     pub unsafe fn comm_get_async_error(&self, comm: ncclComm_t) -> NcclResult<ncclResult_t> {
         let mut state = ncclResult_t::ncclSuccess;
-        // SAFETY: the caller upholds NCCL's contract; `state` is a valid out pointer.
+        // SAFETY: `comm_get_async_error` is `ncclCommGetAsyncError` (module docs); `state` is a
+        // local `ncclResult_t` it writes once, and `comm` is live by this function's contract.
         let rc = unsafe { (self.symbols().comm_get_async_error)(comm, &mut state) };
         self.check("ncclCommGetAsyncError", rc)?;
         Ok(state)
@@ -149,7 +167,10 @@ impl Nccl {
         comm: ncclComm_t,
         stream: cudaStream_t,
     ) -> NcclResult<Status> {
-        // SAFETY: the caller upholds NCCL's contract.
+        // SAFETY: `all_reduce` is `ncclAllReduce` (module docs). `send` and `recv` holding
+        // `count` elements of device memory, `comm` live, `stream` its device's and the same
+        // call on every rank are this function's contract; the plain values go through as they
+        // are.
         let rc =
             unsafe { (self.symbols().all_reduce)(send, recv, count, datatype, op, comm, stream) };
         self.check("ncclAllReduce", rc)
@@ -171,7 +192,10 @@ impl Nccl {
         stream: cudaStream_t,
     ) -> NcclResult<Status> {
         let reduce_scatter = self.optional("ncclReduceScatter", self.symbols().reduce_scatter)?;
-        // SAFETY: the caller upholds NCCL's contract.
+        // SAFETY: `reduce_scatter` is `ncclReduceScatter`, present in this library (`optional`
+        // checked); `send` (`recv_count` times the rank count) and `recv` (`recv_count`) device
+        // buffers, `comm`, `stream` and the matching calls on every rank are this function's
+        // contract.
         let rc = unsafe { reduce_scatter(send, recv, recv_count, datatype, op, comm, stream) };
         self.check("ncclReduceScatter", rc)
     }
@@ -193,7 +217,9 @@ impl Nccl {
         stream: cudaStream_t,
     ) -> NcclResult<Status> {
         let reduce = self.optional("ncclReduce", self.symbols().reduce)?;
-        // SAFETY: the caller upholds NCCL's contract.
+        // SAFETY: `reduce` is `ncclReduce`, present in this library (`optional` checked); `send`
+        // (and on `root`, `recv`) holding `count` elements of device memory, `comm`, `stream` and
+        // the matching calls on every rank are this function's contract.
         let rc = unsafe { reduce(send, recv, count, datatype, op, root, comm, stream) };
         self.check("ncclReduce", rc)
     }
@@ -213,7 +239,9 @@ impl Nccl {
         comm: ncclComm_t,
         stream: cudaStream_t,
     ) -> NcclResult<Status> {
-        // SAFETY: the caller upholds NCCL's contract.
+        // SAFETY: `broadcast` is `ncclBroadcast` (module docs); `send` (read on `root`) and
+        // `recv` holding `count` elements of device memory, `comm`, `stream` and the matching
+        // calls on every rank are this function's contract.
         let rc =
             unsafe { (self.symbols().broadcast)(send, recv, count, datatype, root, comm, stream) };
         self.check("ncclBroadcast", rc)
@@ -232,7 +260,9 @@ impl Nccl {
         comm: ncclComm_t,
         stream: cudaStream_t,
     ) -> NcclResult<Status> {
-        // SAFETY: the caller upholds NCCL's contract.
+        // SAFETY: `all_gather` is `ncclAllGather` (module docs); `send` (`send_count` elements)
+        // and `recv` (`send_count` times the rank count) device buffers, `comm`, `stream` and
+        // the matching calls on every rank are this function's contract.
         let rc =
             unsafe { (self.symbols().all_gather)(send, recv, send_count, datatype, comm, stream) };
         self.check("ncclAllGather", rc)
@@ -252,7 +282,9 @@ impl Nccl {
         stream: cudaStream_t,
     ) -> NcclResult<Status> {
         let send_fn = self.optional("ncclSend", self.symbols().send)?;
-        // SAFETY: the caller upholds NCCL's contract.
+        // SAFETY: `send_fn` is `ncclSend`, present in this library (`optional` checked); `send`
+        // holding `count` elements of device memory, `comm`, `stream` and `peer` posting the
+        // matching receive are this function's contract.
         self.check("ncclSend", unsafe {
             send_fn(send, count, datatype, peer, comm, stream)
         })
@@ -272,7 +304,9 @@ impl Nccl {
         stream: cudaStream_t,
     ) -> NcclResult<Status> {
         let recv_fn = self.optional("ncclRecv", self.symbols().recv)?;
-        // SAFETY: the caller upholds NCCL's contract.
+        // SAFETY: `recv_fn` is `ncclRecv`, present in this library (`optional` checked); `recv`
+        // holding room for `count` elements of device memory, `comm`, `stream` and `peer` posting
+        // the matching send are this function's contract.
         self.check("ncclRecv", unsafe {
             recv_fn(recv, count, datatype, peer, comm, stream)
         })
@@ -284,7 +318,9 @@ impl Nccl {
     /// Must be paired with [`Nccl::group_end`] on this thread.
     pub unsafe fn group_start(&self) -> NcclResult<Status> {
         let start = self.optional("ncclGroupStart", self.symbols().group_start)?;
-        // SAFETY: the caller pairs it with ncclGroupEnd.
+        // SAFETY: `start` is `ncclGroupStart`, present in this library (`optional` checked); it
+        // takes no arguments, and pairing it with `ncclGroupEnd` on this thread is this function's
+        // contract.
         self.check("ncclGroupStart", unsafe { start() })
     }
 
@@ -294,7 +330,9 @@ impl Nccl {
     /// See the module docs; the grouped calls' buffers must still be valid.
     pub unsafe fn group_end(&self) -> NcclResult<Status> {
         let end = self.optional("ncclGroupEnd", self.symbols().group_end)?;
-        // SAFETY: the caller upholds NCCL's contract.
+        // SAFETY: `end` is `ncclGroupEnd`, present in this library (`optional` checked); it takes
+        // no arguments, and the grouped calls' buffers, communicators and streams still being valid
+        // is this function's contract.
         self.check("ncclGroupEnd", unsafe { end() })
     }
 
@@ -305,7 +343,9 @@ impl Nccl {
     pub unsafe fn mem_alloc(&self, size: usize) -> NcclResult<*mut c_void> {
         let alloc = self.optional("ncclMemAlloc", self.symbols().mem_alloc)?;
         let mut ptr = std::ptr::null_mut();
-        // SAFETY: `ptr` is a valid out pointer; the caller provides the device.
+        // SAFETY: `alloc` is `ncclMemAlloc`, present in this library (`optional` checked); `ptr` is
+        // a local it writes the allocation to, and a current CUDA device is this function's
+        // contract.
         self.check("ncclMemAlloc", unsafe { alloc(&mut ptr, size) })?;
         Ok(ptr)
     }
@@ -316,7 +356,8 @@ impl Nccl {
     /// `ptr` must come from [`Nccl::mem_alloc`] and not be used afterwards.
     pub unsafe fn mem_free(&self, ptr: *mut c_void) -> NcclResult<Status> {
         let free = self.optional("ncclMemFree", self.symbols().mem_free)?;
-        // SAFETY: the caller vouches for `ptr`.
+        // SAFETY: `free` is `ncclMemFree`, present in this library (`optional` checked); `ptr`
+        // coming from `ncclMemAlloc` and never being used again is this function's contract.
         self.check("ncclMemFree", unsafe { free(ptr) })
     }
 }

@@ -12,6 +12,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 /// NCCL's types and constants from `nccl.h` (bindgen output; do not edit).
 ///
 /// C enums are integer newtypes (`ncclResult_t(pub u32)` with associated constants), so a

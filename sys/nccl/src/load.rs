@@ -177,13 +177,18 @@ pub(crate) fn open(source: Source, target: &Path) -> Result<Library, Failure> {
     use libloading::os::unix::{Library as UnixLibrary, RTLD_LOCAL, RTLD_NOW};
     let flags = RTLD_NOW | RTLD_LOCAL | libc::RTLD_NODELETE;
     if source == Source::AlreadyLoaded {
-        // SAFETY: RTLD_NOLOAD runs no initializers: it only finds an object already mapped.
+        // SAFETY: with `RTLD_NOLOAD`, `dlopen` maps nothing and runs no initialisers: it only hands
+        // out another reference to an object already in the process, whose initialisers ran when it
+        // was loaded.
         return unsafe { UnixLibrary::open(Some(target), flags | libc::RTLD_NOLOAD) }
             .map(Library::from)
             .map_err(|_| Failure::NotLoaded);
     }
-    // SAFETY: loading a shared library runs its initializers. That is the point of this
-    // crate; the libraries tried are the ones the user or the environment named as NCCL.
+    // SAFETY: opening runs the library's initialisers, arbitrary code, which is what loading NCCL
+    // at run time means: the files tried are the ones the user (`DTCOMM_NCCL_LIBRARY`, the search
+    // path) or the environment (the venv's NVIDIA wheel, the loader's path) names as NCCL.
+    // `RTLD_NODELETE` keeps it mapped for the rest of the process, so no pointer into it can
+    // dangle.
     unsafe { UnixLibrary::open(Some(target), flags) }
         .map(Library::from)
         .map_err(|err| Failure::Open(err.to_string()))

@@ -75,11 +75,14 @@ impl Nccl {
     /// required symbols, then the version-gated optional ones.
     fn open(source: Source, target: &Path) -> Result<Self, Failure> {
         let library = load::open(source, target)?;
-        // SAFETY: a library found as libnccl.so.2 (or named as NCCL by the user) that exports
-        // ncclGetVersion is taken to be NCCL, with NCCL's signatures.
+        // SAFETY: `get_version` needs a `ncclGetVersion` with NCCL's signature. `library` is the
+        // file the search found as NCCL (a `libnccl.so.2` on the search path, or the one the user
+        // named): an object exporting that name is taken to be NCCL, the premise of this crate (a
+        // wrong library named by the user is the one thing this cannot check).
         let get_version = unsafe { symbols::get_version(&library) }?;
         let mut code = 0;
-        // SAFETY: ncclGetVersion writes one int through a valid pointer.
+        // SAFETY: `get_version` is `ncclGetVersion` (just resolved from `library`, which is alive
+        // here), and `code` is a local `c_int` it writes once.
         let rc = unsafe { get_version(&mut code) };
         if rc != ncclResult_t::ncclSuccess {
             return Err(Failure::VersionCall(rc.0));
@@ -91,7 +94,10 @@ impl Nccl {
                 minimum: Version::MINIMUM,
             });
         }
-        // SAFETY: as above, the library is NCCL `version`.
+        // SAFETY: as for `get_version`: `library` is NCCL, and its own `ncclGetVersion` said
+        // `version`, so each symbol resolved for that version has the signature the table gives it.
+        // The table's pointers stay valid because `library` is kept in the returned `Nccl` and is
+        // never unloaded anyway (`RTLD_NODELETE`).
         let symbols = unsafe { Symbols::resolve(&library, version) }?;
         let path = loaded_path(symbols.get_version as *const c_void)
             .unwrap_or_else(|| target.to_path_buf());
@@ -147,13 +153,16 @@ impl Nccl {
 
     /// `ncclGetErrorString(code)`: NCCL's text for any code, known to it or not.
     pub fn error_string(&self, code: ncclResult_t) -> String {
-        // SAFETY: ncclGetErrorString takes any value (it has a default case) and returns a
-        // static string or NULL.
+        // SAFETY: `get_error_string` is `ncclGetErrorString` of the loaded library (never
+        // unloaded); it takes any code by value (it has a default case) and returns a static string
+        // or NULL.
         let text = unsafe { (self.symbols.get_error_string)(code) };
         if text.is_null() {
             return format!("unknown NCCL result code {}", code.0);
         }
-        // SAFETY: non-NULL, NUL-terminated, static.
+        // SAFETY: `text` is non-NULL (checked) and points at one of NCCL's static NUL-terminated
+        // strings, which live as long as the library (never unloaded); it is copied into a `String`
+        // at once.
         unsafe { CStr::from_ptr(text) }
             .to_string_lossy()
             .into_owned()
@@ -163,13 +172,15 @@ impl Nccl {
     /// none (or the library lacks the call).
     pub fn last_error(&self) -> Option<String> {
         let get_last_error = self.symbols.get_last_error?;
-        // SAFETY: a NULL communicator asks for the process-wide last error; the result is a
-        // NUL-terminated buffer owned by NCCL, or NULL.
+        // SAFETY: `get_last_error` is `ncclGetLastError`, present in this library (checked by `?`
+        // above); a NULL communicator asks for the process-wide last error and is allowed. It
+        // returns NULL or a NUL-terminated buffer owned by NCCL.
         let text = unsafe { get_last_error(std::ptr::null_mut()) };
         if text.is_null() {
             return None;
         }
-        // SAFETY: non-NULL and NUL-terminated; copied out at once.
+        // SAFETY: `text` is non-NULL (checked) and NUL-terminated, owned by NCCL until its next
+        // error on this thread; it is copied into a `String` before anything else calls NCCL.
         let text = unsafe { CStr::from_ptr(text) }
             .to_string_lossy()
             .into_owned();
@@ -180,7 +191,8 @@ impl Nccl {
     /// without a GPU (it starts NCCL's bootstrap listener on this host).
     pub fn unique_id(&self) -> NcclResult<ncclUniqueId> {
         let mut id = ncclUniqueId { internal: [0; 128] };
-        // SAFETY: writes one ncclUniqueId through a valid pointer.
+        // SAFETY: `get_unique_id` is `ncclGetUniqueId` of the loaded library; `id` is a local
+        // `ncclUniqueId` (the struct of the header) it writes once, and it needs no GPU.
         let rc = unsafe { (self.symbols.get_unique_id)(&mut id) };
         self.check("ncclGetUniqueId", rc)?;
         Ok(id)
@@ -208,13 +220,17 @@ impl Nccl {
 
 /// The file that holds `address`, per `dladdr`.
 fn loaded_path(address: *const c_void) -> Option<PathBuf> {
-    // SAFETY: Dl_info is plain C data; all-zero is a valid value for it.
+    // SAFETY: `Dl_info` is a C struct of pointers (null when zeroed) and no references or niches,
+    // so all zeroes is a valid value; `dladdr` fills it before any field is read.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: dladdr only looks the address up and fills `info`.
+    // SAFETY: `dladdr` only looks `address` up in the loader's tables (it never dereferences it)
+    // and writes `info`, a local it may fill.
     if unsafe { libc::dladdr(address, &mut info) } == 0 || info.dli_fname.is_null() {
         return None;
     }
-    // SAFETY: dli_fname is a NUL-terminated string owned by the loader.
+    // SAFETY: `dladdr` succeeded and `dli_fname` is non-NULL (both checked): a NUL-terminated path
+    // owned by the loader for as long as the object is mapped, which the file holding `address`
+    // (our library, never unloaded, or libc in the test) is; it is copied into a `PathBuf` at once.
     let name = unsafe { CStr::from_ptr(info.dli_fname) };
     Some(PathBuf::from(OsStr::from_bytes(name.to_bytes())))
 }

@@ -176,10 +176,14 @@ macro_rules! symbol_table {
             /// `library` must be NCCL (or have these symbols with these C signatures).
             pub(crate) unsafe fn resolve(library: &Library, version: Version) -> Result<Self, Failure> {
                 Ok(Symbols {
-                    // SAFETY: the caller vouches for the signatures.
+                    // SAFETY: `resolve`'s contract: `library` is NCCL, so each required symbol
+                    // has the C signature its table entry's type spells (from the committed
+                    // bindings), as `required` needs.
                     $($req: unsafe { required::<$req_ty>(library, $req_name) }?,)*
                     $($opt: if version >= Version::new($maj, $min, 0) {
-                        // SAFETY: as above.
+                        // SAFETY: as for the required ones; and an optional symbol is looked up
+                        // only in a release that has it (`version` >= its `since`), so its
+                        // signature is the one its entry's type spells.
                         unsafe { optional::<$opt_ty>(library, $opt_name) }
                     } else {
                         None
@@ -238,22 +242,25 @@ symbol_table! {
 /// # Safety
 /// A symbol of that name in `library` must have NCCL's signature.
 pub(crate) unsafe fn get_version(library: &Library) -> Result<GetVersionFn, Failure> {
-    // SAFETY: the caller vouches for the signature.
+    // SAFETY: `get_version`'s contract: a `ncclGetVersion` in `library` has NCCL's signature,
+    // `int ncclGetVersion(int *)`, which `GetVersionFn` spells.
     unsafe { required::<GetVersionFn>(library, "ncclGetVersion") }
 }
 
 /// # Safety
 /// `T` must be the symbol's type (a function pointer with its C signature).
 unsafe fn required<T: Copy>(library: &Library, name: &'static str) -> Result<T, Failure> {
-    // SAFETY: the caller vouches for `T`.
+    // SAFETY: `required`'s contract is `optional`'s: `T` is the symbol's function pointer type.
     unsafe { optional(library, name) }.ok_or(Failure::MissingSymbol(name))
 }
 
 /// # Safety
 /// `T` must be the symbol's type (a function pointer with its C signature).
 unsafe fn optional<T: Copy>(library: &Library, name: &str) -> Option<T> {
-    // SAFETY: the caller vouches for `T`; the pointer is copied out, and stays valid because
-    // the library is never unloaded (RTLD_NODELETE) and is owned next to the table.
+    // SAFETY: `Library::get` needs `T` to be the symbol's type, which is `optional`'s
+    // contract (a function pointer with the symbol's C signature). The pointer is copied out
+    // of the borrowed `Symbol` and stays valid after `library` is dropped: every library is
+    // opened with `RTLD_NODELETE` (`load::open`), so it is never unmapped.
     unsafe { library.get::<T>(name.as_bytes()) }
         .ok()
         .map(|symbol| *symbol)

@@ -2,6 +2,8 @@
 //! the same library already loaded. The only test in this binary (its own process, where
 //! nothing has loaded NCCL before it), so its `set_var` calls race nothing.
 
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 mod common;
 
 use dtcomm_nccl_sys::{Failure, LoadError, Nccl, Source};
@@ -15,7 +17,10 @@ fn search_path_then_already_loaded() {
     let empty = tmp.empty("empty");
     let bogus = tmp.bogus_nccl("bogus");
     let set = |name: &str, value: Option<std::ffi::OsString>| {
-        // SAFETY: this binary runs this one test; no other thread reads the environment.
+        // SAFETY: `set_var`/`remove_var` race only with another thread reading or writing the
+        // environment. This binary holds this one test, so the harness runs no other test beside
+        // it, and nothing the test calls has started a thread of its own (loading NCCL reads the
+        // environment on this thread).
         unsafe {
             match value {
                 Some(value) => std::env::set_var(name, value),

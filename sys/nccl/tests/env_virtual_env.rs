@@ -1,6 +1,8 @@
 //! `Nccl::load()` finding the wheel through `VIRTUAL_ENV`, as in an activated venv. The only
 //! test in this binary (its own process), so its `set_var` calls race nothing.
 
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 mod common;
 
 use dtcomm_nccl_sys::{Failure, Nccl, Source};
@@ -10,7 +12,10 @@ fn virtual_env_wheel_is_found() {
     let Some(wheel) = common::wheel_or_skip("virtual_env_wheel_is_found") else {
         return;
     };
-    // SAFETY: this binary runs this one test; no other thread reads the environment.
+    // SAFETY: `set_var`/`remove_var` race only with another thread reading or writing the
+    // environment. This binary holds this one test, so the harness runs no other test beside it,
+    // and nothing the test calls has started a thread of its own (loading NCCL reads the
+    // environment on this thread).
     unsafe {
         std::env::remove_var("DTCOMM_NCCL_LIBRARY");
         std::env::remove_var("DTCOMM_NCCL_SEARCH_PATH");

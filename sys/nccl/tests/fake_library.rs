@@ -7,6 +7,8 @@
 //! One test: every fake has the soname libnccl.so.2, so the order in which they are mapped
 //! into this process matters.
 
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -100,7 +102,9 @@ fn version_gate_symbols_and_probes() {
     );
     assert_eq!(nccl.unique_id().unwrap().internal, [0x5a; 128]);
     assert_eq!(nccl.last_error(), None, "ncclGetLastError is absent");
-    // SAFETY: the fake's ncclMemAlloc is never called: it is not resolved.
+    // SAFETY: the fake library reports NCCL 2.18, before `ncclMemAlloc` (2.19), so the symbol was
+    // not resolved (asserted above) and `mem_alloc` returns `Unavailable` without calling anything:
+    // no device is needed and no memory is handed out to free.
     let err = unsafe { nccl.mem_alloc(16) }.unwrap_err();
     assert!(
         err.to_string()

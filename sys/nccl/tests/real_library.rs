@@ -3,6 +3,8 @@
 //! the environment. Skipped, with the reason printed, where no such venv is found. No GPU
 //! needed: without one, `ncclCommInitRank` must fail cleanly with a typed error.
 
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 mod common;
 
 use std::path::PathBuf;
@@ -103,7 +105,10 @@ fn comm_init_rank_without_gpu_is_a_typed_error() {
     };
     let id = nccl.unique_id().unwrap();
     let mut comm: ncclComm_t = std::ptr::null_mut();
-    // SAFETY: a fresh id, one rank, a valid out pointer; the comm is destroyed if created.
+    // SAFETY: `id` is fresh from this library's `ncclGetUniqueId` and, with one rank, the same on
+    // every rank; `comm` is a local out pointer; no buffers or streams are involved. Without a GPU
+    // NCCL fails cleanly; with one, its default device is current and the communicator is destroyed
+    // below.
     let result = unsafe { nccl.comm_init_rank(&mut comm, 1, id, 0) };
     match result {
         Err(err @ NcclError::Failed { .. }) => {
@@ -125,7 +130,8 @@ fn comm_init_rank_without_gpu_is_a_typed_error() {
         }
         Ok(status) => {
             eprintln!("a GPU is present: ncclCommInitRank gave {status:?}; destroying it");
-            // SAFETY: the communicator was just created and is used by nothing else.
+            // SAFETY: `comm` was just created by `ncclCommInitRank`, has no work queued and is not
+            // used after this.
             unsafe { nccl.comm_destroy(comm) }.unwrap();
         }
         Err(other) => panic!("{other}"),
@@ -142,13 +148,16 @@ fn comm_init_rank_config_checks_the_config() {
 
     let mut broken = config_initializer();
     broken.size = 8;
-    // SAFETY: refused before NCCL is called.
+    // SAFETY: `broken`'s size no longer matches the header's, so `comm_init_rank_config` refuses it
+    // (`is_initialized`) before calling NCCL; nothing is read through `comm` or `id`.
     let err = unsafe { nccl.comm_init_rank_config(&mut comm, 1, id, 0, &mut broken) }.unwrap_err();
     assert_eq!(err.code(), Some(ncclResult_t::ncclInvalidArgument));
 
     let mut config = config_initializer();
     config.blocking = 1;
-    // SAFETY: as in comm_init_rank_without_gpu_is_a_typed_error; the config is initialized.
+    // SAFETY: as for `ncclCommInitRank` in the test above (a fresh id, one rank, a local out
+    // pointer, a communicator destroyed if created), and `config` comes from `config_initializer()`
+    // with no string attributes, so it has the size, magic and version NCCL expects.
     match unsafe { nccl.comm_init_rank_config(&mut comm, 1, id, 0, &mut config) } {
         Err(err) => {
             eprintln!("ncclCommInitRankConfig: {err}");
@@ -156,7 +165,8 @@ fn comm_init_rank_config_checks_the_config() {
         }
         Ok(_) => {
             eprintln!("a GPU is present: ncclCommInitRankConfig worked; destroying it");
-            // SAFETY: the communicator was just created and is used by nothing else.
+            // SAFETY: `comm` was just created by `ncclCommInitRankConfig` (blocking), has no work
+            // queued and is not used after this.
             unsafe { nccl.comm_destroy(comm) }.unwrap();
         }
     }

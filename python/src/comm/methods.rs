@@ -1,192 +1,21 @@
-//! `dtcomm._dtcomm.Communicator`: the engine's [`dtcomm::Communicator`] for Python. Every
-//! collective takes numpy arrays (buffer protocol) or CPU torch tensors (DLPack) in place,
-//! builds one byte-level [`Call`] over the caller's memory (zero copy), releases the GIL while
-//! it runs, and with `async_op=True` submits it to the engine's executor and returns a
-//! [`Work`] instead.
+//! What Python sees of `Communicator`: its constructors (`connect`, `from_store`,
+//! `from_welcome`), its properties and queries, `shutdown()`, and every collective, each
+//! taking its buffers in place and returning `None` or, with `async_op=True` or a callback, a
+//! `Work`. PyO3 takes a class's methods in one `#[pymethods]` block, so they are all here; the
+//! work is in the neighbouring files.
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use dt_rdzv::client::TcpStoreClient;
-use dt_rdzv::store::{PrefixStore, Store};
-use dtcomm::{Call, Collective, CommError, Communicator, DType, OnDone, Options, ReduceOp};
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use dtcomm::{Call, Collective, DType};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::buffer::{Access, Buf};
-use crate::errors::Ctx;
-use crate::errors::{SetupError, ShutdownError, to_py};
-use crate::pystore::PyStore;
-use crate::work::Work;
-
-fn redop(rank: usize, op: &str, v: u8) -> PyResult<ReduceOp> {
-    ReduceOp::ALL
-        .iter()
-        .copied()
-        .find(|o| *o as u8 == v)
-        .ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "rank {rank}: {op}: unknown reduce op {v} (sum=1, prod=2, min=3, max=4, avg=5)"
-            ))
-        })
-}
-
+use super::args::redop;
+use super::communicator::PyCommunicator;
+use super::setup;
+use crate::buffer::Access;
+use crate::errors::to_py;
+use crate::native::{NativeClient, PyDataListener};
 use crate::options::options;
-
-/// A group of ranks running collectives together (one per process and group).
-#[pyclass(module = "dtcomm._dtcomm", name = "Communicator")]
-pub struct PyCommunicator {
-    comm: Option<Arc<Communicator>>,
-    rank: usize,
-    world: usize,
-}
-
-impl PyCommunicator {
-    /// The Python face of a communicator built elsewhere (a native round's).
-    pub(crate) fn wrap(comm: Communicator) -> PyCommunicator {
-        let (rank, world) = (comm.rank(), comm.world());
-        PyCommunicator {
-            comm: Some(Arc::new(comm)),
-            rank,
-            world,
-        }
-    }
-
-    fn build(
-        py: Python<'_>,
-        store: Arc<dyn Store>,
-        rank: usize,
-        world: usize,
-        opts: Options,
-    ) -> PyResult<Self> {
-        if world == 0 || rank >= world {
-            return Err(PyValueError::new_err(format!(
-                "rank {rank} is not in a world of {world}"
-            )));
-        }
-        // Interruptible while the ranks meet: Ctrl-C raises at once (the set-up fails).
-        let (comm, raised) =
-            crate::interrupt::detach(py, move || Communicator::new(store, rank, world, opts));
-        if let Some(e) = raised {
-            return Err(e);
-        }
-        let comm = comm.map_err(to_py)?;
-        Ok(PyCommunicator {
-            comm: Some(Arc::new(comm)),
-            rank,
-            world,
-        })
-    }
-
-    /// The engine's communicator (for the negotiator), or the shutdown error.
-    pub(crate) fn shared(&self, op: &str) -> PyResult<Arc<Communicator>> {
-        self.comm(op).cloned()
-    }
-
-    fn comm(&self, op: &str) -> PyResult<&Arc<Communicator>> {
-        self.comm.as_ref().ok_or_else(|| {
-            ShutdownError::new_err(format!(
-                "rank {}: {op} after shutdown(); call dtcomm.init() again",
-                self.rank
-            ))
-        })
-    }
-
-    fn buf(
-        &self,
-        obj: &Bound<'_, PyAny>,
-        op: &str,
-        arg: &str,
-        access: Access,
-    ) -> PyResult<Arc<Buf>> {
-        let ctx = Ctx {
-            rank: self.rank,
-            op,
-            arg,
-        };
-        Buf::extract(obj, access, &ctx).map(Arc::new)
-    }
-
-    /// The buffer only `root` must pass (gather's output, scatter's input): `None` elsewhere.
-    fn root_buf(
-        &self,
-        obj: Option<&Bound<'_, PyAny>>,
-        root: usize,
-        op: &str,
-        arg: &str,
-        access: Access,
-    ) -> PyResult<Option<Arc<Buf>>> {
-        match obj {
-            Some(o) => Ok(Some(self.buf(o, op, arg, access)?)),
-            None if self.rank == root => Err(PyValueError::new_err(format!(
-                "rank {}: {op}: the root needs an {arg} buffer",
-                self.rank
-            ))),
-            None => Ok(None),
-        }
-    }
-
-    fn same_dtype(&self, op: &str, a: &Buf, b: &Buf) -> PyResult<()> {
-        if a.dtype != b.dtype {
-            return Err(PyTypeError::new_err(format!(
-                "rank {}: {op}: input is {} but output is {}",
-                self.rank, a.dtype, b.dtype
-            )));
-        }
-        Ok(())
-    }
-
-    /// Runs `call` now (without the GIL), or submits it when `async_op` or a `callback` is
-    /// given. `bufs` are the exports `call` points into: they live until the call finished.
-    fn go(
-        &self,
-        py: Python<'_>,
-        call: Call,
-        bufs: Vec<Arc<Buf>>,
-        async_op: bool,
-        callback: Option<Py<PyAny>>,
-    ) -> PyResult<Option<Work>> {
-        let comm = self.comm(call.collective.name())?;
-        if async_op || callback.is_some() {
-            let on_done = callback.map(|cb| -> OnDone {
-                Box::new(move |r: &Result<(), CommError>| {
-                    Python::attach(|py| {
-                        let arg = match r {
-                            Ok(()) => py.None(),
-                            Err(e) => to_py(e.clone()).into_value(py).into_any(),
-                        };
-                        if let Err(e) = cb.call1(py, (arg,)) {
-                            e.write_unraisable(py, Some(cb.bind(py)));
-                        }
-                    })
-                })
-            });
-            let n = bufs.len();
-            let device = [call.send.as_ref(), call.recv.as_ref()]
-                .into_iter()
-                .flatten()
-                .any(|b| b.memory() != dtcomm::Memory::Host);
-            let keep: Box<dyn std::any::Any + Send> = Box::new(bufs);
-            // SAFETY: `call` points into the exports in `bufs`, which the executor keeps until
-            // the call finished; Python may not resize or free an exported buffer.
-            let submit = move || unsafe { comm.submit_with(call, Some(keep), on_done) };
-            // A device call starts on this thread (it may wait for host calls queued before
-            // it, whose callbacks take the GIL): without the GIL.
-            let work = if device { py.detach(submit) } else { submit() };
-            return Ok(Some(Work::new(work, n)));
-        }
-        // SAFETY: as above; `bufs` lives until `run` returned.
-        let (r, raised) = crate::interrupt::detach(py, || unsafe { comm.run(&call) });
-        drop(bufs);
-        if let Some(e) = raised {
-            // A signal handler raised while the call waited: the call failed (Interrupted), the
-            // peers were told; the caller gets the handler's exception.
-            return Err(e);
-        }
-        r.map_err(to_py)?;
-        Ok(None)
-    }
-}
+use crate::work::Work;
 
 #[pymethods]
 impl PyCommunicator {
@@ -210,21 +39,7 @@ impl PyCommunicator {
         store_prefix: Option<String>,
     ) -> PyResult<Self> {
         let opts = options(timeout, algo, socket_ifname, nsocks_perpeer, store_prefix)?;
-        let wait = opts.timeout.unwrap_or(Duration::from_secs(300));
-        let ep = endpoint.to_owned();
-        let client = py
-            .detach(move || TcpStoreClient::connect(&ep, wait))
-            .map_err(|e| {
-                SetupError::new_err(format!(
-                    "rank {rank}: cannot reach the rendezvous store at {endpoint}: {e}"
-                ))
-            })?;
-        let store: Arc<dyn Store> = if prefix.is_empty() {
-            Arc::new(client)
-        } else {
-            Arc::new(PrefixStore::new(prefix, client))
-        };
-        Self::build(py, store, rank, world, opts)
+        setup::connect(py, endpoint, rank, world, prefix, opts)
     }
 
     /// Connects through a Python store object with torch's `c10d.Store` methods (what
@@ -245,7 +60,7 @@ impl PyCommunicator {
         store_prefix: Option<String>,
     ) -> PyResult<Self> {
         let opts = options(timeout, algo, socket_ifname, nsocks_perpeer, store_prefix)?;
-        Self::build(py, Arc::new(PyStore::new(store)), rank, world, opts)
+        setup::from_store(py, store, rank, world, opts)
     }
 
     /// Builds rank `rank` of round `round` of native job `job` over `listener` (the
@@ -263,57 +78,19 @@ impl PyCommunicator {
     #[allow(clippy::too_many_arguments)]
     fn from_welcome(
         py: Python<'_>,
-        listener: &Bound<'_, crate::native::PyDataListener>,
+        listener: &Bound<'_, PyDataListener>,
         job: String,
         round: u64,
         rank: usize,
         world: usize,
         addrs: Vec<Option<String>>,
         token: &str,
-        client: Option<&Bound<'_, crate::native::NativeClient>>,
+        client: Option<&Bound<'_, NativeClient>>,
         hosts: Option<Vec<Vec<u8>>>,
     ) -> PyResult<Self> {
-        if world == 0 || rank >= world {
-            return Err(PyValueError::new_err(format!(
-                "rank {rank} is not in a world of {world}"
-            )));
-        }
-        let addrs = addrs
-            .into_iter()
-            .enumerate()
-            .map(|(p, a)| {
-                a.map(|a| {
-                    a.parse::<std::net::SocketAddr>().map_err(|e| {
-                        PyValueError::new_err(format!(
-                            "rank {rank}: rank {p}'s data address {a:?}: {e}"
-                        ))
-                    })
-                })
-                .transpose()
-            })
-            .collect::<PyResult<Vec<_>>>()?;
-        let l = listener.borrow().inner.try_clone().map_err(to_py)?;
-        let secret = dtcomm::round_secret(token, &job, round);
-        let peers = dtcomm::RoundPeers {
-            job,
-            round,
-            rank,
-            world,
-            addrs,
-            hosts: hosts.unwrap_or_default(),
-        };
-        let handle = client.map(|c| c.borrow().member_handle(py)).transpose()?;
-        let comm = py
-            .detach(move || Communicator::from_welcome(l, &peers, &secret))
-            .map_err(to_py)?;
-        if let Some(h) = handle {
-            dtcomm::launch::native::watch_round(&h, &comm, round);
-        }
-        Ok(PyCommunicator {
-            comm: Some(Arc::new(comm)),
-            rank,
-            world,
-        })
+        setup::from_welcome(
+            py, listener, job, round, rank, world, addrs, token, client, hosts,
+        )
     }
 
     /// This rank.
@@ -632,19 +409,6 @@ impl PyCommunicator {
                 "<dtcomm Communicator rank {} of {} (shut down)>",
                 self.rank, self.world
             ),
-        }
-    }
-}
-
-impl Drop for PyCommunicator {
-    fn drop(&mut self) {
-        if let Some(comm) = self.comm.take() {
-            Python::attach(|py| {
-                py.detach(move || {
-                    comm.shutdown();
-                    drop(comm);
-                })
-            });
         }
     }
 }

@@ -1,0 +1,72 @@
+//! The Python arguments of a collective as the engine's: reduce-op codes, and numpy arrays or
+//! torch tensors as exported buffers ([`Buf`]), checked for the access the call needs, for
+//! presence on the root alone, and for matching dtypes; every error names the rank, the call
+//! and the argument.
+
+use std::sync::Arc;
+
+use dtcomm::ReduceOp;
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+
+use super::communicator::PyCommunicator;
+use crate::buffer::{Access, Buf};
+use crate::errors::Ctx;
+
+pub(super) fn redop(rank: usize, op: &str, v: u8) -> PyResult<ReduceOp> {
+    ReduceOp::ALL
+        .iter()
+        .copied()
+        .find(|o| *o as u8 == v)
+        .ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "rank {rank}: {op}: unknown reduce op {v} (sum=1, prod=2, min=3, max=4, avg=5)"
+            ))
+        })
+}
+
+impl PyCommunicator {
+    pub(super) fn buf(
+        &self,
+        obj: &Bound<'_, PyAny>,
+        op: &str,
+        arg: &str,
+        access: Access,
+    ) -> PyResult<Arc<Buf>> {
+        let ctx = Ctx {
+            rank: self.rank,
+            op,
+            arg,
+        };
+        Buf::extract(obj, access, &ctx).map(Arc::new)
+    }
+
+    /// The buffer only `root` must pass (gather's output, scatter's input): `None` elsewhere.
+    pub(super) fn root_buf(
+        &self,
+        obj: Option<&Bound<'_, PyAny>>,
+        root: usize,
+        op: &str,
+        arg: &str,
+        access: Access,
+    ) -> PyResult<Option<Arc<Buf>>> {
+        match obj {
+            Some(o) => Ok(Some(self.buf(o, op, arg, access)?)),
+            None if self.rank == root => Err(PyValueError::new_err(format!(
+                "rank {}: {op}: the root needs an {arg} buffer",
+                self.rank
+            ))),
+            None => Ok(None),
+        }
+    }
+
+    pub(super) fn same_dtype(&self, op: &str, a: &Buf, b: &Buf) -> PyResult<()> {
+        if a.dtype != b.dtype {
+            return Err(PyTypeError::new_err(format!(
+                "rank {}: {op}: input is {} but output is {}",
+                self.rank, a.dtype, b.dtype
+            )));
+        }
+        Ok(())
+    }
+}
