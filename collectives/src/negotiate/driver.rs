@@ -13,88 +13,14 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::coordinator::Coordinator;
+use super::execute::execute;
 use super::payload::Payload;
-use super::request::{Kind, Request, Response};
-use super::scale::scale;
+use super::pending::{Local, Owed, Slot, now_us};
+pub use super::pending::{NegotiateError, Output};
+use super::request::{Kind, Request};
 use super::slot::Slots;
 use super::wire;
-use crate::call::{Call, Collective, RawBuf};
 use crate::{CommError, Communicator};
-
-/// How an operation ended badly.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum NegotiateError {
-    /// The ranks disagreed about the operation, or some did not submit it before the
-    /// deadline (every rank that did gets this).
-    #[error("{0}")]
-    Mismatch(String),
-    /// The communicator failed; this and every later operation fail.
-    #[error("{0}")]
-    Comm(String),
-    /// The negotiation ended before the operation ran: this rank or another shut down
-    /// (Horovod's rule: one rank's shutdown ends it for every rank). The operation's name and
-    /// who shut down.
-    #[error("{0} did not run: the negotiation was shut down by {1}")]
-    Shutdown(String, String),
-    /// The buffer does not hold what the request describes.
-    #[error("{0}")]
-    BadBuffer(String),
-    /// An operation of this name is already pending on this rank (Horovod's `ValueError`).
-    #[error(
-        "an operation named {0:?} is already pending (names must be unique until the operation completes)"
-    )]
-    Duplicate(String),
-}
-
-/// A completed operation's result.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Output {
-    /// The result buffer (for an allgather or alltoall, every source's part in rank order).
-    pub data: Vec<u8>,
-    /// Allgather: elements from each rank; alltoall: elements received from each rank; empty
-    /// otherwise.
-    pub counts: Vec<u64>,
-    /// Unix microseconds when it was submitted, when every rank had submitted it (the end of
-    /// its negotiation) and when it completed (for timelines).
-    pub times: [u64; 3],
-}
-
-impl Output {
-    fn of(data: Vec<u8>) -> Self {
-        Self {
-            data,
-            ..Self::default()
-        }
-    }
-}
-
-#[derive(Debug, Default)]
-struct Slot {
-    done: Mutex<Option<Result<Output, NegotiateError>>>,
-    cv: Condvar,
-    /// Submitted, negotiated, done (Unix µs).
-    times: Mutex<[u64; 3]>,
-}
-
-fn now_us() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
-}
-
-impl Slot {
-    fn mark(&self, i: usize) {
-        self.times.lock().unwrap_or_else(|p| p.into_inner())[i] = now_us();
-    }
-
-    fn finish(&self, r: Result<Output, NegotiateError>) {
-        self.mark(2);
-        let times = *self.times.lock().unwrap_or_else(|p| p.into_inner());
-        let r = r.map(|o| Output { times, ..o });
-        *self.done.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
-        self.cv.notify_all();
-    }
-}
 
 /// An operation in flight: poll it, or wait for its result buffer. Waiting for one that has
 /// not completed starts the negotiator's next cycle at once ([`Negotiator::flush`]).
@@ -157,41 +83,6 @@ impl Handle {
             "this operation's result was already taken".into(),
         ));
         g.replace(taken).expect("done")
-    }
-}
-
-struct Local {
-    request: Request,
-    data: Payload,
-    slot: Owed,
-}
-
-/// A submitted operation's slot as the negotiator holds it. Dropped unfinished (a collective
-/// failed while the operation ran, and the error left it behind), it fails the operation, so
-/// its waiter is never left blocked; the error itself fails everything else pending.
-struct Owed(Arc<Slot>, String);
-
-impl std::ops::Deref for Owed {
-    type Target = Slot;
-    fn deref(&self) -> &Slot {
-        &self.0
-    }
-}
-
-impl Drop for Owed {
-    fn drop(&mut self) {
-        let done = self
-            .0
-            .done
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some();
-        if !done {
-            self.0.finish(Err(NegotiateError::Comm(format!(
-                "{}: the communicator failed while it ran",
-                self.1
-            ))));
-        }
     }
 }
 
@@ -429,7 +320,7 @@ fn run(comm: Arc<Communicator>, shared: Arc<Shared>, cycle: Duration, threshold:
         // Every rank saw the same flags, so all count the same cycles.
         let responses = coord.cycle_by(u64::from(charged));
         for resp in responses {
-            if let Err(e) = execute(&comm, &shared, resp) {
+            if let Err(e) = execute(&comm, &mut |names| take_present(&shared, names), resp) {
                 return fail_all(e.to_string());
             }
         }
@@ -492,189 +383,6 @@ fn gather(
 fn take_present(shared: &Shared, names: &[String]) -> Vec<Local> {
     let mut st = shared.lock();
     names.iter().filter_map(|n| st.pending.remove(n)).collect()
-}
-
-/// `data` (elements of `head.dtype`) scaled by `head.prescale`, then allreduced in place by
-/// `head.op` (the caller applies the postscale to what it keeps).
-fn prescaled_allreduce(
-    comm: &Communicator,
-    data: &mut [u8],
-    head: &Request,
-) -> Result<(), CommError> {
-    scale(data, head.dtype, head.prescale);
-    let count = data.len() / head.dtype.size();
-    let op = head.op.expect("an allreduce or reducescatter has an op");
-    let call = Call::new(Collective::AllReduce { op }).recv(RawBuf::host(
-        data.as_mut_ptr(),
-        count,
-        head.dtype,
-    ));
-    // SAFETY: `data` is a live, exclusively borrowed host buffer of `count` elements of
-    // `dtype` for the whole blocking call.
-    unsafe { comm.run(&call) }
-}
-
-fn execute(comm: &Communicator, shared: &Shared, resp: Response) -> Result<(), CommError> {
-    match resp {
-        Response::Error { name, message } => {
-            for l in take_present(shared, &[name]) {
-                l.slot
-                    .finish(Err(NegotiateError::Mismatch(message.clone())));
-            }
-        }
-        Response::Run {
-            kind,
-            names,
-            elements,
-            bytes,
-            head,
-        } => {
-            let mut locals = take_present(shared, &names);
-            for l in &locals {
-                l.slot.mark(1);
-            }
-            if locals.is_empty() {
-                // This rank has joined: it takes part without data.
-                match (kind, head) {
-                    (Kind::Allreduce, Some(head)) => {
-                        // (zeros scaled are zeros: the prescale changes nothing here)
-                        let mut zeros = vec![0u8; bytes as usize];
-                        prescaled_allreduce(comm, &mut zeros, &head)?;
-                    }
-                    (Kind::Barrier, _) => comm.barrier()?,
-                    _ => {}
-                }
-                return Ok(());
-            }
-            let head = locals[0].request.clone();
-            match kind {
-                Kind::Allreduce if locals.len() == 1 => {
-                    // Nothing to fuse: reduce the tensor's own buffer, no copies.
-                    let mut l = locals.remove(0);
-                    prescaled_allreduce(comm, l.data.bytes_mut(), &head)?;
-                    scale(l.data.bytes_mut(), head.dtype, head.postscale);
-                    l.slot.finish(Ok(Output::of(l.data.into_result())));
-                }
-                Kind::Allreduce => {
-                    let mut fused: Vec<u8> = Vec::new();
-                    for l in &locals {
-                        fused.extend_from_slice(l.data.bytes());
-                    }
-                    prescaled_allreduce(comm, &mut fused, &head)?;
-                    scale(&mut fused, head.dtype, head.postscale);
-                    let mut at = 0;
-                    for l in &mut locals {
-                        let n = l.data.len();
-                        l.data.bytes_mut().copy_from_slice(&fused[at..at + n]);
-                        at += n;
-                    }
-                    for l in locals {
-                        l.slot.finish(Ok(Output::of(l.data.into_result())));
-                    }
-                }
-                Kind::Broadcast => {
-                    let mut l = locals.remove(0);
-                    let root = head.root.expect("a broadcast has a root") as usize;
-                    let count = l.data.len() / head.dtype.size();
-                    let call = Call::new(Collective::Broadcast { root }).recv(RawBuf::host(
-                        l.data.bytes_mut().as_mut_ptr(),
-                        count,
-                        head.dtype,
-                    ));
-                    // SAFETY: as above, `l.data` for the whole call.
-                    unsafe { comm.run(&call)? };
-                    l.slot.finish(Ok(Output::of(l.data.into_result())));
-                }
-                Kind::Allgather => {
-                    let l = locals.remove(0);
-                    let counts: Vec<usize> = elements.iter().map(|e| *e as usize).collect();
-                    let total: usize = counts.iter().sum();
-                    let mut out = vec![0u8; total * head.dtype.size()];
-                    let call = Call::new(Collective::AllGather {
-                        counts: Some(counts.clone()),
-                    })
-                    .send(RawBuf::host(
-                        l.data.bytes().as_ptr().cast_mut(),
-                        l.data.len() / head.dtype.size(),
-                        head.dtype,
-                    ))
-                    .recv(RawBuf::host(out.as_mut_ptr(), total, head.dtype));
-                    // SAFETY: both buffers live and unaliased for the call; send is read only.
-                    unsafe { comm.run(&call)? };
-                    l.slot.finish(Ok(Output {
-                        data: out,
-                        counts: elements,
-                        times: [0; 3],
-                    }));
-                }
-                Kind::Alltoall => {
-                    let l = locals.remove(0);
-                    let (me, world) = (comm.rank(), comm.world());
-                    let send: Vec<usize> = (0..world)
-                        .map(|p| elements[me * world + p] as usize)
-                        .collect();
-                    let recv: Vec<usize> = (0..world)
-                        .map(|p| elements[p * world + me] as usize)
-                        .collect();
-                    let (ns, nr) = (send.iter().sum::<usize>(), recv.iter().sum::<usize>());
-                    let mut out = vec![0u8; nr * head.dtype.size()];
-                    let call = Call::new(Collective::AllToAll {
-                        send_counts: Some(send),
-                        recv_counts: Some(recv.clone()),
-                    })
-                    .send(RawBuf::host(
-                        l.data.bytes().as_ptr().cast_mut(),
-                        ns,
-                        head.dtype,
-                    ))
-                    .recv(RawBuf::host(out.as_mut_ptr(), nr, head.dtype));
-                    // SAFETY: `l.data` holds at least `ns` elements (splits never exceed the
-                    // rows, checked by the coordinator) and `out` exactly `nr`.
-                    unsafe { comm.run(&call)? };
-                    l.slot.finish(Ok(Output {
-                        data: out,
-                        counts: recv.iter().map(|c| *c as u64).collect(),
-                        times: [0; 3],
-                    }));
-                }
-                Kind::Reducescatter => {
-                    // Uneven first dimensions (the remainder rows go to the lowest ranks)
-                    // are what Horovod promises: reduce the whole tensor, keep this rank's rows.
-                    // (on a buffer of its own: the caller's tensor is only read)
-                    let l = locals.remove(0);
-                    let slot = l.slot;
-                    let mut data = l.data.into_owned();
-                    prescaled_allreduce(comm, &mut data, &head)?;
-                    let (me, world) = (comm.rank() as u64, comm.world() as u64);
-                    let rows = head.shape.first().copied().unwrap_or(0);
-                    let (q, rem) = (rows / world, rows % world);
-                    let first = me * q + me.min(rem);
-                    let mine = q + u64::from(me < rem);
-                    let row = (head.row_elements() as usize) * head.dtype.size();
-                    let mut part =
-                        data[first as usize * row..(first + mine) as usize * row].to_vec();
-                    scale(&mut part, head.dtype, head.postscale);
-                    slot.finish(Ok(Output::of(part)));
-                }
-                Kind::Barrier => {
-                    comm.barrier()?;
-                    for l in locals {
-                        l.slot.finish(Ok(Output::default()));
-                    }
-                }
-                Kind::Join => {
-                    for l in locals {
-                        l.slot.finish(Ok(Output {
-                            data: Vec::new(),
-                            counts: elements.clone(),
-                            times: [0; 3],
-                        }));
-                    }
-                }
-            }
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

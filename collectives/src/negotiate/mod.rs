@@ -21,12 +21,16 @@
 //! [`crate::Communicator`]: each cycle every rank all-gathers its new requests and runs the
 //! same coordinator on them, so every rank computes the same responses without a broadcast.
 //! The all-gather is one round trip: contributions travel in fixed-size slots sized from the
-//! previous cycles (`slot`), and only what overflows takes a second round.
+//! previous cycles (`slot`), and only what overflows takes a second round. `driver.rs` is
+//! the cycle thread, `execute.rs` runs each response on the communicator, `pending.rs` holds an
+//! operation between its submission and its result.
 
 mod coordinator;
 mod driver;
+mod execute;
 mod fuse;
 mod payload;
+mod pending;
 mod request;
 mod scale;
 mod slot;
