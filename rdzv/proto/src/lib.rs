@@ -12,11 +12,13 @@
 //! * [`rendezvous`]: the rendezvous state machine (jobs, rounds, ranks, liveness, lifecycle)
 //!   that serves the native protocol.
 //!
-//! Drivers (the tokio server in `dt-rdzv`, the tests) feed decoded requests into
-//! [`tcpstore::Engine`] and [`rendezvous::RendezvousMachine`] and carry out the actions they
-//! return.
+//! The three cores, [`tcpstore::Engine`], [`etcd_v2::V2Store`] and
+//! [`rendezvous::RendezvousMachine`], have one shape ([`sans_io::Core`]): drivers (the tokio
+//! server in `dt-rdzv`, the tests) feed them inputs with the time, `handle(now, input)`, and
+//! carry out the outputs they then poll, in order.
 
 pub mod etcd_v2;
 pub mod native;
 pub mod rendezvous;
+pub mod sans_io;
 pub mod tcpstore;

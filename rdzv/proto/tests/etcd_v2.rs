@@ -1,11 +1,141 @@
 //! The etcd v2 store without a server: history, expiry, watches, run namespaces. (Its answers
 //! are compared with real etcd 3.4's in `tests/interop/test_etcd_v2.py`.)
 
+use std::time::{Duration, Instant};
+
 use dt_rdzv_proto::etcd_v2::namespace::{RunNamespace, RunTracker, run_namespace, run_start};
-use dt_rdzv_proto::etcd_v2::request::{self, DeleteOpts, Method, Params, PutOpts, V2Request};
-use dt_rdzv_proto::etcd_v2::{
-    Action, ErrorCode, HISTORY, HISTORY_BYTES, Limits, MAX_TTL_SECS, V2Store, WatchStart,
+use dt_rdzv_proto::etcd_v2::request::{
+    self, DeleteOpts, GetOpts, Method, Params, PutOpts, V2Request,
 };
+use dt_rdzv_proto::etcd_v2::{
+    Action, Answer, Delivery, ErrorCode, Event, HISTORY, HISTORY_BYTES, Input, Limits,
+    MAX_TTL_SECS, Output, PurgeReason, StoreConfig, V2Error, V2Store, WallClock,
+};
+
+/// A store fed through `handle` on a virtual clock: times are milliseconds after `t0`, which
+/// is Unix time 0. Requests come on connection 1; the events of finished watches are kept for
+/// [`S::take_deliveries`].
+struct S {
+    s: V2Store,
+    t0: Instant,
+    delivered: Vec<Delivery>,
+}
+
+impl S {
+    fn new(limits: Limits) -> Self {
+        let t0 = Instant::now();
+        let config = StoreConfig {
+            limits,
+            idle_ttl: None,
+        };
+        Self {
+            s: V2Store::new(config, WallClock::new(t0, 0)),
+            t0,
+            delivered: Vec::new(),
+        }
+    }
+
+    fn at(&self, ms: u64) -> Instant {
+        self.t0 + Duration::from_millis(ms)
+    }
+
+    /// Takes every output: keeps the deliveries, returns the answer if there was one.
+    fn drain(&mut self) -> Option<Result<Answer, V2Error>> {
+        let mut answer = None;
+        while let Some(o) = self.s.poll_output() {
+            match o {
+                Output::Answer { conn: 1, answer: a } => answer = Some(a),
+                Output::Watched(d) => self.delivered.push(d),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        answer
+    }
+
+    fn ask(&mut self, key: &str, request: V2Request, ms: u64) -> Result<Answer, V2Error> {
+        let input = Input::Request {
+            conn: 1,
+            key: key.into(),
+            request,
+        };
+        self.s.handle(self.at(ms), input);
+        self.drain().expect("an answer")
+    }
+
+    fn event(answer: Result<Answer, V2Error>) -> Result<Event, V2Error> {
+        match answer? {
+            Answer::Now(e) => Ok(e),
+            other => panic!("not an event: {other:?}"),
+        }
+    }
+
+    fn put(&mut self, key: &str, opts: &PutOpts, ms: u64) -> Result<Event, V2Error> {
+        Self::event(self.ask(key, V2Request::Put(opts.clone()), ms))
+    }
+
+    fn post(&mut self, key: &str, opts: &PutOpts, ms: u64) -> Result<Event, V2Error> {
+        Self::event(self.ask(key, V2Request::Post(opts.clone()), ms))
+    }
+
+    fn delete(&mut self, key: &str, opts: &DeleteOpts, ms: u64) -> Result<Event, V2Error> {
+        Self::event(self.ask(key, V2Request::Delete(opts.clone()), ms))
+    }
+
+    fn get(&mut self, key: &str, recursive: bool, ms: u64) -> Result<Event, V2Error> {
+        let opts = GetOpts {
+            recursive,
+            ..Default::default()
+        };
+        Self::event(self.ask(key, V2Request::Get(opts), ms))
+    }
+
+    fn watch(
+        &mut self,
+        key: &str,
+        recursive: bool,
+        wait_index: Option<u64>,
+        ms: u64,
+    ) -> Result<Answer, V2Error> {
+        let opts = GetOpts {
+            recursive,
+            wait: true,
+            wait_index,
+        };
+        self.ask(key, V2Request::Get(opts), ms)
+    }
+
+    /// Runs the deadlines due at `ms`.
+    fn expire(&mut self, ms: u64) {
+        self.s.handle_timeout(self.at(ms));
+        assert!(self.drain().is_none());
+    }
+
+    fn take_deliveries(&mut self) -> Vec<Delivery> {
+        std::mem::take(&mut self.delivered)
+    }
+
+    /// The next deadline, in milliseconds after `t0`.
+    fn next_expiry(&self) -> Option<u64> {
+        let t = self.s.poll_timeout()?;
+        Some(t.duration_since(self.t0).as_millis() as u64)
+    }
+
+    fn exists(&self, key: &str) -> bool {
+        self.s.exists(key)
+    }
+
+    fn index(&self) -> u64 {
+        self.s.index()
+    }
+
+    fn bytes(&self) -> u64 {
+        self.s.bytes()
+    }
+
+    fn history_bytes(&self) -> u64 {
+        self.s.history_bytes()
+    }
+}
 
 fn put(value: &str) -> PutOpts {
     PutOpts {
@@ -23,7 +153,7 @@ fn ttl(value: &str, secs: u64) -> PutOpts {
 
 #[test]
 fn a_wait_index_older_than_the_history_is_refused_as_etcd_does() {
-    let mut s = V2Store::new(Limits::default());
+    let mut s = S::new(Limits::default());
     for i in 0..HISTORY + 10 {
         s.put("/spin", &put(&i.to_string()), 0).unwrap();
     }
@@ -32,19 +162,20 @@ fn a_wait_index_older_than_the_history_is_refused_as_etcd_does() {
     assert_eq!(e.cause, "the requested history has been cleared [11/3]");
     assert_eq!(e.index, (HISTORY + 10) as u64);
     match s.watch("/spin", false, Some(11), 0).unwrap() {
-        WatchStart::Ready(e) => assert_eq!(e.node.value.as_deref(), Some("10")),
+        Answer::Watched(e) => assert_eq!(e.node.value.as_deref(), Some("10")),
         other => panic!("{other:?}"),
     }
 }
 
 #[test]
 fn ttls_expire_with_an_event_for_watches_of_the_key_and_of_its_parents() {
-    let mut s = V2Store::new(Limits::default());
+    let mut s = S::new(Limits::default());
     s.put("/run/lease", &ttl("x", 2), 1_000).unwrap();
-    let WatchStart::Pending(key) = s.watch("/run/lease", false, None, 1_000).unwrap() else {
+    let Answer::Pending { watch: key, .. } = s.watch("/run/lease", false, None, 1_000).unwrap()
+    else {
         panic!()
     };
-    let WatchStart::Pending(dir) = s.watch("/run", true, None, 1_000).unwrap() else {
+    let Answer::Pending { watch: dir, .. } = s.watch("/run", true, None, 1_000).unwrap() else {
         panic!()
     };
     assert_eq!(s.next_expiry(), Some(3_000));
@@ -65,9 +196,9 @@ fn ttls_expire_with_an_event_for_watches_of_the_key_and_of_its_parents() {
 
 #[test]
 fn a_refresh_resets_the_ttl_and_tells_no_watch() {
-    let mut s = V2Store::new(Limits::default());
+    let mut s = S::new(Limits::default());
     s.put("/k", &ttl("v", 10), 0).unwrap();
-    let WatchStart::Pending(_) = s.watch("/k", false, None, 0).unwrap() else {
+    let Answer::Pending { .. } = s.watch("/k", false, None, 0).unwrap() else {
         panic!()
     };
     let refresh = PutOpts {
@@ -90,13 +221,13 @@ fn a_refresh_resets_the_ttl_and_tells_no_watch() {
 
 #[test]
 fn deleting_a_directory_finishes_watches_inside_it_and_hidden_keys_stay_hidden() {
-    let mut s = V2Store::new(Limits::default());
+    let mut s = S::new(Limits::default());
     s.put("/d/a", &put("1"), 0).unwrap();
     s.put("/d/_h", &put("h"), 0).unwrap();
-    let WatchStart::Pending(inner) = s.watch("/d/a", false, None, 0).unwrap() else {
+    let Answer::Pending { watch: inner, .. } = s.watch("/d/a", false, None, 0).unwrap() else {
         panic!()
     };
-    let WatchStart::Pending(parent) = s.watch("/d", true, None, 0).unwrap() else {
+    let Answer::Pending { watch: parent, .. } = s.watch("/d", true, None, 0).unwrap() else {
         panic!()
     };
     s.put("/d/_h", &put("h2"), 0).unwrap();
@@ -118,7 +249,7 @@ fn deleting_a_directory_finishes_watches_inside_it_and_hidden_keys_stay_hidden()
 
 #[test]
 fn limits_refuse_and_store_nothing() {
-    let mut s = V2Store::new(Limits {
+    let mut s = S::new(Limits {
         max_bytes: 100,
         ..Limits::default()
     });
@@ -193,15 +324,16 @@ fn run_namespaces_follow_torchs_two_layouts() {
     assert!(run_start("/apps/run_2024", &mkdir).is_none());
 
     // The dead run's keys are the state key and its own store keys, not another run's.
-    let mut s = V2Store::new(Limits::default());
+    let mut s = S::new(Limits::default());
     s.put("/torch/elastic/rendezvous/job.1", &put("state"), 0)
         .unwrap();
     s.put(&store_key, &put("v"), 0).unwrap();
     let other = format!("/torch/elastic/store/{}", b64("torch.rendezvous.job.2.0/k"));
     s.put(&other, &put("v"), 0).unwrap();
     let ns = RunNamespace::Dynamic("job.1".into());
-    let purged: usize = ns.roots(&s).iter().map(|k| s.purge(k)).sum();
-    assert_eq!(purged, 2);
+    let roots = ns.roots(|dir| s.s.children(dir));
+    assert_eq!(roots.len(), 2, "{roots:?}");
+    assert_eq!(s.s.purge_run(&ns), 2);
     assert!(s.exists(&other));
 
     let mut t = RunTracker::default();
@@ -209,10 +341,14 @@ fn run_namespaces_follow_torchs_two_layouts() {
     t.touch(1, ns.clone());
     assert!(!t.abandoned(&ns, 2), "connection 1 is open");
     assert!(!t.abandoned(&ns, 1), "connection 1 itself touched it");
-    t.disconnect(1, 5_000);
+    let t0 = Instant::now();
+    let ms = |n: u64| t0 + Duration::from_millis(n);
+    t.disconnect(1, ms(5_000));
     assert!(t.abandoned(&ns, 2));
-    assert_eq!(t.idle(6_000, 10_000), vec![]);
-    assert_eq!(t.idle(15_000, 10_000), vec![ns]);
+    let ttl = Duration::from_secs(10);
+    assert_eq!(t.idle(ms(6_000), ttl), vec![]);
+    assert_eq!(t.next_idle(ttl), Some(ms(15_000)));
+    assert_eq!(t.idle(ms(15_000), ttl), vec![ns]);
 }
 
 mod random_ops {
@@ -269,7 +405,7 @@ mod random_ops {
     proptest! {
         #[test]
         fn invariants_hold(ops in proptest::collection::vec(op(), 1..120)) {
-            let mut s = V2Store::new(Limits::default());
+            let mut s = S::new(Limits::default());
             let mut now = 1_000u64;
             for op in ops {
                 let before = s.index();
@@ -327,7 +463,7 @@ mod random_ops {
 #[test]
 fn a_key_deeper_than_the_limit_is_refused_and_the_deepest_allowed_reads_back() {
     let limits = Limits::default();
-    let mut s = V2Store::new(limits);
+    let mut s = S::new(limits);
     let deep = format!("/z{}", "/a".repeat(2100));
     let e = s.put(&deep, &put("v"), 0).unwrap_err();
     assert_eq!(e.code, ErrorCode::InvalidField);
@@ -355,7 +491,7 @@ fn a_key_deeper_than_the_limit_is_refused_and_the_deepest_allowed_reads_back() {
 
 #[test]
 fn a_ttl_past_any_date_is_clamped() {
-    let mut s = V2Store::new(Limits::default());
+    let mut s = S::new(Limits::default());
     let e = s.put("/k", &ttl("v", 300_000_000_000), 1_000).unwrap();
     let at = e.node.expiration_ms.unwrap();
     assert_eq!(at, 1_000 + MAX_TTL_SECS * 1000);
@@ -365,7 +501,7 @@ fn a_ttl_past_any_date_is_clamped() {
 
 #[test]
 fn the_history_holds_bounded_bytes() {
-    let mut s = V2Store::new(Limits::default());
+    let mut s = S::new(Limits::default());
     let big = "x".repeat(1_500_000);
     for _ in 0..200 {
         s.put("/k", &put(&big), 0).unwrap();
@@ -381,7 +517,7 @@ fn the_history_holds_bounded_bytes() {
 
 #[test]
 fn a_recursive_read_past_the_answer_limit_is_refused_and_one_key_still_reads() {
-    let mut s = V2Store::new(Limits {
+    let mut s = S::new(Limits {
         max_answer_bytes: 10_000,
         ..Limits::default()
     });
@@ -401,4 +537,69 @@ fn a_recursive_read_past_the_answer_limit_is_refused_and_one_key_still_reads() {
     assert!(s.get("/d", false, 0).is_err());
     s.put("/small/a", &put("1"), 0).unwrap();
     assert!(s.get("/small", false, 0).is_ok());
+}
+
+#[test]
+fn a_rerun_purges_the_abandoned_run_and_an_idle_run_goes_after_the_ttl() {
+    let t0 = Instant::now();
+    let ttl = Duration::from_secs(60);
+    let config = StoreConfig {
+        limits: Limits::default(),
+        idle_ttl: Some(ttl),
+    };
+    let mut s = V2Store::new(config, WallClock::new(t0, 0));
+    let state = "/torch/elastic/rendezvous/job.1";
+    let run = RunNamespace::Dynamic("job.1".into());
+    let read = || V2Request::Get(GetOpts::default());
+    let ask = |s: &mut V2Store, at: Instant, conn: u64, request: V2Request| {
+        let key = state.to_owned();
+        s.handle(at, Input::Request { conn, key, request });
+        std::iter::from_fn(|| s.poll_output()).collect::<Vec<_>>()
+    };
+    let answer = |outputs: &[Output]| match outputs.last() {
+        Some(Output::Answer { answer, .. }) => answer.clone(),
+        other => panic!("{other:?}"),
+    };
+    // The first run starts (nothing to purge) and writes its state.
+    let out = ask(&mut s, t0, 1, read());
+    assert_eq!(answer(&out).unwrap_err().code, ErrorCode::KeyNotFound);
+    ask(&mut s, t0, 1, V2Request::Put(put("v1")));
+    // Another agent of the same run reads it while the first is connected.
+    let out = ask(&mut s, t0, 2, read());
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert!(matches!(answer(&out), Ok(Answer::Now(e)) if e.node.value.as_deref() == Some("v1")));
+    // Both leave; the run is idle from then.
+    s.handle(t0, Input::Closed { conn: 1 });
+    s.handle(t0, Input::Closed { conn: 2 });
+    assert_eq!(s.poll_timeout(), Some(t0 + ttl));
+    // A rerun's first read finds no client of the earlier run: its keys go first.
+    let t1 = t0 + Duration::from_secs(1);
+    let out = ask(&mut s, t1, 3, read());
+    assert_eq!(
+        out[0],
+        Output::Purged {
+            run: run.clone(),
+            files: 1,
+            reason: PurgeReason::Rerun
+        }
+    );
+    assert_eq!(answer(&out).unwrap_err().code, ErrorCode::KeyNotFound);
+    // The rerun writes, leaves, and is purged once idle for the TTL.
+    ask(&mut s, t1, 3, V2Request::Put(put("v2")));
+    s.handle(t1, Input::Closed { conn: 3 });
+    assert_eq!(s.poll_timeout(), Some(t1 + ttl));
+    s.handle_timeout(t1 + ttl - Duration::from_millis(1));
+    assert_eq!(s.poll_output(), None);
+    assert!(s.exists(state));
+    s.handle_timeout(t1 + ttl);
+    assert_eq!(
+        s.poll_output(),
+        Some(Output::Purged {
+            run,
+            files: 1,
+            reason: PurgeReason::Idle
+        })
+    );
+    assert!(!s.exists(state));
+    assert_eq!(s.poll_timeout(), None);
 }

@@ -15,8 +15,9 @@ use dt_rdzv_proto::native::{
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use super::dial::open;
 use super::error::NativeError;
-use super::session::{Session, Shared, open};
+use super::session::{Session, Shared};
 use super::tls::{Trust, client_config};
 use super::watch::MemberHandle;
 

@@ -15,6 +15,7 @@
 mod blocking;
 mod client;
 mod config;
+mod dial;
 mod error;
 mod session;
 mod tls;

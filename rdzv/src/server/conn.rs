@@ -25,7 +25,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 
 use super::config::ServeConfig;
-use super::core::{Core, Out, Outbox};
+use super::core::{Out, Outbox, StoreCore};
 
 /// Read buffers start small (thousands of mostly idle connections) and grow to the frame size.
 const INITIAL_BUFFER: usize = 512;
@@ -42,7 +42,7 @@ pub(crate) async fn serve(
     id: ConnId,
     stream: TcpStream,
     peer: SocketAddr,
-    core: Arc<Core>,
+    core: Arc<StoreCore>,
     config: Arc<ServeConfig>,
     stop: watch::Receiver<bool>,
 ) {
@@ -76,7 +76,7 @@ impl Input {
     fn pump(
         &mut self,
         id: ConnId,
-        core: &Core,
+        core: &StoreCore,
         limits: &Limits,
         bound: usize,
         queued: &AtomicUsize,
@@ -132,7 +132,7 @@ impl Input {
 async fn drive(
     id: ConnId,
     mut stream: TcpStream,
-    core: &Core,
+    core: &StoreCore,
     config: &ServeConfig,
     mut rx: mpsc::UnboundedReceiver<Out>,
     queued: &AtomicUsize,

@@ -1,4 +1,5 @@
-//! The engine and the connections' outboxes behind one lock.
+//! The TCPStore door's core: the store engine and the connections' outboxes, behind the
+//! server's one [`Driver`].
 //!
 //! Every action the engine emits is routed while the lock is held, so the bytes a connection
 //! receives (its own replies, and `00` wake-ups caused by other connections) enter its outbox
@@ -7,17 +8,22 @@
 //!
 //! Replies are [`Bytes`] chunks that share the stored values, so the lock is never held while
 //! a big value is copied. Each outbox counts the bytes queued in it and not yet written
-//! ([`Outbox::queued`]); [`Core::handle`] stops taking a connection's requests once that count
-//! passes the connection's bound, and the connection task resumes them as the client reads.
+//! ([`Outbox::queued`]); [`StoreCore::handle`] stops taking a connection's requests once that
+//! count passes the connection's bound, and the connection task resumes them as the client
+//! reads.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
-use dt_rdzv_proto::tcpstore::{Action, ConnId, Engine, EngineConfig, PurgeReason, Request, Stats};
+use dt_rdzv_proto::tcpstore::{
+    Action, ConnId, Engine, EngineConfig, Input, PurgeReason, Request, Stats,
+};
 use tokio::sync::{mpsc, watch};
+
+use super::driver::{Driver, Route};
 
 /// What a connection task receives.
 #[derive(Debug)]
@@ -28,13 +34,9 @@ pub(crate) enum Out {
     Close(String),
 }
 
-pub(crate) struct Core {
-    inner: Mutex<Inner>,
-}
-
-struct Inner {
-    engine: Engine,
-    outboxes: HashMap<ConnId, Outbox>,
+/// The engine and where its actions go.
+pub(crate) struct StoreCore {
+    driver: Driver<Engine, Outboxes>,
 }
 
 /// Where a connection's replies go, and how many bytes wait in it.
@@ -46,118 +48,98 @@ pub(crate) struct Outbox {
     pub(crate) queued: Arc<AtomicUsize>,
 }
 
-impl Core {
+/// Every open connection's outbox.
+#[derive(Default)]
+struct Outboxes(HashMap<ConnId, Outbox>);
+
+impl StoreCore {
     pub(crate) fn new(config: EngineConfig) -> Self {
         Self {
-            inner: Mutex::new(Inner {
-                engine: Engine::new(config),
-                outboxes: HashMap::new(),
-            }),
+            driver: Driver::new(Engine::new(config), Outboxes::default()),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        // The engine is only mutated through its own methods, which keep it consistent at
-        // every return; a panic elsewhere must not take the whole server down.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     pub(crate) fn register(&self, id: ConnId, outbox: Outbox) {
-        let mut g = self.lock();
-        g.engine.connect(id);
-        g.outboxes.insert(id, outbox);
+        self.driver.with(|g| {
+            g.routes.0.insert(id, outbox);
+            g.handle(Instant::now(), Input::Connected { conn: id });
+        });
     }
 
     /// Handles `requests` in order until they are done or the connection's queued replies
     /// pass `bound` bytes; the rest stay in `requests` for later.
     pub(crate) fn handle(&self, id: ConnId, requests: &mut VecDeque<Request>, bound: usize) {
         let now = Instant::now();
-        let mut g = self.lock();
-        let queued = g.outboxes.get(&id).map(|o| o.queued.clone());
-        while let Some(r) = requests.pop_front() {
-            g.engine.handle(id, r, now);
-            g.route();
-            if queued
-                .as_ref()
-                .is_none_or(|q| q.load(Ordering::Relaxed) > bound)
-            {
-                break;
+        self.driver.with(|g| {
+            let queued = g.routes.0.get(&id).map(|o| o.queued.clone());
+            while let Some(request) = requests.pop_front() {
+                g.handle(now, Input::Request { conn: id, request });
+                if queued
+                    .as_ref()
+                    .is_none_or(|q| q.load(Ordering::Relaxed) > bound)
+                {
+                    break;
+                }
             }
-        }
+        });
     }
 
     pub(crate) fn disconnect(&self, id: ConnId) {
-        let mut g = self.lock();
-        g.engine.disconnect(id, Instant::now());
-        g.outboxes.remove(&id);
-        g.route();
+        self.driver.with(|g| {
+            g.core.handle(Instant::now(), Input::Closed { conn: id });
+            g.routes.0.remove(&id);
+        });
     }
 
     /// (open connections, keys)
     pub(crate) fn sizes(&self) -> (usize, usize) {
-        let g = self.lock();
-        (g.outboxes.len(), g.engine.num_keys())
+        self.driver.read(|g| (g.routes.0.len(), g.core.num_keys()))
     }
 
     /// Bytes of keys and values the store holds.
     pub(crate) fn stored_bytes(&self) -> u64 {
-        self.lock().engine.stored_bytes()
+        self.driver.read(|g| g.core.stored_bytes())
     }
 
     pub(crate) fn stats(&self) -> Stats {
-        self.lock().engine.stats().clone()
+        self.driver.read(|g| g.core.stats().clone())
+    }
+
+    /// Runs the engine's timers (namespace expiry) until `stop` flips.
+    pub(crate) async fn run_timers(&self, stop: watch::Receiver<bool>) {
+        self.driver.run_timers(stop).await;
     }
 }
 
-impl Inner {
-    fn route(&mut self) {
-        while let Some(action) = self.engine.poll_action() {
-            match action {
-                Action::Send { conn, bytes } => {
-                    if let Some(o) = self.outboxes.get(&conn) {
-                        let n = bytes.iter().map(Bytes::len).sum::<usize>();
-                        o.queued.fetch_add(n, Ordering::Relaxed);
-                        let _ = o.tx.send(Out::Bytes(bytes));
-                    }
-                }
-                Action::Close { conn, reason } => {
-                    if let Some(o) = self.outboxes.remove(&conn) {
-                        let _ = o.tx.send(Out::Close(reason.to_string()));
-                    }
-                }
-                Action::Purged {
-                    namespace,
-                    removed,
-                    reason,
-                } => {
-                    let why = match reason {
-                        PurgeReason::Idle => "idle past the namespace TTL",
-                        PurgeReason::NewTorchelasticRun => {
-                            "a new torchelastic run started after every agent of the old one left"
-                        }
-                        PurgeReason::Explicit => "purge requested",
-                    };
-                    tracing::info!(%namespace, removed, reason = why, "namespace purged");
+impl Route<Action> for Outboxes {
+    fn route(&mut self, action: Action) {
+        match action {
+            Action::Send { conn, bytes } => {
+                if let Some(o) = self.0.get(&conn) {
+                    let n = bytes.iter().map(Bytes::len).sum::<usize>();
+                    o.queued.fetch_add(n, Ordering::Relaxed);
+                    let _ = o.tx.send(Out::Bytes(bytes));
                 }
             }
+            Action::Close { conn, reason } => {
+                if let Some(o) = self.0.remove(&conn) {
+                    let _ = o.tx.send(Out::Close(reason.to_string()));
+                }
+            }
+            Action::Purged {
+                namespace,
+                removed,
+                reason,
+            } => {
+                let why = match reason {
+                    PurgeReason::Idle => "idle past the namespace TTL",
+                    PurgeReason::NewTorchelasticRun => {
+                        "a new torchelastic run started after every agent of the old one left"
+                    }
+                    PurgeReason::Explicit => "purge requested",
+                };
+                tracing::info!(%namespace, removed, reason = why, "namespace purged");
+            }
         }
-    }
-}
-
-/// Runs the engine's timers (namespace expiry) until `stop` flips.
-pub(crate) async fn run_timers(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
-    loop {
-        let next = core.lock().engine.poll_timeout();
-        let now = Instant::now();
-        let sleep = next.map_or(Duration::from_secs(1), |t| {
-            t.saturating_duration_since(now).min(Duration::from_secs(1))
-        });
-        tokio::select! {
-            _ = stop.changed() => return,
-            _ = tokio::time::sleep(sleep) => {}
-        }
-        let mut g = core.lock();
-        g.engine.handle_timeout(Instant::now());
-        g.route();
     }
 }

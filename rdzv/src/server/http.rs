@@ -23,7 +23,7 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::core::Core;
+use super::core::StoreCore;
 use super::http_serve::{Bounds, accept_loop as accept_loop_with};
 use super::rendezvous::RdzvCore;
 
@@ -40,7 +40,7 @@ const PAGE: &str = include_str!("status_page.html");
 
 /// What the handlers read.
 pub(crate) struct HttpState {
-    pub(crate) store: Option<Arc<Core>>,
+    pub(crate) store: Option<Arc<StoreCore>>,
     pub(crate) rdzv: Arc<RdzvCore>,
     /// Jobs shared with other servers (`--backend`), if so.
     pub(crate) owners: Option<Arc<super::owner::Owners>>,

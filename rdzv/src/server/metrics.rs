@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use dt_rdzv_proto::tcpstore::QueryType;
 
-use super::core::Core;
+use super::core::StoreCore;
 use super::rendezvous::RdzvCore;
 
 fn metric(out: &mut String, name: &str, kind: &str, help: &str, samples: &[(String, u64)]) {
@@ -15,7 +15,7 @@ fn metric(out: &mut String, name: &str, kind: &str, help: &str, samples: &[(Stri
 }
 
 /// The whole page.
-pub(crate) fn render(store: Option<&Core>, rdzv: &RdzvCore) -> String {
+pub(crate) fn render(store: Option<&StoreCore>, rdzv: &RdzvCore) -> String {
     let mut o = String::new();
     let (s, jobs, members, conns) = rdzv.stats();
     let one = |v: u64| vec![(String::new(), v)];

@@ -3,14 +3,16 @@
 //!
 //! * [`ServeConfig`]: every `dt-rdzv serve` flag (each with a `DTRDZV_*` twin in the CLI);
 //! * `listener`: the dual-stack TCPStore listening socket (socket2: backlog, NODELAY, keepalive);
-//! * `core`: the store engine and the per-connection outboxes behind one lock, so a reply and
-//!   the wake-ups other connections cause reach each client in engine order;
+//! * `driver`: one driver for the three sans-IO cores: a core and its routes (outboxes,
+//!   watchers) behind one lock, outputs routed in the core's order, and its timer task;
+//! * `core`: the store engine and the per-connection outboxes, so a reply and the wake-ups
+//!   other connections cause reach each client in engine order;
 //! * `conn`: one task per TCPStore connection: read, decode, handle, write, with deadlines
 //!   and a bound on its queued replies;
 //! * [`raise_nofile_limit`]: the open-file limit raised to hard (by `dt-rdzv serve`), and the
 //!   TCPStore connection cap derived from the limit in force;
 //! * `ratelog`: per-reason rate limits for repeated log lines;
-//! * `rendezvous`: the rendezvous machine and the native connections' outboxes, and its timers;
+//! * `rendezvous`: the rendezvous machine and the native connections' outboxes;
 //! * `native`: the QUIC port (29401), one task per member connection;
 //! * [`Identity`]: the TLS certificate, from files or generated (fingerprint printed);
 //! * `http` (axum on hyper), `journal`, `metrics`, [`job_json`]: the HTTP port (29402): the status
@@ -26,6 +28,7 @@ mod admission;
 mod config;
 mod conn;
 mod core;
+mod driver;
 mod etcd_v2;
 mod fdlimit;
 mod http;
@@ -54,14 +57,14 @@ pub use fdlimit::raise_nofile_limit;
 pub use identity::Identity;
 pub use json::job_json;
 
-use self::core::Core;
+use self::core::StoreCore;
 use self::rendezvous::RdzvCore;
 
 /// A bound server, ready to run.
 pub struct Server {
     config: ServeConfig,
     listener: Option<TcpListener>,
-    core: Arc<Core>,
+    core: Arc<StoreCore>,
     native: Option<quinn::Endpoint>,
     rdzv: Arc<RdzvCore>,
     http: Option<TcpListener>,
@@ -97,7 +100,7 @@ impl Server {
         } else {
             Some(listener::bind(&config)?)
         };
-        let core = Arc::new(Core::new(config.engine_config()));
+        let core = Arc::new(StoreCore::new(config.engine_config()));
         let rdzv = Arc::new(RdzvCore::new(config.machine_config(token.clone())));
         let (native, fingerprint) = if config.no_native {
             (None, None)
@@ -250,8 +253,10 @@ impl Server {
     /// Serves until `shutdown` resolves, then closes every connection.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
         let (stop_tx, stop_rx) = watch::channel(false);
-        let timer = tokio::spawn(core::run_timers(self.core.clone(), stop_rx.clone()));
-        let rdzv_timer = tokio::spawn(rendezvous::run_timers(self.rdzv.clone(), stop_rx.clone()));
+        let (store, stop) = (self.core.clone(), stop_rx.clone());
+        let timer = tokio::spawn(async move { store.run_timers(stop).await });
+        let (rdzv, stop) = (self.rdzv.clone(), stop_rx.clone());
+        let rdzv_timer = tokio::spawn(async move { rdzv.run_timers(stop).await });
         let config = Arc::new(self.config);
         let (owners, owner_task) = match self.owners {
             Some((o, notes)) => {
@@ -280,10 +285,12 @@ impl Server {
         if let Some(l) = self.etcd_v2 {
             let door = etcd_v2::V2Door::new(etcd_v2::V2Config {
                 token: self.token.clone(),
-                idle_ttl: config.namespace_ttl.0,
-                limits: dt_rdzv_proto::etcd_v2::Limits {
-                    max_bytes: config.max_store_bytes,
-                    ..Default::default()
+                store: dt_rdzv_proto::etcd_v2::StoreConfig {
+                    limits: dt_rdzv_proto::etcd_v2::Limits {
+                        max_bytes: config.max_store_bytes,
+                        ..Default::default()
+                    },
+                    idle_ttl: config.namespace_ttl.0,
                 },
             });
             tokio::spawn(etcd_v2::run(l, door, stop_rx.clone()));

@@ -12,7 +12,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use super::config::ServeConfig;
-use super::core::Core;
+use super::core::StoreCore;
 use super::owner::{Owners, Verdict};
 use super::ratelog::limited;
 
@@ -26,7 +26,7 @@ pub(crate) async fn serve_or_relay(
     id: ConnId,
     mut stream: TcpStream,
     peer: SocketAddr,
-    core: Arc<Core>,
+    core: Arc<StoreCore>,
     config: Arc<ServeConfig>,
     mut stop: watch::Receiver<bool>,
 ) {

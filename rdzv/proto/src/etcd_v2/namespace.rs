@@ -16,9 +16,11 @@
 //! purged (they go by their TTL, a delete, or the store's byte quota).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
 
+use super::input::ConnId;
+use super::key::clean_key;
 use super::request::V2Request;
-use super::store::{V2Store, clean_key};
 
 /// Where the dynamic handler keeps its state blobs.
 const DYNAMIC_STATE: [&str; 3] = ["torch", "elastic", "rendezvous"];
@@ -47,16 +49,16 @@ impl RunNamespace {
         }
     }
 
-    /// The keys (files or directories) to remove to forget the run.
-    pub fn roots(&self, store: &V2Store) -> Vec<String> {
+    /// The keys (files or directories) to remove to forget the run; `children` lists the
+    /// names directly under a directory of the store (as [`super::V2Store::children`]).
+    pub fn roots(&self, children: impl Fn(&str) -> Vec<String>) -> Vec<String> {
         match self {
             Self::Legacy(dir) => vec![dir.clone()],
             Self::Dynamic(id) => {
                 let mut keys = vec![format!("/{}/{id}", DYNAMIC_STATE.join("/"))];
                 let store_dir = format!("/{}", DYNAMIC_STORE.join("/"));
                 keys.extend(
-                    store
-                        .children(&store_dir)
+                    children(&store_dir)
                         .into_iter()
                         .filter(|name| store_run(name).as_deref() == Some(id.as_str()))
                         .map(|name| format!("{store_dir}/{name}")),
@@ -122,34 +124,34 @@ pub fn run_start(key: &str, request: &V2Request) -> Option<RunNamespace> {
 #[derive(Debug, Default)]
 pub struct RunTracker {
     runs: BTreeMap<RunNamespace, Run>,
-    conns: BTreeMap<u64, BTreeSet<RunNamespace>>,
+    conns: BTreeMap<ConnId, BTreeSet<RunNamespace>>,
 }
 
 #[derive(Debug, Default)]
 struct Run {
-    conns: BTreeSet<u64>,
-    /// Unix ms since when no open connection has touched it.
-    idle_since: Option<u64>,
+    conns: BTreeSet<ConnId>,
+    /// Since when no open connection has touched it.
+    idle_since: Option<Instant>,
 }
 
 impl RunTracker {
     /// Whether `ns` is abandoned as seen from connection `conn`: no other open connection has
     /// touched it (and `conn` has not either).
-    pub fn abandoned(&self, ns: &RunNamespace, conn: u64) -> bool {
+    pub fn abandoned(&self, ns: &RunNamespace, conn: ConnId) -> bool {
         self.runs.get(ns).is_none_or(|r| r.conns.is_empty())
             && !self.conns.get(&conn).is_some_and(|s| s.contains(ns))
     }
 
     /// Connection `conn` touched `ns`.
-    pub fn touch(&mut self, conn: u64, ns: RunNamespace) {
+    pub fn touch(&mut self, conn: ConnId, ns: RunNamespace) {
         let run = self.runs.entry(ns.clone()).or_default();
         run.conns.insert(conn);
         run.idle_since = None;
         self.conns.entry(conn).or_default().insert(ns);
     }
 
-    /// Connection `conn` closed at `now` (Unix ms).
-    pub fn disconnect(&mut self, conn: u64, now: u64) {
+    /// Connection `conn` closed at `now`.
+    pub fn disconnect(&mut self, conn: ConnId, now: Instant) {
         for ns in self.conns.remove(&conn).unwrap_or_default() {
             if let Some(run) = self.runs.get_mut(&ns) {
                 run.conns.remove(&conn);
@@ -165,16 +167,25 @@ impl RunTracker {
         self.runs.remove(ns);
     }
 
-    /// Runs no open connection touched for `ttl_ms` by `now`.
-    pub fn idle(&self, now: u64, ttl_ms: u64) -> Vec<RunNamespace> {
+    /// Runs no open connection touched for `ttl` by `now`.
+    pub fn idle(&self, now: Instant, ttl: Duration) -> Vec<RunNamespace> {
         self.runs
             .iter()
             .filter(|(_, r)| {
                 r.idle_since
-                    .is_some_and(|t| now.saturating_sub(t) >= ttl_ms)
+                    .is_some_and(|t| now.saturating_duration_since(t) >= ttl)
             })
             .map(|(ns, _)| ns.clone())
             .collect()
+    }
+
+    /// When the first idle run will have been idle for `ttl`.
+    pub fn next_idle(&self, ttl: Duration) -> Option<Instant> {
+        self.runs
+            .values()
+            .filter_map(|r| r.idle_since)
+            .min()
+            .map(|t| t + ttl)
     }
 
     /// Runs tracked.

@@ -21,7 +21,8 @@ fn event_bytes(e: &Event) -> u64 {
     view(&e.node) + e.prev.as_ref().map_or(0, view)
 }
 
-/// A pending watch, named for [`super::V2Store::cancel`] and in [`Delivery`].
+/// A pending watch, named in [`Answer::Pending`](super::Answer::Pending), in
+/// [`Input::Cancel`](super::Input::Cancel) and in [`Delivery`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct WatchId(pub u64);
 

@@ -40,6 +40,7 @@ mod deadlines;
 mod departures;
 mod effects;
 mod error;
+mod input;
 mod job;
 mod machine;
 mod peers;
@@ -56,5 +57,6 @@ pub use effects::{Action, Event, RendezvousStats};
 /// A driver's name for one client connection.
 pub type ConnId = u64;
 pub use error::Refusal;
-pub use machine::{Input, RendezvousMachine};
+pub use input::Input;
+pub use machine::RendezvousMachine;
 pub use probes::{MAX_EVIDENCE_BYTES, ReportVerdict};

@@ -5,7 +5,8 @@
 //!   enforces [`Limits`] on length prefixes before the body arrives;
 //! * [`reply`]: the reply shapes, for clients;
 //! * [`Engine`]: the store (KV map, queues, waiters, counters, compare-set) and the namespace
-//!   lifecycle that keeps a long-lived server clean between jobs;
+//!   lifecycle that keeps a long-lived server clean between jobs; `handle(now, Input)`, then
+//!   `poll_action()` and `poll_timeout()`;
 //! * [`semantics`]: the value rules shared with in-memory twins.
 
 mod decode;
@@ -20,7 +21,7 @@ pub mod semantics;
 pub use decode::{DecodeError, Decoded, decode};
 pub use engine::{
     Action, CloseReason, ConnId, DEFAULT_MAX_NAMESPACE_BYTES, DEFAULT_MAX_STORE_BYTES, Engine,
-    EngineConfig, PurgeReason, Stats,
+    EngineConfig, Input, MAX_WAITING_BYTES, PurgeReason, Stats,
 };
 pub use limits::Limits;
 pub use namespace::namespace_of;

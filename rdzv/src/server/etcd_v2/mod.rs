@@ -1,16 +1,17 @@
 //! The etcd v2 door (`--etcd-v2-port`, off by default): etcd's v2 keys API, which etcd 3.6
 //! removed, for torch's `etcd` and `etcd-v2` rendezvous backends and `EtcdStore` (through
-//! `python-etcd`). The sans-IO [`V2Store`] does the work; this module is axum on hyper around
-//! it: parameters in, etcd's JSON and headers out, watches as chunked responses whose headers
-//! go out at once (as etcd sends them) and whose body is the event, TTLs expired by a timer,
-//! and a dead run's keys purged when a rerun starts (see [`dt_rdzv_proto::etcd_v2::namespace`]).
+//! `python-etcd`). The sans-IO [`V2Store`] does the work (TTLs, watches, and a dead run's keys
+//! purged when a rerun starts, see [`dt_rdzv_proto::etcd_v2::namespace`]), behind the server's
+//! one [`Driver`], which runs its deadlines; this module is axum on hyper around it:
+//! parameters in, etcd's JSON and headers out, watches as chunked responses whose headers go
+//! out at once (as etcd sends them) and whose body is the event.
 
 mod json;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -18,13 +19,16 @@ use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
-use dt_rdzv_proto::etcd_v2::namespace::{RunTracker, run_namespace, run_start};
 use dt_rdzv_proto::etcd_v2::request::{self, Params, V2Request};
-use dt_rdzv_proto::etcd_v2::{ErrorCode, Event, Limits, V2Error, V2Store, WatchId, WatchStart};
+use dt_rdzv_proto::etcd_v2::{
+    Answer, ErrorCode, Event, Input, Output, PurgeReason, StoreConfig, V2Error, V2Store, WallClock,
+    WatchId,
+};
 use dt_rdzv_proto::rendezvous::{Scope, authorized};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
+use super::driver::{Driver, Route};
 use super::http_serve::{Bounds, accept_loop};
 
 /// Connections open at once (each may hold one watch).
@@ -37,8 +41,6 @@ const MAX_BODY: usize = 6 << 20;
 /// against it too, so it is long: `python-etcd` keeps its pooled connection for the whole
 /// run, and an open connection is what marks a run alive (agents touch theirs every 1-5 s).
 const HEAD_DEADLINE: Duration = Duration::from_secs(300);
-/// How often TTLs and idle runs are checked (etcd expires keys every 500 ms).
-const TICK: Duration = Duration::from_millis(100);
 /// The etcd version the door answers as (the API it serves is etcd 3.4's v2).
 const ETCD_VERSION: &str = "3.4.23";
 
@@ -47,21 +49,22 @@ const ETCD_VERSION: &str = "3.4.23";
 pub(crate) struct V2Config {
     /// Required credential (HTTP basic password or bearer token); `None`: no auth.
     pub(crate) token: Option<String>,
-    /// Purge a run no open connection touched for this long (`None`: never).
-    pub(crate) idle_ttl: Option<Duration>,
-    /// Store bounds.
-    pub(crate) limits: Limits,
+    /// The store's bounds and idle TTL.
+    pub(crate) store: StoreConfig,
 }
 
-struct Inner {
-    store: V2Store,
-    runs: RunTracker,
+/// Where the store's outputs go: the answer to the request just fed, and the pending watches'
+/// responses.
+#[derive(Default)]
+struct Routes {
+    /// The answer to the request being handled (taken under the same lock).
+    answer: Option<Result<DoorAnswer, V2Error>>,
     watchers: HashMap<WatchId, oneshot::Sender<Event>>,
 }
 
 /// The door's state, shared by its connections.
 pub(crate) struct V2Door {
-    inner: Mutex<Inner>,
+    driver: Driver<V2Store, Routes>,
     config: V2Config,
     cluster_id: String,
     next_conn: AtomicU64,
@@ -79,21 +82,15 @@ fn now_ms() -> u64 {
 
 impl V2Door {
     pub(crate) fn new(config: V2Config) -> Arc<Self> {
-        let cluster_id = format!("{:016x}", now_ms().wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let now = now_ms();
+        let cluster_id = format!("{:016x}", now.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let store = V2Store::new(config.store, WallClock::new(Instant::now(), now));
         Arc::new(Self {
-            inner: Mutex::new(Inner {
-                store: V2Store::new(config.limits),
-                runs: RunTracker::default(),
-                watchers: HashMap::new(),
-            }),
+            driver: Driver::new(store, Routes::default()),
             config,
             cluster_id,
             next_conn: AtomicU64::new(0),
         })
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether the request carries the server token (as a bearer token, or as the password of
@@ -119,87 +116,27 @@ impl V2Door {
         given.is_some_and(|g| authorized(Some(token), Scope::Server, &g))
     }
 
-    /// Sends what pending watches got (after every store call).
-    fn deliver(inner: &mut Inner) {
-        for d in inner.store.take_deliveries() {
-            if let Some(tx) = inner.watchers.remove(&d.watch) {
-                let _ = tx.send(d.event);
-            }
-        }
-    }
-
-    /// Expires TTLs and purges idle runs.
-    fn tick(&self) {
-        let now = now_ms();
-        let mut inner = self.lock();
-        inner.store.expire(now);
-        Self::deliver(&mut inner);
-        if let Some(ttl) = self.config.idle_ttl {
-            for ns in inner.runs.idle(now, ttl.as_millis() as u64) {
-                let files: usize = ns
-                    .roots(&inner.store)
-                    .iter()
-                    .map(|k| inner.store.purge(k))
-                    .sum();
-                inner.runs.forget(&ns);
-                if files > 0 {
-                    tracing::info!(run = %ns.label(), keys = files, reason = "idle",
-                        "etcd v2: purged a run no client touched for the namespace TTL");
-                }
-            }
-        }
-    }
-
     fn disconnect(&self, conn: u64) {
-        self.lock().runs.disconnect(conn, now_ms());
+        self.driver.input(Input::Closed { conn });
     }
 
     /// Runs one parsed request.
-    fn apply(&self, conn: u64, key: &str, req: &V2Request) -> Result<Answer, V2Error> {
-        let now = now_ms();
-        let mut inner = self.lock();
-        if let Some(ns) = run_start(key, req)
-            && inner.runs.abandoned(&ns, conn)
-        {
-            let files: usize = ns
-                .roots(&inner.store)
-                .iter()
-                .map(|k| inner.store.purge(k))
-                .sum();
-            if files > 0 {
-                tracing::info!(run = %ns.label(), keys = files, reason = "rerun",
-                        "etcd v2: a new run started where no client of the earlier one is left; purged its keys");
-            }
-        }
-        if let Some(ns) = run_namespace(key) {
-            inner.runs.touch(conn, ns);
-        }
-        let store = &mut inner.store;
-        let answer = match req {
-            V2Request::Get(g) if g.wait => {
-                match store.watch(key, g.recursive, g.wait_index, now)? {
-                    WatchStart::Ready(e) => Answer::Watched(*e),
-                    WatchStart::Pending(id) => {
-                        let (tx, rx) = oneshot::channel();
-                        let index = store.index();
-                        inner.watchers.insert(id, tx);
-                        Answer::Watch(id, index, rx)
-                    }
-                }
-            }
-            V2Request::Get(g) => Answer::Now(store.get(key, g.recursive, now)?),
-            V2Request::Put(p) => Answer::Now(store.put(key, p, now)?),
-            V2Request::Post(p) => Answer::Now(store.post(key, p, now)?),
-            V2Request::Delete(d) => Answer::Now(store.delete(key, d, now)?),
-        };
-        Self::deliver(&mut inner);
-        Ok(answer)
+    fn apply(&self, conn: u64, key: &str, request: V2Request) -> Result<DoorAnswer, V2Error> {
+        let key = key.to_owned();
+        self.driver.with(|g| {
+            g.handle(Instant::now(), Input::Request { conn, key, request });
+            g.routes
+                .answer
+                .take()
+                .expect("the store answers every request")
+        })
     }
 
-    fn cancel(&self, id: WatchId) {
-        let mut inner = self.lock();
-        inner.store.cancel(id);
-        inner.watchers.remove(&id);
+    fn cancel(&self, watch: WatchId) {
+        self.driver.with(|g| {
+            g.core.handle(Instant::now(), Input::Cancel { watch });
+            g.routes.watchers.remove(&watch);
+        });
     }
 
     fn headers(&self, index: u64) -> [(header::HeaderName, HeaderValue); 5] {
@@ -230,12 +167,51 @@ impl V2Door {
     }
 }
 
-enum Answer {
+/// A request's answer, as the handler sends it.
+enum DoorAnswer {
     /// A read's or a write's answer (201 for a new key).
     Now(Event),
     /// A watch answered from the history (always 200).
     Watched(Event),
+    /// A pending watch: its index for the headers, and where its event will come.
     Watch(WatchId, u64, oneshot::Receiver<Event>),
+}
+
+impl Route<Output> for Routes {
+    fn route(&mut self, output: Output) {
+        match output {
+            Output::Answer { answer, .. } => {
+                self.answer = Some(answer.map(|a| match a {
+                    Answer::Now(e) => DoorAnswer::Now(e),
+                    Answer::Watched(e) => DoorAnswer::Watched(e),
+                    Answer::Pending { watch, index } => {
+                        let (tx, rx) = oneshot::channel();
+                        self.watchers.insert(watch, tx);
+                        DoorAnswer::Watch(watch, index, rx)
+                    }
+                }));
+            }
+            Output::Watched(d) => {
+                if let Some(tx) = self.watchers.remove(&d.watch) {
+                    let _ = tx.send(d.event);
+                }
+            }
+            Output::Purged { run, files, reason } => match reason {
+                PurgeReason::Rerun => {
+                    tracing::info!(run = %run.label(), keys = files, reason = "rerun",
+                        "etcd v2: a new run started where no client of the earlier one is left; purged its keys");
+                }
+                PurgeReason::Idle => {
+                    tracing::info!(run = %run.label(), keys = files, reason = "idle",
+                        "etcd v2: purged a run no client touched for the namespace TTL");
+                }
+                PurgeReason::Explicit => {
+                    tracing::info!(run = %run.label(), keys = files, reason = "explicit",
+                        "etcd v2: purged a run's keys");
+                }
+            },
+        }
+    }
 }
 
 /// Cancels a pending watch when its response is dropped (the client went away).
@@ -286,10 +262,10 @@ async fn keys(
         .decode_utf8_lossy()
         .into_owned();
     let pairs = params(&method, &uri, &body);
-    let answer = request::parse(m, &Params(&pairs)).and_then(|req| door.apply(conn, &key, &req));
+    let answer = request::parse(m, &Params(&pairs)).and_then(|req| door.apply(conn, &key, req));
     match answer {
         Err(e) => door.error(&e),
-        Ok(Answer::Now(e)) => {
+        Ok(DoorAnswer::Now(e)) => {
             let status = if e.created_key() {
                 StatusCode::CREATED
             } else {
@@ -297,10 +273,10 @@ async fn keys(
             };
             (status, door.headers(e.index), json::event(&e)).into_response()
         }
-        Ok(Answer::Watched(e)) => {
+        Ok(DoorAnswer::Watched(e)) => {
             (StatusCode::OK, door.headers(e.index), json::event(&e)).into_response()
         }
-        Ok(Answer::Watch(id, index, rx)) => {
+        Ok(DoorAnswer::Watch(id, index, rx)) => {
             let guard = WatchGuard {
                 door: door.clone(),
                 id,
@@ -373,17 +349,9 @@ fn router(door: Arc<V2Door>) -> Router {
 /// Serves the door until `stop` turns true.
 pub(crate) async fn run(listener: TcpListener, door: Arc<V2Door>, stop: watch::Receiver<bool>) {
     let app = router(door.clone());
-    let ticker = door.clone();
-    let mut tick_stop = stop.clone();
-    tokio::spawn(async move {
-        let mut every = tokio::time::interval(TICK);
-        loop {
-            tokio::select! {
-                _ = tick_stop.changed() => return,
-                _ = every.tick() => ticker.tick(),
-            }
-        }
-    });
+    let timers = door.clone();
+    let timer_stop = stop.clone();
+    tokio::spawn(async move { timers.driver.run_timers(timer_stop).await });
     let bounds = Bounds {
         max_connections: MAX_CONNECTIONS,
         max_head: MAX_HEAD,

@@ -1,8 +1,11 @@
 //! Engine tests: reply bytes from `reference/tcpstore-protocol.md` §5, wake-up rules, bad
 //! input, and the namespace lifecycle on a virtual clock.
 
+use std::time::{Duration, Instant};
+
 use super::*;
 use crate::tcpstore::reply::{Reply, decode_reply};
+use crate::tcpstore::{Request, VALIDATE_MAGIC};
 
 struct H {
     e: Engine,
@@ -25,22 +28,32 @@ impl H {
     }
     /// Connects and validates.
     fn conn(&mut self, id: ConnId) {
-        self.e.connect(id);
-        self.e.handle(
+        self.connect(id);
+        self.send(
             id,
             Request::Validate {
                 magic: VALIDATE_MAGIC,
             },
-            self.now,
         );
         assert!(self.drain().is_empty());
+    }
+    fn connect(&mut self, id: ConnId) {
+        self.e.handle(self.now, Input::Connected { conn: id });
+    }
+    fn disconnect(&mut self, id: ConnId) {
+        self.e.handle(self.now, Input::Closed { conn: id });
+    }
+    /// Sends a request without taking what it caused.
+    fn send(&mut self, id: ConnId, request: Request) {
+        self.e
+            .handle(self.now, Input::Request { conn: id, request });
     }
     fn drain(&mut self) -> Vec<Action> {
         std::iter::from_fn(|| self.e.poll_action()).collect()
     }
     /// Sends a request; returns every action it caused.
     fn req(&mut self, id: ConnId, r: Request) -> Vec<Action> {
-        self.e.handle(id, r, self.now);
+        self.send(id, r);
         self.drain()
     }
     /// Sends a request; returns the bytes sent back to `id`, concatenated.
@@ -458,15 +471,14 @@ fn cancel_after_release_sends_00_then_01() {
         .is_empty()
     );
     // the release and the cancel race; the driver sees both through one FIFO, in order
-    h.e.handle(
+    h.send(
         2,
         Request::Set {
             key: k("/x"),
             value: k(""),
         },
-        h.now,
     );
-    h.e.handle(1, Request::CancelWait, h.now);
+    h.send(1, Request::CancelWait);
     assert_eq!(sends_to(&h.drain(), 1), [0, 1]);
 }
 
@@ -611,10 +623,10 @@ fn bad_add_closes_only_that_connection_and_keeps_the_value() {
 #[test]
 fn handshake_rules() {
     let mut h = H::new();
-    h.e.connect(1);
+    h.connect(1);
     let a = h.req(1, Request::Ping { nonce: 1 });
     assert_eq!(closed(&a, 1), Some(CloseReason::NotValidated("PING")));
-    h.e.connect(2);
+    h.connect(2);
     let a = h.req(2, Request::Validate { magic: 0xdead_beef });
     assert_eq!(closed(&a, 2), Some(CloseReason::BadMagic(0xdead_beef)));
     h.conn(3);
@@ -642,7 +654,7 @@ fn disconnect_drops_waiters() {
         )
         .is_empty()
     );
-    h.e.disconnect(1, h.now);
+    h.disconnect(1);
     let a = h.req(
         2,
         Request::Set {
@@ -651,7 +663,7 @@ fn disconnect_drops_waiters() {
         },
     );
     assert!(a.is_empty(), "{a:?}");
-    assert!(h.e.waiters.is_empty());
+    assert!(h.e.waits.is_empty());
 }
 
 #[test]
@@ -735,16 +747,15 @@ fn new_torchelastic_run_after_the_old_one_is_gone_starts_clean() {
     // a third agent while the run is alive sees the live state
     assert_eq!(agent_start(&mut h, 3), Reply::Bytes(k("closed-state")));
     for c in 1..=3 {
-        h.e.disconnect(c, h.now);
+        h.disconnect(c);
     }
     // the next run with the same id starts from nothing
-    h.e.connect(4);
-    h.e.handle(
+    h.connect(4);
+    h.send(
         4,
         Request::Validate {
             magic: VALIDATE_MAGIC,
         },
-        h.now,
     );
     let a = h.req(
         4,
@@ -818,7 +829,7 @@ fn idle_namespaces_expire_after_the_ttl() {
         None,
         "nothing is idle while a connection is open"
     );
-    h.e.disconnect(1, h.now);
+    h.disconnect(1);
     assert_eq!(h.e.poll_timeout(), Some(h.now + ttl));
     // jobB is touched again before the TTL: it lives on
     h.now += Duration::from_secs(30);
@@ -858,7 +869,7 @@ fn ttl_none_keeps_everything() {
             value: k("1"),
         },
     );
-    h.e.disconnect(1, h.now);
+    h.disconnect(1);
     assert_eq!(h.e.poll_timeout(), None);
     h.e.handle_timeout(h.now + Duration::from_secs(1_000_000));
     assert_eq!(h.e.num_keys(), 1);
@@ -937,18 +948,18 @@ mod properties {
             let mut h = H::new();
             (0..3).for_each(|c| h.conn(c));
             for (c, r) in ops {
-                h.e.handle(c, r, h.now);
+                h.send(c, r);
                 h.drain();
             }
             for c in 0..3 {
                 if leave {
-                    h.e.disconnect(c, h.now);
+                    h.disconnect(c);
                 } else {
-                    h.e.handle(c, Request::CancelWait, h.now);
+                    h.send(c, Request::CancelWait);
                 }
             }
             h.drain();
-            prop_assert!(h.e.waiters.is_empty(), "{:?}", h.e.waiters);
+            prop_assert!(h.e.waits.is_empty(), "{:?}", h.e.waits);
         }
     }
 }
@@ -994,7 +1005,7 @@ fn append_to_a_value_a_reply_still_holds_leaves_the_reply_alone() {
             value: k("ab"),
         },
     );
-    h.e.handle(1, Request::Get { key: k("/a") }, h.now);
+    h.send(1, Request::Get { key: k("/a") });
     let held = h.drain();
     h.req(
         1,
@@ -1177,4 +1188,39 @@ fn pipelined_waits_are_bounded_per_connection() {
         },
     );
     assert_eq!(sends_to(&a, 2), [0], "woken (SET itself has no reply)");
+}
+
+#[test]
+fn what_the_engine_answers_depends_on_its_inputs_only() {
+    // LIST_KEYS in key order, and purges of several namespaces in namespace order, whatever
+    // order the keys were written in.
+    let mut h = H::with(EngineConfig {
+        namespace_ttl: Some(Duration::from_secs(1)),
+        ..EngineConfig::default()
+    });
+    h.conn(1);
+    for key in ["/z/1", "/b/1", "/m/1", "/a/1"] {
+        h.ask(
+            1,
+            Request::Set {
+                key: k(key),
+                value: k("v"),
+            },
+        );
+    }
+    assert_eq!(
+        h.reply(1, Request::ListKeys),
+        Reply::KeyList(vec![k("/a/1"), k("/b/1"), k("/m/1"), k("/z/1")])
+    );
+    h.disconnect(1);
+    h.e.handle_timeout(h.now + Duration::from_secs(1));
+    let purged: Vec<String> = h
+        .drain()
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Purged { namespace, .. } => Some(namespace),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(purged, ["a", "b", "m", "z"]);
 }

@@ -1,19 +1,15 @@
-//! Bytes held by the store (keys and values, KV map and queues), in all and per namespace, and
-//! the quotas checked against them before a write grows the store.
+//! [`Usage`]: bytes held by the store (keys and values, KV map and queues), in all and per
+//! namespace, and the quotas checked against them before a write grows the store.
 
-use std::collections::HashMap;
-use std::time::Instant;
-
-use bytes::Bytes;
+use std::collections::BTreeMap;
 
 use super::super::namespace::namespace_of;
-use super::{CloseReason, ConnId, Engine};
 
 /// Store bytes in all and per namespace.
 #[derive(Debug, Default)]
 pub(super) struct Usage {
     total: u64,
-    per_namespace: HashMap<Vec<u8>, u64>,
+    per_namespace: BTreeMap<Vec<u8>, u64>,
 }
 
 /// Which quota a write would pass.
@@ -86,81 +82,6 @@ impl Usage {
     /// Bytes held in all.
     pub(super) fn total(&self) -> u64 {
         self.total
-    }
-}
-
-/// The store's writes and removals that keep the usage, and the quota checks.
-impl Engine {
-    /// Every KV write goes through here and [`Engine::kv_remove`], which keep the usage.
-    pub(super) fn kv_insert(&mut self, key: Vec<u8>, value: Bytes) {
-        if let Some(old) = self.kv.get(&key) {
-            self.usage.sub(&key, cost(&key, old.len()));
-        }
-        self.usage.add(&key, cost(&key, value.len()));
-        self.kv.insert(key, value);
-    }
-
-    pub(super) fn kv_remove(&mut self, key: &[u8]) -> Option<Bytes> {
-        let v = self.kv.remove(key)?;
-        self.usage.sub(key, cost(key, v.len()));
-        Some(v)
-    }
-
-    pub(super) fn ns_quota(&self) -> Option<u64> {
-        self.config.max_namespace_bytes
-    }
-
-    pub(super) fn store_quota(&self) -> Option<u64> {
-        self.config.max_store_bytes
-    }
-
-    /// Whether writing `value_len` bytes under `key` stays within the quotas; if not, closes
-    /// `conn` and the write must not happen.
-    pub(super) fn admit(
-        &mut self,
-        conn: ConnId,
-        op: &'static str,
-        key: &[u8],
-        value_len: usize,
-        now: Instant,
-    ) -> bool {
-        let old = self.kv.get(key).map(|v| cost(key, v.len()));
-        let grow = cost(key, value_len).saturating_sub(old.unwrap_or(0));
-        match self
-            .usage
-            .check(key, grow, self.ns_quota(), self.store_quota())
-        {
-            Ok(()) => true,
-            Err(over) => {
-                self.over_quota(conn, op, key, over, now);
-                false
-            }
-        }
-    }
-
-    pub(super) fn over_quota(
-        &mut self,
-        conn: ConnId,
-        op: &'static str,
-        key: &[u8],
-        over: Over,
-        now: Instant,
-    ) {
-        let (scope, limit) = match over {
-            Over::Namespace(l) => ("namespace", l),
-            Over::Store(l) => ("store", l),
-        };
-        let key = String::from_utf8_lossy(key).into_owned();
-        self.close(
-            conn,
-            CloseReason::QuotaExceeded {
-                op,
-                key,
-                scope,
-                limit,
-            },
-            now,
-        );
     }
 }
 

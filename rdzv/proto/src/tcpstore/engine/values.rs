@@ -1,16 +1,51 @@
-//! Writes and reads of stored values that share them rather than copy them: APPEND grows an
-//! unshared value in place, and a reply carries the stored value itself ([`Bytes`]).
+//! The stored values: every write and removal of the KV map goes through here, which keeps the
+//! byte usage and checks the quotas; APPEND grows an unshared value in place, and a reply
+//! carries the stored value itself ([`Bytes`]), never a copy.
 
 use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::{CloseReason, ConnId, Engine};
+use super::Engine;
+use super::input::ConnId;
+use super::output::CloseReason;
+use super::usage::{Over, cost};
 
 impl Engine {
+    /// A key is present if it is in the KV map or names a non-empty queue.
+    pub(super) fn present(&self, key: &[u8]) -> bool {
+        self.kv.contains_key(key) || self.queues.get(key).is_some_and(|q| !q.is_empty())
+    }
+
+    /// Writes `key` and wakes its waiters.
+    pub(super) fn store(&mut self, key: Vec<u8>, value: Bytes) {
+        if self.waits.waited(&key) {
+            self.kv_insert(key.clone(), value);
+            self.wake_all(&key);
+        } else {
+            self.kv_insert(key, value);
+        }
+    }
+
+    /// Every KV write goes through here and [`Engine::kv_remove`], which keep the usage.
+    pub(super) fn kv_insert(&mut self, key: Vec<u8>, value: Bytes) {
+        if let Some(old) = self.kv.get(&key) {
+            self.usage.sub(&key, cost(&key, old.len()));
+        }
+        self.usage.add(&key, cost(&key, value.len()));
+        self.kv.insert(key, value);
+    }
+
+    /// Removes `key` from the KV map, keeping the usage.
+    pub(super) fn kv_remove(&mut self, key: &[u8]) -> Option<Bytes> {
+        let v = self.kv.remove(key)?;
+        self.usage.sub(key, cost(key, v.len()));
+        Some(v)
+    }
+
     /// APPEND: refused past the value limit or a quota (the value is kept as it was).
     pub(super) fn append(&mut self, conn: ConnId, key: Vec<u8>, value: Vec<u8>, now: Instant) {
-        self.touch(conn, &key, now);
+        self.touch(conn, &key);
         let old = self.kv.get(&key).map_or(0, Bytes::len);
         let size = (old + value.len()) as u64;
         if size > self.config.max_value_bytes {
@@ -52,5 +87,63 @@ impl Engine {
         if !v.is_empty() {
             out.push(v);
         }
+    }
+
+    pub(super) fn ns_quota(&self) -> Option<u64> {
+        self.config.max_namespace_bytes
+    }
+
+    pub(super) fn store_quota(&self) -> Option<u64> {
+        self.config.max_store_bytes
+    }
+
+    /// Whether writing `value_len` bytes under `key` stays within the quotas; if not, closes
+    /// `conn` and the write must not happen.
+    pub(super) fn admit(
+        &mut self,
+        conn: ConnId,
+        op: &'static str,
+        key: &[u8],
+        value_len: usize,
+        now: Instant,
+    ) -> bool {
+        let old = self.kv.get(key).map(|v| cost(key, v.len()));
+        let grow = cost(key, value_len).saturating_sub(old.unwrap_or(0));
+        match self
+            .usage
+            .check(key, grow, self.ns_quota(), self.store_quota())
+        {
+            Ok(()) => true,
+            Err(over) => {
+                self.over_quota(conn, op, key, over, now);
+                false
+            }
+        }
+    }
+
+    /// Closes `conn`, whose write would pass a quota.
+    pub(super) fn over_quota(
+        &mut self,
+        conn: ConnId,
+        op: &'static str,
+        key: &[u8],
+        over: Over,
+        now: Instant,
+    ) {
+        let (scope, limit) = match over {
+            Over::Namespace(l) => ("namespace", l),
+            Over::Store(l) => ("store", l),
+        };
+        let key = String::from_utf8_lossy(key).into_owned();
+        self.close(
+            conn,
+            CloseReason::QuotaExceeded {
+                op,
+                key,
+                scope,
+                limit,
+            },
+            now,
+        );
     }
 }

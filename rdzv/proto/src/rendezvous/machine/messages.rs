@@ -1,0 +1,144 @@
+//! What each message does: a member's requests (join, heartbeat, leave, finish, publish, next
+//! round, lookup, report, alive) and an operator's (status, stop, which need a token); a
+//! member's request from a connection that has not joined is refused and the connection
+//! closed.
+
+use std::time::Instant;
+
+use super::super::ConnId;
+use super::super::auth::Scope;
+use super::super::effects::Event;
+use super::super::error::Refusal;
+use super::super::job::Removal;
+use super::super::probes::ReportVerdict;
+use super::RendezvousMachine;
+use crate::native::{ClientMsg, JobEnd, ServerMsg};
+
+impl RendezvousMachine {
+    pub(super) fn on_message(&mut self, now: Instant, conn: ConnId, msg: ClientMsg) {
+        let conn_state = self.conns.entry(conn).or_default();
+        let joined = conn_state.member.clone();
+        if let Some((job, id)) = &joined
+            && let Some(j) = self.jobs.get_mut(job)
+            && let Some(m) = j.members.get_mut(id)
+            && m.conn == conn
+        {
+            m.last_seen = now;
+            self.fx.stats.messages += 1;
+        }
+        let member = joined.filter(|_| self.member_of(conn).is_some());
+        match (msg, member) {
+            (ClientMsg::Join(join), Some((job, member))) => {
+                let _ = join;
+                self.refuse(conn, Refusal::AlreadyJoined { job, member });
+            }
+            (ClientMsg::Join(join), None) => self.join(now, conn, join),
+            (ClientMsg::Heartbeat { .. }, Some(_)) => {}
+            (ClientMsg::Leave, Some((job, id))) => {
+                if let Some(j) = self.jobs.get_mut(&job) {
+                    j.remove(now, vec![(id, Removal::Left)], &self.config, &mut self.fx);
+                }
+            }
+            (ClientMsg::Finish, Some((job, id))) => {
+                if let Some(j) = self.jobs.get_mut(&job) {
+                    j.end(now, JobEnd::Finished { by: id }, &mut self.fx);
+                }
+            }
+            (ClientMsg::Publish { key, value }, Some((job, id))) => {
+                let r = match self.jobs.get_mut(&job) {
+                    Some(j) => j.publish(&id, key, value, &self.config, &mut self.fx),
+                    None => Err(Refusal::UnknownJob { job }),
+                };
+                if let Err(e) = r {
+                    self.refuse(conn, e);
+                }
+            }
+            (ClientMsg::NextRound, Some((job, id))) => {
+                if let Some(j) = self.jobs.get_mut(&job) {
+                    j.next_round(now, &id, &self.config, &mut self.fx);
+                }
+            }
+            (ClientMsg::Lookup { ranks }, Some((job, _))) => {
+                let peers = self
+                    .jobs
+                    .get(&job)
+                    .map(|j| j.lookup(&ranks))
+                    .unwrap_or_default();
+                self.fx.send(conn, ServerMsg::Peers(peers));
+            }
+            (ClientMsg::Status { token, job }, member) => {
+                let scope = job.as_deref().map_or(Scope::Server, Scope::Job);
+                if !self.authorized(scope, &token) {
+                    let job = job.unwrap_or_default();
+                    self.refuse_operator(conn, member.is_some(), Refusal::BadToken { job });
+                    return;
+                }
+                match self.status(now, job.as_deref()) {
+                    Ok(s) => self.fx.send(conn, ServerMsg::Status(s)),
+                    Err(e) => self.refuse(conn, e),
+                }
+            }
+            (ClientMsg::Stop { token, job, reason }, member) => {
+                if !self.authorized(Scope::Job(&job), &token) {
+                    self.refuse_operator(conn, member.is_some(), Refusal::BadToken { job });
+                    return;
+                }
+                match self.stoppable(&job) {
+                    Ok(()) => {
+                        // Answer first: stopping the asker's own job closes its connection.
+                        self.fx.send(conn, ServerMsg::Stopped { job: job.clone() });
+                        let stopped = self.stop(now, &job, reason);
+                        debug_assert!(stopped.is_ok());
+                    }
+                    Err(e) => self.refuse(conn, e),
+                }
+            }
+            (
+                ClientMsg::Report {
+                    round,
+                    rank,
+                    evidence,
+                },
+                Some((job, id)),
+            ) => self.report(now, conn, &job, &id, round, rank, evidence),
+            (ClientMsg::Alive { nonce }, Some(_)) => {
+                let quiet = now + self.config.heartbeat_timeout;
+                if let Some(p) = self.probes.answered(conn, nonce, quiet) {
+                    self.fx.event(Event::Reported {
+                        job: p.job,
+                        round: p.round,
+                        by: p.by,
+                        rank: p.rank,
+                        member: Some(p.member),
+                        evidence: p.evidence,
+                        verdict: ReportVerdict::Dismissed,
+                    });
+                }
+            }
+            (ClientMsg::Report { .. }, None) => {
+                self.refuse_and_close(conn, Refusal::NotJoined { what: "Report" })
+            }
+            (ClientMsg::Alive { .. }, None) => {
+                self.refuse_and_close(conn, Refusal::NotJoined { what: "Alive" })
+            }
+            (ClientMsg::Heartbeat { .. }, None) => {
+                self.refuse_and_close(conn, Refusal::NotJoined { what: "Heartbeat" })
+            }
+            (ClientMsg::Leave, None) => {
+                self.refuse_and_close(conn, Refusal::NotJoined { what: "Leave" })
+            }
+            (ClientMsg::Finish, None) => {
+                self.refuse_and_close(conn, Refusal::NotJoined { what: "Finish" })
+            }
+            (ClientMsg::Publish { .. }, None) => {
+                self.refuse_and_close(conn, Refusal::NotJoined { what: "Publish" })
+            }
+            (ClientMsg::NextRound, None) => {
+                self.refuse_and_close(conn, Refusal::NotJoined { what: "NextRound" })
+            }
+            (ClientMsg::Lookup { .. }, None) => {
+                self.refuse_and_close(conn, Refusal::NotJoined { what: "Lookup" })
+            }
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! The native port's operator commands: `dt-rdzv status`, `jobs` and `stop` ask a running
+//! server (with the server's or a job's token), `dt-rdzv token` derives a job's token.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use dt_rdzv::native::{BlockingNativeClient, ClientConfig, Trust};
+use dt_rdzv::server::{job_json, parse_duration};
+use dt_rdzv_proto::native::JobStatus;
+
+// What `token` derives from.
+#[derive(clap::Args)]
+pub(crate) struct TokenArgs {
+    /// The job (run id).
+    #[arg(long)]
+    job: String,
+    /// The server's token.
+    #[arg(long, env = "DTRDZV_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Read the server's token from this file.
+    #[arg(long, env = "DTRDZV_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+}
+
+// How to reach and trust the server's native port, and with which token.
+#[derive(clap::Args)]
+pub(crate) struct NativeArgs {
+    /// The server's native endpoint, host[:port].
+    #[arg(
+        long,
+        env = "DTRDZV_NATIVE_ENDPOINT",
+        default_value = "127.0.0.1:29401"
+    )]
+    native: String,
+    /// The join token.
+    #[arg(long, env = "DTRDZV_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Read the token from this file.
+    #[arg(long, env = "DTRDZV_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+    /// The server certificate's fingerprint (printed by `dt-rdzv serve`).
+    #[arg(long, env = "DTRDZV_FINGERPRINT")]
+    fingerprint: Option<String>,
+    /// Verify the server certificate against this CA file instead.
+    #[arg(long, env = "DTRDZV_CACERT", conflicts_with = "fingerprint")]
+    cacert: Option<PathBuf>,
+    /// Server name to verify with --cacert.
+    #[arg(long, default_value = "localhost")]
+    server_name: String,
+    /// Deadline for connecting and for each answer.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    timeout: Duration,
+}
+
+// What `status` shows.
+#[derive(clap::Args)]
+pub(crate) struct StatusArgs {
+    #[command(flatten)]
+    native: NativeArgs,
+    /// The job (all jobs if left out).
+    job: Option<String>,
+    /// JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+// How `jobs` prints.
+#[derive(clap::Args)]
+pub(crate) struct JobsArgs {
+    #[command(flatten)]
+    native: NativeArgs,
+    /// JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+// What `stop` stops.
+#[derive(clap::Args)]
+pub(crate) struct StopArgs {
+    #[command(flatten)]
+    native: NativeArgs,
+    /// The job.
+    job: String,
+    /// Told to every member.
+    #[arg(long, default_value = "stopped by dt-rdzv stop")]
+    reason: String,
+}
+
+fn read_token(token: &Option<String>, file: &Option<PathBuf>) -> Result<String, String> {
+    Ok(match (token, file) {
+        (Some(t), _) => t.clone(),
+        (None, Some(p)) => std::fs::read_to_string(p)
+            .map_err(|e| format!("token file {}: {e}", p.display()))?
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_string(),
+        (None, None) => String::new(),
+    })
+}
+
+/// Prints the job's token.
+pub(crate) fn job_token(args: TokenArgs) -> Result<(), String> {
+    let server = read_token(&args.token, &args.token_file)?;
+    if server.is_empty() {
+        return Err("say the server's token: DTRDZV_TOKEN or --token-file".into());
+    }
+    println!(
+        "{}",
+        dt_rdzv_proto::rendezvous::job_token(&server, &args.job)
+    );
+    Ok(())
+}
+
+/// A client of the native port, as `a` says.
+pub(crate) fn native_client(a: &NativeArgs) -> Result<BlockingNativeClient, String> {
+    let token = read_token(&a.token, &a.token_file)?;
+    let trust = match (&a.fingerprint, &a.cacert) {
+        (Some(f), _) => Trust::Fingerprint(f.clone()),
+        (None, Some(c)) => Trust::CaFile(c.clone()),
+        (None, None) => {
+            return Err(
+                "say how to trust the server: --fingerprint (printed by dt-rdzv serve) or --cacert"
+                    .into(),
+            );
+        }
+    };
+    let mut cfg = ClientConfig::new(a.native.clone(), token, trust);
+    cfg.server_name = a.server_name.clone();
+    cfg.timeout = a.timeout;
+    BlockingNativeClient::connect(&cfg).map_err(|e| e.to_string())
+}
+
+fn print_job(j: &JobStatus) {
+    let s = &j.spec;
+    println!(
+        "job {}: {}, round {}, world {} (min {}, max {}), restarts {}, age {:.1} s",
+        j.job,
+        j.state,
+        j.round,
+        j.world,
+        s.min_members,
+        s.max_members,
+        j.restarts,
+        j.age_ms as f64 / 1000.0
+    );
+    if !j.missing.is_empty() {
+        println!("  missing: {}", j.missing.join(", "));
+    }
+    if !j.config_keys.is_empty() {
+        println!("  config: {}", j.config_keys.join(", "));
+    }
+    println!(
+        "  {:>6}  {:<24} {:<20} {:<8} {:>10}  addrs",
+        "rank", "member", "node", "state", "heartbeat"
+    );
+    for m in &j.members {
+        println!(
+            "  {:>6}  {:<24} {:<20} {:<8} {:>8.1}s  {} (seen from {})",
+            m.rank.map_or("-".into(), |r| r.to_string()),
+            m.member,
+            m.node,
+            m.state,
+            m.last_seen_ms as f64 / 1000.0,
+            m.addrs.join(","),
+            m.observed_ip
+        );
+    }
+}
+
+/// Prints one job's status, or every job's.
+pub(crate) fn status(args: StatusArgs) -> Result<(), String> {
+    let mut c = native_client(&args.native)?;
+    let jobs = c.status(args.job.as_deref()).map_err(|e| e.to_string())?;
+    if args.json {
+        let v: Vec<_> = jobs.iter().map(job_json).collect();
+        let out = match args.job {
+            Some(_) => serde_json::to_string_pretty(&v[0]),
+            None => serde_json::to_string_pretty(&serde_json::json!({ "jobs": v })),
+        };
+        println!("{}", out.map_err(|e| e.to_string())?);
+    } else if jobs.is_empty() {
+        println!("no jobs");
+    } else {
+        for j in &jobs {
+            print_job(j);
+        }
+    }
+    Ok(())
+}
+
+/// Lists the jobs.
+pub(crate) fn jobs(args: JobsArgs) -> Result<(), String> {
+    let mut c = native_client(&args.native)?;
+    let jobs = c.status(None).map_err(|e| e.to_string())?;
+    if args.json {
+        let v: Vec<_> = jobs.iter().map(job_json).collect();
+        println!("{}", serde_json::json!({ "jobs": v }));
+        return Ok(());
+    }
+    println!(
+        "{:<32} {:<12} {:>6} {:>6} {:>8} {:>9}",
+        "job", "state", "round", "world", "members", "restarts"
+    );
+    for j in jobs {
+        println!(
+            "{:<32} {:<12} {:>6} {:>6} {:>8} {:>9}",
+            j.job,
+            j.state,
+            j.round,
+            j.world,
+            j.members.len(),
+            j.restarts
+        );
+    }
+    Ok(())
+}
+
+/// Stops a job.
+pub(crate) fn stop(args: StopArgs) -> Result<(), String> {
+    let mut c = native_client(&args.native)?;
+    c.stop(&args.job, &args.reason).map_err(|e| e.to_string())?;
+    println!("stopped job {}", args.job);
+    Ok(())
+}
