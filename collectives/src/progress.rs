@@ -44,10 +44,27 @@ impl Completion {
         })
     }
 
-    pub(crate) fn set(&self, r: Result<(), CommError>) {
+    fn set(&self, r: Result<(), CommError>) {
         *lock(&self.result) = Some(r);
         self.finished.store(true, Ordering::Release);
         self.cv.notify_all();
+    }
+
+    /// The one way a call completes, whatever ran it: the result set (its `Work` reports
+    /// completion, waiters wake), then `after_set` (the executor's bookkeeping), then
+    /// `on_done` with the result, last, so that a callback may itself call the communicator.
+    pub(crate) fn complete(
+        &self,
+        r: Result<(), CommError>,
+        on_done: Option<OnDone>,
+        after_set: impl FnOnce(),
+    ) {
+        let for_callback = on_done.as_ref().map(|_| r.clone());
+        self.set(r);
+        after_set();
+        if let (Some(f), Some(r)) = (on_done, for_callback) {
+            f(&r);
+        }
     }
 }
 

@@ -74,17 +74,13 @@ impl Communicator {
         let default_wait = inner.config.timeout.value * (ahead + 1) + deadline;
         let work = inner.work(&done, op, default_wait);
         let finish = move |inner: &Inner, r: Result<(), CommError>| {
-            let for_callback = on_done.as_ref().map(|_| r.clone());
-            done.set(r);
-            inner.pending.fetch_sub(1, Ordering::AcqRel);
-            // Wake blocking calls waiting for the queue to drain (under the lock, so none
-            // misses it between its check and its wait).
-            drop(lock(&inner.state));
-            inner.drained.notify_all();
-            // Last, so that a callback may itself call this communicator.
-            if let (Some(f), Some(r)) = (on_done, for_callback) {
-                f(&r);
-            }
+            done.complete(r, on_done, || {
+                inner.pending.fetch_sub(1, Ordering::AcqRel);
+                // Wake blocking calls waiting for the queue to drain (under the lock, so none
+                // misses it between its check and its wait).
+                drop(lock(&inner.state));
+                inner.drained.notify_all();
+            });
         };
         if let Err(e) = early {
             finish(&inner, Err(e));
@@ -132,13 +128,7 @@ impl Communicator {
                 // SAFETY: the caller's contract.
                 unsafe { inner.enqueue_device(&mut st, &call, device, stream) }
             });
-        let report = move |r: Result<(), CommError>| {
-            let for_callback = on_done.as_ref().map(|_| r.clone());
-            done.set(r);
-            if let (Some(f), Some(r)) = (on_done, for_callback) {
-                f(&r);
-            }
-        };
+        let report = move |r: Result<(), CommError>| done.complete(r, on_done, || {});
         let inflight = match started {
             Ok(Some(f)) => f,
             Ok(None) => {
