@@ -59,10 +59,22 @@ def _exclusive() -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def add_names(n: int, names: dict[str, list[str]]) -> None:
+    """Makes each name resolve to its addresses inside all ``n`` hosts, in that order (lines
+    appended to each host's ``/etc/hosts``, as a cluster's DNS would answer: a name with
+    several addresses is a headless Service's)."""
+    lines = "".join(f"{a} {name}\n" for name, addrs in names.items() for a in addrs)
+    for i in range(n):
+        with open(f"/etc/netns/dtc-h{i}/hosts", "a") as f:
+            f.write(lines)
+
+
 @contextmanager
-def emulated_hosts(n: int, rate: str, delay: str) -> Iterator[dict[str, str]]:
-    """``n`` hosts ``dtc-h0``.. at 10.77.0.1.. joined at ``rate`` / ``delay`` per link; yields
-    the environment to run ``emu_cluster.sh`` with. Skips where hosts cannot be made here."""
+def emulated_hosts(n: int, rate: str, delay: str,
+                   names: dict[str, list[str]] | None = None) -> Iterator[dict[str, str]]:
+    """``n`` hosts ``dtc-h0``.. at 10.77.0.1.. joined at ``rate`` / ``delay`` per link, where
+    ``names`` resolve as well; yields the environment to run ``emu_cluster.sh`` with. Skips
+    where hosts cannot be made here."""
     skip_unless_possible()
     env = {**os.environ, "EMU_WIRE": "1", "EMU_WIRE_BIN": str(wire_bin())}
     with _exclusive():
@@ -72,6 +84,7 @@ def emulated_hosts(n: int, rate: str, delay: str) -> Iterator[dict[str, str]]:
             if up.returncode == 3:
                 pytest.skip(f"emu_cluster cannot make hosts here: {up.stderr.strip()}")
             assert up.returncode == 0, up.stderr
+            add_names(n, names or {})
             yield env
         finally:
             subprocess.run([str(EMU), "down"], env=env, timeout=120)
