@@ -11,6 +11,8 @@
 //! engine links it. The protocol itself (codec, store engine) lives in the sans-IO crate
 //! [`dt_rdzv_proto`]; this crate only drives it.
 
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 pub mod client;
 #[cfg(feature = "native")]
 pub mod native;

@@ -8,14 +8,17 @@
 //! * [`etcd_v2`]: etcd's v2 keys API (key tree, TTLs, watches, run namespaces) for torch's
 //!   etcd rendezvous backends.
 //! * [`native`]: the native rendezvous protocol: its messages and their codec (rkyv archives
-//!   behind magic, version and length).
+//!   behind magic, version and length), and a member's session rules
+//!   ([`native::member::Member`]: heartbeats, reconnect, resume, redirects).
 //! * [`rendezvous`]: the rendezvous state machine (jobs, rounds, ranks, liveness, lifecycle)
 //!   that serves the native protocol.
 //!
-//! The three cores, [`tcpstore::Engine`], [`etcd_v2::V2Store`] and
-//! [`rendezvous::RendezvousMachine`], have one shape ([`sans_io::Core`]): drivers (the tokio
+//! The cores, [`tcpstore::Engine`], [`etcd_v2::V2Store`], [`rendezvous::RendezvousMachine`]
+//! and the client side's [`native::member::Member`], have one shape ([`sans_io::Core`]): drivers (the tokio
 //! server in `dt-rdzv`, the tests) feed them inputs with the time, `handle(now, input)`, and
 //! carry out the outputs they then poll, in order.
+
+#![forbid(unsafe_code)]
 
 pub mod etcd_v2;
 pub mod native;

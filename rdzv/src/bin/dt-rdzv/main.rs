@@ -8,6 +8,8 @@
 //! The argument structs carry plain comments, not doc comments: clap would print a doc comment
 //! as the command's help.
 
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
