@@ -1,6 +1,7 @@
 //! The one shape of every core in this crate: the TCPStore [`Engine`](crate::tcpstore::Engine),
-//! the [`RendezvousMachine`](crate::rendezvous::RendezvousMachine) and the etcd
-//! [`V2Store`](crate::etcd_v2::V2Store).
+//! the [`RendezvousMachine`](crate::rendezvous::RendezvousMachine), the etcd
+//! [`V2Store`](crate::etcd_v2::V2Store), and a native client's
+//! [`Member`](crate::native::member::Member) session.
 //!
 //! A driver feeds each input with the time it arrived ([`Core::handle`]), then takes the
 //! outputs it caused, in order ([`Core::poll_output`]), and runs the core's deadlines when
@@ -8,7 +9,8 @@
 //! tests drive it with a virtual one; the time is always a monotonic [`Instant`].
 //!
 //! Each core also has these as inherent methods (its outputs by their own name,
-//! `poll_action` or `poll_output`); the trait is what lets one driver serve all three.
+//! `poll_action` or `poll_output`); the trait is what lets one driver serve them all. (The
+//! member machine has only the trait's.)
 
 use std::time::Instant;
 

@@ -20,6 +20,7 @@ use super::error::NativeError;
 use super::session::{Session, Shared};
 use super::tls::{Trust, client_config};
 use super::watch::MemberHandle;
+use dt_rdzv_proto::native::member::Member;
 
 pub use super::config::{ClientConfig, DEFAULT_NATIVE_PORT};
 
@@ -116,18 +117,12 @@ impl Connector {
             shared: shared.clone(),
             out: out_rx,
             events: ev_tx,
-            join: None,
-            resume: None,
-            every: None,
-            leaving: false,
-            rejoining: false,
-            reconnect_until: None,
-            pause: Duration::from_millis(50),
+            member: Member::new(
+                tokio::time::Instant::now().into_std(),
+                server,
+                cfg.reconnect,
+            ),
             replies: Vec::new(),
-            server,
-            redirect: None,
-            last_sent: tokio::time::Instant::now(),
-            heartbeat_timeout: None,
         };
         let task = tokio::spawn(session.run(send, recv));
         Ok(NativeClient {

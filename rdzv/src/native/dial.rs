@@ -6,6 +6,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use dt_rdzv_proto::native::member::PER_SERVER;
 use tokio::time::Instant;
 
 use super::config::{ClientConfig, DEFAULT_NATIVE_PORT};
@@ -154,9 +155,6 @@ pub(crate) async fn open_redirect(
         why: errors.join("; "),
     })
 }
-
-/// What one server of a list gets of a connection attempt's deadline, at most.
-pub(crate) const PER_SERVER: Duration = Duration::from_millis(1000);
 
 async fn open_one(
     endpoint: &quinn::Endpoint,

@@ -1,11 +1,14 @@
 //! The native rendezvous protocol (carried over QUIC by `dt-rdzv`): messages and their codec.
 //!
 //! * [`messages`]: [`ClientMsg`] and [`ServerMsg`] and the types inside them;
+//! * [`member`]: a member's session rules (join, heartbeats, reconnect and resume, redirects),
+//!   sans-IO;
 //! * [`codec`]: frames of magic, version and length around rkyv archives, validated on read;
 //! * the QUIC application close codes ([`CLOSE_GOING_AWAY`]: reconnect and resume).
 
 mod close;
 pub mod codec;
+pub mod member;
 // rkyv derives undocumented public helper types for enum variants with fields; every item
 // written here is documented.
 #[allow(missing_docs)]

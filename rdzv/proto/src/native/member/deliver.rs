@@ -1,0 +1,110 @@
+//! What the member machine does with each message from the server.
+
+use std::time::{Duration, Instant};
+
+use crate::native::{RefusalCode, Resume, RoundEnd, ServerMsg};
+
+use super::io::Output;
+use super::{FIRST_PAUSE, Member};
+
+impl Member {
+    /// Notes what the session needs of `msg` and hands it to the application (or answers it).
+    pub(super) fn message(&mut self, now: Instant, msg: ServerMsg) {
+        let before = self.every;
+        let deliver = self.note(now, msg.clone());
+        if self.every != before {
+            self.restart_heartbeats(now);
+        }
+        if deliver {
+            self.out.push_back(Output::Deliver(msg));
+        }
+    }
+
+    /// Whether the message goes on to the application.
+    fn note(&mut self, now: Instant, msg: ServerMsg) -> bool {
+        match &msg {
+            ServerMsg::Probe { nonce } => {
+                // A peer reported this member gone: say otherwise at once. Not the
+                // application's business.
+                self.out
+                    .push_back(Output::Reply(crate::native::ClientMsg::Alive {
+                        nonce: *nonce,
+                    }));
+                return false;
+            }
+            // Another server owns the job: join there (not the application's business either;
+            // the join, and the resume if any, are sent again).
+            ServerMsg::Redirect { endpoint, why, .. } => {
+                self.out.push_back(Output::Redirected {
+                    to: endpoint.clone(),
+                    why: why.clone(),
+                });
+                self.redirect = Some(endpoint.clone());
+                self.lost_for(now, format!("redirected to {endpoint}: {why}"), true);
+                return false;
+            }
+            ServerMsg::Removed { job, round, why } => {
+                self.leaving = true;
+                self.out.push_back(Output::EndAll(RoundEnd {
+                    round: *round,
+                    lost: None,
+                    why: format!("dt-rdzv removed this member from job {job:?}: {why}"),
+                    removed: true,
+                }));
+            }
+            ServerMsg::RoundEnded { round, cause, .. } => {
+                self.out
+                    .push_back(Output::EndThrough(RoundEnd::from_cause(*round, cause)));
+            }
+            ServerMsg::Joined {
+                heartbeat_interval_ms,
+                ..
+            } => {
+                self.every = Some(Duration::from_millis((*heartbeat_interval_ms).max(10)));
+                if self.rejoining {
+                    self.out.push_back(Output::Rejoined);
+                }
+                self.rejoining = false;
+                self.reconnect_until = None;
+                self.pause = FIRST_PAUSE;
+            }
+            ServerMsg::Welcome(w) => {
+                if w.round > 1 {
+                    self.out.push_back(Output::EndThrough(RoundEnd {
+                        round: w.round - 1,
+                        lost: None,
+                        why: format!("superseded by round {} ({})", w.round, w.cause),
+                        removed: false,
+                    }));
+                }
+                self.every = Some(Duration::from_millis(w.heartbeat_interval_ms.max(10)));
+                self.heartbeat_timeout = Some(Duration::from_millis(w.heartbeat_timeout_ms));
+                self.resume = Some(Resume {
+                    round: w.round,
+                    rank: w.rank,
+                    world: w.world,
+                    restarts: w.restarts,
+                });
+            }
+            // The server still holds this member's old connection (it has not noticed the
+            // loss yet): try again until it lets go.
+            ServerMsg::Refused {
+                code: RefusalCode::MemberTaken,
+                ..
+            } if self.rejoining => return false,
+            // Any other answer to a rejoin is final.
+            ServerMsg::Refused { .. } => self.rejoining = false,
+            ServerMsg::JobEnded { job, end } => {
+                self.rejoining = false;
+                self.out.push_back(Output::EndAll(RoundEnd {
+                    round: self.resume.map_or(u64::MAX, |r| r.round),
+                    lost: None,
+                    why: format!("job {job:?} ended: {end}"),
+                    removed: true,
+                }));
+            }
+            _ => {}
+        }
+        true
+    }
+}
