@@ -3,9 +3,9 @@
 //! membership with the [`handshake`]. Two ways to learn
 //! the peers' addresses and the secret: [`store`] (a c10d-style store; rank 0 draws the secret
 //! and publishes it there) and [`welcome`] (the native rendezvous: addresses from the
-//! server's `Welcome`, the secret derived from the job's token); [`Communicator::subset`]
-//! (`subset.rs`) builds a communicator of some ranks through its parent the same way, for
-//! process sets. Every connect, handshake and
+//! server's `Welcome`, the secret derived from the job's token; `Communicator::subset` builds a
+//! communicator of some ranks through its parent the same way, for process sets). The
+//! communicators themselves are built in `communicator/construct.rs`. Every connect, handshake and
 //! wait has a deadline, with a warning at half of it naming the rank not heard from.
 //!
 //! A connection that cannot prove itself (idle, garbage, another round, a wrong proof, a
@@ -16,7 +16,6 @@ pub(crate) mod handshake;
 pub(crate) mod links;
 mod setup;
 pub(crate) mod store;
-mod subset;
 pub mod welcome;
 
 use std::net::{IpAddr, SocketAddr, TcpListener};

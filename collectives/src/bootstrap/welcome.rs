@@ -16,9 +16,9 @@ use ring::hmac;
 use super::handshake::Auth;
 use super::setup::Setup;
 use super::{Bound, bind, mesh};
-use crate::communicator::Communicator;
 use crate::config::{Config, Options};
 use crate::error::CommError;
+use crate::transport::tcp::TcpTransport;
 
 const CONTEXT: &[u8] = b"dtcomm data plane v1\0";
 
@@ -57,7 +57,7 @@ pub fn store_link_secret(token: &str, job: &str, round: u64) -> [u8; 32] {
 }
 
 /// A bound, listening data socket, made before joining a native job; its [`addr`] goes in
-/// the `Join`. It serves every round of the membership: [`Communicator::from_welcome`]
+/// the `Join`. It serves every round of the membership: `Communicator::from_welcome`
 /// builds each round's communicator over a clone of it, and the handshake's round number
 /// drops connections meant for another round.
 ///
@@ -92,7 +92,7 @@ impl DataListener {
 
     /// Listens as a communicator built with `config` would (its interface, timeouts and
     /// transport settings): for a communicator of some of its ranks
-    /// ([`Communicator::subset`]).
+    /// (`Communicator::subset`).
     pub(crate) fn bind_like(config: &Config) -> Result<DataListener, CommError> {
         let bound = bind(0, config)?;
         Ok(DataListener {
@@ -155,40 +155,48 @@ pub struct RoundPeers {
     pub hosts: Vec<Vec<u8>>,
 }
 
-impl Communicator {
-    /// Builds rank `peers.rank` of a native round over `listener` (bound before joining):
-    /// links to the peers at their `Welcome` addresses open when a call first needs them (this
-    /// rank dials lower ranks and is dialed by higher ones), every link proving it holds
-    /// `secret` for this job and round ([`round_secret`]). Returns once this host's ranks have
-    /// found each other (`shm/setup.rs`: a few ring exchanges, so ring neighbours are linked)
-    /// or the deadline passes.
-    pub fn from_welcome(
-        listener: DataListener,
-        peers: &RoundPeers,
-        secret: &[u8],
-    ) -> Result<Communicator, CommError> {
-        let (rank, world) = (peers.rank, peers.world);
-        let config = listener.config;
-        let su = Setup::new(rank, world, &config);
-        if world == 0 || rank >= world || world > u32::MAX as usize / 2 {
-            return Err(su.err(format!("rank {rank} is not in a world of {world}")));
-        }
-        for p in 0..rank {
-            if peers.addrs.get(p).copied().flatten().is_none() {
-                return Err(su.err(format!(
-                    "job {:?} round {}: the welcome has no address for rank {p}",
-                    peers.job, peers.round
-                )));
-            }
-        }
-        let addrs = (0..world)
-            .map(|p| peers.addrs.get(p).copied().flatten())
-            .collect();
-        tracing::info!(rank, world, job = %peers.job, round = peers.round, "dtcomm config: {config}");
-        let auth = Auth::new(secret, format!("job {:?} round {}", peers.job, peers.round));
-        let transport = mesh(&su, &auth, listener.bound, addrs)?;
-        let hosts = (peers.hosts.len() == world && peers.hosts.iter().all(|h| !h.is_empty()))
-            .then(|| peers.hosts.clone());
-        Communicator::connected(rank, world, config, Box::new(transport), hosts)
+/// What [`welcome_mesh`] builds: the listener's settings, the transport, and every rank's host
+/// record when the welcome had them all.
+pub(crate) struct RoundLinks {
+    pub config: Config,
+    pub transport: TcpTransport,
+    pub hosts: Option<Vec<Vec<u8>>>,
+}
+
+/// The links of rank `peers.rank` of a native round over `listener` (bound before joining):
+/// links to the peers at their `Welcome` addresses open when a call first needs them (this
+/// rank dials lower ranks and is dialed by higher ones), every link proving it holds `secret`
+/// for this job and round ([`round_secret`]). `Communicator::from_welcome` builds on them.
+pub(crate) fn welcome_mesh(
+    listener: DataListener,
+    peers: &RoundPeers,
+    secret: &[u8],
+) -> Result<RoundLinks, CommError> {
+    let (rank, world) = (peers.rank, peers.world);
+    let config = listener.config;
+    let su = Setup::new(rank, world, &config);
+    if world == 0 || rank >= world || world > u32::MAX as usize / 2 {
+        return Err(su.err(format!("rank {rank} is not in a world of {world}")));
     }
+    for p in 0..rank {
+        if peers.addrs.get(p).copied().flatten().is_none() {
+            return Err(su.err(format!(
+                "job {:?} round {}: the welcome has no address for rank {p}",
+                peers.job, peers.round
+            )));
+        }
+    }
+    let addrs = (0..world)
+        .map(|p| peers.addrs.get(p).copied().flatten())
+        .collect();
+    tracing::info!(rank, world, job = %peers.job, round = peers.round, "dtcomm config: {config}");
+    let auth = Auth::new(secret, format!("job {:?} round {}", peers.job, peers.round));
+    let transport = mesh(&su, &auth, listener.bound, addrs)?;
+    let hosts = (peers.hosts.len() == world && peers.hosts.iter().all(|h| !h.is_empty()))
+        .then(|| peers.hosts.clone());
+    Ok(RoundLinks {
+        config,
+        transport,
+        hosts,
+    })
 }

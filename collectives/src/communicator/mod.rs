@@ -1,6 +1,8 @@
 //! The [`Communicator`]: a group of ranks connected by a transport, built from a [`Store`].
 //!
-//! * this file: construction, the communicator's state, the failed state, teardown;
+//! * this file: the communicator's state, the failed state, teardown;
+//! * `construct.rs` and `subset.rs`: every constructor (over a store, in memory, from a native
+//!   round's welcome, over a transport, from some of another communicator's ranks);
 //! * `submit.rs`: the byte-level entry ([`Communicator::run`], [`Communicator::submit`])
 //!   through the one progress executor;
 //! * `args.rs`: a [`Call`]'s arguments checked before anything is sent;
@@ -13,15 +15,15 @@
 mod args;
 mod backend;
 mod buffers;
+mod construct;
 mod route;
 mod submit;
+mod subset;
 mod typed;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
-
-use dt_rdzv::store::Store;
 
 use crate::call::Call;
 use crate::config::{Config, Options};
@@ -29,7 +31,6 @@ use crate::engine::Engine;
 use crate::error::CommError;
 use crate::fence::RoundFence;
 use crate::progress::Progress;
-use crate::transport::{Transport, mem};
 
 pub(crate) use backend::links::allreduce_algo;
 
@@ -104,124 +105,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Communicator {
-    /// Connects rank `rank` of `world` over TCP, finding the peers through `store`: each rank
-    /// publishes its listen address under `<prefix>/<generation>/addr/<rank>` and reads
-    /// everyone else's (`generation` counts the communicators this rank built on the store, so
-    /// every rank must build its communicators in the same order).
-    /// Blocks until every rank has joined, or fails at the deadline naming the missing ranks.
-    /// `store` may be `dt_rdzv::client::TcpStoreClient` (a `dt-rdzv serve` or torch TCPStore)
-    /// or a [`MemoryStore`](dt_rdzv::store::MemoryStore) shared by threads.
-    pub fn new(
-        store: Arc<dyn Store>,
-        rank: usize,
-        world: usize,
-        opts: Options,
-    ) -> Result<Communicator, CommError> {
-        let config = resolve(rank, world, &opts)?;
-        tracing::info!(rank, world, "dtcomm config: {config}");
-        let (transport, hosts) = crate::bootstrap::tcp_mesh(store.as_ref(), rank, world, &config)?;
-        Communicator::connected(rank, world, config, Box::new(transport), hosts)
-    }
-
-    /// A whole group in this process over the in-memory transport (for tests and for
-    /// single-process use): element `r` is rank `r`. Give each to its own thread. With
-    /// `transport: Some(LinkKind::Shm)` (or `DTCOMM_TRANSPORT=shm`) the ranks also share memory
-    /// as the ranks of one host do.
-    pub fn in_memory(world: usize, opts: Options) -> Result<Vec<Communicator>, CommError> {
-        let config = resolve(0, world, &opts)?;
-        let transports = mem::group(world, config.nsocks_perpeer.value, 64 << 10);
-        if config.transport.value != crate::config::LinkKind::Shm {
-            return Ok(transports
-                .into_iter()
-                .enumerate()
-                .map(|(r, t)| Communicator::from_transport(r, world, config.clone(), Box::new(t)))
-                .collect());
-        }
-        // Shared memory between the threads (tests of the shared-memory path in one process):
-        // the set-up exchanges over the in-memory links, so every rank runs it at once.
-        std::thread::scope(|s| {
-            let hs: Vec<_> = transports
-                .into_iter()
-                .enumerate()
-                .map(|(r, t)| {
-                    let config = config.clone();
-                    s.spawn(move || Communicator::connected(r, world, config, Box::new(t), None))
-                })
-                .collect();
-            hs.into_iter()
-                .map(|h| h.join().expect("set-up thread panicked"))
-                .collect()
-        })
-    }
-
-    pub(crate) fn from_transport(
-        rank: usize,
-        world: usize,
-        config: Config,
-        t: Box<dyn Transport>,
-    ) -> Communicator {
-        let describe = t.describe();
-        let engine = Engine::new(rank, t, config.spin.value);
-        Communicator::from_engine(world, config, engine, describe)
-    }
-
-    /// [`from_transport`](Self::from_transport), then the host's peers found and joined in
-    /// shared memory (`DTCOMM_TRANSPORT`; see `shm/setup.rs`), and the start-up line saying
-    /// which link each peer got. `hosts`: every rank's host record from the address book, when
-    /// it has them all.
-    pub(crate) fn connected(
-        rank: usize,
-        world: usize,
-        config: Config,
-        t: Box<dyn Transport>,
-        hosts: Option<Vec<Vec<u8>>>,
-    ) -> Result<Communicator, CommError> {
-        let describe = t.describe();
-        let mut engine = Engine::new(rank, t, config.spin.value);
-        let found = crate::shm::setup::find(&mut engine, world, &config, hosts.as_deref())?;
-        tracing::info!(rank, "dtcomm links: {}", found.describe);
-        engine.shm = found.group;
-        engine.spin.set_host_ranks(found.host_ranks);
-        let describe = format!("{describe}; {}", found.describe);
-        let comm = Communicator::from_engine(world, config, engine, describe);
-        comm.inner
-            .host_ranks
-            .store(found.host_ranks, Ordering::Relaxed);
-        Ok(comm)
-    }
-
-    fn from_engine(world: usize, config: Config, engine: Engine, describe: String) -> Communicator {
-        let rank = engine.rank;
-        let fence = engine.fence.clone();
-        let cancel = engine.cancel.clone();
-        let state = State {
-            engine,
-            seq: 0,
-            send_seq: vec![0; world],
-            recv_seq: vec![0; world],
-            failed: None,
-            device: backend::staged::DeviceState::default(),
-        };
-        Communicator {
-            inner: Arc::new(Inner {
-                rank,
-                world,
-                config,
-                state: Mutex::new(state),
-                drained: Condvar::new(),
-                pending: AtomicUsize::new(0),
-                watching: AtomicUsize::new(0),
-                describe,
-                fork_gen: crate::fork::generation(),
-                fence,
-                device_rt: OnceLock::new(),
-                host_ranks: AtomicUsize::new(1),
-                cancel,
-            }),
-            progress: OnceLock::new(),
-        }
-    }
-
     /// Interrupts the calls in flight: blocking ones on any thread and the progress thread's
     /// (a caller waiting on one was interrupted, e.g. by Ctrl-C, or the communicator is being
     /// destroyed): each fails with [`CommError::Interrupted`] within 100 ms, the communicator

@@ -6,8 +6,8 @@
 
 use ring::rand::{SecureRandom, SystemRandom};
 
-use super::welcome::{DataListener, RoundPeers};
-use crate::communicator::Communicator;
+use super::Communicator;
+use crate::bootstrap::welcome::{DataListener, RoundPeers};
 use crate::error::CommError;
 
 /// One rank's part of the exchange: the ranks it was given, where it listens (empty when not
