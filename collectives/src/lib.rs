@@ -22,7 +22,7 @@
 //! * `transport/`: the `DataPlane` and `ControlPlane` traits, `control.rs` (the control
 //!   messages' codec), `mem.rs` (the in-memory twin), `tcp.rs`, `fenced.rs` (the round fence),
 //!   `frame.rs` (data frame headers), `iface.rs` (`DTCOMM_SOCKET_IFNAME`);
-//! * `bootstrap/`: the TCP mesh and its authenticated handshake (`handshake.rs`); peers'
+//! * `bootstrap/`: the TCP mesh (its links and authenticated handshake are `transport/tcp/`); peers'
 //!   addresses through a store (`store.rs`) or a native round's `Welcome` (`welcome.rs`);
 //! * [`launch`]: rank, world and rendezvous from launchers' variables (as `dtcomm.init()`);
 //! * [`device`]: device buffers (path agreement, staging, NCCL calls) over two narrow

@@ -1,6 +1,6 @@
 //! Building the TCP data plane: choose the interface, listen, and learn where every peer
-//! listens; the [`links`] to them open when a call first needs them, every one proving
-//! membership with the [`handshake`]. Two ways to learn
+//! listens; the links to them open when a call first needs them (`transport/tcp/linker.rs`),
+//! every one proving membership with the handshake (`transport/tcp/handshake.rs`). Two ways to learn
 //! the peers' addresses and the secret: [`store`] (a c10d-style store; rank 0 draws the secret
 //! and publishes it there) and [`welcome`] (the native rendezvous: addresses from the
 //! server's `Welcome`, the secret derived from the job's token; `Communicator::subset` builds a
@@ -12,9 +12,6 @@
 //! replayed hello) is dropped and logged (rate-limited); it never fails anything. Two ranks
 //! that both prove themselves but disagree on the world size fail at once, naming both.
 
-pub(crate) mod handshake;
-pub(crate) mod links;
-mod setup;
 pub(crate) mod store;
 pub mod welcome;
 
@@ -26,9 +23,10 @@ use crate::config::Config;
 use crate::error::CommError;
 use crate::transport::iface;
 use crate::transport::tcp::TcpTransport;
-use handshake::Auth;
+use crate::transport::tcp::handshake::Auth;
+use crate::transport::tcp::linker;
 
-use setup::Setup;
+use crate::transport::tcp::setup::Setup;
 pub(crate) use store::tcp_mesh;
 
 pub(crate) fn hostname() -> String {
@@ -102,7 +100,7 @@ pub(crate) fn check_loopback(
 }
 
 /// The TCP transport over `bound`: links to the peers at `addrs` (indexed by rank; `None` for
-/// a peer that will dial this rank) open when a call first needs them ([`links`]).
+/// a peer that will dial this rank) open when a call first needs them (`transport/tcp/linker.rs`).
 pub(crate) fn mesh(
     su: &Setup,
     auth: &Auth,
@@ -113,7 +111,7 @@ pub(crate) fn mesh(
         "tcp {} on {} ({} data socket(s)/peer, {}, links opened on first use)",
         bound.addr, bound.iface, su.nsocks, auth.label
     );
-    let linker = links::Linker::start(su, auth, bound.listener, addrs)?;
+    let linker = linker::Linker::start(su, auth, bound.listener, addrs)?;
     tracing::info!(rank = su.rank, world = su.world, elapsed = ?su.start.elapsed(), "dtcomm: data plane ready: {describe}");
     Ok(TcpTransport::new(su.rank, su.world, linker, describe))
 }

@@ -15,12 +15,12 @@ use std::time::Duration;
 
 use dt_rdzv::store::{Store, StoreError};
 
-use super::handshake::{self, Auth};
-use super::setup::{Setup, mismatch};
 use super::{bind, check_loopback, hostname, mesh};
 use crate::config::Config;
 use crate::error::CommError;
 use crate::transport::tcp::TcpTransport;
+use crate::transport::tcp::handshake::{self, Auth};
+use crate::transport::tcp::setup::{Setup, mismatch};
 
 fn rank_of_key(k: &str) -> String {
     k.rsplit('/').next().unwrap_or(k).to_owned()

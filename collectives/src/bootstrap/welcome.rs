@@ -13,12 +13,12 @@ use std::net::SocketAddr;
 
 use ring::hmac;
 
-use super::handshake::Auth;
-use super::setup::Setup;
 use super::{Bound, bind, mesh};
 use crate::config::{Config, Options};
 use crate::error::CommError;
 use crate::transport::tcp::TcpTransport;
+use crate::transport::tcp::handshake::Auth;
+use crate::transport::tcp::setup::Setup;
 
 const CONTEXT: &[u8] = b"dtcomm data plane v1\0";
 

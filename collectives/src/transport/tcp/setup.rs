@@ -51,7 +51,7 @@ impl Setup {
             .filter(|d| !d.is_zero())
     }
     /// Socket buffer sizes, set before connect/listen so the TCP window scale covers them.
-    pub(super) fn size_buffers(&self, s: SockRef<'_>) -> std::io::Result<()> {
+    pub(crate) fn size_buffers(&self, s: SockRef<'_>) -> std::io::Result<()> {
         if let Some(b) = self.bufsize {
             s.set_send_buffer_size(b)?;
             s.set_recv_buffer_size(b)?;

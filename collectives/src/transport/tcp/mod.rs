@@ -2,7 +2,7 @@
 //! non-blocking. Data sockets carry frames; the control socket carries goodbyes and aborts,
 //! and its end-of-file without a goodbye means the peer is lost. Built by
 //! [`bootstrap`](crate::bootstrap); a peer's link opens when a call first touches it
-//! (`bootstrap/links.rs`): until it is up, its streams move nothing and `park` waits on the
+//! (`linker.rs`; every link proves membership, `handshake.rs`): until it is up, its streams move nothing and `park` waits on the
 //! linker's wake-up as well.
 
 use std::io;
@@ -10,9 +10,13 @@ use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
+pub(crate) mod handshake;
+pub(crate) mod linker;
+pub(crate) mod setup;
+
+use self::linker::{Arrival, Linker};
 use super::control::{self, Control};
 use super::{ControlPlane, DataPlane, LinkError, StreamId};
-use crate::bootstrap::links::{Arrival, Linker};
 
 /// One peer's sockets.
 pub(crate) struct Peer {
