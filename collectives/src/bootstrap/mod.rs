@@ -1,5 +1,5 @@
 //! Building the TCP data plane: choose the interface, listen, and learn where every peer
-//! listens; the links to them open when a call first needs them (`transport/tcp/linker.rs`),
+//! listens; the links to them open when a call first needs them (`transport/tcp/linker.rs`, `dial.rs`, `accept.rs`).
 //! every one proving membership with the handshake (`transport/tcp/handshake.rs`). Two ways to learn
 //! the peers' addresses and the secret: [`store`] (a c10d-style store; rank 0 draws the secret
 //! and publishes it there) and [`welcome`] (the native rendezvous: addresses from the
@@ -100,7 +100,7 @@ pub(crate) fn check_loopback(
 }
 
 /// The TCP transport over `bound`: links to the peers at `addrs` (indexed by rank; `None` for
-/// a peer that will dial this rank) open when a call first needs them (`transport/tcp/linker.rs`).
+/// a peer that will dial this rank) open when a call first needs them (`transport/tcp/linker.rs`, `dial.rs`, `accept.rs`).
 pub(crate) fn mesh(
     su: &Setup,
     auth: &Auth,

@@ -10,7 +10,10 @@ use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
+mod accept;
+mod dial;
 pub(crate) mod handshake;
+mod link_state;
 pub(crate) mod linker;
 pub(crate) mod setup;
 
