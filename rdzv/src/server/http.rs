@@ -9,6 +9,13 @@
 //! one, `admission.rs`, or is closed when all have spoken), heads up
 //! to [`MAX_HEAD`] bytes (hyper answers 431 past it), a head must arrive within [`DEADLINE`],
 //! and a connection lives at most [`CONNECTION_LIFETIME`] (the page polls; nothing streams).
+//!
+//! The folder `http/` holds the rest of the door: `json` (a job's status as JSON, for
+//! `/v1/jobs` and `dt-rdzv status --json`), `metrics` (`/metrics` in the Prometheus text
+//! format), and `status_page.html` (the page served at `/`).
+
+pub(super) mod json;
+pub(super) mod metrics;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,9 +30,9 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::core::StoreCore;
-use super::http_serve::{Bounds, accept_loop as accept_loop_with};
-use super::rendezvous::RdzvCore;
+use crate::server::http_serve::{Bounds, accept_loop as accept_loop_with};
+use crate::server::native::rendezvous::RdzvCore;
+use crate::server::tcpstore::core::StoreCore;
 
 /// Largest request head hyper buffers.
 pub(crate) const MAX_HEAD: usize = 16 * 1024;
@@ -36,14 +43,14 @@ pub(crate) const CONNECTION_LIFETIME: Duration = Duration::from_secs(30);
 /// Most HTTP connections at once.
 pub(crate) const MAX_CONNECTIONS: usize = 256;
 
-const PAGE: &str = include_str!("status_page.html");
+const PAGE: &str = include_str!("http/status_page.html");
 
 /// What the handlers read.
 pub(crate) struct HttpState {
     pub(crate) store: Option<Arc<StoreCore>>,
     pub(crate) rdzv: Arc<RdzvCore>,
     /// Jobs shared with other servers (`--backend`), if so.
-    pub(crate) owners: Option<Arc<super::owner::Owners>>,
+    pub(crate) owners: Option<Arc<crate::server::ha::owner::Owners>>,
 }
 
 type Shared = Arc<HttpState>;
@@ -149,7 +156,7 @@ async fn backend(State(s): State<Shared>, headers: HeaderMap) -> Response {
 async fn metrics(State(s): State<Shared>) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        super::metrics::render(s.store.as_deref(), &s.rdzv),
+        metrics::render(s.store.as_deref(), &s.rdzv),
     )
         .into_response()
 }

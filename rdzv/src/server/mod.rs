@@ -1,49 +1,42 @@
 //! The tokio server behind `dt-rdzv serve`: a thin driver of the sans-IO store engine and
-//! rendezvous machine.
+//! rendezvous machine. Its folders mirror `dt_rdzv_proto`'s, one per door or part:
+//!
+//! * `tcpstore/`: the TCPStore door: its listening socket, the store core, one task per
+//!   connection;
+//! * `native/`: the native door: the QUIC port (29401), the rendezvous core and its journal,
+//!   the TLS [`Identity`];
+//! * `http.rs` and `http/`: the HTTP door (29402): the routes, the status page, [`job_json`],
+//!   `/metrics`;
+//! * `etcd_v2/`: etcd's v2 keys API on `--etcd-v2-port` (off by default), for torch's etcd
+//!   rendezvous backends;
+//! * `ha/`: several servers sharing jobs through etcd (`--backend`): [`storage`], the owners
+//!   (one per job by lease, members sent to it, jobs taken over when it dies), the TCPStore
+//!   relay.
+//!
+//! Shared by the doors, here:
 //!
 //! * [`ServeConfig`]: every `dt-rdzv serve` flag (each with a `DTRDZV_*` twin in the CLI);
-//! * `listener`: the dual-stack TCPStore listening socket (socket2: backlog, NODELAY, keepalive);
 //! * `driver`: one driver for the three sans-IO cores: a core and its routes (outboxes,
 //!   watchers) behind one lock, outputs routed in the core's order, and its timer task;
-//! * `core`: the store engine and the per-connection outboxes, so a reply and the wake-ups
-//!   other connections cause reach each client in engine order;
-//! * `conn`: one task per TCPStore connection: read, decode, handle, write, with deadlines
-//!   and a bound on its queued replies;
+//! * `admission`: who gets a connection slot on a door, silent connections making room;
+//! * `http_serve`: HTTP/1 on hyper with bounds, for the HTTP and etcd v2 doors;
 //! * [`raise_nofile_limit`]: the open-file limit raised to hard (by `dt-rdzv serve`), and the
 //!   TCPStore connection cap derived from the limit in force;
 //! * `ratelog`: per-reason rate limits for repeated log lines;
-//! * `rendezvous`: the rendezvous machine and the native connections' outboxes;
-//! * `native`: the QUIC port (29401), one task per member connection;
-//! * [`Identity`]: the TLS certificate, from files or generated (fingerprint printed);
-//! * `http` (axum on hyper), `journal`, `metrics`, [`job_json`]: the HTTP port (29402): the status
-//!   page `/`, `/healthz`, `/metrics`, `/v1/jobs`, `/v1/events`;
-//! * `etcd_v2`: etcd's v2 keys API on `--etcd-v2-port` (off by default), for torch's etcd
-//!   rendezvous backends;
-//! * [`storage`], `owner`: several servers sharing jobs through etcd (`--backend`): one owner
-//!   per job by lease, members sent to it, jobs taken over when it dies;
 //! * [`Server`]: binds, runs until a shutdown signal, and [`BackgroundServer`] runs one on its
 //!   own thread (tests, benchmarks, embedding).
 
 mod admission;
 mod config;
-mod conn;
-mod core;
 mod driver;
 mod etcd_v2;
 mod fdlimit;
+mod ha;
 mod http;
 mod http_serve;
-mod identity;
-mod journal;
-mod json;
-mod listener;
-mod metrics;
 mod native;
-mod owner;
 mod ratelog;
-mod relay;
-mod rendezvous;
-pub mod storage;
+mod tcpstore;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -54,11 +47,15 @@ use tokio::sync::watch;
 
 pub use config::{ServeConfig, parse_duration};
 pub use fdlimit::raise_nofile_limit;
-pub use identity::Identity;
-pub use json::job_json;
+pub use ha::storage;
+pub use http::json::job_json;
+pub use native::identity::Identity;
 
-use self::core::StoreCore;
-use self::rendezvous::RdzvCore;
+use self::ha::{owner, relay};
+use self::native::conn as native_conn;
+use self::native::rendezvous::{self, RdzvCore};
+use self::tcpstore::core::StoreCore;
+use self::tcpstore::{conn, listener};
 
 /// A bound server, ready to run.
 pub struct Server {
@@ -120,7 +117,7 @@ impl Server {
             let idle = (config.heartbeat_timeout * 4)
                 .max(config.waiting_heartbeat_timeout * 2)
                 .max(std::time::Duration::from_secs(10));
-            let endpoint = native::bind(&config, identity.quic_server_config(idle)?)?;
+            let endpoint = native_conn::bind(&config, identity.quic_server_config(idle)?)?;
             (Some(endpoint), Some(identity.fingerprint()))
         };
         let http = if config.no_http {
@@ -266,7 +263,7 @@ impl Server {
             None => (None, None),
         };
         let native = self.native.map(|e| {
-            tokio::spawn(native::accept_loop(
+            tokio::spawn(native_conn::accept_loop(
                 e,
                 self.rdzv.clone(),
                 owners.clone(),

@@ -28,7 +28,7 @@ use dt_rdzv_proto::native::{
 use dt_rdzv_proto::rendezvous::{Action, ConnId, Event, Input, MachineConfig, RendezvousMachine};
 
 use super::{Note, Owners, Verdict};
-use crate::server::storage::{MemoryStorage, Storage};
+use crate::server::ha::storage::{MemoryStorage, Storage};
 
 const JOB: &str = "sim";
 const TOKEN: &str = "sim-token";

@@ -11,8 +11,8 @@ use dt_rdzv_proto::rendezvous::{
 };
 use tokio::sync::{mpsc, watch};
 
-use super::driver::{Driven, Driver, Route};
 use super::journal::Journal;
+use crate::server::driver::{Driven, Driver, Route};
 
 /// What a native connection task receives.
 #[derive(Debug)]
@@ -192,7 +192,7 @@ fn status_json(
     Ok(list
         .iter()
         .map(|j| {
-            let mut v = super::json::job_json(j);
+            let mut v = crate::server::http::json::job_json(j);
             let gone: Vec<_> = j
                 .missing
                 .iter()

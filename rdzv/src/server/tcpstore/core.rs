@@ -23,7 +23,7 @@ use dt_rdzv_proto::tcpstore::{
 };
 use tokio::sync::{mpsc, watch};
 
-use super::driver::{Driver, Route};
+use crate::server::driver::{Driver, Route};
 
 /// What a connection task receives.
 #[derive(Debug)]

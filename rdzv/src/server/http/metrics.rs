@@ -4,8 +4,8 @@ use std::fmt::Write;
 
 use dt_rdzv_proto::tcpstore::QueryType;
 
-use super::core::StoreCore;
-use super::rendezvous::RdzvCore;
+use crate::server::native::rendezvous::RdzvCore;
+use crate::server::tcpstore::core::StoreCore;
 
 fn metric(out: &mut String, name: &str, kind: &str, help: &str, samples: &[(String, u64)]) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");

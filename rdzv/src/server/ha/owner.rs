@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
-use super::rendezvous::{Note, RdzvCore};
 use super::storage::{Claim, LeaseId, Storage, StorageError};
+use crate::server::native::rendezvous::{Note, RdzvCore};
 
 /// The answer to [`Owners::claim`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,7 +89,7 @@ impl Owners {
         store: String,
     ) -> Result<Arc<Self>, StorageError> {
         // Two servers must never share an id (each would take the other's claims for its own).
-        let server = super::config::random_hex::<8>("a server id")
+        let server = crate::server::config::random_hex::<8>("a server id")
             .map_err(|e| StorageError::Config(e.to_string()))?;
         let lease = storage.grant(ttl).await?;
         let value = serde_json::to_vec(&json!({"server": server, "endpoint": endpoint,

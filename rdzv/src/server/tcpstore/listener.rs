@@ -6,7 +6,7 @@ use std::time::Duration;
 use socket2::{Domain, Protocol, SockRef, Socket, TcpKeepalive, Type};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::config::ServeConfig;
+use crate::server::config::ServeConfig;
 
 /// Binds `host:port`. For `::` it asks for a dual-stack socket and falls back to `0.0.0.0` on
 /// hosts without IPv6.

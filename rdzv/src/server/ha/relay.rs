@@ -11,10 +11,11 @@ use dt_rdzv_proto::tcpstore::ConnId;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use super::config::ServeConfig;
-use super::core::StoreCore;
 use super::owner::{Owners, Verdict};
-use super::ratelog::limited;
+use crate::server::config::ServeConfig;
+use crate::server::ratelog::limited;
+use crate::server::tcpstore::conn;
+use crate::server::tcpstore::core::StoreCore;
 
 /// How long relaying waits for the door's server to accept.
 const CONNECT: Duration = Duration::from_secs(2);
@@ -31,7 +32,7 @@ pub(crate) async fn serve_or_relay(
     mut stop: watch::Receiver<bool>,
 ) {
     match owners.claim_store().await {
-        Verdict::Mine => super::conn::serve(id, stream, peer, core, config, stop).await,
+        Verdict::Mine => conn::serve(id, stream, peer, core, config, stop).await,
         Verdict::Elsewhere { store, server, .. } => {
             let upstream =
                 match tokio::time::timeout(CONNECT, TcpStream::connect(store.as_str())).await {

@@ -24,8 +24,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 
-use super::config::ServeConfig;
 use super::core::{Out, Outbox, StoreCore};
+use crate::server::config::ServeConfig;
 
 /// Read buffers start small (thousands of mostly idle connections) and grow to the frame size.
 const INITIAL_BUFFER: usize = 512;

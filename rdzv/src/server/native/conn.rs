@@ -20,11 +20,11 @@ use dt_rdzv_proto::native::{
 use dt_rdzv_proto::rendezvous::{ConnId, Input};
 use tokio::sync::{mpsc, watch};
 
-use super::config::ServeConfig;
-use super::owner::{Owners, Verdict};
-use super::ratelog::limited;
 use super::rendezvous::{NativeOut, RdzvCore};
 use crate::native::udp;
+use crate::server::config::ServeConfig;
+use crate::server::ha::owner::{Owners, Verdict};
+use crate::server::ratelog::limited;
 
 /// Binds the UDP socket of the QUIC port, with buffers that hold a join burst.
 pub(crate) fn bind(

@@ -1,0 +1,15 @@
+//! The native door (mirrors `dt_rdzv_proto::native` and `dt_rdzv_proto::rendezvous`): the QUIC
+//! port (29401) and the rendezvous machine behind it.
+//!
+//! * `conn`: the QUIC endpoint, its accept loop and one task per member connection;
+//! * `rendezvous`: the rendezvous machine and the native connections' outboxes, behind the
+//!   server's one `Driver`;
+//! * `journal`: the rendezvous' recent events, kept by its core for the status page and
+//!   `/v1/events`;
+//! * [`Identity`](identity::Identity): the port's TLS certificate, from files or generated
+//!   (fingerprint printed).
+
+pub(super) mod conn;
+pub(super) mod identity;
+pub(super) mod journal;
+pub(super) mod rendezvous;
