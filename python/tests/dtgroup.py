@@ -1,5 +1,5 @@
 """Helpers for dtcomm's Python tests: a rendezvous server per test and a group of worker
-processes that run a script, each stopped by PID at its deadline."""
+processes that run a worker program of ``workers/``, each stopped by PID at its deadline."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +16,10 @@ import pytest
 import dtcomm
 
 ROOT = Path(__file__).resolve().parents[2]
-HELPERS = Path(__file__).resolve().parent / "workers"
+#: The worker programs the tests run (``[sys.executable, str(WORKERS / "name.py"), ...]``); on
+#: every worker's ``PYTHONPATH`` too (``base_env``), so they can import helpers kept there.
+WORKERS = Path(__file__).resolve().parent / "workers"
+HELPERS = WORKERS
 
 
 @pytest.fixture
@@ -80,15 +82,16 @@ def run_all(cmds: list[tuple[list[str], dict[str, str]]],
 def run_group(
     tmp_path: Path,
     world: int,
-    script: str,
+    script: Path,
     env: dict[str, str],
     timeout: float = 120.0,
     per_rank: dict[int, dict[str, str]] | None = None,
+    args: Sequence[str] = (),
 ) -> list[Result]:
-    """Runs `script` in `world` processes with DTCOMM_RANK / DTCOMM_WORLD_SIZE set; returns
-    each one's exit code and output. Processes still running at the deadline are killed."""
-    path = tmp_path / f"worker_{abs(hash(script))}.py"
-    path.write_text(textwrap.dedent(script))
+    """Runs the worker program `script` (a file, usually ``WORKERS / "name.py"``) with `args`
+    in `world` processes with DTCOMM_RANK / DTCOMM_WORLD_SIZE (and RANK / WORLD_SIZE) set, each
+    one's output in ``tmp_path / "rank{r}.log"``; returns each one's exit code and output.
+    Processes still running at the deadline are killed."""
     procs = []
     for r in range(world):
         e = base_env(
@@ -97,7 +100,8 @@ def run_group(
         )
         log = open(tmp_path / f"rank{r}.log", "w+")
         p = subprocess.Popen(
-            [sys.executable, str(path)], env=e, stdout=log, stderr=subprocess.STDOUT, text=True
+            [sys.executable, str(script), *args], env=e, stdout=log, stderr=subprocess.STDOUT,
+            text=True
         )
         procs.append((r, p, log))
     results = []

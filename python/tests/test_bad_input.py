@@ -10,34 +10,7 @@ import pytest
 
 import dtcomm
 from dtcomm import _config
-from dtgroup import check, run_group, server  # noqa: F401 (fixture)
-
-MISMATCH = """
-import os, numpy as np, dtcomm
-dtcomm.init(verbose=False)
-r = dtcomm.rank()
-case = os.environ["CASE"]
-if case == "dtype":
-    x = np.ones(4, np.int32) if r == 1 else np.ones(4, np.float32)
-else:
-    x = np.ones(5 if r == 1 else 4, np.float32)
-try:
-    dtcomm.all_reduce(x)
-except dtcomm.MismatchError as e:
-    print("MISMATCH:", e)
-    print("ATTRS:", e.result_code, e.result_name, e.rank, e.op, e.seq)
-except dtcomm.DtcommError as e:
-    print("OTHER:", type(e).__name__, e)
-else:
-    raise AssertionError("mismatched all_reduce succeeded")
-# the communicator is failed now: later calls raise at once, naming the first error
-try:
-    dtcomm.barrier()
-except dtcomm.DtcommError as e:
-    print("LATER:", e)
-else:
-    raise AssertionError("barrier on a failed communicator succeeded")
-"""
+from dtgroup import WORKERS, check, run_group, server  # noqa: F401 (fixture)
 
 
 @pytest.mark.parametrize("case", ["dtype", "count"])
@@ -45,7 +18,8 @@ def test_mismatch_across_ranks_names_ranks(tmp_path: Path, server: dtcomm.RdzvSe
     # World 3: rank 2 is a bystander of the mismatch between ranks 0 and 1 (in the count case)
     # and must raise MismatchError too, naming both ranks and both calls.
     res = run_group(
-        tmp_path, 3, MISMATCH, {"DTCOMM_RDZV_ENDPOINT": server.endpoint, "CASE": case, "DTCOMM_TIMEOUT": "20"}
+        tmp_path, 3, WORKERS / "bad_input_mismatch.py",
+        {"DTCOMM_RDZV_ENDPOINT": server.endpoint, "CASE": case, "DTCOMM_TIMEOUT": "20"}
     )
     check(res)
     mism = [r for r in res if "MISMATCH:" in r.out]
@@ -138,28 +112,9 @@ def test_missing_peer_times_out_naming_it(server: dtcomm.RdzvServer) -> None:
     assert time.monotonic() - t0 < 15
 
 
-DIES = """
-import os, time, numpy as np, dtcomm
-dtcomm.init(verbose=False)
-r = dtcomm.rank()
-x = np.ones(1 << 20, np.float32)
-dtcomm.all_reduce(x)
-if r == 1:
-    os._exit(7)            # injected failure: rank 1 dies without a goodbye
-time.sleep(0.5)
-w = dtcomm.all_reduce(x, async_op=True)
-try:
-    w.wait(timeout=60)
-except dtcomm.PeerLostError as e:
-    print("LOST:", e)
-    assert w.is_completed() and isinstance(w.exception(), dtcomm.PeerLostError)
-else:
-    raise AssertionError("all_reduce with a dead peer succeeded")
-"""
-
-
 def test_dead_peer_surfaces_from_wait(tmp_path: Path, server: dtcomm.RdzvServer) -> None:
-    res = run_group(tmp_path, 2, DIES, {"DTCOMM_RDZV_ENDPOINT": server.endpoint, "DTCOMM_TIMEOUT": "30"})
+    res = run_group(tmp_path, 2, WORKERS / "bad_input_dies.py",
+                    {"DTCOMM_RDZV_ENDPOINT": server.endpoint, "DTCOMM_TIMEOUT": "30"})
     assert res[1].code == 7
     assert res[0].code == 0, res[0].out
     assert "LOST: rank 0:" in res[0].out and "rank 1" in res[0].out, res[0].out

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 import dtcomm
+from dtgroup import WORKERS
 
 KEYS = {"usable", "reason", "device_count", "built_with_cuda", "cuda_api", "driver", "nccl"}
 LIB_KEYS = {"found", "path", "version", "source", "error", "features", "tried"}
@@ -40,7 +41,7 @@ def _nccl_wheel_version() -> str | None:
 
 
 def _status_in_subprocess(
-    env_changes: dict[str, str | None], prelude: str = "", with_lines: bool = False
+    env_changes: dict[str, str | None], torch_first: bool = False, with_lines: bool = False
 ) -> Any:
     env = dict(os.environ)
     for key, value in env_changes.items():
@@ -48,10 +49,10 @@ def _status_in_subprocess(
             env.pop(key, None)
         else:
             env[key] = value
-    code = f"{prelude}\nimport json, dtcomm\nprint(json.dumps(dtcomm.cuda_status()))"
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
-    )
+    argv = [sys.executable, str(WORKERS / "cuda_status_json.py")]
+    if torch_first:
+        argv.append("--torch-first")
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
     status = json.loads(lines[-1])
@@ -120,13 +121,8 @@ def test_an_unactivated_venv_finds_its_nccl_through_sys_prefix() -> None:
 def test_inside_torch_it_reports_torchs_nccl() -> None:
     # Whether importing torch maps libnccl.so.2 (without a GPU it may not), printed as a line
     # of its own before the status.
-    prelude = (
-        "import torch\n"
-        "maps = open('/proc/self/maps').read()\n"
-        "print('TORCH_NCCL', 'mapped' if '/libnccl.so.2' in maps else 'absent')"
-    )
     env = {"DTCOMM_NCCL_LIBRARY": None, "DTCOMM_NCCL_SEARCH_PATH": None}
-    status, lines = _status_in_subprocess(env, prelude, with_lines=True)
+    status, lines = _status_in_subprocess(env, torch_first=True, with_lines=True)
     assert status["nccl"]["found"] is True, status["nccl"]["error"]
     assert status["nccl"]["version"] == _nccl_wheel_version()
     if "TORCH_NCCL mapped" in lines:

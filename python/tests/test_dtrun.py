@@ -7,10 +7,9 @@ import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import dtcomm
-from dtgroup import base_env, server  # noqa: F401 (fixture)
+from dtgroup import WORKERS, base_env, server  # noqa: F401 (fixture)
 
 DTRUN = [sys.executable, "-m", "dtcomm"]
 
@@ -21,23 +20,8 @@ def dtrun(args: list[str], timeout: float = 120.0) -> subprocess.CompletedProces
     )
 
 
-ENV_SCRIPT = """
-import os, sys
-keys = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"]
-print(" ".join(f"{k}={os.environ[k]}" for k in keys), "ARGS=" + ",".join(sys.argv[1:]))
-print("LINKSECRET", os.environ.get("DTCOMM_LINK_SECRET", "none"))
-print("to stderr", file=sys.stderr)
-import numpy as np, dtcomm
-dtcomm.init(verbose=False)
-x = np.full(3, dtcomm.rank(), dtype=np.int64)
-dtcomm.all_reduce(x)
-print("SUM", int(x[0]), "LOCAL", dtcomm.local_rank(), dtcomm.local_size())
-"""
-
-
-def test_environment_prefixes_and_a_collective(tmp_path: Path) -> None:
-    s = tmp_path / "env_script.py"
-    s.write_text(ENV_SCRIPT)
+def test_environment_prefixes_and_a_collective() -> None:
+    s = WORKERS / "dtrun_env.py"
     p = dtrun(["--nproc-per-node", "3", "--rdzv-id", "envtest", str(s), "--lr", "0.1"])
     assert p.returncode == 0, p.stdout + p.stderr
     for r in range(3):
@@ -54,21 +38,8 @@ def test_environment_prefixes_and_a_collective(tmp_path: Path) -> None:
     assert len(secrets) == 1 and re.fullmatch(r"[0-9a-f]{64}", secrets.pop()), p.stdout
 
 
-FAIL_SCRIPT = """
-import os, sys, time
-import dtcomm
-dtcomm.init(verbose=False)
-dtcomm.barrier()
-if dtcomm.rank() == 1:
-    print("rank 1 fails", flush=True)
-    sys.exit(3)
-time.sleep(120)                 # the others would run long: dtrun must stop them
-"""
-
-
-def test_a_failing_worker_stops_the_group_and_sets_the_exit_code(tmp_path: Path) -> None:
-    s = tmp_path / "fail_script.py"
-    s.write_text(FAIL_SCRIPT)
+def test_a_failing_worker_stops_the_group_and_sets_the_exit_code() -> None:
+    s = WORKERS / "dtrun_fail.py"
     t0 = time.monotonic()
     p = dtrun(["--nproc-per-node", "3", str(s)])
     took = time.monotonic() - t0
@@ -78,34 +49,18 @@ def test_a_failing_worker_stops_the_group_and_sets_the_exit_code(tmp_path: Path)
     assert took < 60, took
 
 
-TORCH_SCRIPT = """
-import torch, torch.distributed as dist
-dist.init_process_group()                     # env:// as under torchrun; backend from argv
-r = dist.get_rank()
-t = torch.full((4,), float(r))
-dist.all_reduce(t)
-print("BACKEND", dist.get_backend(), "SUM", t[0].item())
-dist.destroy_process_group()
-"""
-
-
-def test_unchanged_torch_scripts_run_on_dtcomm_and_gloo(tmp_path: Path) -> None:
-    s = tmp_path / "torch_script.py"
-    s.write_text(TORCH_SCRIPT.replace("init_process_group()", "init_process_group('dtcomm')"))
-    p = dtrun(["--nproc-per-node", "2", str(s)])
+def test_unchanged_torch_scripts_run_on_dtcomm_and_gloo() -> None:
+    s = WORKERS / "dtrun_torch.py"
+    p = dtrun(["--nproc-per-node", "2", str(s), "dtcomm"])
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.count("BACKEND dtcomm SUM 1.0") == 2, p.stdout
-    s.write_text(TORCH_SCRIPT.replace("init_process_group()", "init_process_group('gloo')"))
-    p = dtrun(["--nproc-per-node", "2", str(s)])
+    p = dtrun(["--nproc-per-node", "2", str(s), "gloo"])
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.count("BACKEND gloo SUM 1.0") == 2, p.stdout
 
 
-def test_two_nodes_join_a_running_server_twice_with_one_run_id(
-    tmp_path: Path, server: dtcomm.RdzvServer
-) -> None:
-    s = tmp_path / "env_script.py"
-    s.write_text(ENV_SCRIPT)
+def test_two_nodes_join_a_running_server_twice_with_one_run_id(server: dtcomm.RdzvServer) -> None:
+    s = WORKERS / "dtrun_env.py"
     for attempt in range(2):
         args = ["--nnodes", "2", "--nproc-per-node", "2", "--rdzv-endpoint", server.endpoint,
                 "--rdzv-id", "twonodes", "--rdzv-timeout", "60", str(s)]
@@ -123,11 +78,10 @@ def test_two_nodes_join_a_running_server_twice_with_one_run_id(
             assert f"[rank{r}]: SUM 6 LOCAL {r % 2} 2" in allout, allout
 
 
-def test_torchruns_pet_variables_and_an_indexed_jobs_index_are_defaults(tmp_path: Path) -> None:
+def test_torchruns_pet_variables_and_an_indexed_jobs_index_are_defaults() -> None:
     """A Kubeflow PyTorchJob sets torchrun's ``PET_*``; an Indexed Job sets
     ``JOB_COMPLETION_INDEX``: dtrun takes them as defaults (after its own ``DTRUN_*``)."""
-    s = tmp_path / "env_script.py"
-    s.write_text(ENV_SCRIPT)
+    s = WORKERS / "dtrun_env.py"
     env = {**base_env(), "PET_NPROC_PER_NODE": "2", "PET_NNODES": "1", "PET_RDZV_ID": "petjob",
            "JOB_COMPLETION_INDEX": "0"}
     p = subprocess.run([*DTRUN, str(s)], env=env, capture_output=True, text=True, timeout=120)

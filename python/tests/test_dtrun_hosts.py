@@ -16,36 +16,13 @@ from pathlib import Path
 import pytest
 
 from dtcomm.launcher import hosts
+from dtgroup import WORKERS
 
 pytest.importorskip("torch")
 
-SCRIPT = """
-import os, sys, torch, horovod.torch as hvd
-hvd.init()
-t = hvd.allreduce(torch.tensor([float(hvd.rank())]), op=hvd.Sum)
-print("H", hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), int(t.item()), flush=True)
-code = int(os.environ.get("FAIL_RANK_CODE", "0"))
-if code and hvd.rank() == int(os.environ["FAIL_RANK"]):
-    sys.exit(code)
-hvd.shutdown()
-"""
-
-FAKE_SSH = """
-import os, subprocess, sys
-args = sys.argv[1:]
-while args and args[0].startswith("-"):
-    args = args[2:] if args[0] == "-o" else args[1:]
-host, cmd = args[0], args[1]
-with open(os.environ["FAKE_SSH_LOG"], "a") as f:
-    f.write(host + "\\t" + cmd + "\\n")
-sys.exit(subprocess.call(["sh", "-c", cmd]))
-"""
-
 
 def _run(tmp_path: Path, args: list[str], **env: str) -> tuple[subprocess.CompletedProcess[str], str]:
-    script, ssh, log = tmp_path / "train.py", tmp_path / "fake_ssh.py", tmp_path / "ssh.log"
-    script.write_text(SCRIPT)
-    ssh.write_text(FAKE_SSH)
+    script, ssh, log = WORKERS / "dtrun_hosts_hvd.py", WORKERS / "fake_ssh.py", tmp_path / "ssh.log"
     e = {k: v for k, v in os.environ.items() if not k.startswith(("DTCOMM_", "DTRUN_"))}
     e.update(FAKE_SSH_LOG=str(log), DTRUN_SSH=f"{sys.executable} {ssh} -o BatchMode=yes",
              DTCOMM_TIMEOUT="60", **env)

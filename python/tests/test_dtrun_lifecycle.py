@@ -15,14 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from dtgroup import base_env
+from dtgroup import WORKERS, base_env
 from native_server import NativeServer, Procs, native_server, procs  # noqa: F401 (fixtures)
-
-SLEEPER = """
-import os, time
-print("WORKER UP", os.getpid(), flush=True)
-time.sleep(120)
-"""
 
 
 def _alive(pid: int) -> bool:
@@ -46,8 +40,7 @@ def worker_pids() -> Iterator[list[int]]:
 
 def _start_agent(native_server: NativeServer, procs: Procs, tmp_path: Path,
                  worker_pids: list[int]) -> tuple[object, int]:
-    script = tmp_path / "sleeper.py"
-    script.write_text(SLEEPER)
+    script = WORKERS / "dtrun_sleeper.py"
     job = f"job-{uuid.uuid4().hex[:8]}"
     env = base_env({**native_server.client_env(job), "PYTHONFAULTHANDLER": "1"})
     del env["DTCOMM_RDZV_ENDPOINT"]

@@ -24,55 +24,16 @@ import uuid
 from pathlib import Path
 
 import native_server as native_server_mod
-from dtgroup import base_env
+from dtgroup import WORKERS, base_env
 from native_server import Procs, procs  # noqa: F401 (fixture)
-
-WORKER = """
-import os, sys, time, numpy as np, dtcomm
-from dtcomm import elastic
-
-STEPS = int(os.environ["STEPS"])
-state = elastic.ObjectState(step=0)
-
-@elastic.run
-def train(state):
-    m = dtcomm._api._g("test").member
-    w = m.welcome
-    print(f"ROUND {w.round} rank {dtcomm.rank()} world {dtcomm.size()} t={time.time():.3f}",
-          flush=True)
-    if os.environ.get("FALSE_REPORT") and dtcomm.rank() == 0 and w.round == 1:
-        m.report(w.round, 1, "test: a made-up connection reset")
-        print("REPORTED", flush=True)
-    while state.step < STEPS:
-        x = np.ones(4, dtype=np.float32)
-        try:
-            dtcomm.all_reduce(x)
-        except Exception as e:
-            print(f"FAILED t={time.time():.3f} {type(e).__name__}: {e}", flush=True)
-            raise
-        state.step += 1
-        print(f"STEP {state.step} rank {dtcomm.rank()} round {w.round} world {dtcomm.size()}",
-              flush=True)
-        time.sleep(0.02)
-        state.commit()
-    return state
-
-try:
-    train(state)
-except Exception as e:
-    print(f"GAVE UP {type(e).__name__}: {e}", flush=True)
-    sys.exit(3)
-print(f"DONE steps {state.step} world {dtcomm.size()}", flush=True)
-dtcomm.shutdown()
-"""
 
 
 def _start(procs: Procs, tmp_path: Path, server: native_server_mod.NativeServer, n: int,
            members: str, steps: int, job: str | None = None, first: int = 0,
            **extra: str) -> list[str]:
-    """Starts members ``m<first>`` .. of ``job`` (a new one by default) running WORKER."""
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER)
+    """Starts members ``m<first>`` .. of ``job`` (a new one by default) running
+    ``workers/fast_failure_elastic.py``."""
+    script = WORKERS / "fast_failure_elastic.py"
     env = base_env(server.client_env(
         job or f"job-{uuid.uuid4().hex[:8]}", DTCOMM_RDZV_MEMBERS=members,
         DTCOMM_RDZV_LAST_CALL="10", DTCOMM_TIMEOUT="60", STEPS=str(steps), **extra))

@@ -14,62 +14,13 @@ import uuid
 from pathlib import Path
 
 import native_server as native_server_mod
-from dtgroup import base_env
+from dtgroup import WORKERS, base_env
 from native_server import Procs, procs  # noqa: F401 (fixture)
 
 N = 240          # samples per epoch
 BATCH = 4        # per rank
 EPOCHS = 2
 SEED = 3
-
-WORKER = f"""
-import time, torch
-import dtcomm.horovod.torch as hvd
-hvd.init()
-torch.manual_seed(0)
-model = torch.nn.Linear(4, 1)
-opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.5),
-                               named_parameters=model.named_parameters())
-sampler = hvd.elastic.ElasticSampler(list(range({N})), shuffle=True, seed={SEED})
-state = hvd.elastic.TorchState(model=model, optimizer=opt, sampler=sampler, epoch=0, steps=0)
-resets = []
-state.register_reset_callbacks([lambda: resets.append(hvd.size())])
-
-@hvd.elastic.run
-def train(state):
-    import dtcomm
-    w = dtcomm._api._g("test").member.welcome
-    print(f"ROUND {{w.round}} rank {{hvd.rank()}} world {{hvd.size()}} epoch {{state.epoch}} "
-          f"processed {{sampler.processed_num}}", flush=True)
-    while state.epoch < {EPOCHS}:
-        idx = list(sampler)
-        for b in range(0, len(idx), {BATCH}):
-            batch = idx[b:b + {BATCH}]
-            x = torch.tensor(batch, dtype=torch.float32).unsqueeze(1).repeat(1, 4) / {N}
-            try:
-                opt.zero_grad()
-                (model(x) - 1).pow(2).mean().backward()
-                opt.step()
-                sampler.record_batch(b // {BATCH}, {BATCH})
-                state.steps += 1
-                print(f"STEP {{state.steps}} round {{w.round}} world {{hvd.size()}} "
-                      f"epoch {{state.epoch}} idx {{','.join(map(str, batch))}}", flush=True)
-                time.sleep(0.05)
-                state.commit()
-            except hvd.HorovodInternalError as e:
-                print(f"FAILED {{type(e.__cause__).__name__}}: {{e}}", flush=True)
-                raise
-        state.epoch += 1
-        sampler.set_epoch(state.epoch)
-        state.commit()
-    return state
-
-train(state)
-params = hvd.allgather_object([p.detach() for p in model.parameters()])
-same = all(torch.equal(a, b) for ps in params for a, b in zip(ps, params[0]))
-print(f"DONE world {{hvd.size()}} steps {{state.steps}} resets {{resets}} same {{same}}", flush=True)
-hvd.shutdown()
-"""
 
 
 def _order(epoch: int) -> list[int]:
@@ -91,14 +42,14 @@ def test_a_killed_horovod_worker_leaves_survivors_that_finish(
     # heartbeat timeout; a long one keeps a survivor slowed by a loaded machine from eviction.
     server = native_server_mod.start(tmp_path, heartbeat_timeout="15s")
     try:
-        script = tmp_path / "hvd_elastic.py"
-        script.write_text(WORKER)
+        script = WORKERS / "hvd_elastic_train.py"
         env = base_env(server.client_env(
             f"hvd-{uuid.uuid4().hex[:8]}", DTCOMM_RDZV_MEMBERS="2:3", DTCOMM_RDZV_LAST_CALL="10",
             DTCOMM_TIMEOUT="60", HOROVOD_ELASTIC="1"))
         names = ["m0", "m1", "m2"]
         for name in names:
-            procs.start(name, [sys.executable, str(script)], env)
+            procs.start(name, [sys.executable, str(script), str(N), str(BATCH), str(EPOCHS),
+                               str(SEED)], env)
 
         def ranks_after(k: int) -> dict[str, int] | None:
             got = {}

@@ -17,21 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from dtgroup import base_env
+from dtgroup import WORKERS, base_env
 
 pytest.importorskip("torch")
-
-WORKER = """
-import os, torch, dtcomm.horovod.torch as hvd
-hvd.init()
-assert (hvd.rank(), hvd.size()) == (int(os.environ["HOROVOD_RANK"]), 2)
-t = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum)
-assert t.item() == 3.0, t
-g = hvd.allgather(torch.tensor([hvd.rank()]))
-assert g.tolist() == [0, 1], g
-hvd.shutdown()
-print("ok", hvd.__name__, os.environ["HOROVOD_RANK"], flush=True)
-"""
 
 
 class KVServer:
@@ -101,11 +89,10 @@ class KVServer:
         self.httpd.server_close()
 
 
-def test_hvd_init_meets_through_horovodruns_rendezvous_server(tmp_path: Path) -> None:
+def test_hvd_init_meets_through_horovodruns_rendezvous_server() -> None:
     kv = KVServer()
     try:
-        script = tmp_path / "worker.py"
-        script.write_text(WORKER)
+        script = WORKERS / "hvd_gloo_launch.py"
         procs = []
         for r in range(2):
             env = base_env({

@@ -13,16 +13,14 @@ from pathlib import Path
 import pytest
 
 import dtcomm
-from dtgroup import check, run_group, server  # noqa: F401 (fixture)
+from dtgroup import WORKERS, check, run_group, server  # noqa: F401 (fixture)
 
 pytest.importorskip("torch")
-
-WORKERS = Path(__file__).parent / "workers"
 
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_what_horovods_suite_found(tmp_path: Path, server: dtcomm.RdzvServer, world: int) -> None:
-    res = run_group(tmp_path, world, (WORKERS / "hvd_suite_regressions.py").read_text(),
+    res = run_group(tmp_path, world, WORKERS / "hvd_suite_regressions.py",
                     {"DTCOMM_RDZV_ENDPOINT": server.endpoint, "DTCOMM_TIMEOUT": "60",
                      "HOROVOD_DYNAMIC_PROCESS_SETS": "1"}, timeout=150)
     check(res)
@@ -33,7 +31,7 @@ def test_what_horovods_suite_found(tmp_path: Path, server: dtcomm.RdzvServer, wo
 def test_a_rank_that_leaves_a_negotiation_is_named_and_nobody_hangs(
         tmp_path: Path, server: dtcomm.RdzvServer, case: str, deadline: int) -> None:
     world = 3
-    res = run_group(tmp_path, world, (WORKERS / "hvd_rank_leaves.py").read_text(),
+    res = run_group(tmp_path, world, WORKERS / "hvd_rank_leaves.py",
                     {"DTCOMM_RDZV_ENDPOINT": server.endpoint, "DTCOMM_TIMEOUT": str(deadline),
                      "HVD_CASE": case}, timeout=90)
     survivors = res if case != "crash" else res[:-1]

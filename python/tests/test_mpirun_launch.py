@@ -13,25 +13,14 @@ import time
 
 import pytest
 
+from dtgroup import WORKERS
+
 MPIRUN = shutil.which("mpirun")
 HYDRA = shutil.which("mpiexec.hydra")
 needs_mpirun = pytest.mark.skipif(
     MPIRUN is None, reason="Open MPI's mpirun is not installed (scripts/setup.sh installs openmpi-bin)")
 needs_hydra = pytest.mark.skipif(
     HYDRA is None, reason="MPICH's mpiexec.hydra is not installed (scripts/setup.sh installs mpich)")
-
-HOROVOD = """
-import dtcomm.horovod.torch as hvd
-import torch
-from dtcomm import _config
-for cycle in range(3):
-    hvd.init()
-    s = hvd.allreduce(torch.full((4,), float(hvd.rank() + 1)), op=hvd.Sum, name=f"s{cycle}")
-    print(f"cycle {cycle} rank {hvd.rank()} of {hvd.size()} local {hvd.local_rank()}/"
-          f"{hvd.local_size()} sum {s.tolist()} rdzv from {_config.resolve().endpoint.source}",
-          flush=True)
-    hvd.shutdown()
-"""
 
 
 def _env() -> dict[str, str]:
@@ -43,10 +32,10 @@ def _env() -> dict[str, str]:
 
 
 def _horovod_cycles_under(launcher: list[str], source: str) -> None:
-    """The Horovod script as 3 ranks under ``launcher``: three cycles, every rank's sum, the
-    rendezvous from ``source``."""
+    """``workers/mpi_hvd_cycles.py`` as 3 ranks under ``launcher``: three cycles, every rank's
+    sum, the rendezvous from ``source``."""
     pytest.importorskip("torch")
-    p = subprocess.run([*launcher, sys.executable, "-c", HOROVOD],
+    p = subprocess.run([*launcher, sys.executable, str(WORKERS / "mpi_hvd_cycles.py")],
                        env=_env(), capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, p.stdout + p.stderr
     for cycle in range(3):

@@ -13,22 +13,12 @@ import uuid
 from pathlib import Path
 
 import native_server as native_server_mod
-from dtgroup import base_env
+from dtgroup import WORKERS, base_env
 from native_server import NativeServer, Procs, dt_rdzv_bin, native_server, procs  # noqa: F401
-
-SCRIPT = """
-import numpy as np, dtcomm
-dtcomm.init()
-x = np.full(4, dtcomm.rank() + 1, dtype=np.int64)
-dtcomm.all_reduce(x)
-print("RESULT", dtcomm.rank(), dtcomm.size(), int(x[0]), dtcomm.communicator().transport(), flush=True)
-dtcomm.shutdown()
-"""
 
 
 def _run_pair(server: NativeServer, procs: Procs, tmp_path: Path, job: str) -> list[str]:
-    script = tmp_path / "init.py"
-    script.write_text(SCRIPT)
+    script = WORKERS / "native_dataplane_init.py"
     env = base_env(server.client_env(job, DTCOMM_RDZV_MEMBERS="2", DTCOMM_TIMEOUT="30"))
     names = [f"{job}-m{i}" for i in range(2)]
     for n in names:
@@ -76,8 +66,7 @@ def test_dtrun_native_two_nodes_on_a_server_without_tcpstore(procs: Procs, tmp_p
     the native protocol, so the server needs no TCPStore port."""
     server = native_server_mod.start(tmp_path, "--no-tcpstore", log_name="dt-rdzv-nostore.log")
     try:
-        script = tmp_path / "init.py"
-        script.write_text(SCRIPT)
+        script = WORKERS / "native_dataplane_init.py"
         job = f"job-{uuid.uuid4().hex[:8]}"
         env = base_env({**server.client_env(job), "DTCOMM_TIMEOUT": "30"})
         del env["DTCOMM_RDZV_ENDPOINT"]

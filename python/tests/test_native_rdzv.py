@@ -17,29 +17,13 @@ from pathlib import Path
 import pytest
 
 import dtcomm
-from dtgroup import base_env
+from dtgroup import WORKERS, base_env
 import native_server as native_server_mod
 from native_server import NativeServer, Procs, dt_rdzv_bin, native_server, procs  # noqa: F401 (fixtures)
-
-INIT_SCRIPT = """
-import numpy as np, dtcomm
-dtcomm.init()
-x = np.full(4, dtcomm.rank() + 1, dtype=np.int64)
-dtcomm.all_reduce(x)
-print("RESULT", dtcomm.rank(), dtcomm.size(), dtcomm.local_rank(), dtcomm.local_size(), int(x[0]),
-      flush=True)
-dtcomm.shutdown()
-"""
 
 
 def _job() -> str:
     return f"job-{uuid.uuid4().hex[:8]}"
-
-
-def _script(tmp_path: Path, name: str, text: str) -> str:
-    p = tmp_path / name
-    p.write_text(text)
-    return str(p)
 
 
 def _results(procs: Procs, names: list[str]) -> list[tuple[int, int, int, int, int]]:
@@ -52,7 +36,7 @@ def _results(procs: Procs, names: list[str]) -> list[tuple[int, int, int, int, i
 
 
 def test_init_three_members_allreduce(native_server: NativeServer, procs: Procs, tmp_path: Path) -> None:
-    script = _script(tmp_path, "init.py", INIT_SCRIPT)
+    script = str(WORKERS / "native_init.py")
     job = _job()
     env = base_env(native_server.client_env(job, DTCOMM_RDZV_MEMBERS="3", DTCOMM_TIMEOUT="60"))
     names = [f"m{i}" for i in range(3)]
@@ -72,7 +56,7 @@ def test_init_three_members_allreduce(native_server: NativeServer, procs: Procs,
 def test_init_oci_main_and_workers(native_server: NativeServer, procs: Procs, tmp_path: Path) -> None:
     """OCI__MODE / OCI__WORKER_COUNT / OCI__TIMEOUT / JOB_OCID mapped onto the native job: the
     main member is rank 0, the world is the workers plus the main."""
-    script = _script(tmp_path, "init.py", INIT_SCRIPT)
+    script = str(WORKERS / "native_init.py")
     job = f"ocid1.datasciencejob.{uuid.uuid4().hex[:8]}"
     common = native_server.client_env(job, DTCOMM_TIMEOUT="60")
     del common["DTCOMM_RUN_ID"]
@@ -140,32 +124,13 @@ def test_job_token_opens_its_own_job_only(native_server: NativeServer,
         dtcomm.job_token("", "jt-own")
 
 
-RESTART_SCRIPT = """
-import os, time, numpy as np, dtcomm
-dtcomm.init()
-first = dtcomm._api._g("test").member.welcome.round
-for step in range(1, int(os.environ["STEPS"]) + 1):
-    x = np.ones(4, dtype=np.float32)
-    dtcomm.all_reduce(x)
-    assert x[0] == dtcomm.size(), x
-    assert not dtcomm._api._round_changed(), "the round changed"
-    print(f"STEP {step}", flush=True)
-    time.sleep(0.05)
-w = dtcomm._api._g("test").member.welcome
-print(f"DONE rank {dtcomm.rank()} round {w.round} first {first}", flush=True)
-dtcomm.barrier()
-dtcomm.shutdown()
-"""
-
-
 def test_training_goes_on_while_the_server_restarts(tmp_path: Path, procs: Procs) -> None:
     """SIGTERM to dt-rdzv mid-training, a new one on the same ports: the members reconnect,
     the new server rebuilds their round from their resumes, and no round changes."""
     tls = ["--tls-cert", str(tmp_path / "cert.pem"), "--tls-key", str(tmp_path / "key.pem")]
     server = native_server_mod.start(tmp_path, *tls)
     try:
-        script = tmp_path / "restart.py"
-        script.write_text(RESTART_SCRIPT)
+        script = WORKERS / "native_restart.py"
         env = base_env(server.client_env("restart-job", DTCOMM_RDZV_MEMBERS="2", STEPS="80"))
         for n in ("a", "b"):
             procs.start(n, [sys.executable, str(script)], {**env, "DTCOMM_RDZV_MEMBER": n})
@@ -192,8 +157,7 @@ def test_training_goes_on_when_its_server_is_killed_and_another_takes_over(
     b = native_server_mod.start(tmp_path, *tls, token=a.token, log_name="dt-rdzv-native-b.log")
     try:
         assert a.fingerprint == b.fingerprint
-        script = tmp_path / "failover.py"
-        script.write_text(RESTART_SCRIPT)
+        script = WORKERS / "native_restart.py"
         env = base_env(a.client_env("failover-job", DTCOMM_RDZV_MEMBERS="2", STEPS="200"))
         env["DTCOMM_RDZV_ENDPOINT"] = f"{a.native},{b.native}"
         for n in ("a", "b"):
@@ -218,28 +182,8 @@ def test_training_goes_on_when_its_server_is_killed_and_another_takes_over(
         b.stop()
 
 
-STOP_SCRIPT = """
-import sys, time, dtcomm
-dtcomm.init()
-print("JOINED", dtcomm.rank(), flush=True)
-deadline = time.monotonic() + 90
-try:
-    while time.monotonic() < deadline:
-        dtcomm.barrier()
-        dtcomm._api._round_changed()      # raises RdzvJobEndedError once the job is stopped
-        time.sleep(0.1)
-except dtcomm.RdzvJobEndedError as e:
-    print("JOBENDED", e.how, e.job, "|", e, flush=True)
-    sys.exit(3)
-except dtcomm.RoundEndedError as e:      # the barrier in flight, failed by the server's word
-    print("ROUNDENDED removed" if e.removed else "ROUNDENDED", "|", e, flush=True)
-    sys.exit(3)
-print("NOT STOPPED", flush=True)
-"""
-
-
 def test_stop_ends_the_job(native_server: NativeServer, procs: Procs, tmp_path: Path) -> None:
-    script = _script(tmp_path, "stop.py", STOP_SCRIPT)
+    script = str(WORKERS / "native_stop.py")
     job = _job()
     env = base_env(native_server.client_env(job, DTCOMM_RDZV_MEMBERS="2", DTCOMM_TIMEOUT="60"))
     for n in ("a", "b"):
@@ -265,39 +209,10 @@ def test_stop_ends_the_job(native_server: NativeServer, procs: Procs, tmp_path: 
     assert "stop" in str(e.value), e.value
 
 
-ELASTIC_SCRIPT = """
-import os, sys, time, numpy as np, dtcomm
-from dtcomm import elastic
-
-STEPS = int(os.environ["STEPS"])
-state = elastic.ObjectState(step=0, total=0, rounds=[])
-
-@elastic.run
-def train(state):
-    w = dtcomm._api._g("test").member.welcome
-    state.rounds = state.rounds + [(w.round, dtcomm.rank(), dtcomm.size())]
-    while state.step < STEPS:
-        x = np.ones(1, dtype=np.int64)
-        dtcomm.all_reduce(x)                 # PeerLostError when a member dies
-        state.total += int(x[0])             # the world size of every committed step
-        state.step += 1
-        print(f"STEP {state.step} rank {dtcomm.rank()} world {dtcomm.size()} round {w.round}",
-              flush=True)
-        time.sleep(0.05)
-        state.commit()
-    return state
-
-train(state)
-print(f"DONE rank {dtcomm.rank()} world {dtcomm.size()} steps {state.step} total {state.total} "
-      f"rounds {state.rounds}", flush=True)
-dtcomm.shutdown()
-"""
-
-
 def test_elastic_run_survives_a_sigkilled_member(
     native_server: NativeServer, procs: Procs, tmp_path: Path
 ) -> None:
-    script = _script(tmp_path, "elastic.py", ELASTIC_SCRIPT)
+    script = str(WORKERS / "native_elastic.py")
     job = _job()
     steps = 150
     env = base_env(native_server.client_env(
@@ -338,24 +253,6 @@ def test_elastic_run_survives_a_sigkilled_member(
         assert re.search(r"new round \d+ .*rank \d of 2", procs.out(n)), procs.out(n)
 
 
-TORCHRUN_WORKER = """
-import os, time, numpy as np, dtcomm
-print("LINKSECRET", os.environ.get("DTCOMM_LINK_SECRET", "none")[:16], flush=True)
-dtcomm.init(verbose=False)
-r, w = dtcomm.rank(), dtcomm.size()
-for step in range(100000):
-    x = np.ones(1, dtype=np.int64)
-    dtcomm.all_reduce(x)
-    print(f"STEP {step} rank {r} world {int(x[0])} group {os.environ['GROUP_RANK']} "
-          f"restart {os.environ['TORCHELASTIC_RESTART_COUNT']}", flush=True)
-    if w == 1 and step >= 20:
-        print("FINISHED alone", flush=True)
-        break
-    time.sleep(0.1)
-dtcomm.shutdown()
-"""
-
-
 def _same_secret_then_a_new_one(a: str, b: str, procs: Procs, after: bool = False) -> None:
     """The agents handed their workers one DTCOMM_LINK_SECRET per round (derived from the job
     token and the round, so the workers' store never holds it); the survivor's next round
@@ -373,7 +270,7 @@ def test_torchrun_two_agents_one_sigkilled(
     """torchrun --rdzv-backend=dtcomm (the torchrun.handlers entry point): two agents train
     together; one agent and its worker are SIGKILLed; the survivor carries on alone in a new
     round and finishes."""
-    script = _script(tmp_path, "tr_worker.py", TORCHRUN_WORKER)
+    script = str(WORKERS / "native_agent_worker.py")
     job = _job()
     env = base_env({"DTCOMM_RDZV_TOKEN": native_server.token, "DTCOMM_TIMEOUT": "60",
                     "PYTHONFAULTHANDLER": "1", "LOGLEVEL": "INFO"})
@@ -416,7 +313,7 @@ def test_dtrun_native_two_nodes_one_sigkilled(
 ) -> None:
     """dtrun --rdzv-backend native: one member per node; a SIGKILLed dtrun (and its worker)
     ends the round, the surviving dtrun restarts its worker into the next round, alone."""
-    script = _script(tmp_path, "dt_worker.py", TORCHRUN_WORKER)
+    script = str(WORKERS / "native_agent_worker.py")
     job = _job()
     env = base_env({**native_server.client_env(job, DTCOMM_RDZV_LAST_CALL="10"),
                     "DTCOMM_TIMEOUT": "60", "PYTHONFAULTHANDLER": "1"})
@@ -448,24 +345,12 @@ def test_dtrun_native_two_nodes_one_sigkilled(
     _same_secret_then_a_new_one(survivor, victim, procs, after=True)
 
 
-NATIVE_SIGINT = """
-import os, signal, threading, time, dtcomm
-threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
-t = time.monotonic()
-try:
-    dtcomm.init(verbose=False)                     # the other member never comes
-    print("NOT INTERRUPTED", flush=True)
-except KeyboardInterrupt:
-    print(f"INTERRUPTED after {time.monotonic() - t:.2f} s", flush=True)
-"""
-
-
 def test_a_native_join_answers_sigint(
     native_server: NativeServer, procs: Procs, tmp_path: Path
 ) -> None:
     """The native member's wait for a round (the engine's, up to the join timeout) stops at
     Ctrl-C within a slice of it."""
-    script = _script(tmp_path, "sigint.py", NATIVE_SIGINT)
+    script = str(WORKERS / "native_sigint.py")
     env = base_env(native_server.client_env(_job(), DTCOMM_RDZV_MEMBERS="2",
                                             DTCOMM_TIMEOUT="60"))
     procs.start("m", [sys.executable, script], env)

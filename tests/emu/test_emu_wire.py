@@ -6,7 +6,6 @@ namespaces or TAP devices cannot be made (not root, no /dev/net/tun, no iproute2
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -16,39 +15,9 @@ from pathlib import Path
 
 import pytest
 from emu_hosts import EMU, emulated_hosts
+
+WORKERS = Path(__file__).resolve().parent / "workers"
 DELAY_US = 250
-
-ECHO = """
-import socket
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", 29398)); s.listen(1); s.settimeout(60); c, _ = s.accept()
-c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-while (b := c.recv(1 << 16)):
-    c.sendall(b)
-"""
-
-CLIENT = """
-import hashlib, os, socket, sys, time
-for _ in range(200):
-    try:
-        c = socket.create_connection(("10.77.0.2", 29398), timeout=10); break
-    except OSError:
-        time.sleep(0.05)
-c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-rtts = []
-for _ in range(20):
-    t = time.perf_counter(); c.sendall(b"x"); assert c.recv(1) == b"x"
-    rtts.append(time.perf_counter() - t)
-data = os.urandom(2 << 20)
-got = bytearray()
-import threading
-threading.Thread(target=c.sendall, args=(data,), daemon=True).start()
-while len(got) < len(data):
-    b = c.recv(1 << 16)
-    assert b, "connection closed early"
-    got += b
-print(min(rtts) * 1e6, hashlib.sha256(data).hexdigest() == hashlib.sha256(got).hexdigest())
-"""
 
 
 def alive(pid: int) -> bool:
@@ -70,10 +39,12 @@ def test_two_hosts_carry_data_intact_with_at_least_the_link_delays(
         cluster: dict[str, str]) -> None:
     pid = int(Path(os.environ.get("TMPDIR", "/tmp"), "dtc-emu-wire.pid").read_text())
     assert alive(pid), "the wire runs"
-    srv = subprocess.Popen([str(EMU), "exec", "1", sys.executable, "-c", ECHO], env=cluster)
+    srv = subprocess.Popen([str(EMU), "exec", "1", sys.executable, str(WORKERS / "wire_echo.py")],
+                           env=cluster)
     try:
-        out = subprocess.run([str(EMU), "exec", "0", sys.executable, "-c", CLIENT], env=cluster,
-                             capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [str(EMU), "exec", "0", sys.executable, str(WORKERS / "wire_client.py")],
+            env=cluster, capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr
         rtt_us, intact = out.stdout.split()
         print(f"min round trip {float(rtt_us):.0f} us over links of {DELAY_US} us")

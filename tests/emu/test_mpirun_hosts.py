@@ -20,6 +20,7 @@ import pytest
 from emu_hosts import ROOT, emulated_hosts, skip_unless_possible
 
 MPIRUN = shutil.which("mpirun")
+WORKERS = Path(__file__).resolve().parent / "workers"
 
 # Open MPI runs `AGENT host cmd...` for each remote daemon, Hydra `AGENT -x host cmd...`, as
 # they would run ssh.
@@ -27,22 +28,6 @@ AGENT = """#!/bin/sh
 while [ "${1#-}" != "$1" ]; do shift; done
 host=$1; shift
 exec ip netns exec "dtc-h$(( ${host##*.} - 1 ))" /bin/sh -c "$*"
-"""
-
-HOROVOD = """
-import socket
-import dtcomm.horovod.torch as hvd
-import torch
-from dtcomm import _config
-for cycle in range(3):
-    hvd.init()
-    s = hvd.allreduce(torch.full((4,), float(hvd.rank() + 1)), op=hvd.Sum, name=f"s{cycle}")
-    g = hvd.allgather(torch.tensor([hvd.rank()] * (hvd.rank() + 1)), name=f"g{cycle}")
-    print(f"cycle {cycle} rank {hvd.rank()} of {hvd.size()} local {hvd.local_rank()}/"
-          f"{hvd.local_size()} cross {hvd.cross_rank()}/{hvd.cross_size()} "
-          f"homogeneous {hvd.is_homogeneous()} sum {s.tolist()} gather {g.tolist()} "
-          f"rdzv from {_config.resolve().endpoint.source}", flush=True)
-    hvd.shutdown()
 """
 
 
@@ -72,9 +57,9 @@ def _env(timeout: str) -> dict[str, str]:
 
 
 def _horovod_cycles_under(launcher: list[str], source: str) -> None:
-    """The Horovod script as 3 ranks under ``launcher`` (two on the first host, one on the
-    second: heterogeneous, so the cross communicator differs per local rank)."""
-    p = subprocess.run([*launcher, sys.executable, "-c", HOROVOD],
+    """``workers/mpi_hvd_hosts.py`` as 3 ranks under ``launcher`` (two on the first host, one
+    on the second: heterogeneous, so the cross communicator differs per local rank)."""
+    p = subprocess.run([*launcher, sys.executable, str(WORKERS / "mpi_hvd_hosts.py")],
                        env=_env("60"), capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     expect = {0: "local 0/2 cross 0/2", 1: "local 1/2 cross 0/1", 2: "local 0/1 cross 1/2"}

@@ -23,6 +23,7 @@ from dtgroup import base_env  # noqa: E402
 from slurm_cluster import DAEMONS, Node, Slurm, _stop, start  # noqa: E402
 
 WORKERS = ROOT / "python" / "tests" / "workers"
+EMU_WORKERS = Path(__file__).resolve().parent / "workers"
 PY = sys.executable
 TASK = r"RESULT rank=(\d+) world=(\d+) local=(\d+) sum=([\d.]+) gathered=\[([\d, ]*)\]"
 
@@ -98,29 +99,12 @@ def test_workers_run_on_both_hosts(slurm: Slurm, tmp_path: Path) -> None:
     assert set(seen) == {"dtc-h0", "dtc-h1"} and len(set(seen.values())) == 2, p.stdout
 
 
-LOSE_A_HOST = """
-import os, signal
-import numpy as np
-import dtcomm
-dtcomm.init(verbose=False)
-x = np.ones(1 << 16, dtype=np.float32)
-dtcomm.all_reduce(x)
-if dtcomm.rank() == 1:
-    os.kill(os.getpid(), signal.SIGKILL)
-try:
-    for _ in range(10_000):
-        dtcomm.all_reduce(x)
-except Exception as e:
-    raise SystemExit(3) from e
-"""
-
-
 def test_a_task_killed_on_one_host_fails_the_other_host_naming_it(slurm: Slurm) -> None:
     """A task lost mid-job (SIGKILL on dtc-h1) is an error on dtc-h0 naming the lost rank, well
     before the 120 s deadline; no task hangs."""
     t = time.monotonic()
     p = slurm.run("srun", "-N", "2", "--ntasks-per-node=1", "--export=ALL,DTCOMM_TIMEOUT=120",
-                  PY, "-c", LOSE_A_HOST, timeout=100)
+                  PY, str(EMU_WORKERS / "slurm_lose_host.py"), timeout=100)
     took = time.monotonic() - t
     out = p.stdout + p.stderr
     assert p.returncode != 0, out

@@ -8,7 +8,6 @@ the job went without an owner)."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -24,32 +23,10 @@ from native_server import NativeServer, Procs, dt_rdzv_bin, procs  # noqa: F401 
 import native_server as native_server_mod
 from dtgroup import base_env
 
+WORKERS = Path(__file__).resolve().parent / "workers"
+
 pytestmark = pytest.mark.skipif(etcd_binary() is None,
                                 reason="etcd not installed (scripts/setup.sh installs etcd-server)")
-
-WORKER = """
-import os, sys, time
-import numpy as np, dtcomm
-dtcomm.init()
-rank, world = dtcomm.rank(), dtcomm.size()
-print("START", rank, world, flush=True)
-stop_file, steps_file = sys.argv[1], sys.argv[2] + f".{rank}"
-x = np.zeros(2, dtype=np.int64)
-step = 0
-with open(steps_file, "w") as out:
-    while True:
-        x[0] = rank + 1
-        x[1] = 1 if (rank == 0 and os.path.exists(stop_file)) else 0
-        dtcomm.all_reduce(x, op=dtcomm.ReduceOp.MAX)
-        out.write(f"{step} {time.time():.4f}\\n")
-        out.flush()
-        step += 1
-        if x[1]:
-            break
-        time.sleep(0.02)
-print("DONE", rank, world, step, flush=True)
-dtcomm.shutdown()
-"""
 
 
 def serve_unreachable_etcd() -> subprocess.CompletedProcess[str]:
@@ -126,8 +103,8 @@ def test_a_job_survives_the_loss_of_its_owning_server_and_of_etcds_leader(
         assert len({s.fingerprint for s in servers}) == 1
 
         job = f"ha-{uuid.uuid4().hex[:8]}"
-        script, stop_file, steps = tmp_path / "train.py", tmp_path / "stop", tmp_path / "steps"
-        script.write_text(WORKER)
+        script = WORKERS / "etcd_ha_train.py"
+        stop_file, steps = tmp_path / "stop", tmp_path / "steps"
         env = base_env({**servers[0].client_env(job), "DTCOMM_TIMEOUT": "60"})
         del env["DTCOMM_RDZV_ENDPOINT"]
         endpoints = ",".join(s.native for s in servers)

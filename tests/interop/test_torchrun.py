@@ -13,7 +13,7 @@ pytest.importorskip("torch")
 
 from conftest import RdzvServer  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
+WORKERS = Path(__file__).resolve().parent / "workers"
 
 
 def run_job(rdzv: RdzvServer, rdzv_id: str, tmp_path: Path, tag: str) -> list[str]:
@@ -22,7 +22,7 @@ def run_job(rdzv: RdzvServer, rdzv_id: str, tmp_path: Path, tag: str) -> list[st
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1",
            "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv.endpoint}", f"--rdzv-id={rdzv_id}",
            "--rdzv-conf=is_host=false", "--local-addr=127.0.0.1", "--monitor-interval=0.1",
-           str(HERE / "torchrun_worker.py")]
+           str(WORKERS / "torchrun_worker.py")]
     logs = [tmp_path / f"{tag}-agent{i}.log" for i in range(2)]
     agents = [subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env)
               for log in logs]

@@ -18,7 +18,7 @@ pytest.importorskip("etcd")
 
 from etcd_servers import V2Server, door, etcd_binary, start_door, start_etcd  # noqa: F401 (fixture)  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
+WORKERS = Path(__file__).resolve().parent / "workers"
 BACKENDS = ["etcd-v2", "etcd"]
 
 
@@ -30,7 +30,7 @@ def run_job(server: V2Server, backend: str, rdzv_id: str, tmp_path: Path,
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1",
            f"--rdzv-backend={backend}", f"--rdzv-endpoint={server.endpoint}",
            f"--rdzv-id={rdzv_id}", "--local-addr=127.0.0.1", "--monitor-interval=0.1",
-           str(HERE / "torchrun_worker.py")]
+           str(WORKERS / "torchrun_worker.py")]
     logs = [tmp_path / f"{tag}-agent{i}.log" for i in range(2)]
     start = time.monotonic()
     agents = [subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env)

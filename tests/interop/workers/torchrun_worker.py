@@ -1,4 +1,7 @@
-"""A torchrun worker: gloo process group from torchrun's environment, one checked all_reduce."""
+"""A torchrun worker (tests/interop/test_torchrun.py and test_torchrun_etcd.py run it under
+unmodified torchrun agents): gloo process group from torchrun's environment, one checked
+all_reduce; prints
+``WORKER rank=<r> world=<n> sum=<sum of rank + 1> restart=<TORCHELASTIC_RESTART_COUNT>``."""
 
 import os
 from datetime import timedelta
