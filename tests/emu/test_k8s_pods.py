@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -76,6 +77,8 @@ def test_indexed_job_pods_meet_at_a_headless_service_name(pods: None) -> None:
 def test_the_indexed_job_manifest_trains_across_two_pods(pods: None, tmp_path: Path) -> None:
     """The manifests' own commands: the server's container on the bridge, then one ``dtrun`` per
     pod with the Indexed Job container's arguments and environment."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed: deploy/make-secret.sh needs it")
     secret = tmp_path / "secret"
     subprocess.run(["bash", str(ROOT / "deploy" / "make-secret.sh"), str(secret)], check=True,
                    capture_output=True, text=True, timeout=60)
