@@ -51,7 +51,8 @@ def _exclusive() -> Iterator[None]:
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"another test held {LOCK} for {LOCK_WAIT_S:.0f} s")
+                    why = f"another test held {LOCK} for {LOCK_WAIT_S:.0f} s"
+                    raise TimeoutError(why) from None
                 time.sleep(0.2)
         try:
             yield
