@@ -134,6 +134,35 @@ impl fmt::Display for Launch {
     }
 }
 
+/// `host:port` from an address variable and a port variable (`[v6]` brackets dropped); `None`
+/// when neither is set; one without the other is an error naming both.
+fn addr_port(
+    env: &dyn Fn(&str) -> Option<String>,
+    addr: &str,
+    port: &str,
+) -> Result<Option<String>, String> {
+    match (var(env, addr), var(env, port)) {
+        (Some(a), Some(p)) => {
+            let n = u16::try_from(int(port, &p, 1)?)
+                .map_err(|_| format!("{port}={p:?} is not a port"))?;
+            let host = a.trim_start_matches('[').trim_end_matches(']');
+            Ok(Some(join_host_port(host, n)))
+        }
+        (None, None) => Ok(None),
+        (a, _) => {
+            let (have, miss) = if a.is_some() {
+                (addr, port)
+            } else {
+                (port, addr)
+            };
+            let hv = env(have).unwrap_or_default();
+            Err(format!(
+                "{have}='{hv}' is set but {miss} is not: set both {addr} and {port}, or neither"
+            ))
+        }
+    }
+}
+
 /// A variable, trimmed; unset and blank are the same.
 fn var(env: &dyn Fn(&str) -> Option<String>, k: &str) -> Option<String> {
     env(k)
@@ -384,17 +413,10 @@ pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<La
         let (host, port) = split_host_port(&ep, STORE_PORT)?;
         s(Some(join_host_port(&host, port)), "DTCOMM_RDZV_ENDPOINT")
     } else {
-        match (var(env, "MASTER_ADDR"), var(env, "MASTER_PORT")) {
-            (Some(a), Some(p)) => {
-                let port = int("MASTER_PORT", &p, 1)?;
-                let port =
-                    u16::try_from(port).map_err(|_| format!("MASTER_PORT={p:?} is not a port"))?;
-                let host = a.trim_start_matches('[').trim_end_matches(']');
-                s(Some(join_host_port(host, port)), "MASTER_ADDR, MASTER_PORT")
-            }
-            (None, None)
-                if var(env, "HOROVOD_GLOO_RENDEZVOUS_ADDR").is_some()
-                    && var(env, "HOROVOD_GLOO_RENDEZVOUS_PORT").is_some() =>
+        match addr_port(env, "MASTER_ADDR", "MASTER_PORT")? {
+            Some(ep) => s(Some(ep), "MASTER_ADDR, MASTER_PORT"),
+            None if var(env, "HOROVOD_GLOO_RENDEZVOUS_ADDR").is_some()
+                && var(env, "HOROVOD_GLOO_RENDEZVOUS_PORT").is_some() =>
             {
                 let p = var(env, "HOROVOD_GLOO_RENDEZVOUS_PORT").expect("checked");
                 int("HOROVOD_GLOO_RENDEZVOUS_PORT", &p, 1)?;
@@ -404,7 +426,7 @@ pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<La
                     "HOROVOD_GLOO_RENDEZVOUS_ADDR, HOROVOD_GLOO_RENDEZVOUS_PORT",
                 )
             }
-            (None, None) if mpi_session::session_dir(env).is_some() => s(
+            None if mpi_session::session_dir(env).is_some() => s(
                 Some(format!(
                     "{}{}",
                     mpi_session::MPI_SESSION,
@@ -412,7 +434,7 @@ pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<La
                 )),
                 "Open MPI session directory (one host)",
             ),
-            (None, None) if mpi_hosts::namespace(env).is_some() => s(
+            None if mpi_hosts::namespace(env).is_some() => s(
                 Some(format!(
                     "{}{}",
                     mpi_hosts::MPI_PMIX,
@@ -420,7 +442,7 @@ pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<La
                 )),
                 "Open MPI's PMIx server (across hosts)",
             ),
-            (None, None) if mpi_hosts::pmi1_socket(env).is_some() => s(
+            None if mpi_hosts::pmi1_socket(env).is_some() => s(
                 Some(format!(
                     "{}{}",
                     mpi_hosts::MPI_PMI1,
@@ -428,15 +450,16 @@ pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<La
                 )),
                 "Hydra's PMI-1 socket (mpiexec.hydra)",
             ),
-            // srun --mpi=pmix: Slurm's PMIx server carries rank 0's address (no derived port).
-            (None, None) if pod.as_ref().is_some_and(|p| p.endpoint.is_some()) => {
+            // A PyTorchJob pod's store (PET_MASTER_ADDR/PORT or PET_RDZV_ENDPOINT).
+            None if pod.as_ref().is_some_and(|p| p.endpoint.is_some()) => {
                 let (ep, src) = pod
                     .as_ref()
                     .and_then(|p| p.endpoint.clone())
                     .expect("checked");
                 s(Some(ep), src)
             }
-            (None, None) if rank.source == SLURM_RANK && var(env, "PMIX_NAMESPACE").is_some() => s(
+            // srun --mpi=pmix: Slurm's PMIx server carries rank 0's address (no derived port).
+            None if rank.source == SLURM_RANK && var(env, "PMIX_NAMESPACE").is_some() => s(
                 Some(format!(
                     "{}{}",
                     mpi_hosts::MPI_PMIX,
@@ -444,26 +467,15 @@ pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<La
                 )),
                 "Slurm's PMIx server (srun --mpi=pmix)",
             ),
-            (None, None) if rank.source == SLURM_RANK => {
+            None if rank.source == SLURM_RANK => {
                 let st = slurm()?.expect("ranks from Slurm");
                 s(Some(join_host_port(&st.first_host, st.port)), SLURM_STORE)
             }
-            (None, None) if oci == "MAIN" => s(
+            None if oci == "MAIN" => s(
                 Some(format!("0.0.0.0:{STORE_PORT}")),
                 "OCI__MODE=MAIN hosts it",
             ),
-            (None, None) => s(None, "default"),
-            (a, _) => {
-                let (have, miss) = if a.is_some() {
-                    ("MASTER_ADDR", "MASTER_PORT")
-                } else {
-                    ("MASTER_PORT", "MASTER_ADDR")
-                };
-                let hv = env(have).unwrap_or_default();
-                return Err(format!(
-                    "{have}='{hv}' is set but {miss} is not: set both MASTER_ADDR and MASTER_PORT, or neither"
-                ));
-            }
+            None => s(None, "default"),
         }
     };
     if endpoint.value.is_none() && world.value > 1 {

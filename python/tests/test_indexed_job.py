@@ -32,15 +32,21 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_indexed_job_pods_form_one_world() -> None:
-    port = free_port()
+def one_world_of_three(envs: list[dict[str, str]]) -> str:
+    """Runs the worker once per environment (the pods, started together); checks they formed
+    one world of 3 that summed and gathered every rank; returns their output."""
     outs = []
-    for rc, out, err in run_all([([sys.executable, str(WORKER)], pod_env(i, 3, port))
-                                 for i in (2, 0, 1)]):
+    for rc, out, err in run_all([([sys.executable, str(WORKER)], e) for e in envs]):
         assert rc == 0, out + err
         outs.append(out)
     got = sorted(re.sub(r" local=\d+", "", m) for o in outs for m in re.findall(r"RESULT (.*)", o))
     assert got == [f"rank={r} world=3 sum=6 gathered=[0, 1, 2]" for r in range(3)], outs
+    return "".join(outs)
+
+
+def test_indexed_job_pods_form_one_world() -> None:
+    port = free_port()
+    one_world_of_three([pod_env(i, 3, port) for i in (2, 0, 1)])
 
 
 def test_an_index_past_the_completions_is_refused() -> None:
@@ -60,14 +66,8 @@ def pet_env(node: int, nnodes: int, port: int, **over: str) -> dict[str, str]:
 
 def test_pytorchjob_pods_without_torchrun_form_one_world() -> None:
     port = free_port()
-    outs = []
-    for rc, out, err in run_all([([sys.executable, str(WORKER)], pet_env(n, 3, port))
-                                 for n in (1, 2, 0)]):
-        assert rc == 0, out + err
-        outs.append(out)
-    got = sorted(re.sub(r" local=\d+", "", m) for o in outs for m in re.findall(r"RESULT (.*)", o))
-    assert got == [f"rank={r} world=3 sum=6 gathered=[0, 1, 2]" for r in range(3)], outs
-    assert "RDZV PET_MASTER_ADDR, PET_MASTER_PORT" in "".join(outs), outs
+    out = one_world_of_three([pet_env(n, 3, port) for n in (1, 2, 0)])
+    assert "RDZV PET_MASTER_ADDR, PET_MASTER_PORT" in out, out
 
 
 def test_a_pytorchjob_pod_of_several_processes_started_alone_is_refused() -> None:

@@ -105,26 +105,8 @@ pub fn pod(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Pod>, String> 
 fn endpoint(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Option<(String, &'static str)>, String> {
-    match (var(env, "PET_MASTER_ADDR"), var(env, "PET_MASTER_PORT")) {
-        (Some(a), Some(p)) => {
-            let port = u16::try_from(int("PET_MASTER_PORT", &p, 1)?)
-                .map_err(|_| format!("PET_MASTER_PORT='{p}' is not a port"))?;
-            let host = a.trim_start_matches('[').trim_end_matches(']');
-            return Ok(Some((
-                super::join_host_port(host, port),
-                "PET_MASTER_ADDR, PET_MASTER_PORT",
-            )));
-        }
-        (None, None) => {}
-        (a, _) => {
-            let (have, miss) = if a.is_some() {
-                ("PET_MASTER_ADDR", "PET_MASTER_PORT")
-            } else {
-                ("PET_MASTER_PORT", "PET_MASTER_ADDR")
-            };
-            let hv = env(have).unwrap_or_default();
-            return Err(format!("{have}='{hv}' is set but {miss} is not"));
-        }
+    if let Some(ep) = super::addr_port(env, "PET_MASTER_ADDR", "PET_MASTER_PORT")? {
+        return Ok(Some((ep, "PET_MASTER_ADDR, PET_MASTER_PORT")));
     }
     match var(env, "PET_RDZV_ENDPOINT") {
         Some(ep) => {
