@@ -20,6 +20,7 @@
 
 use std::fmt;
 
+pub mod hosted;
 pub mod mpi_hosts;
 pub mod mpi_session;
 pub mod native;
@@ -105,6 +106,10 @@ pub struct Launch {
     /// Whether this process hosts the store at `endpoint` (torch's env:// rule: rank 0 of
     /// `MASTER_ADDR`/`MASTER_PORT`; OCI's MAIN).
     pub host_store: Sourced<bool>,
+    /// Whether the rule that lets rank 0 host the store applies to this job, which every rank
+    /// can tell (rank 0 of env://, of a PyTorchJob's pods, of an `srun` step; OCI's MAIN): a
+    /// new server at every init, so a re-init meets rank 0's hosting for it ([`hosted`]).
+    pub rank0_hosts: Sourced<bool>,
     /// Whether `endpoint` is dt-rdzv's native port (ranks come from the native rendezvous).
     pub native: Sourced<bool>,
 }
@@ -494,24 +499,34 @@ pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<La
             world.source
         ));
     }
-    let host_store = if native.value {
+    let rank0_hosts = if native.value {
         s(false, "native rendezvous")
     } else if var(env, "DTCOMM_RDZV_HOST").is_some() {
-        s(truthy(env("DTCOMM_RDZV_HOST")), "DTCOMM_RDZV_HOST")
-    } else if endpoint.source == "MASTER_ADDR, MASTER_PORT" && rank.value == Some(0) {
+        s(false, "DTCOMM_RDZV_HOST")
+    } else if endpoint.source == "MASTER_ADDR, MASTER_PORT" {
         if truthy(env("TORCHELASTIC_USE_AGENT_STORE")) {
             s(false, "TORCHELASTIC_USE_AGENT_STORE")
         } else {
             s(true, "rank 0 of env://")
         }
-    } else if endpoint.source.starts_with("PET_") && rank.value == Some(0) {
+    } else if endpoint.source.starts_with("PET_") {
         s(true, "rank 0 of the PyTorchJob's pods")
-    } else if endpoint.source == SLURM_STORE && rank.value == Some(0) {
+    } else if endpoint.source == SLURM_STORE {
         s(true, "rank 0 of the srun step")
+    } else {
+        // (OCI's MAIN hosts too, but its workers are numbered at the store, by another rule)
+        s(false, "default")
+    };
+    let host_store = if native.value {
+        s(false, "native rendezvous")
+    } else if var(env, "DTCOMM_RDZV_HOST").is_some() {
+        s(truthy(env("DTCOMM_RDZV_HOST")), "DTCOMM_RDZV_HOST")
+    } else if rank0_hosts.value && rank.value == Some(0) {
+        s(true, rank0_hosts.source.clone())
     } else if oci == "MAIN" && ex.endpoint.is_none() {
         s(true, "OCI__MODE=MAIN")
     } else {
-        s(false, "default")
+        s(false, rank0_hosts.source.clone())
     };
     let run_id = match &ex.run_id {
         Some(r) => s(r.clone(), "explicit"),
@@ -531,6 +546,7 @@ pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<La
         endpoint,
         run_id,
         host_store,
+        rank0_hosts,
         native,
     })
 }

@@ -6,11 +6,10 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dt_rdzv::client::TcpStoreClient;
 use dt_rdzv::server::{BackgroundServer, ServeConfig};
 use dt_rdzv::store::{PrefixStore, Store};
 use dtcomm::launch::native::{JoinError, Member, NativeExplicit, NativeSettings};
-use dtcomm::launch::{self, Explicit, Launch, STORE_PORT, mpi_hosts, mpi_session};
+use dtcomm::launch::{self, Explicit, Launch, STORE_PORT, hosted, mpi_hosts, mpi_session};
 use dtcomm::{CommError, Communicator, Config, DataListener, Options};
 
 use crate::handles::{self, Comm};
@@ -73,9 +72,10 @@ fn join_native(l: &Launch, ex: &Explicit) -> Result<(Comm, String), Fail> {
     let line = settings.log_line();
     let listener = DataListener::bind(&Options::default())?;
     let mut member = Member::join(settings, Some(listener)).map_err(joined)?;
-    let w = member.next_welcome(None, None).map_err(joined)?;
+    // Takes the next round when one ends during set-up, as every front end does.
+    let comm = member.connect_round(None).map_err(joined)?;
+    let w = member.welcome().expect("connect_round took a round");
     let (round, local_rank) = (w.round, w.local_rank as usize);
-    let comm = member.communicator().map_err(joined)?;
     Ok((
         Comm {
             comm: Arc::new(comm),
@@ -149,11 +149,10 @@ fn join(l: Launch) -> Result<Comm, Fail> {
     } else {
         None
     };
-    let client = TcpStoreClient::connect(&endpoint, wait).map_err(|e| {
-        setup(format!(
-            "cannot reach the rendezvous store at {endpoint}: {e}"
-        ))
-    })?;
+    // Rank 0's store is a new server at every init: meet at the one of this init.
+    let role = hosted::Role::of(server.is_some(), l.rank0_hosts.value);
+    let client =
+        hosted::connect(&endpoint, &l.run_id.value, role, l.rank.value, wait).map_err(setup)?;
     let base = format!("{}/dtcomm", l.run_id.value);
     let store_err = |e: dt_rdzv::store::StoreError| setup(format!("store {endpoint}: {e}"));
     let me = match l.rank.value {

@@ -332,6 +332,76 @@ fn a_c_program_joins_a_native_round_and_hears_when_the_server_ends_it() {
 }
 
 #[test]
+fn a_c_program_takes_the_next_round_when_one_ends_during_set_up() {
+    use dtcomm::launch::native::{Member, NativeExplicit, NativeSettings};
+    let exe = compile("native_next_round");
+    let token = "c-next-round-token";
+    let (server, fingerprint) = native_server(token);
+    let env = |k: &str| match k {
+        "DTCOMM_SOCKET_IFNAME" => Some("lo".to_owned()),
+        _ => None,
+    };
+    let settings = NativeSettings::resolve(
+        &NativeExplicit {
+            endpoint: Some(server.endpoint.clone()),
+            job: Some("c-next-round".into()),
+            members: Some((2, 3)),
+            token: Some(token.into()),
+            fingerprint: Some(fingerprint.clone()),
+            last_call: Some(0.0),
+            ..NativeExplicit::default()
+        },
+        &env,
+    )
+    .unwrap();
+    // A member that takes round 1's welcome and leaves before linking: the others are setting
+    // up round 1 when it ends.
+    let listener = dtcomm::DataListener::bind(&dtcomm::Options::default()).unwrap();
+    let mut leaver = Member::join(settings, Some(listener)).unwrap();
+    let kids: Vec<Child> = (0..2)
+        .map(|_| {
+            Command::new(&exe)
+                .env("DTCOMM_RDZV_ENDPOINT", &server.endpoint)
+                .env("DTCOMM_RDZV_FINGERPRINT", &fingerprint)
+                .env("DTCOMM_RDZV_TOKEN", token)
+                .env("DTCOMM_RDZV_MEMBERS", "2:3")
+                .env("DTCOMM_RDZV_LAST_CALL", "0")
+                .env("DTCOMM_RUN_ID", "c-next-round")
+                .env("DTCOMM_SOCKET_IFNAME", "lo")
+                .env("DTCOMM_TIMEOUT", "30")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    // Rounds form as members arrive (2 are enough): once one has all three, leave it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while leaver
+        .next_welcome(Some(Duration::from_secs(30)), None)
+        .unwrap()
+        .world
+        < 3
+    {
+        assert!(Instant::now() < deadline, "no round of three");
+    }
+    leaver.leave();
+    for k in kids {
+        let o = k.wait_with_output().unwrap();
+        let (out, err) = (
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr),
+        );
+        assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
+        assert!(
+            out.contains("NEXT ROUND OK") && out.contains("world 2 sum 2"),
+            "{out}\n{err}"
+        );
+    }
+    drop(server);
+}
+
+#[test]
 fn the_c_cuda_status_example_gets_json_whatever_the_machine_has() {
     let exe = compile("cuda_status");
     let out = Command::new(&exe).output().unwrap();

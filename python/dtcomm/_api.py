@@ -7,7 +7,6 @@ import dataclasses
 import functools
 import logging
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -100,7 +99,10 @@ def init(
         return
     wait = _setup_wait(cfg)
     endpoint, server = meet(cfg, wait, socket_ifname)
-    store = _dtcomm.StoreClient(endpoint, wait)
+    # Rank 0's store is a new server at every init: meet at the one of this init.
+    store = _dtcomm.StoreClient.for_init(endpoint, cfg.run_id.value, host=server is not None,
+                                         rank0_hosts=cfg.rank0_hosts.value,
+                                         rank=cfg.rank.value, timeout=wait)
     base = f"{cfg.run_id.value}/dtcomm"
     me = rank_of(cfg, functools.partial(store.add, delta=1), base)
     # Each rank counts its own joins: the n-th init() of every rank meets under generation n,
@@ -217,31 +219,9 @@ def _connect_round(
     member: _native.Member, opts: dict[str, Any], ask_after: float | None = None
 ) -> _dtcomm.Communicator:
     """Builds the communicator of ``member``'s next round, taking later rounds when one ends
-    while it is being built. Every step is bounded (join timeout, communicator timeout)."""
-    while True:
-        member.next_welcome(ask_after=ask_after)
-        try:
-            return member.communicator()
-        except _native.RoundChanged:
-            continue
-        except _dtcomm.RdzvError:
-            raise
-        except _dtcomm.DtcommError:
-            if member.poll() or _wait_round_end(member):
-                continue  # a member went away while we connected: take the next round
-            raise
-
-
-def _wait_round_end(member: _native.Member) -> bool:
-    """After a failure: whether the server ends the round within twice its heartbeat timeout
-    (the failure was a member going away)."""
-    hb = member.welcome.heartbeat_timeout if member.welcome is not None else 2.0
-    deadline = time.monotonic() + 2 * hb + 1.0
-    while time.monotonic() < deadline:
-        if member.poll():
-            return True
-        time.sleep(0.05)
-    return member.poll()
+    while it is being built (the engine's ``Member::connect_round``, which the C ABI shares).
+    Every step is bounded (join timeout, communicator timeout)."""
+    return member.connect_round(ask_after=ask_after)
 
 
 def _init_native(

@@ -49,6 +49,9 @@ class Resolved:
     host_store: Value[bool]
     #: Whether ranks come from the native rendezvous (``endpoint`` is then its native port).
     native: Value[bool] = Value(False, "default")
+    #: Whether rank 0 of the job hosts the store by the launch rules (env://, PyTorchJob pods,
+    #: an srun step), a new one at every init (``dtcomm::launch::hosted``).
+    rank0_hosts: Value[bool] = Value(False, "default")
 
     def log_line(self) -> str:
         parts = [
@@ -127,9 +130,9 @@ def resolve(
     lr, ls = v["local_rank"], v["local_size"]
     if local_rank is not None and local_size is not None and not native.value:
         lr, ls = Value(local_rank, "explicit"), Value(local_size, "explicit")
-    hs = v["host_store"]
+    hs, r0 = v["host_store"], v["rank0_hosts"]
     if host_store is not None and not native.value:
-        hs = Value(host_store, "explicit")
+        hs, r0 = Value(host_store, "explicit"), Value(False, "explicit host_store")
     to: Value[float | None]
     if timeout is not None:
         to = Value(float(timeout), "explicit")
@@ -140,4 +143,4 @@ def resolve(
     else:
         to = Value(None, "engine default")
     return Resolved(v["rank"], v["world_size"], lr, ls, v["endpoint"], v["run_id"], to, hs,
-                    native)
+                    native, r0)

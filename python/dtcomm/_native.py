@@ -308,6 +308,12 @@ class Member:
         timeout plus the server's heartbeat timeout)."""
         return self._inner.next_welcome(timeout, ask_after)
 
+    def connect_round(self, ask_after: float | None = None) -> _dtcomm.Communicator:
+        """The next round's communicator, taking later rounds when one ends during set-up
+        (a member lost, left or joined); ``ask_after`` as :meth:`next_welcome`'s."""
+        assert self.listener is not None, "connect_round() needs a member joined with a listener"
+        return self._inner.connect_round(ask_after)
+
     def publish_round_value(self, key: str, value: str) -> None:
         """Publishes ``value`` for the current round under configuration entry ``key``
         (rank 0; the job's members read it with :meth:`round_value`)."""

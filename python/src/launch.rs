@@ -51,6 +51,7 @@ pub(crate) fn resolve_launch<'py>(
     put(&d, "endpoint", &l.endpoint)?;
     put(&d, "run_id", &l.run_id)?;
     put(&d, "host_store", &l.host_store)?;
+    put(&d, "rank0_hosts", &l.rank0_hosts)?;
     put(&d, "native", &l.native)?;
     Ok(d)
 }

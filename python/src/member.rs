@@ -154,6 +154,15 @@ impl PyNativeMember {
         self.with(py, |m| m.communicator().map(PyCommunicator::wrap))
     }
 
+    /// The next round's communicator, taking later rounds when one ends during set-up
+    /// (`Member::connect_round`, the join rule the C ABI shares); `ask_after` as
+    /// `next_welcome`'s.
+    #[pyo3(signature = (ask_after=None))]
+    fn connect_round(&self, py: Python<'_>, ask_after: Option<f64>) -> PyResult<PyCommunicator> {
+        let a = ask_after.map(|t| dur("ask_after", t)).transpose()?;
+        self.with(py, move |m| m.connect_round(a).map(PyCommunicator::wrap))
+    }
+
     /// Publishes `value` for the current round under configuration entry `key` (rank 0).
     fn publish_round_value(&self, py: Python<'_>, key: String, value: String) -> PyResult<()> {
         self.with(py, move |m| m.publish_round_value(&key, &value))

@@ -65,6 +65,48 @@ fn torchrun_env_makes_rank_0_host_the_store_as_torch_does() {
 }
 
 #[test]
+fn every_rank_knows_when_rank_0_hosts_the_store() {
+    let base = [
+        ("RANK", "1"),
+        ("WORLD_SIZE", "2"),
+        ("MASTER_ADDR", "127.0.0.1"),
+        ("MASTER_PORT", "29500"),
+    ];
+    let l = run(&Explicit::default(), &base).unwrap();
+    assert!(l.rank0_hosts.value && !l.host_store.value, "{l:?}");
+    assert_eq!(
+        hosted::Role::of(l.host_store.value, l.rank0_hosts.value),
+        hosted::Role::Guest
+    );
+    let mut zero = base.to_vec();
+    zero[0] = ("RANK", "0");
+    let l = run(&Explicit::default(), &zero).unwrap();
+    assert_eq!(
+        hosted::Role::of(l.host_store.value, l.rank0_hosts.value),
+        hosted::Role::Host
+    );
+    // torchrun's agent store, an explicit choice, or a dt-rdzv: the store outlives inits.
+    for extra in [
+        ("TORCHELASTIC_USE_AGENT_STORE", "True"),
+        ("DTCOMM_RDZV_HOST", "1"),
+    ] {
+        let mut v = base.to_vec();
+        v.push(extra);
+        assert!(!run(&Explicit::default(), &v).unwrap().rank0_hosts.value);
+    }
+    let ep = run(
+        &Explicit::default(),
+        &[
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2"),
+            ("DTCOMM_RDZV_ENDPOINT", "rdzv:29400"),
+        ],
+    )
+    .unwrap();
+    assert!(!ep.rank0_hosts.value);
+}
+
+#[test]
 fn half_set_pairs_and_bad_numbers_name_the_variables() {
     let e = run(&Explicit::default(), &[("RANK", "1")]).unwrap_err();
     assert!(e.contains("RANK") && e.contains("WORLD_SIZE"), "{e}");

@@ -146,6 +146,30 @@ impl PyCommunicator {
         self.comm.is_none()
     }
 
+    /// Makes a later `abort()` reach a call already waiting: parked calls look at the
+    /// communicator's round fence every 20 ms from now on (a relaxed load and a wake-up).
+    fn arm_abort(&self) -> PyResult<()> {
+        self.comm("arm_abort")?.fence().arm();
+        Ok(())
+    }
+
+    /// Ends this communicator's round: the call in flight fails within 20 ms (once
+    /// `arm_abort()` was called; else at its next look) with `RoundEndedError` carrying
+    /// `why` (and `lost`, the rank that caused it, when known), and so does every later call.
+    /// Does not wait for anything; `shutdown()` afterwards closes the links.
+    #[pyo3(signature = (why, lost=None))]
+    fn abort(&self, why: String, lost: Option<u32>) -> PyResult<()> {
+        let fence = self.comm("abort")?.fence();
+        fence.arm();
+        fence.end(dtcomm::fence::RoundEnd {
+            round: 0,
+            lost,
+            why,
+            removed: false,
+        });
+        Ok(())
+    }
+
     /// Finishes queued calls, says goodbye to the peers and closes the connections.
     fn shutdown(&mut self, py: Python<'_>) {
         if let Some(comm) = self.comm.take() {

@@ -412,6 +412,63 @@ impl Member {
         Ok(comm)
     }
 
+    /// The communicator of the next round, taking later rounds when one ends while it is
+    /// being built (a member lost, left or joined during set-up): the one join rule of every
+    /// front end (Python's `init()` and elastic reset, the C ABI). A set-up that fails without
+    /// the round ending is retried only if the server ends the round within twice its
+    /// heartbeat timeout (the failure was a member going away); otherwise its error stands.
+    /// `ask_after` is [`Member::next_welcome`]'s. Every step is bounded.
+    pub fn connect_round(
+        &mut self,
+        ask_after: Option<Duration>,
+    ) -> Result<Communicator, JoinError> {
+        loop {
+            self.next_welcome(None, ask_after)?;
+            match self.communicator() {
+                Ok(c) => return Ok(c),
+                Err(JoinError::RoundChanged(why)) => {
+                    tracing::info!(who = %self.who(), why, "round changed during set-up; taking the next");
+                }
+                Err(JoinError::Comm(e)) => {
+                    if self.poll()? || self.wait_round_end()? {
+                        tracing::info!(who = %self.who(), error = %e, "a member went away during set-up; taking the next round");
+                        continue;
+                    }
+                    return Err(JoinError::Comm(e));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// After a failed set-up: whether the server ends the round within twice its heartbeat
+    /// timeout and a second.
+    fn wait_round_end(&mut self) -> Result<bool, JoinError> {
+        let hb = self
+            .state
+            .welcome()
+            .map_or(2.0, |w| w.heartbeat_timeout_ms as f64 / 1000.0);
+        let deadline = Instant::now() + secs(2.0 * hb + 1.0);
+        loop {
+            if self.poll()? {
+                return Ok(true);
+            }
+            self.interrupted("waiting for the round to end")?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(false);
+            }
+            match self
+                .client
+                .next_message(left.min(Duration::from_millis(200)))
+            {
+                Ok(m) => self.take(m)?,
+                Err(NativeError::Timeout { .. }) => {}
+                Err(e) => return Err(self.rdzv_err(e)),
+            }
+        }
+    }
+
     /// Leaves the job for good (the others get a new round).
     pub fn leave(self) {
         let _ = self.client.leave();
