@@ -24,8 +24,13 @@ from . import _api, _config, _dtcomm
 
 SCHEME = "dtcomm"
 
-#: Stores this process hosts (rank 0's), kept for the process's life as torch's own are.
-_hosted: list[_dtcomm.RdzvServer] = []
+#: Stores this process hosts (rank 0's), kept for the process's life as torch's own are, by
+#: the endpoint the launch rules gave: a later rendezvous at the same endpoint (a re-init after
+#: ``destroy_process_group``) reuses it, and every rank meets there under its next generation.
+_hosted: dict[str, _dtcomm.RdzvServer] = {}
+#: Ports of the stores this process met at through ``dtcomm://``: they outlive a group, so the
+#: torch backend's teardown does not wait for them to close.
+met_ports: set[int] = set()
 
 
 def handler(url: str, timeout: timedelta = timedelta(minutes=30),
@@ -47,10 +52,16 @@ def handler(url: str, timeout: timedelta = timedelta(minutes=30),
     if endpoint is not None and endpoint.startswith(_config.HOROVOD_KV):
         raise _config.ConfigError("dtcomm:// under horovodrun: use dtcomm.horovod's init()")
     wait = timeout.total_seconds()
-    endpoint, server = _api.meet(cfg, wait)
-    if server is not None:
-        _hosted.append(server)
+    kept = _hosted.get(endpoint or "") if cfg.host_store.value else None
+    if kept is not None:
+        endpoint = endpoint or kept.endpoint
+    else:
+        asked = endpoint
+        endpoint, server = _api.meet(cfg, wait)
+        if server is not None:
+            _hosted[asked or endpoint] = server
     host, port = endpoint.rsplit(":", 1)
+    met_ports.add(int(port))
     store = TCPStore(host.strip("[]"), int(port), is_master=False, timeout=timeout)
     base = f"{cfg.run_id.value}/torch"
     me = _api.rank_of(cfg, lambda key: store.add(key, 1), base)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -33,6 +34,8 @@ from ._vocab import BitwiseOp, ReduceOp
 NAME = "dtcomm"
 DEVICES = ["cpu", "cuda"]
 _TORCH_DEFAULT_TIMEOUT = timedelta(minutes=30)
+#: Longest ``shutdown()`` waits for the other ranks to leave too.
+FAREWELL = 5.0
 _BITWISE_FN = {
     BitwiseOp.BAND: torch.bitwise_and,
     BitwiseOp.BOR: torch.bitwise_or,
@@ -60,6 +63,37 @@ def cuda_stream(tensors: list[torch.Tensor]) -> Any:
 def _check(rank: int, op: str, tensors: list[torch.Tensor]) -> None:
     if len(tensors) != 1:
         raise ValueError(f"rank {rank}: {op}: dtcomm takes one tensor per call, got {len(tensors)}")
+
+
+def _rank0_hosts(store: Any) -> bool:
+    """Whether ``store`` is a client of the TCPStore that rank 0's process hosts by torch's
+    ``env://`` rule (``MASTER_ADDR``/``MASTER_PORT``, no torchrun agent store): gone when
+    rank 0 destroys its group, new at its next init."""
+    from . import _config, _torch_rendezvous
+
+    try:
+        under = store
+        while isinstance(under, dist.PrefixStore):
+            under = under.underlying_store
+        if not isinstance(under, dist.TCPStore) or under.port in _torch_rendezvous.met_ports:
+            return False
+        cfg = _config.resolve()
+    except Exception:  # noqa: BLE001 - launch variables that do not resolve: no such rule
+        return False
+    return bool(cfg.rank0_hosts.value and cfg.rank0_hosts.source == "rank 0 of env://"
+                and str(under.port) == os.environ.get("MASTER_PORT", "").strip())
+
+
+def _await_close(store: Any, limit: float) -> None:
+    """Waits (at most ``limit`` seconds, 20 ms between looks) until rank 0 closed the store
+    ``store`` talks to, so that this rank's next ``init_process_group`` reaches the new one."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            store.check(["dtcomm/farewell"])
+        except Exception:  # noqa: BLE001 - closed: what we wait for
+            return
+        time.sleep(0.02)
 
 
 class DtcommBackend(_C10dBackend):
@@ -120,11 +154,32 @@ class DtcommBackend(_C10dBackend):
         return self._comm
 
     def shutdown(self) -> None:
-        self._comm.shutdown()
+        """``destroy_process_group``: the ranks leave together (a barrier of at most
+        :data:`FAREWELL` seconds), as gloo's teardown makes them. Under ``env://`` rank 0's
+        process hosts torch's store and hosts a new one at the next init: a rank that left
+        first could reach the old one while rank 0 closes it ("Failed to recv ... Connection
+        was likely closed") at its next ``init_process_group``."""
+        c = self._comm
+        if self._size > 1 and not c.is_shutdown and c.failure() is None:
+            try:
+                w = c.barrier(async_op=True)
+                if w is not None and not w.wait(timeout=FAREWELL):
+                    c.abort(f"rank {self._rank}: destroy_process_group: the farewell barrier "
+                            f"passed {FAREWELL}s")
+            except Exception:  # noqa: BLE001 - a peer already gone: leave anyway
+                pass
+        c.shutdown()
         _LIVE.discard(self)
+        if self._rank != 0 and self._size > 1 and _rank0_hosts(self._store):
+            _await_close(self._store, FAREWELL)
 
     def abort(self) -> None:
-        self._comm.shutdown()
+        """Ends every call in flight at once (``RoundEndedError`` within 20 ms) and leaves."""
+        c = self._comm
+        if not c.is_shutdown:
+            c.arm_abort()
+            c.abort(f"rank {self._rank}: the process group was aborted")
+        c.shutdown()
         _LIVE.discard(self)
 
     # --- plumbing ----------------------------------------------------------------------------

@@ -81,3 +81,17 @@ def test_rank0_that_never_reinits_is_named(tmp_path: Path) -> None:
                                              timeout=60)
     assert rc0 == 0, err0
     assert rc1 != 0 and "rank 1" in err1 and f"127.0.0.1:{port}" in err1, err1
+
+
+@pytest.mark.parametrize("world,init_method", [(2, "env://"), (3, "env://"), (2, "dtcomm://")])
+def test_torch_backend_reinit_cycles(world: int, init_method: str) -> None:
+    """``init_process_group("dtcomm")`` / ``destroy_process_group()`` cycles with rank 0
+    hosting torch's own store (``env://``, as under ``mp.spawn``) or dtcomm's (``dtcomm://``):
+    a rank that left first used to reach the old store at its next init."""
+    pytest.importorskip("torch")
+    port = free_port()
+    envs = [base_env({"RANK": str(r), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
+                      "MASTER_PORT": str(port), "DTCOMM_TIMEOUT": "60"}) for r in range(world)]
+    argv = [sys.executable, str(WORKERS / "torch_reinit_cycles.py"), str(CYCLES),
+            "--init-method", init_method]
+    check(run_all([(argv, e) for e in envs], timeout=240))

@@ -89,7 +89,10 @@ impl Engine {
                 call: *call,
                 elapsed,
                 detail: if graceful {
-                    format!("{detail} (it said goodbye before this call was done)")
+                    format!(
+                        "{detail} (Connection closed by peer: it said goodbye before this call \
+                         was done)"
+                    )
                 } else {
                     // First-hand evidence for the membership service (aborts relayed by peers
                     // are theirs to report; a goodbye is no loss).

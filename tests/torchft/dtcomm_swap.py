@@ -1,0 +1,135 @@
+"""A pytest plugin that runs torchft's own tests (from the installed wheel) against dtcomm
+with only the fixtures swapped: ``ProcessGroupDtcomm`` where they build
+``ProcessGroupGloo``, and (``DTCOMM_TORCHFT_LIGHTHOUSE=dt-rdzv``) a ``dt-rdzv serve
+--torchft-port`` where they start torchft's ``LighthouseServer``. Their code stays in the
+wheel; ``tests/torchft/run_torchft_suite.py`` drives it.
+
+Use: ``pytest -p dtcomm_swap --pyargs torchft.process_group_test`` with this folder on
+``PYTHONPATH``."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import signal
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def dt_rdzv_bin() -> str:
+    """$DT_RDZV_BIN, else the debug build in the cargo target dir."""
+    if os.environ.get("DT_RDZV_BIN"):
+        return os.environ["DT_RDZV_BIN"]
+    target = os.environ.get("CARGO_TARGET_DIR", str(ROOT / "target"))
+    return str(Path(target) / "debug" / "dt-rdzv")
+
+
+class DtRdzvLighthouse:
+    """torchft's ``LighthouseServer`` interface over a ``dt-rdzv serve --torchft-port``
+    process (stopped by PID in ``shutdown()``)."""
+
+    def __init__(self, bind: str, min_replicas: int, join_timeout_ms: int | None = None,
+                 quorum_tick_ms: int | None = None,
+                 heartbeat_timeout_ms: int | None = None) -> None:
+        args = [dt_rdzv_bin(), "serve", "--host", "127.0.0.1", "--port", "0", "--no-http",
+                "--torchft-port", "0", "--torchft-min-replicas", str(min_replicas)]
+        for flag, v in (("--torchft-join-timeout-ms", join_timeout_ms),
+                        ("--torchft-quorum-tick-ms", quorum_tick_ms),
+                        ("--torchft-heartbeat-timeout-ms", heartbeat_timeout_ms)):
+            if v is not None:
+                args += [flag, str(v)]
+        self._proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True)
+        assert self._proc.stdout is not None
+        self._addr = ""
+        lines = []
+        for line in self._proc.stdout:
+            lines.append(line)
+            m = re.search(r"torchft\S*\s.*?(\d+\.\d+\.\d+\.\d+|\[[0-9a-f:]+\]):(\d+)", line)
+            if "torchft" in line and m:
+                self._addr = f"http://{m.group(1)}:{m.group(2)}"
+                break
+            if len(lines) > 200:
+                break
+        if not self._addr:
+            self.shutdown()
+            raise RuntimeError("dt-rdzv printed no torchft address:\n" + "".join(lines))
+        # Keep draining its output so that it never blocks on a full pipe.
+        import threading
+
+        threading.Thread(target=lambda: [None for _ in self._proc.stdout or []],
+                         daemon=True).start()
+
+    def address(self) -> str:
+        return self._addr
+
+    def shutdown(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGTERM)
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+
+
+def _patch_process_group_test(mod: Any) -> None:
+    from dtcomm.torchft import ProcessGroupDtcomm
+
+    base = mod.MultiPgBaseTest
+    create = base._create_pg.__func__
+
+    def _create_pg(cls: Any, backend: str) -> Any:
+        if backend == "dtcomm":
+            return ProcessGroupDtcomm(timeout=timedelta(seconds=10), lighthouse="")
+        return create(cls, backend)
+
+    base._create_pg = classmethod(_create_pg)
+    skip: list[str] = []
+    collectives = [c for c in mod._ALL_COLLECTIVES if c not in skip]
+
+    class DtcommMultiPgTest(base):  # type: ignore[misc, valid-type]
+        BACKEND = "dtcomm"
+        WORLD_SIZE = 3
+
+        @mod.parameterized.expand(collectives)
+        def test_collective(self, collective: str) -> None:
+            self._run_parallel(collective, device="cpu")
+
+        @mod.parameterized.expand(collectives)
+        def test_collective_with_resiliency(self, collective: str) -> None:
+            self._run_with_resiliency(collective, device="cpu")
+
+    DtcommMultiPgTest.__module__ = mod.__name__
+    mod.DtcommMultiPgTest = DtcommMultiPgTest
+
+
+def _swap_names(mod: Any) -> None:
+    from dtcomm.torchft import ProcessGroupDtcomm
+
+    if hasattr(mod, "ProcessGroupGloo"):
+        mod.ProcessGroupGloo = ProcessGroupDtcomm
+    if os.environ.get("DTCOMM_TORCHFT_LIGHTHOUSE") == "dt-rdzv" and hasattr(mod, "LighthouseServer"):
+        mod.LighthouseServer = DtRdzvLighthouse
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name in ("torchft.process_group_test", "torchft.lighthouse_test",
+                 "torchft.manager_integ_test", "torchft.local_sgd_integ_test"):
+        try:
+            mod = importlib.import_module(name)
+        except ImportError as e:
+            sys.stderr.write(f"dtcomm_swap: {name}: {e}\n")
+            continue
+        if name == "torchft.process_group_test":
+            _patch_process_group_test(mod)
+        else:
+            _swap_names(mod)

@@ -1,0 +1,39 @@
+"""torchft's own process-group tests (``torchft/process_group_test.py`` from the installed
+wheel) against :class:`dtcomm.torchft.ProcessGroupDtcomm`, with only the fixture swapped
+(``dtcomm_swap.py`` adds a ``DtcommMultiPgTest`` beside their ``NormalGlooMultiPgTest``):
+every collective at world 3, and the resiliency test that shuts the last rank down and
+expects the survivors' call to fail and ``errored()`` to say the group aborted. gloo skips
+alltoall_base and reduce_scatter; dtcomm runs them too."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+
+pytest.importorskip("torchft")
+pytest.importorskip("parameterized")
+
+
+def run_suite(module: str, expr: str, timeout: float = 600) -> tuple[dict[str, int], str]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "dtcomm_swap", "-p",
+                        "no:cacheprovider", "--pyargs", module, "-k", expr],
+                       capture_output=True, text=True, timeout=timeout, env=env, cwd=HERE)
+    tail = p.stdout.strip().splitlines()[-1] if p.stdout.strip() else ""
+    counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|error|skipped)", tail)}
+    return counts, p.stdout[-4000:] + p.stderr[-2000:]
+
+
+def test_torchft_process_group_suite_passes_with_dtcomm() -> None:
+    counts, out = run_suite("torchft.process_group_test", "DtcommMultiPgTest")
+    assert counts.get("failed", 0) == 0 and counts.get("error", 0) == 0, out
+    # 11 collectives, each plain and with a rank failing
+    assert counts.get("passed") == 22, out
