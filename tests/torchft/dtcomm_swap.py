@@ -117,7 +117,8 @@ def _swap_names(mod: Any) -> None:
 
     if hasattr(mod, "ProcessGroupGloo"):
         mod.ProcessGroupGloo = ProcessGroupDtcomm
-    if os.environ.get("DTCOMM_TORCHFT_LIGHTHOUSE") == "dt-rdzv" and hasattr(mod, "LighthouseServer"):
+    ours = os.environ.get("DTCOMM_TORCHFT_LIGHTHOUSE") == "dt-rdzv"
+    if ours and hasattr(mod, "LighthouseServer"):
         mod.LighthouseServer = DtRdzvLighthouse
 
 
