@@ -12,6 +12,8 @@
 //!   ([`native::member::Member`]: heartbeats, reconnect, resume, redirects).
 //! * [`rendezvous`]: the rendezvous state machine (jobs, rounds, ranks, liveness, lifecycle)
 //!   that serves the native protocol.
+//! * [`torchft`]: torchft's Lighthouse (quorums of replica groups, heartbeats), for many
+//!   jobs, with bounded memory.
 //!
 //! The cores, [`tcpstore::Engine`], [`etcd_v2::V2Store`], [`rendezvous::RendezvousMachine`]
 //! and the client side's [`native::member::Member`], have one shape ([`sans_io::Core`]): drivers (the tokio
@@ -25,3 +27,4 @@ pub mod native;
 pub mod rendezvous;
 pub mod sans_io;
 pub mod tcpstore;
+pub mod torchft;
