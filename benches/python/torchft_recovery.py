@@ -140,7 +140,7 @@ def trial(stack: Stack, replicas: int, kind: str, where: str, fault_step: int,
         steps = [float(rec["t"]) for rec in read_log(work / "r0.log")  # type: ignore[arg-type]
                  if rec.get("committed") and rec.get("participants") == replicas
                  and float(rec["t"]) < fault_t]  # type: ignore[arg-type]
-        gaps = [b - a for a, b in zip(steps[1:], steps[2:])]
+        gaps = [b - a for a, b in zip(steps[1:-1], steps[2:], strict=True)]
         return {"recovery_s": recovered, "step_ms": 1000 * statistics.median(gaps) if gaps
                 else None}
     finally:
