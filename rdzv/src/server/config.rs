@@ -98,6 +98,36 @@ pub struct ServeConfig {
     #[arg(long, env = "DTRDZV_ETCD_V2_PORT")]
     pub etcd_v2_port: Option<u16>,
 
+    /// Serve torchft's Lighthouse (`torchft.LighthouseService`, gRPC over plaintext HTTP/2,
+    /// and `/status` on the same port) for torchft's `Manager` (`TORCHFT_LIGHTHOUSE=
+    /// http://host:PORT`); off unless given (torchft's own port is 29510; 0 picks one).
+    #[arg(long, env = "DTRDZV_TORCHFT_PORT")]
+    pub torchft_port: Option<u16>,
+
+    /// torchft Lighthouse: fewest replica groups a new quorum needs (torchft's
+    /// `--min_replicas`).
+    #[arg(long, env = "DTRDZV_TORCHFT_MIN_REPLICAS", default_value_t = 1)]
+    pub torchft_min_replicas: u64,
+
+    /// torchft Lighthouse: how long a valid quorum waits for heartbeating replica groups
+    /// that have not joined, from the first join (torchft's `--join_timeout_ms`).
+    #[arg(long, env = "DTRDZV_TORCHFT_JOIN_TIMEOUT_MS", default_value_t = 60_000)]
+    pub torchft_join_timeout_ms: u64,
+
+    /// torchft Lighthouse: how often the quorum rule runs while replica groups wait
+    /// (torchft's `--quorum_tick_ms`).
+    #[arg(long, env = "DTRDZV_TORCHFT_QUORUM_TICK_MS", default_value_t = 100)]
+    pub torchft_quorum_tick_ms: u64,
+
+    /// torchft Lighthouse: a replica group silent this long is not healthy (torchft's
+    /// `--heartbeat_timeout_ms`, whose default is 5000; its Managers beat every 100 ms).
+    #[arg(
+        long,
+        env = "DTRDZV_TORCHFT_HEARTBEAT_TIMEOUT_MS",
+        default_value_t = 2_000
+    )]
+    pub torchft_heartbeat_timeout_ms: u64,
+
     /// The join token (prefer DTRDZV_TOKEN or --token-file: a command line is visible to
     /// every user of the host).
     #[arg(long, env = "DTRDZV_TOKEN", hide_env_values = true)]
@@ -232,6 +262,11 @@ impl Default for ServeConfig {
             http_port: 29402,
             no_http: false,
             etcd_v2_port: None,
+            torchft_port: None,
+            torchft_min_replicas: 1,
+            torchft_join_timeout_ms: 60_000,
+            torchft_quorum_tick_ms: 100,
+            torchft_heartbeat_timeout_ms: 2_000,
             token: None,
             token_file: None,
             no_auth: false,
@@ -340,6 +375,17 @@ impl ServeConfig {
             idle_ttl: self.job_idle_ttl,
             max_jobs: self.max_jobs,
             ..MachineConfig::default()
+        }
+    }
+
+    /// The torchft Lighthouse's settings (`--torchft-*`).
+    pub fn lighthouse_config(&self) -> dt_rdzv_proto::torchft::LighthouseConfig {
+        dt_rdzv_proto::torchft::LighthouseConfig {
+            min_replicas: self.torchft_min_replicas,
+            join_timeout: Duration::from_millis(self.torchft_join_timeout_ms),
+            quorum_tick: Duration::from_millis(self.torchft_quorum_tick_ms.max(1)),
+            heartbeat_timeout: Duration::from_millis(self.torchft_heartbeat_timeout_ms),
+            ..Default::default()
         }
     }
 

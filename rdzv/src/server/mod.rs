@@ -9,6 +9,8 @@
 //!   `/metrics`;
 //! * `etcd_v2/`: etcd's v2 keys API on `--etcd-v2-port` (off by default), for torch's etcd
 //!   rendezvous backends;
+//! * `torchft/`: torchft's Lighthouse on `--torchft-port` (off by default): gRPC over h2c
+//!   and `/status` on one port, for torchft's `Manager`;
 //! * `ha/`: several servers sharing jobs through etcd (`--backend`): [`storage`], the owners
 //!   (one per job by lease, members sent to it, jobs taken over when it dies), the TCPStore
 //!   relay.
@@ -37,6 +39,7 @@ mod http_serve;
 mod native;
 mod ratelog;
 mod tcpstore;
+mod torchft;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -66,6 +69,7 @@ pub struct Server {
     rdzv: Arc<RdzvCore>,
     http: Option<TcpListener>,
     etcd_v2: Option<TcpListener>,
+    torchft: Option<TcpListener>,
     fingerprint: Option<String>,
     token: Option<String>,
     token_generated: bool,
@@ -129,6 +133,10 @@ impl Server {
             Some(port) => Some(http_serve::bind(config.host, port, "etcd v2")?),
             None => None,
         };
+        let torchft = match config.torchft_port {
+            Some(port) => Some(http_serve::bind(config.host, port, "torchft")?),
+            None => None,
+        };
         Ok(Self {
             config,
             listener,
@@ -137,6 +145,7 @@ impl Server {
             rdzv,
             http,
             etcd_v2,
+            torchft,
             fingerprint,
             token,
             token_generated,
@@ -237,6 +246,11 @@ impl Server {
         self.etcd_v2.as_ref().and_then(|l| l.local_addr().ok())
     }
 
+    /// The torchft Lighthouse port's address, if on.
+    pub fn torchft_addr(&self) -> Option<SocketAddr> {
+        self.torchft.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
     /// The native port's certificate fingerprint (`sha256:...`), for clients to pin.
     pub fn fingerprint(&self) -> Option<&str> {
         self.fingerprint.as_deref()
@@ -291,6 +305,10 @@ impl Server {
                 },
             });
             tokio::spawn(etcd_v2::run(l, door, stop_rx.clone()));
+        }
+        if let Some(l) = self.torchft {
+            let door = torchft::LighthouseDoor::new(config.lighthouse_config());
+            tokio::spawn(torchft::run(l, door, stop_rx.clone()));
         }
         let mut next_id: u64 = 0;
         let gate = admission::Gate::new("TCPStore", self.max_tcpstore_connections);

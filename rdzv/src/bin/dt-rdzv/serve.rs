@@ -80,6 +80,17 @@ pub(crate) fn serve(config: ServeConfig) -> ExitCode {
                 );
             }
         }
+        if let Some(a) = server.torchft_addr() {
+            println!("dt-rdzv listening torchft={a}");
+            tracing::info!(
+                min_replicas = config.torchft_min_replicas,
+                join_timeout_ms = config.torchft_join_timeout_ms,
+                quorum_tick_ms = config.torchft_quorum_tick_ms,
+                heartbeat_timeout_ms = config.torchft_heartbeat_timeout_ms,
+                "torchft Lighthouse: TORCHFT_LIGHTHOUSE=http://<this host>:{}",
+                a.port()
+            );
+        }
         match server.token() {
             (Some(t), true) => {
                 tracing::warn!(

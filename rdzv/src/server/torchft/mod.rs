@@ -1,0 +1,189 @@
+//! The torchft Lighthouse door (`--torchft-port`, off by default): torchft's
+//! `LighthouseService` (gRPC over plaintext HTTP/2) for an unmodified torchft `Manager` or
+//! `LighthouseClient`, and on the same port HTTP/1 `GET /status` (HTML), `GET /status.json`
+//! and `POST /replica/{id}/kill`. The sans-IO [`Lighthouse`] does the work behind the
+//! server's one [`Driver`], which runs its quorum tick; this module is hyper (HTTP/1 and h2c
+//! on one port) and axum around it:
+//!
+//! * `wire`: the messages, hand-written prost structs (no protoc);
+//! * `grpc`: `Quorum` (a long poll, bounded by the call's `grpc-timeout`) and `Heartbeat`;
+//! * `status`: the status pages;
+//! * `kill`: `ManagerService/Kill` on a member's address.
+//!
+//! Several jobs share the port: a call's job is its `x-dtcomm-job` metadata, else `room-id`
+//! (torchft PR #189's name), else the default job.
+
+mod grpc;
+mod kill;
+mod status;
+mod wire;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::{get, post};
+use dt_rdzv_proto::torchft::{CallId, Lighthouse, LighthouseConfig, Output, Quorum, Refusal};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, watch};
+
+use super::admission::Gate;
+use super::driver::{Driver, Route};
+
+/// Connections open at once.
+const MAX_CONNECTIONS: usize = 4096;
+/// Calls open at once on one HTTP/2 connection.
+const MAX_STREAMS: u32 = 256;
+/// Largest request head (HTTP/1) or header list (HTTP/2).
+const MAX_HEAD: usize = 16 << 10;
+/// An HTTP/1 request head must arrive within this (idle keep-alive time counts too).
+const HEAD_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Where the Lighthouse's outputs go: the waiting quorum calls, the heartbeat just fed.
+#[derive(Default)]
+pub(crate) struct Routes {
+    quorums: HashMap<CallId, oneshot::Sender<Result<Quorum, Refusal>>>,
+    heartbeat: Option<Result<(), Refusal>>,
+}
+
+impl Route<Output> for Routes {
+    fn route(&mut self, output: Output) {
+        match output {
+            Output::Quorum { call, result } => {
+                if let Some(tx) = self.quorums.remove(&call) {
+                    let _ = tx.send(result);
+                }
+            }
+            Output::Heartbeat { result, .. } => self.heartbeat = Some(result),
+            Output::Issued {
+                job,
+                quorum,
+                reason,
+                left,
+            } => {
+                let ids: Vec<&str> = quorum
+                    .participants
+                    .iter()
+                    .map(|m| m.replica_id.as_str())
+                    .collect();
+                tracing::info!(job = %job, quorum_id = quorum.quorum_id, participants = ?ids,
+                    %reason, "torchft quorum issued");
+                for d in left {
+                    tracing::info!(job = %job, replica = %d.replica_id, quorum_id = d.quorum_id,
+                        reason = %d.reason, "torchft replica left the quorum");
+                }
+            }
+        }
+    }
+}
+
+/// The door's state, shared by its connections.
+pub(crate) struct LighthouseDoor {
+    driver: Driver<Lighthouse, Routes>,
+    next_call: AtomicU64,
+}
+
+impl LighthouseDoor {
+    pub(crate) fn new(config: LighthouseConfig) -> Arc<Self> {
+        Arc::new(Self {
+            driver: Driver::new(Lighthouse::new(config), Routes::default()),
+            next_call: AtomicU64::new(1),
+        })
+    }
+
+    fn call_id(&self) -> CallId {
+        self.next_call.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn router(self: &Arc<Self>) -> Router {
+        Router::new()
+            .route(grpc::QUORUM_PATH, post(grpc::quorum))
+            .route(grpc::HEARTBEAT_PATH, post(grpc::heartbeat))
+            .route("/", get(status::html))
+            .route("/status", get(status::html))
+            .route("/status.json", get(status::json))
+            .route("/replica/{replica_id}/kill", post(kill::kill))
+            .fallback(grpc::fallback)
+            .with_state(self.clone())
+    }
+}
+
+/// Serves the door on `listener` until `stop` turns true: HTTP/1 and HTTP/2 (prior
+/// knowledge, as gRPC clients speak it) on each connection.
+pub(crate) async fn run(
+    listener: TcpListener,
+    door: Arc<LighthouseDoor>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let timer = {
+        let (door, stop) = (door.clone(), stop.clone());
+        tokio::spawn(async move { door.driver.run_timers(stop).await })
+    };
+    let gate = Gate::new("torchft", MAX_CONNECTIONS);
+    let app = door.router();
+    loop {
+        tokio::select! {
+            _ = stop.changed() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let Some(mut slot) = gate.admit(peer) else {
+                        continue;
+                    };
+                    let _ = stream.set_nodelay(true);
+                    let app = app.clone();
+                    let mut stop = stop.clone();
+                    tokio::spawn(async move {
+                        if !slot.first_bytes(&stream).await {
+                            return;
+                        }
+                        serve_connection(stream, peer, app, &mut stop).await;
+                        drop(slot);
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "torchft accept failed");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            },
+        }
+    }
+    let _ = timer.await;
+}
+
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    app: Router,
+    stop: &mut watch::Receiver<bool>,
+) {
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEAD_DEADLINE)
+        .max_buf_size(MAX_HEAD.max(8192));
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(MAX_STREAMS)
+        .max_header_list_size(MAX_HEAD as u32)
+        // Pings a silent peer so a vanished client's calls end (torchft's client pings
+        // every 60 s too).
+        .keep_alive_interval(Some(Duration::from_secs(30)))
+        .keep_alive_timeout(Duration::from_secs(20));
+    let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app));
+    tokio::pin!(conn);
+    tokio::select! {
+        r = conn.as_mut() => {
+            if let Err(e) = r {
+                tracing::debug!(%peer, error = %e, "torchft connection ended with an error");
+            }
+        }
+        _ = stop.changed() => {}
+    }
+}
