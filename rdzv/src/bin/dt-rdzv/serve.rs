@@ -87,7 +87,7 @@ pub(crate) fn serve(config: ServeConfig) -> ExitCode {
                 join_timeout_ms = config.torchft_join_timeout_ms,
                 quorum_tick_ms = config.torchft_quorum_tick_ms,
                 heartbeat_timeout_ms = config.torchft_heartbeat_timeout_ms,
-                "torchft Lighthouse: TORCHFT_LIGHTHOUSE=http://<this host>:{}",
+                "torchft Lighthouse listening on {a} (TORCHFT_LIGHTHOUSE=http://<this host>:{})",
                 a.port()
             );
         }

@@ -42,9 +42,16 @@ pub(crate) async fn kill(
     };
     tracing::warn!(job = %job, replica = %replica_id, %address, "torchft kill asked");
     match tokio::time::timeout(KILL_TIMEOUT, call_kill(&address)).await {
-        Ok(Ok(())) => (
+        Ok(Ok(Killed::Answered)) => (
             StatusCode::OK,
             format!("asked {replica_id} ({address}) to exit\n"),
+        )
+            .into_response(),
+        Ok(Ok(Killed::ClosedUnanswered(e))) => (
+            StatusCode::ACCEPTED,
+            format!(
+                "sent Kill to {replica_id} ({address}); its Manager closed the connection without an answer, as it does when it exits ({e})\n"
+            ),
         )
             .into_response(),
         Ok(Err(e)) => (
@@ -60,8 +67,17 @@ pub(crate) async fn kill(
     }
 }
 
+/// How a Kill call ended, short of an error.
+enum Killed {
+    /// The Manager answered OK.
+    Answered,
+    /// The request went out on an open connection, which then closed without an answer:
+    /// torchft's Manager exits the process on Kill before it replies.
+    ClosedUnanswered(String),
+}
+
 /// One unary gRPC call of `torchft.ManagerService/Kill` on `address` (`http://host:port`).
-async fn call_kill(address: &str) -> Result<(), String> {
+async fn call_kill(address: &str) -> Result<Killed, String> {
     let uri: Uri = if address.contains("://") {
         address.parse()
     } else {
@@ -100,7 +116,10 @@ async fn call_kill(address: &str) -> Result<(), String> {
         .body(Body::from(Bytes::from(frame)))
         .map_err(|e| e.to_string())?;
     let result = async {
-        let resp = send.send_request(req).await.map_err(|e| e.to_string())?;
+        let resp = match send.send_request(req).await {
+            Ok(r) => r,
+            Err(e) => return Ok(Killed::ClosedUnanswered(e.to_string())),
+        };
         if !resp.status().is_success() {
             return Err(format!("HTTP status {}", resp.status()));
         }
@@ -117,9 +136,8 @@ async fn call_kill(address: &str) -> Result<(), String> {
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
         match code {
-            "0" => Ok(()),
-            // The Manager may exit before it answers: the call was made.
-            "" => Ok(()),
+            "0" => Ok(Killed::Answered),
+            "" => Ok(Killed::ClosedUnanswered("no grpc-status".into())),
             c => {
                 let m = trailers
                     .get("grpc-message")
