@@ -18,6 +18,9 @@ mod kill;
 mod status;
 mod wire;
 
+#[cfg(test)]
+mod tests;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
