@@ -44,7 +44,8 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=256)
     ap.add_argument("--log", default=None)
     ap.add_argument("--fault", default=None, metavar="STEP:KIND:WHERE",
-                    help="for benches/python/torchft_recovery.py: at step STEP this replica "
+                    help="for benches/python/torchft_recovery.py: after STEP steps of its own this "
+                         "replica "
                          "kills (KIND=kill) or freezes (stop) itself, inside a collective "
                          "(WHERE=inside: after the forward pass, before the gradients' "
                          "allreduce, which the others are then waiting in) or outside one "
@@ -98,11 +99,13 @@ def main() -> None:
     log = open(a.log, "a", buffering=1) if a.log else None
     x = torch.randn(32, a.width)
     y = torch.randint(0, 10, (32,))
+    mine = 0
     while manager.current_step() < a.steps:
         before = manager.current_step()
+        mine += 1
         optimizer.zero_grad()
         loss = loss_fn(ddp(x), y)
-        if fault and before >= int(fault[0]) and fault[2] == "inside":
+        if fault and mine > int(fault[0]) and fault[2] == "inside":
             _fault(fault[1], log)
         loss.backward()
         if a.step_sleep:
@@ -115,7 +118,7 @@ def main() -> None:
             log.write(json.dumps(rec) + "\n")
         elif manager.current_step() % 50 == 0:
             print(rec, flush=True)
-        if fault and before >= int(fault[0]) and fault[2] == "outside":
+        if fault and mine > int(fault[0]) and fault[2] == "outside":
             _fault(fault[1], log)
     manager.shutdown()
 

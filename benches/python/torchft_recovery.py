@@ -66,7 +66,8 @@ class Stack:
             return subprocess.Popen([sys.executable, "-c", code], stdout=log,
                                     stderr=subprocess.STDOUT)
         return subprocess.Popen(
-            [dt_rdzv_bin(), "serve", "--host", "127.0.0.1", "--port", "0", "--no-http",
+            [dt_rdzv_bin(), "serve", "--host", "127.0.0.1", "--port", "0",
+                "--no-http", "--no-native",
              "--torchft-port", str(port), "--torchft-min-replicas", "1"],
             stdout=log, stderr=subprocess.STDOUT)
 

@@ -42,14 +42,17 @@ WATCH_POLL = timedelta(seconds=20)
 
 
 class LighthouseWatch:
-    """Waits at a dt-rdzv Lighthouse door for a member of ``replica``'s quorum to be
-    declared lost, then calls ``on_lost(why)`` once. One per communicator; ``stop()`` ends it
-    (the parked request is abandoned: the thread is a daemon and aborts nothing after)."""
+    """Waits at a dt-rdzv Lighthouse door for a member of ``replica``'s quorum (``quorum_id``)
+    to stop heartbeating, then calls ``on_lost(why)`` once; stops when a later quorum formed.
+    One per communicator; ``stop()`` ends it (the parked request is abandoned: the thread is a
+    daemon and aborts nothing after)."""
 
-    def __init__(self, lighthouse: str, replica: str, job: str | None,
+    def __init__(self, lighthouse: str, replica: str, quorum_id: int | None, job: str | None,
                  on_lost: Any) -> None:
         base = lighthouse if "://" in lighthouse else f"http://{lighthouse}"
         q = {"replica": replica, "timeout_ms": str(int(WATCH_POLL.total_seconds() * 1000))}
+        if quorum_id is not None:
+            q["quorum_id"] = str(quorum_id)
         if job:
             q["job"] = job
         self.url = f"{base.rstrip('/')}/v1/torchft/watch?{urllib.parse.urlencode(q)}"
@@ -86,8 +89,8 @@ class LighthouseWatch:
             except (OSError, ValueError):
                 body = {}
                 failures += 1
-            if self._stop.is_set():
-                return
+            if self._stop.is_set() or body.get("state") == "stale":
+                return  # a later quorum formed: this group is about to be reconfigured
             lost = body.get("lost") or []
             if lost:
                 why = body.get("why") or "heartbeats stopped"
@@ -137,7 +140,7 @@ class ProcessGroupDtcomm(ProcessGroupWrapper):
             replica = self._replica_id or ""
             if replica:
                 self._watch = LighthouseWatch(
-                    self._lighthouse, replica, self._job,
+                    self._lighthouse, replica, self._uuid, self._job,
                     lambda why, c=comm: c.abort(f"rank {rank}: {why}"))
         return pg
 

@@ -39,7 +39,8 @@ class DtRdzvLighthouse:
     def __init__(self, bind: str, min_replicas: int, join_timeout_ms: int | None = None,
                  quorum_tick_ms: int | None = None,
                  heartbeat_timeout_ms: int | None = None) -> None:
-        args = [dt_rdzv_bin(), "serve", "--host", "127.0.0.1", "--port", "0", "--no-http",
+        args = [dt_rdzv_bin(), "serve", "--host", "127.0.0.1", "--port", "0",
+                "--no-http", "--no-native",
                 "--torchft-port", "0", "--torchft-min-replicas", str(min_replicas)]
         for flag, v in (("--torchft-join-timeout-ms", join_timeout_ms),
                         ("--torchft-quorum-tick-ms", quorum_tick_ms),

@@ -11,6 +11,7 @@ use super::io::{CallId, Input, Output};
 use super::job::Job;
 use super::member::{Member, check_job_key, check_replica_id};
 use super::status::JobStatus;
+use super::watch::Watch;
 use crate::sans_io::Core;
 
 /// The Lighthouse: jobs by key, the quorum calls waiting, the tick.
@@ -68,6 +69,17 @@ impl Lighthouse {
             .iter()
             .find(|m| m.replica_id == replica_id)
             .map(|m| m.address.clone())
+    }
+
+    /// Whether a member of the quorum `replica` (its id, or the part before torchft's
+    /// `:uuid`) was configured for (`quorum_id`, when given) stopped heartbeating in `job`.
+    pub fn watch(&self, now: Instant, job: &str, replica: &str, quorum_id: Option<i64>) -> Watch {
+        match self.jobs.get(job) {
+            Some(j) => {
+                super::watch::watch(j, now, self.config.heartbeat_timeout, replica, quorum_id)
+            }
+            None => Watch::Stale,
+        }
     }
 
     /// Every job, sorted by key.

@@ -12,7 +12,8 @@
 //!   and an issued quorum;
 //! * [`Input`], [`Output`], [`Refusal`]: what the driver feeds it and carries out;
 //! * [`LighthouseConfig`], [`Limits`]: torchft's flags, and bounds on memory;
-//! * [`Departure`]: who left a quorum and why; [`JobStatus`]: a job for the status page.
+//! * [`Departure`]: who left a quorum and why; [`JobStatus`]: a job for the status page;
+//!   [`Watch`]: whether a member's quorum lost someone (heartbeats stopped) while it runs.
 //!
 //! Beyond torchft: several jobs on one server, `quorum_id` never reused (a floor to
 //! restore after a restart, and kept over a job forgotten), bounded memory (jobs, replica ids
@@ -29,6 +30,7 @@ mod lighthouse;
 mod member;
 pub mod rule;
 mod status;
+mod watch;
 
 pub use config::{LighthouseConfig, Limits};
 pub use departure::{Departure, LeaveReason};
@@ -38,3 +40,4 @@ pub use lighthouse::Lighthouse;
 pub use member::{Member, check_job_key, check_replica_id};
 pub use rule::{Joined, Quorum, Verdict};
 pub use status::{HeartbeatStatus, JobStatus};
+pub use watch::Watch;

@@ -8,7 +8,9 @@
 //! * `wire`: the messages, hand-written prost structs (no protoc);
 //! * `grpc`: `Quorum` (a long poll, bounded by the call's `grpc-timeout`) and `Heartbeat`;
 //! * `status`: the status pages;
-//! * `kill`: `ManagerService/Kill` on a member's address.
+//! * `kill`: `ManagerService/Kill` on a member's address;
+//! * `member_watch`: `GET /v1/torchft/watch`, a long poll that answers when a member of the
+//!   watcher's quorum stops heartbeating (what `dtcomm.torchft` aborts its collectives on).
 //!
 //! Several jobs share the port: a call's job is its `x-dtcomm-job` metadata, else `room-id`
 //! (torchft PR #189's name), else the default job.
@@ -16,6 +18,7 @@
 mod grpc;
 mod kill;
 mod status;
+mod member_watch;
 mod wire;
 
 #[cfg(test)]
@@ -111,6 +114,7 @@ impl LighthouseDoor {
             .route("/status", get(status::html))
             .route("/status.json", get(status::json))
             .route("/replica/{replica_id}/kill", post(kill::kill))
+            .route("/v1/torchft/watch", get(member_watch::watch))
             .fallback(grpc::fallback)
             .with_state(self.clone())
     }
