@@ -86,17 +86,22 @@ class LighthouseWatch:
                     return
                 body = {}
                 failures += 1
-            except (OSError, ValueError):
+            except Exception as e:  # noqa: BLE001 - the door away, a reset, a bad answer
+                log.debug("dtcomm.torchft: watch %s: %s", self.url, e)
                 body = {}
                 failures += 1
-            if self._stop.is_set() or body.get("state") == "stale":
-                return  # a later quorum formed: this group is about to be reconfigured
+            log.debug("dtcomm.torchft: watch %s -> %s", self.url, body)
+            if self._stop.is_set():
+                return
+            if body.get("state") == "stale":
+                log.debug("dtcomm.torchft: watch %s: a later quorum formed", self.url)
+                return  # this group is about to be reconfigured
             lost = body.get("lost") or []
             if lost:
                 why = body.get("why") or "heartbeats stopped"
                 self._lost(f"replica {', '.join(map(str, lost))} of quorum "
-                              f"{body.get('quorum_id', '?')} was declared lost by the "
-                              f"Lighthouse: {why}")
+                           f"{body.get('quorum_id', '?')} was declared lost by the "
+                           f"Lighthouse: {why}")
                 return
             if failures:
                 # The door is away (a fail-over, a restart): try again shortly.
