@@ -37,3 +37,21 @@ def test_torchft_process_group_suite_passes_with_dtcomm() -> None:
     assert counts.get("failed", 0) == 0 and counts.get("error", 0) == 0, out
     # 11 collectives, each plain and with a rank failing
     assert counts.get("passed") == 22, out
+
+
+@pytest.mark.parametrize("module,expr,want", [
+    ("torchft.lighthouse_test", "", 4),
+    ("torchft.manager_integ_test",
+     "not torchcomms and not cuda and not use_cuda_True and not skip_init_sync", 7),
+])
+def test_torchft_suites_pass_on_dt_rdzv_lighthouse_and_dtcomm(module: str, expr: str,
+                                                              want: int) -> None:
+    """torchft's Lighthouse and Manager tests with dt-rdzv's Lighthouse door for
+    ``LighthouseServer`` and ``ProcessGroupDtcomm`` for ``ProcessGroupGloo``."""
+    os.environ["DTCOMM_TORCHFT_LIGHTHOUSE"] = "dt-rdzv"
+    try:
+        counts, out = run_suite(module, expr or "not nothing")
+    finally:
+        del os.environ["DTCOMM_TORCHFT_LIGHTHOUSE"]
+    assert counts.get("failed", 0) == 0 and counts.get("error", 0) == 0, out
+    assert counts.get("passed", 0) >= want, out
