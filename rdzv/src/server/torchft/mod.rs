@@ -17,8 +17,8 @@
 
 mod grpc;
 mod kill;
-mod status;
 mod member_watch;
+mod status;
 mod wire;
 
 #[cfg(test)]
