@@ -136,6 +136,31 @@ fn native_server(token: &str) -> (Server, String) {
     (server, fingerprint)
 }
 
+/// Starts `exe` as a member of native job `run_id` (`members` as `DTCOMM_RDZV_MEMBERS`) at
+/// `server`, its output piped.
+fn native_member(
+    exe: &Path,
+    server: &Server,
+    fingerprint: &str,
+    token: &str,
+    members: &str,
+    run_id: &str,
+) -> Child {
+    Command::new(exe)
+        .env("DTCOMM_RDZV_ENDPOINT", &server.endpoint)
+        .env("DTCOMM_RDZV_FINGERPRINT", fingerprint)
+        .env("DTCOMM_RDZV_TOKEN", token)
+        .env("DTCOMM_RDZV_MEMBERS", members)
+        .env("DTCOMM_RDZV_LAST_CALL", "0")
+        .env("DTCOMM_RUN_ID", run_id)
+        .env("DTCOMM_SOCKET_IFNAME", "lo")
+        .env("DTCOMM_TIMEOUT", "30")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -281,21 +306,7 @@ fn a_c_program_joins_a_native_round_and_hears_when_the_server_ends_it() {
     let token = "c-native-token";
     let (server, fingerprint) = native_server(token);
     let kids: Vec<Child> = (0..2)
-        .map(|_| {
-            Command::new(&exe)
-                .env("DTCOMM_RDZV_ENDPOINT", &server.endpoint)
-                .env("DTCOMM_RDZV_FINGERPRINT", &fingerprint)
-                .env("DTCOMM_RDZV_TOKEN", token)
-                .env("DTCOMM_RDZV_MEMBERS", "2")
-                .env("DTCOMM_RDZV_LAST_CALL", "0")
-                .env("DTCOMM_RUN_ID", "c-native")
-                .env("DTCOMM_SOCKET_IFNAME", "lo")
-                .env("DTCOMM_TIMEOUT", "30")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
+        .map(|_| native_member(&exe, &server, &fingerprint, token, "2", "c-native"))
         .collect();
     let outs: Vec<(Option<i32>, String, String)> = kids
         .into_iter()
@@ -359,21 +370,7 @@ fn a_c_program_takes_the_next_round_when_one_ends_during_set_up() {
     let listener = dtcomm::DataListener::bind(&dtcomm::Options::default()).unwrap();
     let mut leaver = Member::join(settings, Some(listener)).unwrap();
     let kids: Vec<Child> = (0..2)
-        .map(|_| {
-            Command::new(&exe)
-                .env("DTCOMM_RDZV_ENDPOINT", &server.endpoint)
-                .env("DTCOMM_RDZV_FINGERPRINT", &fingerprint)
-                .env("DTCOMM_RDZV_TOKEN", token)
-                .env("DTCOMM_RDZV_MEMBERS", "2:3")
-                .env("DTCOMM_RDZV_LAST_CALL", "0")
-                .env("DTCOMM_RUN_ID", "c-next-round")
-                .env("DTCOMM_SOCKET_IFNAME", "lo")
-                .env("DTCOMM_TIMEOUT", "30")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
+        .map(|_| native_member(&exe, &server, &fingerprint, token, "2:3", "c-next-round"))
         .collect();
     // Rounds form as members arrive (2 are enough): once one has all three, leave it.
     let deadline = Instant::now() + Duration::from_secs(30);

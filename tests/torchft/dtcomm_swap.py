@@ -22,14 +22,9 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def dt_rdzv_bin() -> str:
-    """$DT_RDZV_BIN, else the debug build in the cargo target dir."""
-    if os.environ.get("DT_RDZV_BIN"):
-        return os.environ["DT_RDZV_BIN"]
-    target = os.environ.get("CARGO_TARGET_DIR", str(ROOT / "target"))
-    return str(Path(target) / "debug" / "dt-rdzv")
+# The binary lookup lives with the native rendezvous tests' server fixture.
+sys.path.insert(0, str(ROOT / "python" / "tests"))
+from native_server import dt_rdzv_bin  # noqa: E402
 
 
 class DtRdzvLighthouse:
