@@ -43,13 +43,15 @@ def main() -> None:
                     help="seconds of 'compute' per step outside the collectives")
     ap.add_argument("--width", type=int, default=256)
     ap.add_argument("--log", default=None)
-    ap.add_argument("--fault", default=None, metavar="STEP:KIND:WHERE",
+    ap.add_argument("--fault", default=None, metavar="STEP:KIND:WHERE[:N]",
                     help="for benches/python/torchft_recovery.py: after STEP steps of its own this "
                          "replica "
                          "kills (KIND=kill) or freezes (stop) itself, inside a collective "
                          "(WHERE=inside: after the forward pass, before the gradients' "
                          "allreduce, which the others are then waiting in) or outside one "
-                         "(outside: after the commit)")
+                         "(outside: after the commit); with N, only once a step was "
+                         "committed by N replica groups (all of them, so that the fault "
+                         "hits a quorum that has this replica)")
     a = ap.parse_args()
     fault = a.fault.split(":") if a.fault else None
 
@@ -100,25 +102,28 @@ def main() -> None:
     x = torch.randn(32, a.width)
     y = torch.randint(0, 10, (32,))
     mine = 0
+    armed = not fault or len(fault) < 4
     while manager.current_step() < a.steps:
         before = manager.current_step()
         mine += 1
         optimizer.zero_grad()
         loss = loss_fn(ddp(x), y)
-        if fault and mine > int(fault[0]) and fault[2] == "inside":
+        if fault and armed and mine > int(fault[0]) and fault[2] == "inside":
             _fault(fault[1], log)
         loss.backward()
         if a.step_sleep:
             time.sleep(a.step_sleep)
         optimizer.step()  # commits only if every replica's allreduce succeeded
         committed = manager.current_step() > before
+        if fault and committed and len(fault) > 3 and manager.num_participants() >= int(fault[3]):
+            armed = True
         rec = {"t": time.time(), "step": manager.current_step(), "committed": bool(committed),
                "participants": manager.num_participants(), "loss": float(loss)}
         if log is not None:
             log.write(json.dumps(rec) + "\n")
         elif manager.current_step() % 50 == 0:
             print(rec, flush=True)
-        if fault and mine > int(fault[0]) and fault[2] == "outside":
+        if fault and armed and mine > int(fault[0]) and fault[2] == "outside":
             _fault(fault[1], log)
     manager.shutdown()
 

@@ -113,7 +113,7 @@ def trial(stack: Stack, replicas: int, kind: str, where: str, fault_step: int,
                     "--steps", "100000", "--min-replicas", "1", "--timeout", str(timeout),
                     "--log", str(work / f"r{r}.log")]
             if r == replicas - 1:
-                args += ["--fault", f"{fault_step}:{kind}:{where}"]
+                args += ["--fault", f"{fault_step}:{kind}:{where}:{replicas}"]
             procs.append(subprocess.Popen(args, env=env, stdout=open(work / f"out{r}.log", "wb"),
                                           stderr=subprocess.STDOUT))
         victim = work / f"r{replicas - 1}.log"
