@@ -28,6 +28,28 @@ def dt_rdzv_bin() -> str:
     return str(Path(target) / "debug" / "dt-rdzv")
 
 
+def serve(args: list[str], door: str, log_path: Path,
+          limit: float = 20.0) -> tuple[subprocess.Popen[str], str]:
+    """Starts ``dt-rdzv serve ARGS`` (stderr to ``log_path``) and returns it with the address
+    of ``door`` from its ``dt-rdzv listening DOOR=HOST:PORT`` line; killed, and the log
+    raised, if that line does not come within ``limit`` seconds."""
+    proc = subprocess.Popen(
+        [dt_rdzv_bin(), "serve", *args], stdout=subprocess.PIPE, stderr=open(log_path, "w"),
+        text=True, env={**os.environ, "DTRDZV_LOG": os.environ.get("DTRDZV_LOG", "info")})
+    assert proc.stdout is not None
+    prefix = f"dt-rdzv listening {door}="
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if line.startswith(prefix):
+            return proc, line.strip()[len(prefix):]
+    proc.kill()
+    proc.wait()
+    raise RuntimeError(f"dt-rdzv did not open its {door} port\n{log_path.read_text()}")
+
+
 def stop_process(proc: subprocess.Popen[str], sig: int = signal.SIGTERM,
                  timeout: float = 15.0) -> int:
     """Stops a server by PID (``sig``, then SIGKILL past ``timeout``); its exit code."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import threading
 import time
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from native_server import dt_rdzv_bin, stop_process
+from native_server import dt_rdzv_bin, serve, stop_process
 
 torchft_ext = pytest.importorskip(
     "torchft._torchft", reason="torchft not installed (pip install torchft-nightly)")
@@ -60,24 +59,9 @@ def start(tmp_path: Path, *extra: str) -> Lighthouse:
     if not os.path.exists(binary):
         pytest.skip(f"no dt-rdzv binary at {binary} (cargo build -p dt-rdzv, or set DT_RDZV_BIN)")
     log_path = tmp_path / f"dt-rdzv-torchft-{len(list(tmp_path.glob('dt-rdzv-torchft-*.log')))}.log"
-    proc = subprocess.Popen(
-        [binary, "serve", "--host", "127.0.0.1", "--port", "0", "--no-native", "--no-http",
-         "--no-auth", "--torchft-port", "0", *extra],
-        stdout=subprocess.PIPE, stderr=open(log_path, "w"), text=True,
-        env={**os.environ, "DTRDZV_LOG": os.environ.get("DTRDZV_LOG", "info")})
-    assert proc.stdout is not None
-    port = None
-    deadline = time.monotonic() + 20
-    while port is None and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        m = re.match(r"dt-rdzv listening torchft=.*:(\d+)$", line.strip())
-        if m:
-            port = int(m.group(1))
-    if port is None:
-        proc.kill()
-        raise RuntimeError(f"dt-rdzv did not open its torchft port\n{log_path.read_text()}")
+    proc, addr = serve(["--host", "127.0.0.1", "--port", "0", "--no-native", "--no-http",
+                        "--no-auth", "--torchft-port", "0", *extra], "torchft", log_path)
+    port = int(addr.rsplit(":", 1)[1])
     return Lighthouse(proc, port, log_path)
 
 

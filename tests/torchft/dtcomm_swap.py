@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import importlib
 import os
-import re
 import signal
 import subprocess
 import sys
+import tempfile
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 # The binary lookup lives with the native rendezvous tests' server fixture.
 sys.path.insert(0, str(ROOT / "python" / "tests"))
-from native_server import dt_rdzv_bin  # noqa: E402
+from native_server import serve  # noqa: E402
 
 
 class DtRdzvLighthouse:
@@ -34,35 +34,17 @@ class DtRdzvLighthouse:
     def __init__(self, bind: str, min_replicas: int, join_timeout_ms: int | None = None,
                  quorum_tick_ms: int | None = None,
                  heartbeat_timeout_ms: int | None = None) -> None:
-        args = [dt_rdzv_bin(), "serve", "--host", "127.0.0.1", "--port", "0",
-                "--no-http", "--no-native",
+        args = ["--host", "127.0.0.1", "--port", "0", "--no-http", "--no-native",
                 "--torchft-port", "0", "--torchft-min-replicas", str(min_replicas)]
         for flag, v in (("--torchft-join-timeout-ms", join_timeout_ms),
                         ("--torchft-quorum-tick-ms", quorum_tick_ms),
                         ("--torchft-heartbeat-timeout-ms", heartbeat_timeout_ms)):
             if v is not None:
                 args += [flag, str(v)]
-        self._proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True)
-        assert self._proc.stdout is not None
-        self._addr = ""
-        lines = []
-        for line in self._proc.stdout:
-            lines.append(line)
-            m = re.search(r"torchft\S*\s.*?(\d+\.\d+\.\d+\.\d+|\[[0-9a-f:]+\]):(\d+)", line)
-            if "torchft" in line and m:
-                self._addr = f"http://{m.group(1)}:{m.group(2)}"
-                break
-            if len(lines) > 200:
-                break
-        if not self._addr:
-            self.shutdown()
-            raise RuntimeError("dt-rdzv printed no torchft address:\n" + "".join(lines))
-        # Keep draining its output so that it never blocks on a full pipe.
-        import threading
-
-        threading.Thread(target=lambda: [None for _ in self._proc.stdout or []],
-                         daemon=True).start()
+        fd, log = tempfile.mkstemp(prefix="dt-rdzv-torchft-", suffix=".log")
+        os.close(fd)
+        self._proc, addr = serve(args, "torchft", Path(log))
+        self._addr = f"http://{addr}"
 
     def address(self) -> str:
         return self._addr
