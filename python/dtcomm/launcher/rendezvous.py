@@ -191,13 +191,15 @@ def native_round(member: _native.Member, ask_after: float | None) -> Rendezvous:
 
 
 def finish(rdzv: Rendezvous, nnodes: int, ok: bool) -> None:
-    """Ends this node's part of a round: a node whose workers succeeded says so; node 0 keeps
-    the store it hosts up until every node said so (at most :data:`EXIT_BARRIER_S`), then
-    stops it."""
+    """Ends this node's part of a round: a node whose workers succeeded says so and waits until
+    every node said so (at most :data:`EXIT_BARRIER_S`, torchelastic's exit barrier), so that a
+    node finishing first does not leave the job while another's workers still run (its leaving
+    would end the round there and restart those workers); node 0 keeps the store it hosts up
+    until then, then stops it. A node whose workers failed leaves at once."""
     try:
         if ok:
             rdzv.store.set(f"{rdzv.namespace}/done/{rdzv.node_rank}", b"1")
-        if rdzv.server is not None and ok and nnodes > 1:
+        if ok and nnodes > 1:
             keys = [f"{rdzv.namespace}/done/{k}" for k in range(nnodes)]
             try:
                 rdzv.store.wait(keys, EXIT_BARRIER_S)

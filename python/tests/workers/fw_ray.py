@@ -73,12 +73,23 @@ def main() -> None:
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        _node_ip_address="127.0.0.1",
-        runtime_env={"env_vars": {k: os.environ[k] for k in PASS_ENV if k in os.environ}},
-    )
+    # Ray waits a fixed 30 s for its raylet to register with its GCS; on a loaded 2-core VM that
+    # start-up alone can take longer ("The current node timed out during startup"), which says
+    # nothing of dtcomm: start Ray once more then.
+    for attempt in range(3):
+        try:
+            ray.init(
+                num_cpus=2,
+                include_dashboard=False,
+                _node_ip_address="127.0.0.1",
+                runtime_env={"env_vars": {k: os.environ[k] for k in PASS_ENV if k in os.environ}},
+            )
+            break
+        except Exception as e:  # Ray raises a bare Exception for this
+            if "timed out during startup" not in str(e) or attempt == 2:
+                raise
+            print(f"fw_ray: Ray's start-up timed out ({e}); starting it again", flush=True)
+            ray.shutdown()
     for backend in BACKENDS:
         (OUT / backend).mkdir(parents=True, exist_ok=True)
         trainer = TorchTrainer(
