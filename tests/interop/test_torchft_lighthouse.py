@@ -59,8 +59,9 @@ def start(tmp_path: Path, *extra: str) -> Lighthouse:
     if not os.path.exists(binary):
         pytest.skip(f"no dt-rdzv binary at {binary} (cargo build -p dt-rdzv, or set DT_RDZV_BIN)")
     log_path = tmp_path / f"dt-rdzv-torchft-{len(list(tmp_path.glob('dt-rdzv-torchft-*.log')))}.log"
+    port = [] if "--torchft-port" in extra else ["--torchft-port", "0"]
     proc, addr = serve(["--host", "127.0.0.1", "--port", "0", "--no-native", "--no-http",
-                        "--no-auth", "--torchft-port", "0", *extra], "torchft", log_path)
+                        "--no-auth", *port, *extra], "torchft", log_path)
     port = int(addr.rsplit(":", 1)[1])
     return Lighthouse(proc, port, log_path)
 
@@ -103,7 +104,10 @@ def test_quorum_of_two(lighthouse_factory: Any) -> None:
     assert set(results) == {"replica_0", "replica_1"}
     a, b = results["replica_0"], results["replica_1"]
     assert ids(a) == ids(b) == ["replica_0", "replica_1"], "sorted by replica_id"
-    assert a.quorum_id == b.quorum_id == 1
+    # torchft's Lighthouse starts at 1 and a restarted one reissues ids; dt-rdzv starts above
+    # its start time in milliseconds, so that a restart never goes back.
+    assert a.quorum_id == b.quorum_id
+    assert 1_700_000_000_000 < a.quorum_id <= time.time() * 1000 + 1, a.quorum_id
     m0, m1 = a.participants
     assert (m0.step, m0.world_size, m0.store_address) == (7, 2, "127.0.0.1:1007")
     assert m1.data == {"who": "replica_1"}, "the member's JSON goes back as it came"
@@ -116,10 +120,21 @@ def test_quorum_of_two(lighthouse_factory: Any) -> None:
         t.start()
     for t in threads:
         t.join(20)
-    assert results["replica_0"].quorum_id == 1
+    assert results["replica_0"].quorum_id == a.quorum_id
     job = lh.job()
     assert [p["replica_id"] for p in job["quorum"]["participants"]] == ["replica_0", "replica_1"]
     assert job["waiting_calls"] == 0
+
+
+def test_a_restarted_lighthouse_never_reissues_a_quorum_id(lighthouse_factory: Any) -> None:
+    """torchft's Lighthouse restarts at id 1, so a Manager whose last quorum was 1 sees a new
+    membership under the same id and does not reconfigure; dt-rdzv's ids go on rising."""
+    lh = lighthouse_factory("--torchft-min-replicas", "1")
+    first = lh.client().quorum(replica_id="r0", timeout=timedelta(seconds=10))
+    assert stop_process(lh.proc) == 0, lh.log()
+    again = lighthouse_factory("--torchft-min-replicas", "1", "--torchft-port", str(lh.port))
+    second = again.client().quorum(replica_id="r1", timeout=timedelta(seconds=10))
+    assert second.quorum_id > first.quorum_id, (first.quorum_id, second.quorum_id)
 
 
 def test_heartbeat_round_trip(lighthouse_factory: Any) -> None:

@@ -362,6 +362,23 @@ fn monotonic_quorum_id() {
     s.lh.restore_quorum_id(s.now, "j", 5);
     assert_eq!(s.lh.quorum_id("j"), Some(101));
 
+    // A take-over restores the group's highest id: every job, and jobs made later, go above it.
+    assert_eq!(s.lh.highest_quorum_id(), 101);
+    s.lh.restore_floor(s.now, 500);
+    assert_eq!(s.lh.quorum_id("j"), Some(500));
+    assert_eq!(s.lh.highest_quorum_id(), 500);
+    s.ask("fresh", member("a", 1));
+    assert_eq!(
+        Sim::answers(&s.outputs())[0].1.as_ref().unwrap().quorum_id,
+        501
+    );
+    s.lh.restore_floor(s.now, 7);
+    assert_eq!(
+        s.lh.quorum_id("fresh"),
+        Some(501),
+        "a lower floor changes nothing"
+    );
+
     // A job forgotten while idle comes back above its last id.
     let ttl = Duration::from_secs(60);
     let mut s = Sim::new(LighthouseConfig {

@@ -194,22 +194,23 @@ impl Server {
                 .advertise
                 .clone()
                 .unwrap_or_else(|| advertised(native));
-            // The TCPStore door as the others reach it: the advertised host, its port.
-            let store = match server.local_addr() {
-                Ok(a) => {
-                    let host = endpoint
-                        .rsplit_once(':')
-                        .map_or(endpoint.as_str(), |(h, _)| h);
-                    format!("{host}:{}", a.port())
-                }
-                Err(_) => String::new(),
-            };
+            // The TCPStore and torchft doors as the others reach them: the advertised host,
+            // their ports.
+            let host = endpoint
+                .rsplit_once(':')
+                .map_or(endpoint.as_str(), |(h, _)| h)
+                .to_string();
+            let door =
+                |a: Option<SocketAddr>| a.map_or(String::new(), |a| format!("{host}:{}", a.port()));
+            let store = door(server.local_addr().ok());
+            let torchft = door(server.torchft_addr());
             let owners = owner::Owners::start(
                 storage,
                 server.config.backend_prefix.clone(),
                 server.config.owner_ttl,
                 endpoint,
                 store,
+                torchft,
             )
             .await
             .map_err(std::io::Error::other)?;
@@ -307,8 +308,11 @@ impl Server {
             tokio::spawn(etcd_v2::run(l, door, stop_rx.clone()));
         }
         if let Some(l) = self.torchft {
-            let door = torchft::LighthouseDoor::new(config.lighthouse_config());
-            tokio::spawn(torchft::run(l, door, stop_rx.clone()));
+            // Quorum ids start above this start's time: a restarted server never reissues one.
+            let mut lighthouse = config.lighthouse_config();
+            lighthouse.min_quorum_id = lighthouse.min_quorum_id.max(ha::lighthouse::unix_millis());
+            let door = torchft::LighthouseDoor::new(lighthouse);
+            tokio::spawn(torchft::run(l, door, owners.clone(), stop_rx.clone()));
         }
         let mut next_id: u64 = 0;
         let gate = admission::Gate::new("TCPStore", self.max_tcpstore_connections);

@@ -57,6 +57,26 @@ impl Lighthouse {
         self.arm(now);
     }
 
+    /// Makes every job's next quorum ids, and those of jobs created later, greater than
+    /// `quorum_id`: a server taking the Lighthouse over from another restores the highest id
+    /// the group issued.
+    pub fn restore_floor(&mut self, now: Instant, quorum_id: i64) {
+        self.floor = self.floor.max(quorum_id);
+        for j in self.jobs.values_mut() {
+            j.quorum_id = j.quorum_id.max(quorum_id);
+        }
+        self.arm(now);
+    }
+
+    /// The highest quorum id issued or restored, over every job (what a server taking the
+    /// Lighthouse over must start above).
+    pub fn highest_quorum_id(&self) -> i64 {
+        self.jobs
+            .values()
+            .map(|j| j.quorum_id)
+            .fold(self.floor, i64::max)
+    }
+
     /// A job's last quorum id.
     pub fn quorum_id(&self, job: &str) -> Option<i64> {
         self.jobs.get(job).map(|j| j.quorum_id)

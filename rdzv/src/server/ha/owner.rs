@@ -15,6 +15,12 @@
 //! with the store's full semantics). Its keys live in that server's memory: when it dies, the
 //! next server to get a TCPStore connection takes the door over, empty.
 //!
+//! The torchft Lighthouse door is shared as one unit too (`<prefix>torchft-owner`): its holder
+//! runs every job's quorums and the others relay their torchft connections to it
+//! (`ha/lighthouse.rs`). Its state needs no storage (every replica heartbeats and asks again
+//! within a second), except the highest quorum id issued (`<prefix>torchft-quorum-id`), which
+//! the next holder starts above, so that ids never go back over a fail-over.
+//!
 //! Never two owners acting: a server whose lease is found gone (etcd answered: expired) claims
 //! its jobs again on a new lease, and hands off at once every job another server claimed
 //! meanwhile (its members' connections are closed with a redirect to the new owner). A storage
@@ -37,10 +43,12 @@ use crate::server::native::rendezvous::{Note, RdzvCore};
 pub(crate) enum Verdict {
     /// This server owns the job.
     Mine,
-    /// Another server does: its native endpoint, its TCPStore endpoint and its id.
+    /// Another server does: its native endpoint, its TCPStore and torchft endpoints and its
+    /// id.
     Elsewhere {
         endpoint: String,
         store: String,
+        torchft: String,
         server: String,
     },
     /// The storage did not answer: nobody can say.
@@ -58,12 +66,16 @@ pub(crate) struct Owners {
     endpoint: String,
     value: Vec<u8>,
     state: Mutex<State>,
+    /// Counts the times this server lost the Lighthouse door to another (its torchft
+    /// connections close then, so that their replicas reach the new holder).
+    lighthouse_lost: watch::Sender<u64>,
 }
 
 /// The key that names the owner of `job`, or of the TCPStore door.
 enum Owned<'a> {
     Job(&'a str),
     Store,
+    Lighthouse,
 }
 
 struct State {
@@ -72,6 +84,8 @@ struct State {
     mine: BTreeSet<String>,
     /// Whether it serves the group's TCPStore door.
     store: bool,
+    /// Whether it serves the group's torchft Lighthouse door.
+    lighthouse: bool,
     /// When the storage last confirmed the lease.
     confirmed: Instant,
     /// Why the storage is not answering, while it is not.
@@ -80,20 +94,22 @@ struct State {
 
 impl Owners {
     /// Takes a lease on `storage`; fails (the server does not start) when it does not answer.
-    /// `store`: this server's TCPStore endpoint as the others reach it (empty when off).
+    /// `store`, `torchft`: this server's TCPStore and torchft endpoints as the others reach
+    /// them (empty when off).
     pub(crate) async fn start(
         storage: Arc<dyn Storage>,
         prefix: String,
         ttl: Duration,
         endpoint: String,
         store: String,
+        torchft: String,
     ) -> Result<Arc<Self>, StorageError> {
         // Two servers must never share an id (each would take the other's claims for its own).
         let server = crate::server::config::random_hex::<8>("a server id")
             .map_err(|e| StorageError::Config(e.to_string()))?;
         let lease = storage.grant(ttl).await?;
         let value = serde_json::to_vec(&json!({"server": server, "endpoint": endpoint,
-            "store": store}))
+            "store": store, "torchft": torchft}))
         .expect("plain JSON");
         tracing::info!(backend = %storage.describe(), %server, %endpoint, lease, ttl = ?ttl,
             "sharing jobs through the backend");
@@ -108,10 +124,17 @@ impl Owners {
                 lease,
                 mine: BTreeSet::new(),
                 store: false,
+                lighthouse: false,
                 confirmed: Instant::now(),
                 degraded: None,
             }),
+            lighthouse_lost: watch::Sender::new(0),
         }))
+    }
+
+    /// The lease's time to live (`--owner-ttl`).
+    pub(crate) fn ttl(&self) -> Duration {
+        self.ttl
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -126,12 +149,49 @@ impl Owners {
         match what {
             Owned::Job(job) => self.owner_key(job),
             Owned::Store => format!("{}store-owner", self.prefix),
+            Owned::Lighthouse => format!("{}torchft-owner", self.prefix),
         }
     }
 
     /// Who serves the group's TCPStore door, claiming it when nobody does.
     pub(crate) async fn claim_store(&self) -> Verdict {
         self.claim_owned(Owned::Store).await
+    }
+
+    /// Who serves the group's torchft Lighthouse door, claiming it when nobody does.
+    pub(crate) async fn claim_lighthouse(&self) -> Verdict {
+        self.claim_owned(Owned::Lighthouse).await
+    }
+
+    /// Changes each time this server loses the Lighthouse door to another.
+    pub(crate) fn lighthouse_lost(&self) -> watch::Receiver<u64> {
+        self.lighthouse_lost.subscribe()
+    }
+
+    fn quorum_id_key(&self) -> String {
+        format!("{}torchft-quorum-id", self.prefix)
+    }
+
+    /// The highest torchft quorum id the group's Lighthouse issued (0 when none).
+    pub(crate) async fn lighthouse_quorum_id(&self) -> Result<i64, StorageError> {
+        let v = self.storage.get(&self.quorum_id_key()).await?;
+        Ok(
+            v.and_then(|b| std::str::from_utf8(&b).ok()?.trim().parse().ok())
+                .unwrap_or(0),
+        )
+    }
+
+    /// Records `quorum_id` as the highest the group's Lighthouse issued (the holder's ids only
+    /// go up, so the last write is the highest).
+    pub(crate) async fn note_lighthouse_quorum_id(&self, quorum_id: i64) {
+        let r = self
+            .storage
+            .put(&self.quorum_id_key(), quorum_id.to_string().as_bytes())
+            .await;
+        if let Err(e) = r {
+            tracing::warn!(error = %e, quorum_id, "backend write of the quorum id failed");
+            self.note_outage(&e);
+        }
     }
 
     fn round_key(&self, job: &str) -> String {
@@ -149,6 +209,7 @@ impl Owners {
             let held = match what {
                 Owned::Job(job) => s.mine.contains(job),
                 Owned::Store => s.store,
+                Owned::Lighthouse => s.lighthouse,
             };
             if held {
                 return Verdict::Mine;
@@ -169,6 +230,12 @@ impl Owners {
                         }
                         return Verdict::Mine;
                     }
+                    Owned::Lighthouse => {
+                        if !std::mem::replace(&mut self.lock().lighthouse, true) {
+                            tracing::info!("serving the group's torchft Lighthouse door");
+                        }
+                        return Verdict::Mine;
+                    }
                 };
                 let fresh = self.lock().mine.insert(job.to_string());
                 if fresh {
@@ -186,6 +253,7 @@ impl Owners {
                 Verdict::Elsewhere {
                     endpoint: v["endpoint"].as_str().unwrap_or("").to_string(),
                     store: v["store"].as_str().unwrap_or("").to_string(),
+                    torchft: v["torchft"].as_str().unwrap_or("").to_string(),
                     server: v["server"].as_str().unwrap_or("?").to_string(),
                 }
             }
@@ -217,6 +285,7 @@ impl Owners {
             "lease": s.lease,
             "owned_jobs": s.mine.iter().collect::<Vec<_>>(),
             "tcpstore_owner": s.store,
+            "lighthouse_owner": s.lighthouse,
             "degraded": s.degraded,
         })
     }
@@ -298,17 +367,32 @@ impl Owners {
             Ok(l) => l,
             Err(e) => return self.note_outage(&e),
         };
-        let (jobs, store) = {
+        let (jobs, store, lighthouse) = {
             let mut s = self.lock();
             s.lease = lease;
             s.confirmed = Instant::now();
             s.degraded = None;
             let store = std::mem::take(&mut s.store);
+            let lighthouse = std::mem::take(&mut s.lighthouse);
             (
                 std::mem::take(&mut s.mine).into_iter().collect::<Vec<_>>(),
                 store,
+                lighthouse,
             )
         };
+        if lighthouse {
+            // Two Lighthouses must never issue quorums for one job: hand its replicas on.
+            match self.claim_lighthouse().await {
+                Verdict::Mine => {}
+                Verdict::Elsewhere { server, .. } => {
+                    tracing::warn!(%server, "another server serves the Lighthouse door now; \
+                        closing this server's torchft connections");
+                    self.lighthouse_lost.send_modify(|n| *n += 1);
+                }
+                // Still ours as far as anyone can tell: claim again next time.
+                Verdict::Unknown(_) => self.lock().lighthouse = true,
+            }
+        }
         if store {
             // Its connections stay here; new ones go wherever the door is now.
             if let Verdict::Elsewhere { server, .. } = self.claim_store().await {

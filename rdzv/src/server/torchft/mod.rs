@@ -14,6 +14,10 @@
 //!
 //! Several jobs share the port: a call's job is its `x-dtcomm-job` metadata, else `room-id`
 //! (torchft PR #189's name), else the default job.
+//!
+//! Quorum ids start above the Unix time in milliseconds when the server started, so that a
+//! restarted server never reissues an id. With several servers on a backend one of them holds
+//! the door and the others relay to it (`ha/lighthouse.rs`).
 
 mod grpc;
 mod kill;
@@ -36,10 +40,12 @@ use dt_rdzv_proto::torchft::{CallId, Lighthouse, LighthouseConfig, Output, Quoru
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::admission::Gate;
 use super::driver::{Driver, Route};
+use super::ha::lighthouse::{Admission, SharedLighthouse};
+use super::ha::owner::Owners;
 
 /// Connections open at once.
 const MAX_CONNECTIONS: usize = 4096;
@@ -55,6 +61,8 @@ const HEAD_DEADLINE: Duration = Duration::from_secs(60);
 pub(crate) struct Routes {
     quorums: HashMap<CallId, oneshot::Sender<Result<Quorum, Refusal>>>,
     heartbeat: Option<Result<(), Refusal>>,
+    /// Where issued quorum ids are recorded for the group (with `--backend`).
+    issued: Option<mpsc::UnboundedSender<i64>>,
 }
 
 impl Route<Output> for Routes {
@@ -72,6 +80,9 @@ impl Route<Output> for Routes {
                 reason,
                 left,
             } => {
+                if let Some(tx) = &self.issued {
+                    let _ = tx.send(quorum.quorum_id);
+                }
                 let ids: Vec<&str> = quorum
                     .participants
                     .iter()
@@ -102,6 +113,12 @@ impl LighthouseDoor {
         })
     }
 
+    /// Makes every quorum id from now on greater than `quorum_id`.
+    fn restore_floor(&self, quorum_id: i64) {
+        self.driver
+            .with(|d| d.core.restore_floor(std::time::Instant::now(), quorum_id));
+    }
+
     fn call_id(&self) -> CallId {
         self.next_call.fetch_add(1, Ordering::Relaxed)
     }
@@ -121,16 +138,26 @@ impl LighthouseDoor {
 }
 
 /// Serves the door on `listener` until `stop` turns true: HTTP/1 and HTTP/2 (prior
-/// knowledge, as gRPC clients speak it) on each connection.
+/// knowledge, as gRPC clients speak it) on each connection. With `owners` (a group of
+/// servers on a backend) only the door's holder serves; the others relay to it.
 pub(crate) async fn run(
     listener: TcpListener,
     door: Arc<LighthouseDoor>,
+    owners: Option<Arc<Owners>>,
     mut stop: watch::Receiver<bool>,
 ) {
     let timer = {
         let (door, stop) = (door.clone(), stop.clone());
         tokio::spawn(async move { door.driver.run_timers(stop).await })
     };
+    let shared = owners.map(|o| {
+        let shared = Arc::new(SharedLighthouse::new(o));
+        let (tx, rx) = mpsc::unbounded_channel();
+        door.driver.with(|d| d.routes.issued = Some(tx));
+        tokio::spawn(shared.clone().record(rx, stop.clone()));
+        shared
+    });
+    let mut next_id: u64 = 0;
     let gate = Gate::new("torchft", MAX_CONNECTIONS);
     let app = door.router();
     loop {
@@ -144,11 +171,25 @@ pub(crate) async fn run(
                     let _ = stream.set_nodelay(true);
                     let app = app.clone();
                     let mut stop = stop.clone();
+                    let (door, shared) = (door.clone(), shared.clone());
+                    next_id += 1;
+                    let id = next_id;
                     tokio::spawn(async move {
                         if !slot.first_bytes(&stream).await {
                             return;
                         }
-                        serve_connection(stream, peer, app, &mut stop).await;
+                        match shared {
+                            None => serve_connection(stream, peer, app, &mut stop, None).await,
+                            Some(shared) => {
+                                let restore = |q| door.restore_floor(q);
+                                let admitted =
+                                    shared.admit(id, stream, peer, stop.clone(), restore).await;
+                                if let Admission::Serve(stream, lost) = admitted {
+                                    serve_connection(stream, peer, app, &mut stop, Some(lost))
+                                        .await;
+                                }
+                            }
+                        }
                         drop(slot);
                     });
                 }
@@ -162,11 +203,14 @@ pub(crate) async fn run(
     let _ = timer.await;
 }
 
+/// Serves one connection until it ends, the server stops, or `lost` changes (this server no
+/// longer holds the group's door).
 async fn serve_connection(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
     app: Router,
     stop: &mut watch::Receiver<bool>,
+    lost: Option<watch::Receiver<u64>>,
 ) {
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     builder
@@ -185,6 +229,14 @@ async fn serve_connection(
         .keep_alive_timeout(Duration::from_secs(20));
     let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app));
     tokio::pin!(conn);
+    let lost = async {
+        match lost {
+            Some(mut l) => {
+                let _ = l.changed().await;
+            }
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         r = conn.as_mut() => {
             if let Err(e) = r {
@@ -192,5 +244,6 @@ async fn serve_connection(
             }
         }
         _ = stop.changed() => {}
+        _ = lost => {}
     }
 }

@@ -26,7 +26,7 @@ async fn start(config: LighthouseConfig) -> Door {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     let (tx, rx) = watch::channel(false);
-    tokio::spawn(run(l, LighthouseDoor::new(config), rx));
+    tokio::spawn(run(l, LighthouseDoor::new(config), None, rx));
     Door { addr, _stop: tx }
 }
 

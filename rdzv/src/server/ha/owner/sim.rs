@@ -118,6 +118,7 @@ impl Sim {
                         Duration::from_secs(3600),
                         endpoint.clone(),
                         format!("{name}:29400"),
+                        format!("{name}:29510"),
                     ))
                     .expect("the lease");
                 Server {
