@@ -79,6 +79,10 @@ def run_all(cmds: list[tuple[list[str], dict[str, str]]],
     return got
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def run_group(
     tmp_path: Path,
     world: int,
@@ -87,11 +91,13 @@ def run_group(
     timeout: float = 120.0,
     per_rank: dict[int, dict[str, str]] | None = None,
     args: Sequence[str] = (),
+    sigint_ignored: bool = False,
 ) -> list[Result]:
     """Runs the worker program `script` (a file, usually ``WORKERS / "name.py"``) with `args`
     in `world` processes with DTCOMM_RANK / DTCOMM_WORLD_SIZE (and RANK / WORLD_SIZE) set, each
     one's output in ``tmp_path / "rank{r}.log"``; returns each one's exit code and output.
-    Processes still running at the deadline are killed."""
+    Processes still running at the deadline are killed. ``sigint_ignored``: start them with
+    SIGINT ignored, as a CI runner or ``nohup`` does."""
     procs = []
     for r in range(world):
         e = base_env(
@@ -101,7 +107,7 @@ def run_group(
         log = open(tmp_path / f"rank{r}.log", "w+")
         p = subprocess.Popen(
             [sys.executable, str(script), *args], env=e, stdout=log, stderr=subprocess.STDOUT,
-            text=True
+            text=True, preexec_fn=_ignore_sigint if sigint_ignored else None
         )
         procs.append((r, p, log))
     results = []

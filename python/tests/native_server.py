@@ -163,10 +163,14 @@ class Procs:
         self.tmp = tmp_path
         self.procs: list[tuple[str, subprocess.Popen[bytes], Path]] = []
 
-    def start(self, name: str, cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    def start(self, name: str, cmd: list[str], env: dict[str, str],
+              sigint_ignored: bool = False) -> subprocess.Popen[bytes]:
+        """Starts ``cmd`` (with SIGINT ignored, as a CI runner or ``nohup`` leaves it, when
+        ``sigint_ignored``)."""
         log = self.tmp / f"{name}.log"
+        ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None
         p = subprocess.Popen(cmd, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
-                             start_new_session=True)
+                             start_new_session=True, preexec_fn=ignore)
         self.procs.append((name, p, log))
         return p
 

@@ -353,7 +353,7 @@ def test_a_native_join_answers_sigint(
     script = str(WORKERS / "native_sigint.py")
     env = base_env(native_server.client_env(_job(), DTCOMM_RDZV_MEMBERS="2",
                                             DTCOMM_TIMEOUT="60"))
-    procs.start("m", [sys.executable, script], env)
+    procs.start("m", [sys.executable, script], env, sigint_ignored=True)
     assert procs.wait_exit("m", 60) == 0, procs.dump()
     m = re.search(r"INTERRUPTED after ([\d.]+) s", procs.out("m"))
     assert m and float(m.group(1)) < 3.0, procs.out("m")

@@ -11,6 +11,10 @@ import time
 
 import dtcomm
 
+# Ctrl-C's default handler even when this process started with SIGINT ignored (a CI runner,
+# nohup, a background job): Python installs it only where SIGINT was not ignored.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
 t = time.monotonic()
 try:

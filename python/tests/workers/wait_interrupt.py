@@ -15,6 +15,10 @@ import numpy as np
 
 import dtcomm
 
+# Ctrl-C's default handler even when this process started with SIGINT ignored (a CI runner,
+# nohup, a background job): Python installs it only where SIGINT was not ignored.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 dtcomm.init(verbose=False)
 r = dtcomm.rank()
 x = np.ones(4, np.float32)
