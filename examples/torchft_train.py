@@ -11,8 +11,8 @@ examples do:
     REPLICA_GROUP_ID=0 torchrun --nproc-per-node 1 --master-port 29600 examples/torchft_train.py
     REPLICA_GROUP_ID=1 torchrun --nproc-per-node 1 --master-port 29601 examples/torchft_train.py
 
-``--log FILE`` writes one JSON line per step (time, step, committed, participants), which
-``benches/python/torchft_recovery.py`` reads.
+``--log FILE`` writes one JSON line per step (time, step, committed, participants, pid, the
+parameters' sum), which ``benches/python/torchft_recovery.py`` and ``torchft_soak.py`` read.
 """
 
 from __future__ import annotations
@@ -118,7 +118,10 @@ def main() -> None:
         if fault and committed and len(fault) > 3 and manager.num_participants() >= int(fault[3]):
             armed = True
         rec = {"t": time.time(), "step": manager.current_step(), "committed": bool(committed),
-               "participants": manager.num_participants(), "loss": float(loss)}
+               "participants": manager.num_participants(), "loss": float(loss),
+               "pid": os.getpid(),
+               # The parameters' sum: replicas at one committed step hold the same model.
+               "psum": float(sum(float(p.double().sum()) for p in model.parameters()))}
         if log is not None:
             log.write(json.dumps(rec) + "\n")
         elif manager.current_step() % 50 == 0:

@@ -132,9 +132,17 @@ fn lighthouse_e2e() {
         "sent back verbatim"
     );
     assert!(
-        matches!(out[0], Output::Issued { .. }),
-        "logged before the answers"
+        matches!(out[0], Output::Issued { changed: true, .. }),
+        "logged before the answers, as a new quorum"
     );
+    // The same member asks for its next step: the same quorum again, not a new one.
+    let call = s.ask("", member("foo", 2));
+    let out = s.outputs();
+    assert!(
+        matches!(out[0], Output::Issued { changed: false, .. }),
+        "{out:?}"
+    );
+    assert_eq!(Sim::answers(&out)[0].0, call);
 }
 
 #[test]

@@ -67,5 +67,8 @@ pub enum Output {
         reason: String,
         /// Members of the previous quorum not in this one, and why.
         left: Vec<Departure>,
+        /// Whether it is a new quorum, not the previous one issued again for the next step
+        /// (torchft issues one per step; only new ones are worth an info line).
+        changed: bool,
     },
 }

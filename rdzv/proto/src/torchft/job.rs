@@ -40,6 +40,9 @@ pub(crate) struct Issue {
     pub(crate) answered: Vec<CallId>,
     /// Members of the previous quorum not in it.
     pub(crate) left: Vec<Departure>,
+    /// Whether it is a new quorum (its id differs from the previous one's, or it is the
+    /// job's first), not the previous one issued again for the next step.
+    pub(crate) changed: bool,
 }
 
 impl Job {
@@ -96,6 +99,7 @@ impl Job {
             self.prev.as_ref(),
         );
         let participants = verdict.participants?;
+        let before = self.prev.as_ref().map(|p| p.quorum_id);
         self.quorum_id = rule::next_quorum_id(self.quorum_id, self.prev.as_ref(), &participants);
         let quorum = Quorum {
             quorum_id: self.quorum_id,
@@ -151,6 +155,7 @@ impl Job {
             self.waiting.remove(call);
         }
         Some(Issue {
+            changed: before != Some(quorum.quorum_id),
             quorum,
             reason: verdict.reason,
             answered,

@@ -233,6 +233,7 @@ impl Lighthouse {
             quorum: issue.quorum.clone(),
             reason: issue.reason,
             left: issue.left,
+            changed: issue.changed,
         });
         for call in issue.answered {
             self.calls.remove(&call);

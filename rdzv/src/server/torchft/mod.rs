@@ -79,6 +79,7 @@ impl Route<Output> for Routes {
                 quorum,
                 reason,
                 left,
+                changed,
             } => {
                 if let Some(tx) = &self.issued {
                     let _ = tx.send(quorum.quorum_id);
@@ -88,8 +89,13 @@ impl Route<Output> for Routes {
                     .iter()
                     .map(|m| m.replica_id.as_str())
                     .collect();
-                tracing::info!(job = %job, quorum_id = quorum.quorum_id, participants = ?ids,
-                    %reason, "torchft quorum issued");
+                if changed {
+                    tracing::info!(job = %job, quorum_id = quorum.quorum_id,
+                        participants = ?ids, %reason, "torchft quorum issued");
+                } else {
+                    tracing::debug!(job = %job, quorum_id = quorum.quorum_id,
+                        participants = ?ids, %reason, "torchft quorum issued again");
+                }
                 for d in left {
                     tracing::info!(job = %job, replica = %d.replica_id, quorum_id = d.quorum_id,
                         reason = %d.reason, "torchft replica left the quorum");
