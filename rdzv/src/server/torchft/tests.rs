@@ -30,48 +30,17 @@ async fn start(config: LighthouseConfig) -> Door {
     Door { addr, _stop: tx }
 }
 
-/// One unary call: (grpc-status, message bytes).
+/// One unary call on a connection of its own: (grpc-status, message bytes).
 async fn call(
     addr: SocketAddr,
     path: &str,
     headers: &[(&str, &str)],
     msg: Vec<u8>,
 ) -> (String, Bytes) {
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (mut send, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
-            .await
-            .unwrap();
-    tokio::spawn(conn);
-    let mut frame = BytesMut::new();
-    frame.put_u8(0);
-    frame.put_u32(msg.len() as u32);
-    frame.put_slice(&msg);
-    let mut req = Request::post(format!("http://{addr}{path}"))
-        .header(header::CONTENT_TYPE, "application/grpc")
-        .header("te", "trailers");
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let resp = send
-        .send_request(req.body(Body::from(frame.freeze())).unwrap())
+    calls(addr, path, headers, vec![msg])
         .await
-        .unwrap();
-    let head = resp.headers().clone();
-    let body = resp.into_body().collect().await.unwrap();
-    let trailers = body.trailers().cloned().unwrap_or_default();
-    let status = trailers
-        .get("grpc-status")
-        .or_else(|| head.get("grpc-status"))
-        .map(|v| v.to_str().unwrap().to_owned())
-        .unwrap_or_default();
-    let data = body.to_bytes();
-    let msg = if data.len() >= 5 {
-        data.slice(5..)
-    } else {
-        Bytes::new()
-    };
-    (status, msg)
+        .pop()
+        .expect("one answer")
 }
 
 fn member(id: &str, world_size: u64) -> Vec<u8> {
@@ -170,13 +139,14 @@ async fn deadline_ends_the_call() {
     );
 }
 
-/// Sends `msgs` to `path` one after another on one HTTP/2 connection; their grpc-status.
+/// Sends `msgs` to `path` one after another on one HTTP/2 connection: each one's
+/// (grpc-status, message bytes).
 async fn calls(
     addr: SocketAddr,
     path: &str,
     headers: &[(&str, &str)],
     msgs: Vec<Vec<u8>>,
-) -> Vec<String> {
+) -> Vec<(String, Bytes)> {
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     // Without it each call waits out a delayed ACK (40 ms), and 5000 calls outlast the
     // time after which the Lighthouse forgets an id.
@@ -211,7 +181,13 @@ async fn calls(
             .or_else(|| head.get("grpc-status"))
             .map(|v| v.to_str().unwrap().to_owned())
             .unwrap_or_default();
-        out.push(status);
+        let data = body.to_bytes();
+        let msg = if data.len() >= 5 {
+            data.slice(5..)
+        } else {
+            Bytes::new()
+        };
+        out.push((status, msg));
     }
     out
 }
@@ -263,8 +239,8 @@ async fn bad_input_is_refused_in_bounds_and_spares_other_jobs() {
     // rest with RESOURCE_EXHAUSTED; the server still answers everyone else.
     let beats: Vec<Vec<u8>> = (0..5000).map(|i| heartbeat(&format!("fake-{i}"))).collect();
     let got = calls(d.addr, super::grpc::HEARTBEAT_PATH, &flood, beats).await;
-    let ok = got.iter().filter(|s| *s == "0").count();
-    let refused = got.iter().filter(|s| *s == "8").count();
+    let ok = got.iter().filter(|(s, _)| s == "0").count();
+    let refused = got.iter().filter(|(s, _)| s == "8").count();
     assert_eq!((ok, refused), (4096, 904), "{:?}", &got[4090..4100]);
     let (s, q) = quorum(d.addr, &[("x-dtcomm-job", "other")], "r0").await;
     assert_eq!(
