@@ -246,7 +246,14 @@ def test_silent_replica_dropped_within_heartbeat_timeout(lighthouse_factory: Any
     assert beats == {"alive": True, "silent": False}
     with urllib.request.urlopen(f"{lh.address}/status", timeout=5) as r:
         page = r.read().decode()
-    assert "silent left after quorum 1" in page and "heartbeat timeout" in page
+    first = results["alive"].quorum_id
+    assert f"silent left after quorum {first}" in page and "heartbeat timeout" in page
+    with urllib.request.urlopen(f"{lh.address}/metrics", timeout=5) as r:
+        metrics = r.read().decode()
+    assert f'dtrdzv_torchft_quorum_id{{job=""}} {q.quorum_id}' in metrics, metrics
+    assert 'dtrdzv_torchft_quorum_participants{job=""} 1' in metrics, metrics
+    assert 'dtrdzv_torchft_replicas_silent{job=""} 1' in metrics, metrics
+    assert 'dtrdzv_torchft_departures_total{reason="heartbeat_timeout"} 1' in metrics, metrics
 
 
 def test_quorum_deadline(lighthouse_factory: Any) -> None:

@@ -7,7 +7,14 @@ use dt_rdzv_proto::tcpstore::QueryType;
 use crate::server::native::rendezvous::RdzvCore;
 use crate::server::tcpstore::core::StoreCore;
 
-fn metric(out: &mut String, name: &str, kind: &str, help: &str, samples: &[(String, u64)]) {
+/// Writes one metric's help, type and samples (each `(labels, value)`).
+pub(crate) fn metric(
+    out: &mut String,
+    name: &str,
+    kind: &str,
+    help: &str,
+    samples: &[(String, u64)],
+) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
     for (labels, v) in samples {
         let _ = writeln!(out, "{name}{labels} {v}");

@@ -9,6 +9,8 @@
 //! * `grpc`: `Quorum` (a long poll, bounded by the call's `grpc-timeout`) and `Heartbeat`;
 //! * `status`: the status pages;
 //! * `kill`: `ManagerService/Kill` on a member's address;
+//! * `metrics`: `GET /metrics` (Prometheus): each job's quorum, replicas and waiting calls,
+//!   quorums issued and departures by reason;
 //! * `member_watch`: `GET /v1/torchft/watch`, a long poll that answers when a member of the
 //!   watcher's quorum stops heartbeating (what `dtcomm.torchft` aborts its collectives on).
 //!
@@ -22,6 +24,7 @@
 mod grpc;
 mod kill;
 mod member_watch;
+mod metrics;
 mod status;
 mod wire;
 
@@ -63,6 +66,8 @@ pub(crate) struct Routes {
     heartbeat: Option<Result<(), Refusal>>,
     /// Where issued quorum ids are recorded for the group (with `--backend`).
     issued: Option<mpsc::UnboundedSender<i64>>,
+    /// What `/metrics` counts.
+    counters: metrics::Counters,
 }
 
 impl Route<Output> for Routes {
@@ -83,6 +88,12 @@ impl Route<Output> for Routes {
             } => {
                 if let Some(tx) = &self.issued {
                     let _ = tx.send(quorum.quorum_id);
+                }
+                if changed {
+                    self.counters.quorums += 1;
+                }
+                for d in &left {
+                    self.counters.left(&d.reason);
                 }
                 let ids: Vec<&str> = quorum
                     .participants
@@ -136,6 +147,7 @@ impl LighthouseDoor {
             .route("/", get(status::html))
             .route("/status", get(status::html))
             .route("/status.json", get(status::json))
+            .route("/metrics", get(metrics::metrics))
             .route("/replica/{replica_id}/kill", post(kill::kill))
             .route("/v1/torchft/watch", get(member_watch::watch))
             .fallback(grpc::fallback)
