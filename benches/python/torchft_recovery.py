@@ -87,7 +87,7 @@ def read_log(p: Path) -> list[dict[str, object]]:
     return out
 
 
-def wait_port(port: int, limit: float = 20.0) -> None:
+def wait_port(port: int, limit: float = 90.0) -> None:
     end = time.monotonic() + limit
     while time.monotonic() < end:
         try:
@@ -185,8 +185,11 @@ def main() -> None:
                 for st in stacks:  # interleaved: each trial runs every stack back to back
                     kind, where = f.split(":")
                     with tempfile.TemporaryDirectory() as d:
-                        r = trial(st, n, kind, where, a.fault_step, a.timeout,
-                                  limit=a.timeout * 2 + 60, work=Path(d))
+                        try:
+                            r = trial(st, n, kind, where, a.fault_step, a.timeout,
+                                      limit=a.timeout * 2 + 60, work=Path(d))
+                        except RuntimeError as e:  # a Lighthouse that never came up
+                            r = {"error": str(e)}
                     rows.setdefault((st.name, n, f), []).append(r)
                     print(f"trial {t} {st.name} replicas={n} {f}: {r}", flush=True)
     print(f"\nload average at start {load[0]:.2f}; collective timeout {a.timeout:.0f} s; "
