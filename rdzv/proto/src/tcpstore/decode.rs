@@ -202,7 +202,6 @@ impl Partial {
                     Q::Add | Q::Barrier => bytes(),
                     _ => Vec::new(),
                 };
-                drop(bytes);
                 let int = match f.next() {
                     Some(Field::Int(n)) => n,
                     _ => unreachable!("the layout of fixed() puts an integer here"),
