@@ -297,7 +297,7 @@ def test_a_frame_dribbled_in_small_pieces_is_read_once(server: Server) -> None:
     report("dribbled frames: server CPU s", spent)
     report("dribbled frames: wall s", took)
     by.check()
-    assert spent < 0.4 * took, f"server CPU {spent:.1f} s for {took:.1f} s of dribbling"
+    assert spent < 0.6 * took, f"server CPU {spent:.1f} s for {took:.1f} s of dribbling"
 
 
 # --- Finding 4 and the answer cap: the etcd v2 door. --------------------------------------

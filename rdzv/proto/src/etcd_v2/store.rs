@@ -90,16 +90,14 @@ impl V2Store {
                 {
                     self.purge_run_as(&ns, PurgeReason::Rerun);
                 }
+                let answer = self.apply(&key, &request, self.clock.unix_ms_at(now));
                 // A run is marked live by a request that finds or leaves a key: a read of a
-                // missing key leaves no trace. The bookkeeping counts against the byte budget.
-                let ns = run_namespace(&key);
-                let cost = ns.as_ref().map_or(0, |ns| self.runs.touch_cost(conn, ns));
-                let answer = match self.check_quota(cost) {
-                    Ok(()) => self.apply(&key, &request, self.clock.unix_ms_at(now)),
-                    Err(e) => Err(e),
-                };
-                if let Some(ns) = ns
+                // missing key leaves no trace. The bookkeeping counts against the byte
+                // budget; with no room for it the request is answered all the same and
+                // leaves no trace either (liveness protects keys; it is not data).
+                if let Some(ns) = run_namespace(&key)
                     && (answer.is_ok() || self.exists(&key))
+                    && self.check_quota(self.runs.touch_cost(conn, &ns)).is_ok()
                 {
                     self.runs.touch(conn, ns);
                 }

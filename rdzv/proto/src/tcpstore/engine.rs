@@ -182,20 +182,24 @@ impl Engine {
 
     /// Open connection `conn` read `key`: its namespace is live if it holds anything (a read
     /// of a namespace that holds nothing leaves no trace). The bookkeeping counts against the
-    /// store quota: past it, `conn` is closed and this returns false.
-    fn touch(&mut self, conn: ConnId, op: &'static str, key: &[u8], now: Instant) -> bool {
+    /// store quota; when the quota has no room for it, the read is answered all the same and
+    /// leaves no trace either: liveness is protection, not data, and must not cost readers
+    /// their answers when the store is full.
+    fn touch(&mut self, conn: ConnId, key: &[u8]) {
         if !self.conns.contains_key(&conn) || !self.usage.holds(namespace_of(key)) {
-            return true;
+            return;
         }
         let cost = self.namespaces.touch_cost(conn, key);
         if cost > 0
-            && let Err(over) = self.usage.check(key, cost, None, self.store_quota())
+            && self
+                .usage
+                .check(key, cost, None, self.store_quota())
+                .is_err()
         {
-            self.over_quota(conn, op, key, over, now);
-            return false;
+            self.stats.touches_over_quota += 1;
+            return;
         }
         self.namespaces.touch(conn, key);
-        true
     }
 
     /// Open connection `conn` wrote `key` (already admitted with [`Engine::touch_cost`]), or

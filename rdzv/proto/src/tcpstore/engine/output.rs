@@ -139,4 +139,7 @@ pub struct Stats {
     pub connections_total: u64,
     /// Namespaces purged.
     pub purges: u64,
+    /// Reads that did not mark their namespace live because the store quota had no room for
+    /// the bookkeeping.
+    pub touches_over_quota: u64,
 }

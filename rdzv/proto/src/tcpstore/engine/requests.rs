@@ -60,9 +60,7 @@ impl Engine {
                 desired,
             } => self.compare_set(conn, key, expected, desired, now),
             Request::Get { key } => {
-                if !self.touch(conn, "GET", &key, now) {
-                    return;
-                }
+                self.touch(conn, &key);
                 let mut out = Vec::with_capacity(2);
                 self.put_value(&mut out, &key);
                 self.send_chunks(conn, out, 8);
@@ -70,9 +68,7 @@ impl Engine {
             Request::MultiGet { keys } => {
                 let mut out = Vec::with_capacity(2 * keys.len());
                 for key in &keys {
-                    if !self.touch(conn, "MULTI_GET", key, now) {
-                        return;
-                    }
+                    self.touch(conn, key);
                     self.put_value(&mut out, key);
                 }
                 self.send_chunks(conn, out, 8 * keys.len());
@@ -92,20 +88,12 @@ impl Engine {
                 }
             }
             Request::Check { keys } => {
-                for key in &keys {
-                    if !self.touch(conn, "CHECK", key, now) {
-                        return;
-                    }
-                }
+                keys.iter().for_each(|k| self.touch(conn, k));
                 let ready = keys.iter().all(|k| self.present(k));
                 self.send(conn, vec![if ready { READY } else { NOT_READY }]);
             }
             Request::Wait { keys } => {
-                for key in &keys {
-                    if !self.touch(conn, "WAIT", key, now) {
-                        return;
-                    }
-                }
+                keys.iter().for_each(|k| self.touch(conn, k));
                 self.wait(conn, keys, now);
             }
             Request::CancelWait => {
@@ -114,19 +102,15 @@ impl Engine {
             }
             Request::GetNumKeys => self.send(conn, (self.kv.len() as i64).to_le_bytes().to_vec()),
             Request::DeleteKey { key } => {
-                if !self.touch(conn, "DELETE_KEY", &key, now) {
-                    return;
-                }
+                self.touch(conn, &key);
                 let n = i64::from(self.kv_remove(&key).is_some());
                 self.send(conn, n.to_le_bytes().to_vec());
             }
             Request::ListKeys => self.list_keys(conn, now),
             Request::QueuePush { key, value } => self.queue_push(conn, key, value, now),
-            Request::QueuePop { key } => self.queue_pop(conn, key, now),
+            Request::QueuePop { key } => self.queue_pop(conn, key),
             Request::QueueLen { key } => {
-                if !self.touch(conn, "QUEUE_LEN", &key, now) {
-                    return;
-                }
+                self.touch(conn, &key);
                 let len = self.queues.get(&key).map_or(0, VecDeque::len) as i64;
                 self.send(conn, len.to_le_bytes().to_vec());
             }
@@ -152,9 +136,7 @@ impl Engine {
                 self.purge(&BTreeSet::from([ns]), PurgeReason::NewTorchelasticRun);
             }
         }
-        if !self.touch(conn, "COMPARE_SET", &key, now) {
-            return;
-        }
+        self.touch(conn, &key);
         // `semantics::compare_set`'s rules, with the stored value shared rather than copied.
         let desired = Bytes::from(desired);
         let (store, reply) = match self.kv.get(&key) {
@@ -298,10 +280,8 @@ impl Engine {
     }
 
     /// QUEUE_POP: the queue's length before the pop, then its head if it had one.
-    fn queue_pop(&mut self, conn: ConnId, key: Vec<u8>, now: Instant) {
-        if !self.touch(conn, "QUEUE_POP", &key, now) {
-            return;
-        }
+    fn queue_pop(&mut self, conn: ConnId, key: Vec<u8>) {
+        self.touch(conn, &key);
         let q = self.queues.get_mut(&key);
         let len = q.as_ref().map_or(0, |q| q.len());
         let mut head = (len as i64).to_le_bytes().to_vec();
