@@ -32,6 +32,10 @@
 //! * `namespaces`: which connections keep which namespace live;
 //! * `usage`: the bytes held and the quotas; `values`: APPEND and value replies, shared.
 //!
+//! The store quota is the door's whole memory budget: stored keys and values, the namespace
+//! bookkeeping and the keys waited for ([`Engine::held_bytes`]), plus what the driver holds
+//! ([`Engine::set_external_bytes`]: replies' own bytes not yet written, partial frames).
+//!
 //! Every map is ordered, so what the engine answers (LIST_KEYS, the order of purges) depends
 //! on nothing but its inputs.
 

@@ -11,8 +11,10 @@
 //! frame of input. Across connections, the replies' own bytes and the partial frames are
 //! charged to the door's memory budget ([`DoorMemory`]): a frame that would need more than the
 //! budget leaves closes its connection, naming the budget. The decoder keeps its place in a
-//! partial frame, and is not called again until the bytes it asked for are buffered. Deadlines: the first request must arrive within the handshake timeout, a
-//! request that has started must finish within the frame timeout, and a reply write that makes
+//! partial frame, and is not called again until the bytes it asked for are buffered.
+//!
+//! Deadlines: the first request must arrive within the handshake timeout, a request that has
+//! started must finish within the frame timeout, and a reply write that makes
 //! no progress for the frame timeout closes the connection; a connection that is merely quiet
 //! between requests is left alone.
 
@@ -390,8 +392,8 @@ async fn read_until(
 ) -> Result<usize, String> {
     let want = need.saturating_sub(buf.len()).max(INITIAL_BUFFER);
     if buf.capacity() - buf.len() < want {
-        // Room was made (and charged) by `Input::make_room`; this only covers a race-free
-        // corner where it was not needed.
+        // `Input::make_room` has made this room after checking the budget; kept so that the
+        // read below always has room for what the decoder asked for.
         buf.reserve(want);
     }
     let read = rd.read_buf(buf);
