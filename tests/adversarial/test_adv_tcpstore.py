@@ -193,8 +193,10 @@ def test_namespace_and_store_quotas_bound_what_is_kept(server: RdzvServer) -> No
     with Bystander(server.host, server.port) as by, RssWatch(server.proc.pid) as rss:
         # 64 MiB per namespace: seven 8 MiB values and their keys fit, the eighth does not.
         assert fill(b"jobA") == 7
-        # The store's 96 MiB holds four more, whatever the namespace.
-        assert fill(b"jobB") == 4
+        # The store's 96 MiB holds four more, whatever the namespace, or three: the quota is
+        # the door's whole memory budget, so the part of the next pipelined 8 MiB value
+        # already read counts too (issue 42).
+        assert fill(b"jobB") in (3, 4)
     by.check()
     log = server.log()
     assert "would pass the namespace quota of 67108864 bytes" in log, log

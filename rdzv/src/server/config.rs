@@ -57,7 +57,9 @@ pub struct ServeConfig {
     #[arg(long, env = "DTRDZV_MAX_NAMESPACE_BYTES", default_value_t = DEFAULT_MAX_NAMESPACE_BYTES)]
     pub max_namespace_bytes: u64,
 
-    /// Most bytes (keys and values) the whole store may hold; as above. 0: no limit.
+    /// Each door's memory budget (TCPStore, etcd v2), over all its connections: keys and
+    /// values, per-key bookkeeping, waiting keys, queued answers and partial frames; a
+    /// request that would pass it is refused. 0: no limit.
     #[arg(long, env = "DTRDZV_MAX_STORE_BYTES", default_value_t = DEFAULT_MAX_STORE_BYTES)]
     pub max_store_bytes: u64,
 

@@ -120,11 +120,27 @@ pub fn run_start(key: &str, request: &V2Request) -> Option<RunNamespace> {
     starts.then_some(ns)
 }
 
+/// What a run's entry costs beside its name, charged to the store's byte budget.
+const RUN_OVERHEAD: u64 = 128;
+/// What one connection's touch of a run costs beside the name.
+const TOUCH_OVERHEAD: u64 = 64;
+
+impl RunNamespace {
+    /// Bytes of its name.
+    fn name_bytes(&self) -> u64 {
+        match self {
+            Self::Dynamic(s) | Self::Legacy(s) => s.len() as u64,
+        }
+    }
+}
+
 /// Which open connections touched which run, and since when a run has had none.
 #[derive(Debug, Default)]
 pub struct RunTracker {
     runs: BTreeMap<RunNamespace, Run>,
     conns: BTreeMap<ConnId, BTreeSet<RunNamespace>>,
+    /// Bytes this bookkeeping holds (names and entries).
+    bytes: u64,
 }
 
 #[derive(Debug, Default)]
@@ -142,17 +158,37 @@ impl RunTracker {
             && !self.conns.get(&conn).is_some_and(|s| s.contains(ns))
     }
 
+    /// What [`RunTracker::touch`] of `ns` by `conn` would add to [`RunTracker::bytes`].
+    pub fn touch_cost(&self, conn: ConnId, ns: &RunNamespace) -> u64 {
+        if self.conns.get(&conn).is_some_and(|s| s.contains(ns)) {
+            return 0;
+        }
+        let run = if self.runs.contains_key(ns) {
+            0
+        } else {
+            ns.name_bytes() + RUN_OVERHEAD
+        };
+        run + ns.name_bytes() + TOUCH_OVERHEAD
+    }
+
     /// Connection `conn` touched `ns`.
     pub fn touch(&mut self, conn: ConnId, ns: RunNamespace) {
+        self.bytes += self.touch_cost(conn, &ns);
         let run = self.runs.entry(ns.clone()).or_default();
         run.conns.insert(conn);
         run.idle_since = None;
         self.conns.entry(conn).or_default().insert(ns);
     }
 
+    /// Bytes this bookkeeping holds.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
     /// Connection `conn` closed at `now`.
     pub fn disconnect(&mut self, conn: ConnId, now: Instant) {
         for ns in self.conns.remove(&conn).unwrap_or_default() {
+            self.bytes = self.bytes.saturating_sub(ns.name_bytes() + TOUCH_OVERHEAD);
             if let Some(run) = self.runs.get_mut(&ns) {
                 run.conns.remove(&conn);
                 if run.conns.is_empty() {
@@ -164,7 +200,9 @@ impl RunTracker {
 
     /// Forgets a purged run.
     pub fn forget(&mut self, ns: &RunNamespace) {
-        self.runs.remove(ns);
+        if self.runs.remove(ns).is_some() {
+            self.bytes = self.bytes.saturating_sub(ns.name_bytes() + RUN_OVERHEAD);
+        }
     }
 
     /// Runs no open connection touched for `ttl` by `now`.

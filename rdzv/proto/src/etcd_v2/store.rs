@@ -54,6 +54,11 @@ pub struct V2Store {
     /// Which connections touched which run.
     runs: RunTracker,
     outputs: VecDeque<Output>,
+    /// Bytes of answers the driver is still sending, over every connection
+    /// ([`V2Store::set_answers_in_flight`]).
+    answers_in_flight: u64,
+    /// The size of the last read's answer ([`V2Store::take_answer_bytes`]).
+    answer_bytes: u64,
 }
 
 impl V2Store {
@@ -69,6 +74,8 @@ impl V2Store {
             bytes: 0,
             runs: RunTracker::default(),
             outputs: VecDeque::new(),
+            answers_in_flight: 0,
+            answer_bytes: 0,
         }
     }
 
@@ -83,10 +90,17 @@ impl V2Store {
                 {
                     self.purge_run_as(&ns, PurgeReason::Rerun);
                 }
-                if let Some(ns) = run_namespace(&key) {
+                let answer = self.apply(&key, &request, self.clock.unix_ms_at(now));
+                // A run is marked live by a request that finds or leaves a key: a read of a
+                // missing key leaves no trace. The bookkeeping counts against the byte
+                // budget; with no room for it the request is answered all the same and
+                // leaves no trace either (liveness protects keys; it is not data).
+                if let Some(ns) = run_namespace(&key)
+                    && (answer.is_ok() || self.exists(&key))
+                    && self.check_quota(self.runs.touch_cost(conn, &ns)).is_ok()
+                {
                     self.runs.touch(conn, ns);
                 }
-                let answer = self.apply(&key, &request, self.clock.unix_ms_at(now));
                 self.deliver();
                 self.outputs.push_back(Output::Answer { conn, answer });
             }
@@ -139,6 +153,30 @@ impl V2Store {
     /// Bytes of keys and values held.
     pub fn bytes(&self) -> u64 {
         self.bytes
+    }
+
+    /// Every byte held for clients against the byte budget ([`super::Limits::max_bytes`]):
+    /// keys and values, the run bookkeeping, and the answers being sent.
+    pub fn held_bytes(&self) -> u64 {
+        self.bytes + self.runs.bytes() + self.answers_in_flight
+    }
+
+    /// The driver is still sending `bytes` of answers, over every connection: a read whose
+    /// answer would pass the server-wide answer bound ([`super::Limits::max_answer_bytes`])
+    /// or the byte budget beside them is refused.
+    pub fn set_answers_in_flight(&mut self, bytes: u64) {
+        self.answers_in_flight = bytes;
+    }
+
+    /// The size (keys and values) of the answer of the last request, if it was a read, for
+    /// the driver to count as in flight until sent; 0 after.
+    pub fn take_answer_bytes(&mut self) -> u64 {
+        std::mem::take(&mut self.answer_bytes)
+    }
+
+    /// Runs tracked (tests and status: what requests left behind).
+    pub fn tracked_runs(&self) -> usize {
+        self.runs.len()
     }
 
     /// Bytes the event history holds (bounded by [`super::watch::HISTORY_BYTES`]).

@@ -32,6 +32,10 @@
 //! * `namespaces`: which connections keep which namespace live;
 //! * `usage`: the bytes held and the quotas; `values`: APPEND and value replies, shared.
 //!
+//! The store quota is the door's whole memory budget: stored keys and values, the namespace
+//! bookkeeping and the keys waited for ([`Engine::held_bytes`]), plus what the driver holds
+//! ([`Engine::set_external_bytes`]: replies' own bytes not yet written, partial frames).
+//!
 //! Every map is ordered, so what the engine answers (LIST_KEYS, the order of purges) depends
 //! on nothing but its inputs.
 
@@ -81,6 +85,10 @@ pub struct Engine {
     usage: Usage,
     actions: VecDeque<Action>,
     stats: Stats,
+    /// Bytes the driver holds for the door beside the engine (queued replies, partial
+    /// frames), charged to the store quota with what the engine holds
+    /// ([`Engine::set_external_bytes`]).
+    external: u64,
 }
 
 impl Engine {
@@ -146,6 +154,21 @@ impl Engine {
         self.usage.total()
     }
 
+    /// Every byte the engine holds for its clients: stored keys and values, the namespace
+    /// bookkeeping, and the keys waited for. With [`Engine::set_external_bytes`], this is
+    /// what the store quota ([`EngineConfig::max_store_bytes`], the door's memory budget)
+    /// bounds.
+    pub fn held_bytes(&self) -> u64 {
+        self.usage.total() + self.namespaces.bytes() + self.waits.bytes()
+    }
+
+    /// The driver holds `bytes` for the door's clients beside the engine (replies queued and
+    /// not yet written, partial frames): they count against the store quota too, so the next
+    /// write, wait, touch or LIST_KEYS answer must fit beside them.
+    pub fn set_external_bytes(&mut self, bytes: u64) {
+        self.external = bytes;
+    }
+
     /// Number of open connections.
     pub fn num_connections(&self) -> usize {
         self.conns.len()
@@ -157,14 +180,52 @@ impl Engine {
             return;
         }
         self.waits.cancel(conn);
-        self.namespaces.release(conn, now);
+        let usage = &self.usage;
+        self.namespaces.release(conn, now, |ns| usage.holds(ns));
     }
 
-    /// Open connection `conn` used `key`: its namespace is live.
+    /// Open connection `conn` read `key`: its namespace is live if it holds anything (a read
+    /// of a namespace that holds nothing leaves no trace). The bookkeeping counts against the
+    /// store quota; when the quota has no room for it, the read is answered all the same and
+    /// leaves no trace either: liveness is protection, not data, and must not cost readers
+    /// their answers when the store is full.
     fn touch(&mut self, conn: ConnId, key: &[u8]) {
+        if !self.conns.contains_key(&conn) || !self.usage.holds(namespace_of(key)) {
+            return;
+        }
+        let cost = self.namespaces.touch_cost(conn, key);
+        if cost > 0
+            && self
+                .usage
+                .check(key, cost, None, self.store_quota())
+                .is_err()
+        {
+            self.stats.touches_over_quota += 1;
+            return;
+        }
+        self.namespaces.touch(conn, key);
+    }
+
+    /// Open connection `conn` wrote `key` (already admitted with [`Engine::touch_cost`]), or
+    /// was woken by a write of it: its namespace is live.
+    fn mark(&mut self, conn: ConnId, key: &[u8]) {
         if self.conns.contains_key(&conn) {
             self.namespaces.touch(conn, key);
         }
+    }
+
+    /// What marking `key`'s namespace live for `conn` would add to the bookkeeping.
+    fn touch_cost(&self, conn: ConnId, key: &[u8]) -> u64 {
+        if self.conns.contains_key(&conn) {
+            self.namespaces.touch_cost(conn, key)
+        } else {
+            0
+        }
+    }
+
+    /// What the engine and the driver hold beside the stored keys and values.
+    fn other_bytes(&self) -> u64 {
+        self.namespaces.bytes() + self.waits.bytes() + self.external
     }
 
     /// Removes every key and queue of `namespaces`; returns how many went.
@@ -197,6 +258,7 @@ impl Engine {
     /// `key` was written: every connection that waited for nothing else gets its `00`.
     fn wake_all(&mut self, key: &[u8]) {
         for conn in self.waits.wake_all(key) {
+            self.mark(conn, key);
             self.send(conn, vec![STOP_WAITING]);
         }
     }
@@ -204,16 +266,20 @@ impl Engine {
     /// QUEUE_PUSH: only the first waiter on the key is released.
     fn wake_one(&mut self, key: &[u8]) {
         if let Some(conn) = self.waits.wake_one(key) {
+            self.mark(conn, key);
             self.send(conn, vec![STOP_WAITING]);
         }
     }
 
     fn send(&mut self, conn: ConnId, bytes: Vec<u8>) {
-        self.send_chunks(conn, vec![Bytes::from(bytes)]);
+        let owned = bytes.len();
+        self.send_chunks(conn, vec![Bytes::from(bytes)], owned);
     }
 
-    fn send_chunks(&mut self, conn: ConnId, bytes: Vec<Bytes>) {
-        self.actions.push_back(Action::Send { conn, bytes });
+    /// Queues `bytes` for `conn`, of which `owned` are the reply's own (the rest share
+    /// stored values, which the store quota already counts).
+    fn send_chunks(&mut self, conn: ConnId, bytes: Vec<Bytes>, owned: usize) {
+        self.actions.push_back(Action::Send { conn, bytes, owned });
     }
 
     /// Forgets `conn` at once and tells the driver to close it.

@@ -18,7 +18,7 @@ pub mod reply;
 mod request;
 pub mod semantics;
 
-pub use decode::{DecodeError, Decoded, decode};
+pub use decode::{DecodeError, Decoded, Decoder, decode};
 pub use engine::{
     Action, CloseReason, ConnId, DEFAULT_MAX_NAMESPACE_BYTES, DEFAULT_MAX_STORE_BYTES, Engine,
     EngineConfig, Input, MAX_WAITING_BYTES, PurgeReason, Stats,

@@ -6,6 +6,7 @@
 //! parameters in, etcd's JSON and headers out, watches as chunked responses whose headers go
 //! out at once (as etcd sends them) and whose body is the event.
 
+mod answers;
 mod json;
 
 use std::collections::HashMap;
@@ -28,6 +29,7 @@ use dt_rdzv_proto::rendezvous::{Scope, authorized};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
+use self::answers::{ChargedBody, InFlight};
 use super::driver::{Driver, Route};
 use super::http_serve::{Bounds, accept_loop};
 
@@ -41,6 +43,8 @@ const MAX_BODY: usize = 6 << 20;
 /// against it too, so it is long: `python-etcd` keeps its pooled connection for the whole
 /// run, and an open connection is what marks a run alive (agents touch theirs every 1-5 s).
 const HEAD_DEADLINE: Duration = Duration::from_secs(300);
+/// Answers larger than this are turned into JSON on a blocking thread.
+const BLOCKING_ANSWER: u64 = 1 << 20;
 /// The etcd version the door answers as (the API it serves is etcd 3.4's v2).
 const ETCD_VERSION: &str = "3.4.23";
 
@@ -68,6 +72,8 @@ pub(crate) struct V2Door {
     config: V2Config,
     cluster_id: String,
     next_conn: AtomicU64,
+    /// Answers being sent, over every connection (the store bounds them).
+    in_flight: InFlight,
 }
 
 /// Which connection a request came on (for run namespaces).
@@ -90,6 +96,7 @@ impl V2Door {
             config,
             cluster_id,
             next_conn: AtomicU64::new(0),
+            in_flight: InFlight::default(),
         })
     }
 
@@ -120,15 +127,25 @@ impl V2Door {
         self.driver.input(Input::Closed { conn });
     }
 
-    /// Runs one parsed request.
-    fn apply(&self, conn: u64, key: &str, request: V2Request) -> Result<DoorAnswer, V2Error> {
+    /// Runs one parsed request; a read's answer is counted in flight (under the store's
+    /// lock, so the next read sees it) until the returned charge is dropped.
+    fn apply(
+        &self,
+        conn: u64,
+        key: &str,
+        request: V2Request,
+    ) -> (Result<DoorAnswer, V2Error>, answers::Charge) {
         let key = key.to_owned();
         self.driver.with(|g| {
+            g.core.set_answers_in_flight(self.in_flight.bytes());
             g.handle(Instant::now(), Input::Request { conn, key, request });
-            g.routes
+            let charge = self.in_flight.charge(g.core.take_answer_bytes());
+            let answer = g
+                .routes
                 .answer
                 .take()
-                .expect("the store answers every request")
+                .expect("the store answers every request");
+            (answer, charge)
         })
     }
 
@@ -262,7 +279,11 @@ async fn keys(
         .decode_utf8_lossy()
         .into_owned();
     let pairs = params(&method, &uri, &body);
-    let answer = request::parse(m, &Params(&pairs)).and_then(|req| door.apply(conn, &key, req));
+    drop(body);
+    let (answer, mut charge) = match request::parse(m, &Params(&pairs)) {
+        Ok(req) => door.apply(conn, &key, req),
+        Err(e) => (Err(e), door.in_flight.charge(0)),
+    };
     match answer {
         Err(e) => door.error(&e),
         Ok(DoorAnswer::Now(e)) => {
@@ -271,7 +292,20 @@ async fn keys(
             } else {
                 StatusCode::OK
             };
-            (status, door.headers(e.index), json::event(&e)).into_response()
+            let headers = door.headers(e.index);
+            // A large answer's JSON is built off the runtime's workers, which other clients'
+            // connections (the TCPStore door's among them) share.
+            let text = if charge.bytes() > BLOCKING_ANSWER {
+                tokio::task::spawn_blocking(move || json::event(&e))
+                    .await
+                    .unwrap_or_default()
+            } else {
+                json::event(&e)
+            };
+            let text = Bytes::from(text);
+            charge.resize(text.len() as u64);
+            let body = Body::new(ChargedBody::new(text, charge));
+            (status, headers, body).into_response()
         }
         Ok(DoorAnswer::Watched(e)) => {
             (StatusCode::OK, door.headers(e.index), json::event(&e)).into_response()

@@ -8,8 +8,13 @@
 //! [`ServeConfig::max_queued_reply_bytes`], no further request is handled and nothing more is
 //! read (TCP flow control then stops the client); both resume as the client reads its
 //! replies. So one connection holds at most that bound plus one request's reply, plus one
-//! frame of input. Deadlines: the first request must arrive within the handshake timeout, a
-//! request that has started must finish within the frame timeout, and a reply write that makes
+//! frame of input. Across connections, the replies' own bytes and the partial frames are
+//! charged to the door's memory budget ([`DoorMemory`]): a frame that would need more than the
+//! budget leaves closes its connection, naming the budget. The decoder keeps its place in a
+//! partial frame, and is not called again until the bytes it asked for are buffered.
+//!
+//! Deadlines: the first request must arrive within the handshake timeout, a request that has
+//! started must finish within the frame timeout, and a reply write that makes
 //! no progress for the frame timeout closes the connection; a connection that is merely quiet
 //! between requests is left alone.
 
@@ -19,12 +24,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::{Buf, Bytes, BytesMut};
-use dt_rdzv_proto::tcpstore::{ConnId, DecodeError, Decoded, Limits, Request, decode};
+use dt_rdzv_proto::tcpstore::{ConnId, DecodeError, Decoded, Decoder, Limits, Request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 
-use super::core::{Out, Outbox, StoreCore};
+use super::core::{DoorMemory, Out, Outbox, StoreCore};
 use crate::server::config::ServeConfig;
 
 /// Read buffers start small (thousands of mostly idle connections) and grow to the frame size.
@@ -47,7 +52,7 @@ pub(crate) async fn serve(
     stop: watch::Receiver<bool>,
 ) {
     tracing::info!(conn = id, %peer, "connection opened");
-    let (tx, rx) = mpsc::unbounded_channel();
+    let (tx, mut rx) = mpsc::unbounded_channel();
     let queued = Arc::new(AtomicUsize::new(0));
     core.register(
         id,
@@ -56,8 +61,31 @@ pub(crate) async fn serve(
             queued: queued.clone(),
         },
     );
-    let reason = drive(id, stream, &core, &config, rx, &queued, stop).await;
+    let memory = core.memory().clone();
+    let mut input = Input {
+        buf: BytesMut::with_capacity(INITIAL_BUFFER),
+        need: 1,
+        backlog: VecDeque::new(),
+        bad: None,
+        spoke: false,
+        frame_started: None,
+        decoder: Decoder::default(),
+        charged: 0,
+    };
+    input.recharge(&memory);
+    let reason = drive(
+        id, stream, &core, &config, &mut rx, &queued, &mut input, stop,
+    )
+    .await;
     core.disconnect(id);
+    // What is still queued for it, and its partial frame, are no longer held.
+    rx.close();
+    while let Ok(item) = rx.try_recv() {
+        if let Out::Bytes(_, owned) = item {
+            memory.sub(owned as u64);
+        }
+    }
+    memory.sub(input.charged);
     tracing::info!(conn = id, %peer, %reason, "connection closed");
 }
 
@@ -69,9 +97,48 @@ struct Input {
     bad: Option<DecodeError>,
     spoke: bool,
     frame_started: Option<tokio::time::Instant>,
+    /// Where the request under way stands.
+    decoder: Decoder,
+    /// Bytes of the buffer and the decoder charged to the door's memory.
+    charged: u64,
 }
 
 impl Input {
+    /// Charges the door's memory for the partial frame this input holds now (its bytes
+    /// buffered and what the decoder copied out of them).
+    fn recharge(&mut self, memory: &DoorMemory) {
+        let now = (self.buf.len() + self.decoder.held_bytes()) as u64;
+        if now > self.charged {
+            memory.add(now - self.charged);
+        } else {
+            memory.sub(self.charged - now);
+        }
+        self.charged = now;
+    }
+
+    /// Makes room to read the bytes the decoder asked for, if the door's memory budget has
+    /// it; else the reason to close.
+    fn make_room(&mut self, memory: &DoorMemory) -> Result<(), String> {
+        let want = self.need.saturating_sub(self.buf.len()).max(INITIAL_BUFFER);
+        let spare = self.buf.capacity() - self.buf.len();
+        if spare >= want {
+            return Ok(());
+        }
+        let grow = want as u64;
+        if want > KEEP_BUFFER
+            && let Err(left) = memory.room_for(grow)
+        {
+            return Err(format!(
+                "a partial frame of {} bytes needs {want} more; the store quota (the TCPStore \
+                 door's memory budget) of {} bytes leaves {left}",
+                self.buf.len(),
+                memory.limit.unwrap_or(0),
+            ));
+        }
+        self.buf.reserve(want);
+        Ok(())
+    }
+
     /// Hands decoded requests to the engine while the queued replies stay under `bound`.
     fn pump(
         &mut self,
@@ -98,9 +165,16 @@ impl Input {
     /// Decodes up to [`BATCH`] requests from the buffer into the backlog.
     fn decode(&mut self, limits: &Limits) {
         while self.bad.is_none() && self.backlog.len() < BATCH {
-            match decode(&self.buf, limits) {
+            if self.buf.len() < self.need {
+                if self.buf.is_empty() && self.buf.capacity() > KEEP_BUFFER {
+                    self.buf = BytesMut::with_capacity(INITIAL_BUFFER);
+                }
+                return;
+            }
+            match self.decoder.decode(&self.buf, limits) {
                 Ok(Decoded::Complete(r, used)) => {
                     self.buf.advance(used);
+                    self.need = 1;
                     self.backlog.push_back(r);
                     self.spoke = true;
                     self.frame_started = None;
@@ -134,31 +208,30 @@ async fn drive(
     mut stream: TcpStream,
     core: &StoreCore,
     config: &ServeConfig,
-    mut rx: mpsc::UnboundedReceiver<Out>,
+    rx: &mut mpsc::UnboundedReceiver<Out>,
     queued: &AtomicUsize,
+    input: &mut Input,
     mut stop: watch::Receiver<bool>,
 ) -> String {
     let limits = config.limits();
     let bound = usize::try_from(config.max_queued_reply_bytes).unwrap_or(usize::MAX);
     let opened = tokio::time::Instant::now();
-    let mut input = Input {
-        buf: BytesMut::with_capacity(INITIAL_BUFFER),
-        need: 1,
-        backlog: VecDeque::new(),
-        bad: None,
-        spoke: false,
-        frame_started: None,
-    };
+    let memory = core.memory();
     let mut chunks = Vec::new();
     loop {
         input.pump(id, core, &limits, bound, queued);
+        input.recharge(memory);
         if let Some(e) = &input.bad
             && input.backlog.is_empty()
         {
-            flush_pending(&mut rx, &mut stream, config.frame_timeout).await;
+            flush_pending(rx, &mut stream, config.frame_timeout, memory).await;
             return format!("bad request: {e}");
         }
         let reading = input.wants_bytes() && queued.load(Ordering::Relaxed) <= bound;
+        if reading && let Err(reason) = input.make_room(memory) {
+            flush_pending(rx, &mut stream, config.frame_timeout, memory).await;
+            return reason;
+        }
         let deadline = if !input.spoke {
             Some((
                 opened + config.handshake_timeout,
@@ -184,15 +257,17 @@ async fn drive(
             msg = rx.recv() => {
                 let Some(first) = msg else { return "closed by server".into() };
                 chunks.clear();
-                let mut close = collect(first, &mut chunks);
+                let mut owned = 0;
+                let mut close = collect(first, &mut chunks, &mut owned);
                 while close.is_none() {
                     match rx.try_recv() {
-                        Ok(m) => close = collect(m, &mut chunks),
+                        Ok(m) => close = collect(m, &mut chunks, &mut owned),
                         Err(_) => break,
                     }
                 }
                 let written = write_chunks(&mut wr, &chunks, config.frame_timeout).await;
                 queued.fetch_sub(chunks.iter().map(Bytes::len).sum(), Ordering::Relaxed);
+                memory.sub(owned as u64);
                 chunks.clear();
                 if let Err(e) = written {
                     return e;
@@ -208,6 +283,7 @@ async fn drive(
                 }
             }
             read = read_until(&mut rd, &mut input.buf, input.need, deadline), if reading => {
+                input.recharge(memory);
                 match read {
                     Ok(0) if input.buf.is_empty() => return "peer closed".into(),
                     Ok(0) => {
@@ -224,11 +300,13 @@ async fn drive(
     }
 }
 
-/// Appends an outbox item's chunks to `out`; returns the close reason if it is one.
-fn collect(item: Out, out: &mut Vec<Bytes>) -> Option<String> {
+/// Appends an outbox item's chunks to `out` (adding their own bytes to `owned`); returns the
+/// close reason if it is one.
+fn collect(item: Out, out: &mut Vec<Bytes>, owned: &mut usize) -> Option<String> {
     match item {
-        Out::Bytes(b) => {
+        Out::Bytes(b, n) => {
             out.extend(b);
+            *owned += n;
             None
         }
         Out::Close(reason) => Some(reason),
@@ -293,12 +371,16 @@ async fn flush_pending(
     rx: &mut mpsc::UnboundedReceiver<Out>,
     stream: &mut TcpStream,
     timeout: std::time::Duration,
+    memory: &DoorMemory,
 ) {
     let mut chunks = Vec::new();
-    while let Ok(Out::Bytes(b)) = rx.try_recv() {
+    let mut owned = 0;
+    while let Ok(Out::Bytes(b, n)) = rx.try_recv() {
         chunks.extend(b);
+        owned += n;
     }
     let _ = write_chunks(stream, &chunks, timeout).await;
+    memory.sub(owned as u64);
 }
 
 /// One read into `buf`, making room for at least the bytes the decoder asked for.
@@ -310,6 +392,8 @@ async fn read_until(
 ) -> Result<usize, String> {
     let want = need.saturating_sub(buf.len()).max(INITIAL_BUFFER);
     if buf.capacity() - buf.len() < want {
+        // `Input::make_room` has made this room after checking the budget; kept so that the
+        // read below always has room for what the decoder asked for.
         buf.reserve(want);
     }
     let read = rd.read_buf(buf);

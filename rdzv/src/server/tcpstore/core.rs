@@ -11,10 +11,17 @@
 //! ([`Outbox::queued`]); [`StoreCore::handle`] stops taking a connection's requests once that
 //! count passes the connection's bound, and the connection task resumes them as the client
 //! reads.
+//!
+//! The door has one memory budget, the store quota (`--max-store-bytes`), for every byte a
+//! client can make it hold: the engine's stored keys and values, namespace bookkeeping and
+//! waiting keys, plus what [`DoorMemory`] counts here for all connections together: the bytes
+//! of queued replies that are theirs (not shared with stored values) and the connections'
+//! partial frames. The engine is told that sum before each request, so a write, a wait or a
+//! LIST_KEYS answer that would pass the budget is refused by name.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -28,8 +35,9 @@ use crate::server::driver::{Driver, Route};
 /// What a connection task receives.
 #[derive(Debug)]
 pub(crate) enum Out {
-    /// Chunks to write, in order (counted in the outbox's `queued` until written).
-    Bytes(Vec<Bytes>),
+    /// Chunks to write, in order (counted in the outbox's `queued` until written), and how
+    /// many of their bytes are the reply's own (charged to [`DoorMemory`] until written).
+    Bytes(Vec<Bytes>, usize),
     /// Flush, then close with this reason.
     Close(String),
 }
@@ -37,6 +45,46 @@ pub(crate) enum Out {
 /// The engine and where its actions go.
 pub(crate) struct StoreCore {
     driver: Driver<Engine, Outboxes>,
+    memory: Arc<DoorMemory>,
+}
+
+/// What the door holds for its clients, over every connection, against its budget.
+#[derive(Debug, Default)]
+pub(crate) struct DoorMemory {
+    /// The budget (the store quota), if any.
+    pub(crate) limit: Option<u64>,
+    /// Replies queued and not yet written (their own bytes) plus partial frames, bytes.
+    pub(crate) external: AtomicU64,
+    /// What the engine held after its last request ([`Engine::held_bytes`]).
+    pub(crate) engine: AtomicU64,
+}
+
+impl DoorMemory {
+    /// Whether `more` bytes fit in the budget beside everything held now; else what is left.
+    pub(crate) fn room_for(&self, more: u64) -> Result<(), u64> {
+        let Some(limit) = self.limit else {
+            return Ok(());
+        };
+        let held = self.engine.load(Ordering::Relaxed) + self.external.load(Ordering::Relaxed);
+        if held.saturating_add(more) > limit {
+            return Err(limit.saturating_sub(held));
+        }
+        Ok(())
+    }
+
+    /// `n` more bytes held outside the engine.
+    pub(crate) fn add(&self, n: u64) {
+        self.external.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// `n` bytes fewer held outside the engine.
+    pub(crate) fn sub(&self, n: u64) {
+        let _ = self
+            .external
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_sub(n))
+            });
+    }
 }
 
 /// Where a connection's replies go, and how many bytes wait in it.
@@ -48,20 +96,37 @@ pub(crate) struct Outbox {
     pub(crate) queued: Arc<AtomicUsize>,
 }
 
-/// Every open connection's outbox.
-#[derive(Default)]
-struct Outboxes(HashMap<ConnId, Outbox>);
+/// Every open connection's outbox, and the door's memory (replies' own bytes are charged to
+/// it as they are queued; the connection task releases them as it writes).
+struct Outboxes {
+    conns: HashMap<ConnId, Outbox>,
+    memory: Arc<DoorMemory>,
+}
 
 impl StoreCore {
     pub(crate) fn new(config: EngineConfig) -> Self {
+        let memory = Arc::new(DoorMemory {
+            limit: config.max_store_bytes,
+            ..DoorMemory::default()
+        });
+        let outboxes = Outboxes {
+            conns: HashMap::new(),
+            memory: memory.clone(),
+        };
         Self {
-            driver: Driver::new(Engine::new(config), Outboxes::default()),
+            driver: Driver::new(Engine::new(config), outboxes),
+            memory,
         }
+    }
+
+    /// The door's memory, for the connection tasks.
+    pub(crate) fn memory(&self) -> &Arc<DoorMemory> {
+        &self.memory
     }
 
     pub(crate) fn register(&self, id: ConnId, outbox: Outbox) {
         self.driver.with(|g| {
-            g.routes.0.insert(id, outbox);
+            g.routes.conns.insert(id, outbox);
             g.handle(Instant::now(), Input::Connected { conn: id });
         });
     }
@@ -71,9 +136,14 @@ impl StoreCore {
     pub(crate) fn handle(&self, id: ConnId, requests: &mut VecDeque<Request>, bound: usize) {
         let now = Instant::now();
         self.driver.with(|g| {
-            let queued = g.routes.0.get(&id).map(|o| o.queued.clone());
+            let queued = g.routes.conns.get(&id).map(|o| o.queued.clone());
             while let Some(request) = requests.pop_front() {
+                let external = self.memory.external.load(Ordering::Relaxed);
+                g.core.set_external_bytes(external);
                 g.handle(now, Input::Request { conn: id, request });
+                self.memory
+                    .engine
+                    .store(g.core.held_bytes(), Ordering::Relaxed);
                 if queued
                     .as_ref()
                     .is_none_or(|q| q.load(Ordering::Relaxed) > bound)
@@ -87,13 +157,17 @@ impl StoreCore {
     pub(crate) fn disconnect(&self, id: ConnId) {
         self.driver.with(|g| {
             g.core.handle(Instant::now(), Input::Closed { conn: id });
-            g.routes.0.remove(&id);
+            g.routes.conns.remove(&id);
+            self.memory
+                .engine
+                .store(g.core.held_bytes(), Ordering::Relaxed);
         });
     }
 
     /// (open connections, keys)
     pub(crate) fn sizes(&self) -> (usize, usize) {
-        self.driver.read(|g| (g.routes.0.len(), g.core.num_keys()))
+        self.driver
+            .read(|g| (g.routes.conns.len(), g.core.num_keys()))
     }
 
     /// Bytes of keys and values the store holds.
@@ -114,15 +188,16 @@ impl StoreCore {
 impl Route<Action> for Outboxes {
     fn route(&mut self, action: Action) {
         match action {
-            Action::Send { conn, bytes } => {
-                if let Some(o) = self.0.get(&conn) {
+            Action::Send { conn, bytes, owned } => {
+                if let Some(o) = self.conns.get(&conn) {
                     let n = bytes.iter().map(Bytes::len).sum::<usize>();
                     o.queued.fetch_add(n, Ordering::Relaxed);
-                    let _ = o.tx.send(Out::Bytes(bytes));
+                    self.memory.add(owned as u64);
+                    let _ = o.tx.send(Out::Bytes(bytes, owned));
                 }
             }
             Action::Close { conn, reason } => {
-                if let Some(o) = self.0.remove(&conn) {
+                if let Some(o) = self.conns.remove(&conn) {
                     let _ = o.tx.send(Out::Close(reason.to_string()));
                 }
             }

@@ -17,19 +17,32 @@ impl V2Store {
         let node = self
             .lookup(&key)?
             .ok_or_else(|| self.err(ErrorCode::KeyNotFound, key.clone()))?;
-        {
+        let size = {
             let size = node.view_bytes(&key, depth);
-            if size > self.config.limits.max_answer_bytes {
+            let max = self.config.limits.max_answer_bytes;
+            if size > max {
                 return Err(V2Error::request(
                     ErrorCode::InvalidField,
                     format!(
-                        "a read of {key} would answer with {size} bytes; the limit is {} (read \
+                        "a read of {key} would answer with {size} bytes; the limit is {max} (read \
                          its children one by one, or a smaller subtree)",
-                        self.config.limits.max_answer_bytes
                     ),
                 ));
             }
-        }
+            // Answers being sent count against one server-wide bound, and the byte budget.
+            if self.answers_in_flight + size > max {
+                return Err(self.err(
+                    ErrorCode::RaftInternal,
+                    format!(
+                        "a read of {key} would answer with {size} bytes while {} bytes of \
+                         answers are still being sent; the server-wide limit is {max} (retry)",
+                        self.answers_in_flight
+                    ),
+                ));
+            }
+            self.check_quota(size)?;
+            size
+        };
         let mut view = node.view(&key, depth, Some(now));
         if key == "/" {
             view = NodeView {
@@ -41,6 +54,7 @@ impl V2Store {
                 ..view
             };
         }
+        self.answer_bytes = size;
         Ok(Event {
             action: Action::Get,
             node: view,

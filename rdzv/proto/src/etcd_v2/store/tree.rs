@@ -104,13 +104,24 @@ impl V2Store {
         Ok(())
     }
 
+    /// Whether holding `adding` bytes more stays within the byte budget, which counts keys and
+    /// values, the run bookkeeping and the answers being sent.
     pub(super) fn check_quota(&self, adding: u64) -> Result<(), V2Error> {
-        if self.config.limits.max_bytes > 0 && self.bytes + adding > self.config.limits.max_bytes {
+        let held = self.held_bytes();
+        if adding > 0
+            && self.config.limits.max_bytes > 0
+            && held + adding > self.config.limits.max_bytes
+        {
             return Err(self.err(
                 ErrorCode::RaftInternal,
                 format!(
-                    "the store holds {} bytes; its limit is {} (delete keys, or raise --max-namespace-bytes)",
-                    self.bytes, self.config.limits.max_bytes
+                    "the etcd v2 door holds {held} bytes (keys and values {}, run bookkeeping \
+                     {}, answers being sent {}); its memory budget is {} (delete keys, or \
+                     raise --max-store-bytes)",
+                    self.bytes,
+                    self.runs.bytes(),
+                    self.answers_in_flight,
+                    self.config.limits.max_bytes
                 ),
             ));
         }

@@ -16,6 +16,10 @@ pub enum Action {
         /// Reply bytes, in chunks to write in order. A stored value is sent as a shared
         /// reference to it ([`Bytes`]), never copied under the driver's lock.
         bytes: Vec<Bytes>,
+        /// How many of `bytes` the reply owns (the rest share stored values): what the
+        /// driver charges to the store quota while they wait to be written
+        /// ([`Engine::set_external_bytes`](super::Engine::set_external_bytes)).
+        owned: usize,
     },
     /// Flush what was queued for the connection, then close it. The engine has already
     /// forgotten it; do not feed it more requests.
@@ -70,16 +74,37 @@ pub enum CloseReason {
         /// The quota.
         limit: u64,
     },
-    /// WAITs pipelined on one connection that would hold more key bytes than
-    /// [`MAX_WAITING_BYTES`](super::MAX_WAITING_BYTES) (each request is bounded on its own;
-    /// their sum is bounded here).
-    #[error("WAIT on {keys} more keys would hold {bytes} bytes of waiting keys (limit {limit})")]
+    /// A WAIT or BARRIER that would make the store hold more bytes of waiting keys than
+    /// [`MAX_WAITING_BYTES`](super::MAX_WAITING_BYTES), over every connection (each request is
+    /// bounded on its own; their sum is bounded here).
+    #[error(
+        "{op} on {keys} more keys would hold {bytes} bytes of waiting keys (server-wide limit \
+         {limit})"
+    )]
     TooManyWaits {
+        /// WAIT or BARRIER.
+        op: &'static str,
         /// Keys in the refused request.
         keys: usize,
-        /// Bytes of waiting keys the connection would hold.
+        /// Bytes of waiting keys the store would hold.
         bytes: u64,
         /// [`MAX_WAITING_BYTES`](super::MAX_WAITING_BYTES).
+        limit: u64,
+    },
+    /// An answer (LIST_KEYS) larger than what the store quota leaves beside everything else
+    /// the door holds: refused before it is built.
+    #[error(
+        "{op} would answer with {bytes} bytes; the store quota (the door's memory budget) of \
+         {limit} bytes leaves {room}"
+    )]
+    AnswerOverBudget {
+        /// The request's opcode name.
+        op: &'static str,
+        /// The answer's size.
+        bytes: u64,
+        /// What the quota leaves.
+        room: u64,
+        /// [`EngineConfig::max_store_bytes`](super::EngineConfig::max_store_bytes).
         limit: u64,
     },
     /// ADD or BARRIER on a value that is not a counter.
@@ -114,4 +139,7 @@ pub struct Stats {
     pub connections_total: u64,
     /// Namespaces purged.
     pub purges: u64,
+    /// Reads that did not mark their namespace live because the store quota had no room for
+    /// the bookkeeping.
+    pub touches_over_quota: u64,
 }

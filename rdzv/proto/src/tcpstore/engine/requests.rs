@@ -38,19 +38,19 @@ impl Engine {
             Request::Validate { .. } => self.close(conn, CloseReason::RepeatedValidate, now),
             Request::Ping { nonce } => self.send(conn, nonce.to_le_bytes().to_vec()),
             Request::Set { key, value } => {
-                self.touch(conn, &key);
                 if self.admit(conn, "SET", &key, value.len(), now) {
+                    self.mark(conn, &key);
                     self.store(key, value.into());
                 }
             }
             Request::Append { key, value } => self.append(conn, key, value, now),
             Request::MultiSet { pairs } => {
                 for (key, value) in pairs {
-                    self.touch(conn, &key);
                     // Pairs before a refused one stay stored (as a pipeline of SETs would).
                     if !self.admit(conn, "MULTI_SET", &key, value.len(), now) {
                         return;
                     }
+                    self.mark(conn, &key);
                     self.store(key, value.into());
                 }
             }
@@ -63,7 +63,7 @@ impl Engine {
                 self.touch(conn, &key);
                 let mut out = Vec::with_capacity(2);
                 self.put_value(&mut out, &key);
-                self.send_chunks(conn, out);
+                self.send_chunks(conn, out, 8);
             }
             Request::MultiGet { keys } => {
                 let mut out = Vec::with_capacity(2 * keys.len());
@@ -71,13 +71,17 @@ impl Engine {
                     self.touch(conn, key);
                     self.put_value(&mut out, key);
                 }
-                self.send_chunks(conn, out);
+                self.send_chunks(conn, out, 8 * keys.len());
             }
             Request::Add { key, delta } => {
-                self.touch(conn, &key);
                 match semantics::add(self.kv.get(&key).map(Bytes::as_ref), delta) {
                     Ok(v) => {
-                        self.store(key, semantics::encode_counter(v).into());
+                        let counter = semantics::encode_counter(v);
+                        if !self.admit(conn, "ADD", &key, counter.len(), now) {
+                            return;
+                        }
+                        self.mark(conn, &key);
+                        self.store(key, counter.into());
                         self.send(conn, v.to_le_bytes().to_vec());
                     }
                     Err(error) => self.counter_error(conn, "ADD", &key, error, now),
@@ -102,11 +106,7 @@ impl Engine {
                 let n = i64::from(self.kv_remove(&key).is_some());
                 self.send(conn, n.to_le_bytes().to_vec());
             }
-            Request::ListKeys => {
-                let mut out = (self.kv.len() as i64).to_le_bytes().to_vec();
-                self.kv.keys().for_each(|k| put_bytes(&mut out, k));
-                self.send(conn, out);
-            }
+            Request::ListKeys => self.list_keys(conn, now),
             Request::QueuePush { key, value } => self.queue_push(conn, key, value, now),
             Request::QueuePop { key } => self.queue_pop(conn, key),
             Request::QueueLen { key } => {
@@ -145,14 +145,21 @@ impl Engine {
             Some(cur) if cur[..] == expected[..] => (true, desired.clone()),
             Some(cur) => (false, cur.clone()),
         };
+        // The reply's own bytes: its head, and `expected` when that is what it echoes.
+        let owned = 8 + if store || self.kv.contains_key(&key) {
+            0
+        } else {
+            reply.len()
+        };
         if store {
             if !self.admit(conn, "COMPARE_SET", &key, desired.len(), now) {
                 return;
             }
+            self.mark(conn, &key);
             self.store(key, desired);
         }
         let head = Bytes::copy_from_slice(&(reply.len() as u64).to_le_bytes());
-        self.send_chunks(conn, vec![head, reply]);
+        self.send_chunks(conn, vec![head, reply], owned);
     }
 
     /// WAIT: `00` at once if every key is present, else when the last missing one is written.
@@ -164,22 +171,70 @@ impl Engine {
             self.send(conn, vec![STOP_WAITING]);
             return;
         }
-        if let Err(over) = self.waits.check(conn, &keys) {
-            let reason = CloseReason::TooManyWaits {
-                keys: keys.len(),
-                bytes: over.bytes,
-                limit: super::waits::MAX_WAITING_BYTES,
-            };
-            return self.close(conn, reason, now);
+        if !self.admit_wait(conn, "WAIT", &keys, now) {
+            return;
         }
         for key in keys {
             self.waits.add(conn, key);
         }
     }
 
+    /// Whether waiting for `keys` stays within the server-wide bound on waiting keys and the
+    /// store quota; if not, closes `conn`.
+    fn admit_wait(
+        &mut self,
+        conn: ConnId,
+        op: &'static str,
+        keys: &[Vec<u8>],
+        now: Instant,
+    ) -> bool {
+        if let Err(over) = self.waits.check(keys) {
+            let reason = CloseReason::TooManyWaits {
+                op,
+                keys: keys.len(),
+                bytes: over.bytes,
+                limit: super::waits::MAX_WAITING_BYTES,
+            };
+            self.close(conn, reason, now);
+            return false;
+        }
+        let adding: u64 = keys.iter().map(|k| super::waits::cost(k)).sum();
+        let Some(first) = keys.first() else {
+            return true;
+        };
+        if let Err(over) = self.usage.check(first, adding, None, self.store_quota()) {
+            let first = first.clone();
+            self.over_quota(conn, op, &first, over, now);
+            return false;
+        }
+        true
+    }
+
+    /// LIST_KEYS: refused (the connection closed, naming the sizes) when its answer would not
+    /// fit in what the store quota leaves, so that no answer bigger than the door's budget is
+    /// ever built for a client that may never read it.
+    fn list_keys(&mut self, conn: ConnId, now: Instant) {
+        let size = 8 + self.kv.keys().map(|k| 8 + k.len() as u64).sum::<u64>();
+        if let Some(max) = self.config.max_store_bytes {
+            let room = max.saturating_sub(self.usage.total() + self.other_bytes());
+            if size > room {
+                let reason = CloseReason::AnswerOverBudget {
+                    op: "LIST_KEYS",
+                    bytes: size,
+                    room,
+                    limit: max,
+                };
+                return self.close(conn, reason, now);
+            }
+        }
+        let mut out = Vec::with_capacity(size as usize);
+        out.extend_from_slice(&(self.kv.len() as i64).to_le_bytes());
+        self.kv.keys().for_each(|k| put_bytes(&mut out, k));
+        self.send(conn, out);
+    }
+
     /// BARRIER: counts the arrival; the last of `world_size` releases everyone.
     fn barrier(&mut self, conn: ConnId, key: Vec<u8>, world_size: i64, now: Instant) {
-        self.touch(conn, &key);
         let count = match self.kv.get(&key) {
             None => Ok(1),
             Some(v) => semantics::stoll(v).and_then(|n| {
@@ -191,26 +246,32 @@ impl Engine {
             Ok(n) => n,
             Err(error) => return self.counter_error(conn, "BARRIER", &key, error, now),
         };
-        self.kv_insert(key.clone(), semantics::encode_counter(count).into());
-        if count >= world_size {
+        let counter = semantics::encode_counter(count);
+        let waits = count < world_size;
+        if waits && !self.admit_wait(conn, "BARRIER", std::slice::from_ref(&key), now) {
+            return;
+        }
+        if !self.admit(conn, "BARRIER", &key, counter.len(), now) {
+            return;
+        }
+        self.mark(conn, &key);
+        self.kv_insert(key.clone(), counter.into());
+        if waits {
+            self.waits.add(conn, key);
+        } else {
             self.wake_all(&key);
             self.send(conn, vec![STOP_WAITING]);
-        } else {
-            self.waits.add(conn, key);
         }
     }
 
     /// QUEUE_PUSH: appends to the queue and releases its first waiter.
     fn queue_push(&mut self, conn: ConnId, key: Vec<u8>, value: Vec<u8>, now: Instant) {
-        self.touch(conn, &key);
         let grow = usage::cost(&key, value.len());
-        if let Err(over) = self
-            .usage
-            .check(&key, grow, self.ns_quota(), self.store_quota())
-        {
+        if let Err(over) = self.check_grow(conn, &key, grow) {
             return self.over_quota(conn, "QUEUE_PUSH", &key, over, now);
         }
         self.usage.add(&key, grow);
+        self.mark(conn, &key);
         self.queues
             .entry(key.clone())
             .or_default()
@@ -235,8 +296,10 @@ impl Engine {
                 self.queues.remove(&key);
             }
         }
+        // A popped value left the store: the reply owns it now.
+        let owned = head.len() + out.iter().map(Bytes::len).sum::<usize>();
         out.insert(0, Bytes::from(head));
-        self.send_chunks(conn, out);
+        self.send_chunks(conn, out, owned);
     }
 
     fn counter_error(

@@ -79,6 +79,11 @@ impl Usage {
         }
     }
 
+    /// Whether `namespace` holds any key or queue.
+    pub(super) fn holds(&self, namespace: &[u8]) -> bool {
+        self.per_namespace.contains_key(namespace)
+    }
+
     /// Bytes held in all.
     pub(super) fn total(&self) -> u64 {
         self.total

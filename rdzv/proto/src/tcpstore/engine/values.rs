@@ -45,7 +45,6 @@ impl Engine {
 
     /// APPEND: refused past the value limit or a quota (the value is kept as it was).
     pub(super) fn append(&mut self, conn: ConnId, key: Vec<u8>, value: Vec<u8>, now: Instant) {
-        self.touch(conn, &key);
         let old = self.kv.get(&key).map_or(0, Bytes::len);
         let size = (old + value.len()) as u64;
         if size > self.config.max_value_bytes {
@@ -54,10 +53,7 @@ impl Engine {
             return self.close(conn, CloseReason::ValueTooLarge { key, size, limit }, now);
         }
         let grow = value.len() as u64 + if old == 0 { key.len() as u64 } else { 0 };
-        if let Err(over) = self
-            .usage
-            .check(&key, grow, self.ns_quota(), self.store_quota())
-        {
+        if let Err(over) = self.check_grow(conn, &key, grow) {
             return self.over_quota(conn, "APPEND", &key, over, now);
         }
         let joined = match self.kv_remove(&key) {
@@ -77,6 +73,7 @@ impl Engine {
             },
         };
         self.kv_insert(key.clone(), joined);
+        self.mark(conn, &key);
         self.wake_all(&key);
     }
 
@@ -93,12 +90,25 @@ impl Engine {
         self.config.max_namespace_bytes
     }
 
+    /// What the store quota leaves for keys and values, beside everything else the door
+    /// holds ([`Engine::held_bytes`], [`Engine::set_external_bytes`]).
     pub(super) fn store_quota(&self) -> Option<u64> {
-        self.config.max_store_bytes
+        self.config
+            .max_store_bytes
+            .map(|max| max.saturating_sub(self.other_bytes()))
+    }
+
+    /// Whether growing `key`'s namespace by `grow` bytes, and marking it live for `conn`,
+    /// stays within both quotas.
+    pub(super) fn check_grow(&self, conn: ConnId, key: &[u8], grow: u64) -> Result<(), Over> {
+        self.usage.check(key, grow, self.ns_quota(), None)?;
+        let all = grow + self.touch_cost(conn, key);
+        self.usage.check(key, all, None, self.store_quota())
     }
 
     /// Whether writing `value_len` bytes under `key` stays within the quotas; if not, closes
-    /// `conn` and the write must not happen.
+    /// `conn` and the write must not happen. On success the caller writes and then marks the
+    /// namespace live for `conn` ([`Engine::mark`], whose cost was counted here).
     pub(super) fn admit(
         &mut self,
         conn: ConnId,
@@ -109,10 +119,7 @@ impl Engine {
     ) -> bool {
         let old = self.kv.get(key).map(|v| cost(key, v.len()));
         let grow = cost(key, value_len).saturating_sub(old.unwrap_or(0));
-        match self
-            .usage
-            .check(key, grow, self.ns_quota(), self.store_quota())
-        {
+        match self.check_grow(conn, key, grow) {
             Ok(()) => true,
             Err(over) => {
                 self.over_quota(conn, op, key, over, now);
@@ -132,7 +139,8 @@ impl Engine {
     ) {
         let (scope, limit) = match over {
             Over::Namespace(l) => ("namespace", l),
-            Over::Store(l) => ("store", l),
+            // The configured quota, not what it left beside the rest the door holds.
+            Over::Store(l) => ("store", self.config.max_store_bytes.unwrap_or(l)),
         };
         let key = String::from_utf8_lossy(key).into_owned();
         self.close(

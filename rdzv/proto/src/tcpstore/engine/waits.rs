@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 
 use super::input::ConnId;
 
-/// Most bytes of keys one connection may wait for at once, over all its pipelined WAITs (a
-/// key counts its length plus 64 bytes for its two list entries): one request's
-/// worth.
+/// Most bytes of keys the whole store may hold waited for at once, over every connection's
+/// WAITs and BARRIERs (a key counts its length plus 64 bytes for its two list entries): one
+/// request's worth. A server-wide budget (not per connection): many connections share it.
 pub const MAX_WAITING_BYTES: u64 = 64 << 20;
 /// What a waiting key costs beside its bytes (its place in the waiter list and the
 /// connection's list).
@@ -21,6 +21,8 @@ pub(super) struct Waits {
     waiters: BTreeMap<Vec<u8>, Vec<ConnId>>,
     /// Connection → what it waits for.
     conns: BTreeMap<ConnId, Waiting>,
+    /// Sum of every connection's [`Waiting::bytes`].
+    total: u64,
 }
 
 /// What one connection waits for.
@@ -34,29 +36,33 @@ struct Waiting {
     bytes: u64,
 }
 
-/// A wait refused because the connection would hold too many waiting key bytes.
+/// A wait refused because the store would hold too many waiting key bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct TooManyWaits {
-    /// Bytes of waiting keys the connection would hold.
+    /// Bytes of waiting keys the store would hold.
     pub(super) bytes: u64,
 }
 
 /// What waiting for `key` costs against [`MAX_WAITING_BYTES`].
-fn cost(key: &[u8]) -> u64 {
+pub(super) fn cost(key: &[u8]) -> u64 {
     key.len() as u64 + KEY_OVERHEAD
 }
 
 impl Waits {
-    /// Whether `keys` more would keep `conn` within [`MAX_WAITING_BYTES`].
-    pub(super) fn check(&self, conn: ConnId, keys: &[Vec<u8>]) -> Result<(), TooManyWaits> {
+    /// Whether waiting for `keys` more keeps the store within [`MAX_WAITING_BYTES`].
+    pub(super) fn check(&self, keys: &[Vec<u8>]) -> Result<(), TooManyWaits> {
         let adding: u64 = keys.iter().map(|k| cost(k)).sum();
-        let held = self.conns.get(&conn).map_or(0, |w| w.bytes);
-        if held + adding > MAX_WAITING_BYTES {
+        if self.total + adding > MAX_WAITING_BYTES {
             return Err(TooManyWaits {
-                bytes: held + adding,
+                bytes: self.total + adding,
             });
         }
         Ok(())
+    }
+
+    /// Bytes of waiting keys held, over every connection.
+    pub(super) fn bytes(&self) -> u64 {
+        self.total
     }
 
     /// `conn` waits for `key` (once more, if it already did).
@@ -65,6 +71,7 @@ impl Waits {
         let w = self.conns.entry(conn).or_default();
         w.pending += 1;
         w.bytes += cost(&key);
+        self.total += cost(&key);
         w.keys.push(key);
     }
 
@@ -107,7 +114,9 @@ impl Waits {
         if w.pending > 0 {
             return false;
         }
-        self.conns.remove(&conn);
+        if let Some(w) = self.conns.remove(&conn) {
+            self.total = self.total.saturating_sub(w.bytes);
+        }
         true
     }
 
@@ -116,6 +125,7 @@ impl Waits {
         let Some(w) = self.conns.remove(&conn) else {
             return;
         };
+        self.total = self.total.saturating_sub(w.bytes);
         for key in w.keys {
             if let Some(list) = self.waiters.get_mut(&key) {
                 list.retain(|&c| c != conn);
