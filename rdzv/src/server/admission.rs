@@ -103,10 +103,11 @@ impl Admission {
     /// flood (evictable ones fill more than half the door).
     fn oldest_evictable(&self, now: Instant) -> Option<u64> {
         let evictable = self.conns.iter().filter(|(_, e)| e.state != State::Held);
-        let (count, oldest) = evictable.fold((0usize, None::<(u64, Instant)>), |(n, o), (id, e)| {
-            let older = o.is_none_or(|(_, t)| e.since < t);
-            (n + 1, if older { Some((*id, e.since)) } else { o })
-        });
+        let (count, oldest) =
+            evictable.fold((0usize, None::<(u64, Instant)>), |(n, o), (id, e)| {
+                let older = o.is_none_or(|(_, t)| e.since < t);
+                (n + 1, if older { Some((*id, e.since)) } else { o })
+            });
         let (id, since) = oldest?;
         let flood = count * 2 > self.max;
         (flood || now.saturating_duration_since(since) >= GRACE).then_some(id)

@@ -103,7 +103,16 @@ pub(crate) async fn accept_loop_with_reserve<F>(
     F: FnMut(SocketAddr) -> (Router, Box<dyn FnOnce() + Send>),
 {
     let gate = Gate::with_reserve(what, bounds.max_connections, reserve.slots);
-    serve(listener, what, bounds, gate, Some(reserve), stop, connection).await;
+    serve(
+        listener,
+        what,
+        bounds,
+        gate,
+        Some(reserve),
+        stop,
+        connection,
+    )
+    .await;
 }
 
 async fn serve<F>(
