@@ -21,6 +21,9 @@ from test_adv_doors import Doors, doors  # noqa: E402,F401  (the fixture)
 
 #: The HTTP port's slots (`http.rs`, MAX_CONNECTIONS).
 HTTP_SLOTS = 256
+#: Silent connections a second in the flood: past the ~1,000 a second that locked
+#: `/healthz` out (every slot within its 250 ms grace).
+FLOOD_RATE = 1500
 
 
 def healthz(d: Doors, checks: int = 10, every: float = 0.2) -> list[str]:
@@ -100,7 +103,13 @@ def test_a_flood_of_silent_connections_does_not_lock_out_healthz(doors: Doors) -
 
     def flood() -> None:
         held: deque[socket.socket] = deque()
+        start = time.monotonic()
         while not stop.is_set():
+            # Paced at FLOOD_RATE: faster, a debug server on 2 shared cores falls behind
+            # accepting and the kernel drops SYNs (the probe's too: a 1 s retry).
+            ahead = opened[0] / FLOOD_RATE - (time.monotonic() - start)
+            if ahead > 0:
+                time.sleep(ahead)
             try:
                 held.append(socket.create_connection((doors.host, doors.http), timeout=2))
                 opened[0] += 1
@@ -111,7 +120,9 @@ def test_a_flood_of_silent_connections_does_not_lock_out_healthz(doors: Doors) -
         for s in held:
             s.close()
 
-    threads = [threading.Thread(target=flood, daemon=True) for _ in range(2)]
+    # One thread: more than 1,000 a second (the finding), and the attacker, the server and
+    # the probe share this machine's cores.
+    threads = [threading.Thread(target=flood, daemon=True)]
     with Bystander(doors.host, doors.tcpstore) as by, RssWatch(doors.proc.pid) as rss:
         for t in threads:
             t.start()
@@ -122,8 +133,8 @@ def test_a_flood_of_silent_connections_does_not_lock_out_healthz(doors: Doors) -
         stop.set()
         for t in threads:
             t.join(timeout=10)
-    assert rate > 1000, f"the flood reached only {rate:.0f} connections/s"
     assert not failures, f"/healthz under {rate:.0f} silent connections/s: {failures}"
+    assert rate > 1200, f"the flood reached only {rate:.0f} connections/s"
     by.check()
     assert rss.peak < 200 * MiB, rss.peak / MiB
     log = doors.log_path.read_text()
