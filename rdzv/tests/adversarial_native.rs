@@ -551,10 +551,11 @@ fn back_to_back_1_mib_publishes_are_served() {
         assert_eq!(peers.len(), 1);
         assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
         check_member(&mut by).await;
+        // Read while the members are still connected (they are lost when the test ends).
+        let log = s.log();
+        assert!(!log.contains("member lost"), "{log}");
     });
     store.finish();
-    let log = s.log();
-    assert!(!log.contains("member lost"), "{log}");
 }
 
 /// Round 3, finding 7 and the log findings: a lookup of 400,000 copies of one rank is one
@@ -605,4 +606,41 @@ fn lookups_are_deduplicated_and_names_do_not_forge_log_lines() {
         "{log}"
     );
     assert!(log.len() < 64 * 1024, "{} bytes of log", log.len());
+}
+
+/// A member that publishes but never reads: its own copies of each 1 MiB value queue in the
+/// server for it. Past 32 MiB queued its connection is closed, naming the bound.
+#[test]
+fn a_member_that_does_not_read_is_closed_at_its_queue_bound() {
+    let s = Served::start("not-reading", &[]);
+    let store = StoreBystander::start(&s.store);
+    let base = s.rss();
+    let mut peak = 0;
+    rt().block_on(async {
+        let mut by = member_bystander(&s).await;
+        let ep = raw_endpoint(&s.fingerprint);
+        let (conn, mut send, _recv) = raw_member(&ep, &s, "deaf").await;
+        let frame = encode_client(&ClientMsg::Publish {
+            key: "a".into(),
+            value: vec![1u8; 1 << 20],
+        });
+        for _ in 0..64 {
+            let sent = tokio::time::timeout(Duration::from_secs(5), send.write_all(&frame)).await;
+            peak = peak.max(s.rss());
+            if !matches!(sent, Ok(Ok(()))) {
+                break;
+            }
+        }
+        tokio::time::timeout(Duration::from_secs(10), conn.closed())
+            .await
+            .expect("the deaf member is closed");
+        check_member(&mut by).await;
+    });
+    store.finish();
+    assert!(
+        peak < BASELINE_RSS.max(base) + 96 * MIB,
+        "RSS {} MiB",
+        peak / MIB
+    );
+    assert!(s.log().contains("reads too slowly"), "{}", s.log());
 }

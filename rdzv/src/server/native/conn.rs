@@ -20,9 +20,10 @@ use dt_rdzv_proto::native::{
     decode_client,
 };
 use dt_rdzv_proto::rendezvous::{ConnId, Input};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::outbox::{self, Outbox};
 use super::partial::{self, PartialBudget};
 use super::rendezvous::{NativeOut, RdzvCore};
 use super::writer::{Writer, WriterEnd};
@@ -137,7 +138,7 @@ async fn serve(
         }
     };
     tracing::debug!(conn = id, %peer, "native connection opened");
-    let (tx, rx) = mpsc::unbounded_channel();
+    let (tx, rx) = outbox::outbox();
     core.connect(id, peer.ip().to_canonical().to_string(), tx.clone());
     let shutting_down = stop.clone();
     let admitted = Arc::new(AtomicBool::new(false));
@@ -195,7 +196,7 @@ struct Conn {
     id: ConnId,
     recv: quinn::RecvStream,
     /// The connection's own outbox, for what the reader must say itself (a redirect).
-    own: mpsc::UnboundedSender<NativeOut>,
+    own: Outbox,
     /// Whether the machine accepted a request (it sent anything but a refusal).
     admitted: Arc<AtomicBool>,
     /// Who owns which job, when jobs are shared with other servers (`--backend`).

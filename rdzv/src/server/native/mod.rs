@@ -2,8 +2,8 @@
 //! port (29401) and the rendezvous machine behind it.
 //!
 //! * `conn`: the QUIC endpoint, its accept loop and one task per member connection reading
-//!   it, `writer` a task writing to it, `partial` the server-wide budget for partly received
-//!   frames;
+//!   it, `writer` a task writing to it from its `outbox` (bytes queued bounded), `partial` the
+//!   server-wide budget for partly received frames;
 //! * `rendezvous`: the rendezvous machine and the native connections' outboxes, behind the
 //!   server's one `Driver`;
 //! * `journal`: the rendezvous' recent events, kept by its core for the status page and
@@ -14,6 +14,7 @@
 pub(super) mod conn;
 pub(super) mod identity;
 pub(super) mod journal;
+mod outbox;
 mod partial;
 pub(super) mod rendezvous;
 mod writer;

@@ -12,6 +12,7 @@ use dt_rdzv_proto::rendezvous::{
 use tokio::sync::{mpsc, watch};
 
 use super::journal::Journal;
+use super::outbox::{MAX_QUEUED, Outbox};
 use crate::server::driver::{Driven, Driver, Route};
 
 /// What a native connection task receives.
@@ -36,7 +37,7 @@ pub(crate) struct RdzvCore {
 /// Where the machine's actions go.
 #[derive(Default)]
 struct Routes {
-    outboxes: HashMap<ConnId, mpsc::UnboundedSender<NativeOut>>,
+    outboxes: HashMap<ConnId, Outbox>,
     /// Recent events, for the status page.
     journal: Journal,
     /// Where rounds and forgotten jobs are told when jobs are shared (`--backend`).
@@ -78,12 +79,7 @@ impl RdzvCore {
         });
     }
 
-    pub(crate) fn connect(
-        &self,
-        conn: ConnId,
-        observed_ip: String,
-        outbox: mpsc::UnboundedSender<NativeOut>,
-    ) {
+    pub(crate) fn connect(&self, conn: ConnId, observed_ip: String, outbox: Outbox) {
         self.driver.with(|g| {
             g.routes.outboxes.insert(conn, outbox);
             g.handle(Instant::now(), Input::Connected { conn, observed_ip });
@@ -148,8 +144,18 @@ impl Route<Action> for Routes {
     fn route(&mut self, action: Action) {
         match action {
             Action::Send { conn, msg } => {
-                if let Some(tx) = self.outboxes.get(&conn) {
-                    let _ = tx.send(NativeOut::Msg(Box::new(msg)));
+                if let Some(tx) = self.outboxes.get(&conn)
+                    && let Err(queued) = tx.send(NativeOut::Msg(Box::new(msg)))
+                {
+                    // The member does not read: close it rather than hold more for it.
+                    let why = format!(
+                        "the member reads too slowly: {queued} bytes already queued for it, \
+                         the most a connection may have queued is {MAX_QUEUED}"
+                    );
+                    crate::server::ratelog::limited!(warn, "native connection closed: not reading", conn, %why);
+                    if let Some(tx) = self.outboxes.remove(&conn) {
+                        tx.kill(why);
+                    }
                 }
             }
             Action::Close { conn, reason } => {

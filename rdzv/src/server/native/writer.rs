@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use dt_rdzv_proto::native::{CLOSE_GOING_AWAY, CLOSE_NORMAL, ServerMsg, encode_server};
-use tokio::sync::mpsc;
 
+use super::outbox::OutboxRx;
 use super::rendezvous::NativeOut;
 
 /// How a writer ended.
@@ -25,7 +25,7 @@ pub(super) enum WriterEnd {
 /// Writes what the machine routes to one connection.
 pub(super) struct Writer {
     pub(super) send: quinn::SendStream,
-    pub(super) outbox: mpsc::UnboundedReceiver<NativeOut>,
+    pub(super) outbox: OutboxRx,
     pub(super) conn: quinn::Connection,
     /// Set once the machine sent anything but a refusal (the reader's admission deadline ends).
     pub(super) admitted: Arc<AtomicBool>,
@@ -34,12 +34,27 @@ pub(super) struct Writer {
 impl Writer {
     /// Writes until a close, a broken stream or the outbox's end.
     pub(super) async fn run(mut self) -> WriterEnd {
-        while let Some(first) = self.outbox.recv().await {
+        let killed = self.outbox.killed();
+        loop {
+            let first = tokio::select! {
+                first = self.outbox.recv() => first,
+                why = killed.wait() => return WriterEnd::Closed(self.kill(why)),
+            };
+            let Some(first) = first else {
+                return WriterEnd::OutboxGone;
+            };
             if let Some(why) = self.write(first).await {
                 return WriterEnd::Closed(why);
             }
         }
-        WriterEnd::OutboxGone
+    }
+
+    /// Closes the connection at once (the member does not read what is written).
+    fn kill(&self, why: String) -> String {
+        let mut r = why.clone().into_bytes();
+        r.truncate(200);
+        self.conn.close(CLOSE_NORMAL.into(), &r);
+        why
     }
 
     /// Writes `first` and whatever else is queued; on a close, finishes the stream, gives the
@@ -55,6 +70,7 @@ impl Writer {
                         self.admitted.store(true, Ordering::Release);
                     }
                     out.extend_from_slice(&encode_server(&m));
+                    self.outbox.taken(&m);
                 }
                 NativeOut::Close(reason) => {
                     close = Some((CLOSE_NORMAL, reason));
@@ -67,11 +83,18 @@ impl Writer {
             }
             // Batch what is queued, a megabyte at a time.
             if out.len() < 1 << 20 {
-                item = self.outbox.try_recv().ok();
+                item = self.outbox.try_recv();
             }
         }
-        if !out.is_empty() && self.send.write_all(&out).await.is_err() {
-            return Some("the stream broke while writing".into());
+        if !out.is_empty() {
+            let killed = self.outbox.killed();
+            let written = tokio::select! {
+                w = self.send.write_all(&out) => w.is_ok(),
+                why = killed.wait() => return Some(self.kill(why)),
+            };
+            if !written {
+                return Some("the stream broke while writing".into());
+            }
         }
         let (code, reason) = close?;
         let _ = self.send.finish();
