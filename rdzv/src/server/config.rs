@@ -207,6 +207,12 @@ pub struct ServeConfig {
     #[arg(long, env = "DTRDZV_MAX_NATIVE_CONNECTIONS", default_value_t = 65536)]
     pub max_native_connections: usize,
 
+    /// Most bytes of partly received frames held for all native connections together (each
+    /// connection's frame in progress is charged to it; one that does not fit is closed,
+    /// naming this budget). A connection not yet accepted may send frames of 64 KiB at most.
+    #[arg(long, env = "DTRDZV_MAX_PARTIAL_FRAME_BYTES", default_value_t = 256 << 20)]
+    pub max_partial_frame_bytes: usize,
+
     /// Share the rendezvous with other `dt-rdzv serve` processes through this storage:
     /// `etcd://h1:2379,h2:2379,h3:2379`. Each job is owned by one server at a time (an etcd
     /// lease, `--owner-ttl`); the others send its members there, and take it over when the
@@ -285,6 +291,7 @@ impl Default for ServeConfig {
             job_idle_ttl: Duration::from_secs(300),
             max_jobs: 4096,
             max_native_connections: 65536,
+            max_partial_frame_bytes: 256 << 20,
             backend: None,
             advertise: None,
             owner_ttl: Duration::from_secs(2),

@@ -5,8 +5,10 @@
 //! own job only. The page itself carries no data; it asks for the token and sends it with each
 //! request.
 //!
-//! Bounds: at most [`MAX_CONNECTIONS`] connections at once (a new one evicts the oldest silent
-//! one, `admission.rs`, or is closed when all have spoken), heads up
+//! Bounds: at most [`MAX_CONNECTIONS`] connections at once (a new one evicts the one silent or
+//! idle the longest, `admission.rs`: a head still arriving or a connection kept alive between
+//! requests is idle; when every connection is being served or is new, it gets one of
+//! [`RESERVED_CONNECTIONS`] slots that answer `/healthz` only), heads up
 //! to [`MAX_HEAD`] bytes (hyper answers 431 past it), a head must arrive within [`DEADLINE`],
 //! and a connection lives at most [`CONNECTION_LIFETIME`] (the page polls; nothing streams).
 //!
@@ -30,7 +32,7 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::server::http_serve::{Bounds, accept_loop as accept_loop_with};
+use crate::server::http_serve::{Bounds, Reserve, accept_loop_with_reserve};
 use crate::server::native::rendezvous::RdzvCore;
 use crate::server::tcpstore::core::StoreCore;
 
@@ -40,8 +42,13 @@ pub(crate) const MAX_HEAD: usize = 16 * 1024;
 pub(crate) const DEADLINE: Duration = Duration::from_secs(5);
 /// Longest a connection stays open (keep-alive included).
 pub(crate) const CONNECTION_LIFETIME: Duration = Duration::from_secs(30);
-/// Most HTTP connections at once.
+/// Most HTTP connections at once (besides the reserved ones).
 pub(crate) const MAX_CONNECTIONS: usize = 256;
+/// Slots reserved for `/healthz`: a connection the full door would refuse gets one, and is
+/// answered `/healthz` only, one request, its head within [`RESERVED_DEADLINE`].
+pub(crate) const RESERVED_CONNECTIONS: usize = 16;
+/// A reserved connection's head must arrive within this long.
+pub(crate) const RESERVED_DEADLINE: Duration = Duration::from_secs(1);
 
 const PAGE: &str = include_str!("http/status_page.html");
 
@@ -73,6 +80,7 @@ pub(crate) async fn accept_loop(
     state: Arc<HttpState>,
     stop: watch::Receiver<bool>,
 ) {
+    let app_state = state.clone();
     let app = router(state);
     let bounds = Bounds {
         max_connections: MAX_CONNECTIONS,
@@ -80,7 +88,15 @@ pub(crate) async fn accept_loop(
         head_deadline: DEADLINE,
         lifetime: Some(CONNECTION_LIFETIME),
     };
-    accept_loop_with(listener, "HTTP", bounds, stop, |_| {
+    let reserve = Reserve {
+        slots: RESERVED_CONNECTIONS,
+        app: Router::new()
+            .route("/healthz", get(health))
+            .fallback(reserved_only)
+            .with_state(app_state),
+        head_deadline: RESERVED_DEADLINE,
+    };
+    accept_loop_with_reserve(listener, "HTTP", bounds, reserve, stop, |_| {
         (app.clone(), Box::new(|| {}))
     })
     .await;
@@ -201,6 +217,17 @@ async fn events(
     }
     let (list, next) = s.rdzv.events(q.since, q.job.as_deref());
     json_response(StatusCode::OK, &json!({ "events": list, "next": next }))
+}
+
+/// Anything but `/healthz` on a reserved slot.
+async fn reserved_only() -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [(header::RETRY_AFTER, "1")],
+        "busy: every HTTP connection slot is in use; this one, reserved for /healthz, \
+         answers nothing else\n",
+    )
+        .into_response()
 }
 
 async fn not_found() -> Response {

@@ -19,6 +19,10 @@ pub const DEFAULT_MAX_PAYLOAD: u32 = 16 << 20;
 /// `Publish` of a 1 MiB configuration value or a `Lookup` of every rank of a large round,
 /// both well under it. (Server-to-client frames keep [`DEFAULT_MAX_PAYLOAD`].)
 pub const MAX_CLIENT_PAYLOAD: u32 = 2 << 20;
+/// Largest payload a server accepts from a client it has not accepted yet (no good `Join`,
+/// status or stop request so far): those requests are a few KiB, so a stranger cannot make
+/// the server hold megabytes of a frame.
+pub const MAX_UNADMITTED_PAYLOAD: u32 = 64 << 10;
 
 /// Why bytes could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -162,6 +166,11 @@ impl FrameReader {
             buf: Vec::new(),
             max_payload,
         }
+    }
+
+    /// Changes the largest payload accepted from the next frame on.
+    pub fn set_max_payload(&mut self, max_payload: u32) {
+        self.max_payload = max_payload;
     }
 
     /// Appends received bytes.

@@ -15,7 +15,7 @@ pub const MAX_NAME_BYTES: usize = 256;
 pub(crate) fn check(join: &Join, config: &MachineConfig) -> Result<(), Refusal> {
     let bad = |why: String| {
         Err(Refusal::BadRequest {
-            job: join.job.clone(),
+            job: clip(&join.job),
             member: clip(&join.member),
             why,
         })
@@ -63,7 +63,7 @@ pub(crate) fn check(join: &Join, config: &MachineConfig) -> Result<(), Refusal> 
 
 /// A name for a message: at most [`MAX_NAME_BYTES`] of it (an oversized id is refused, and
 /// must not make the refusal itself large).
-fn clip(s: &str) -> String {
+pub(crate) fn clip(s: &str) -> String {
     if s.len() <= MAX_NAME_BYTES {
         return s.to_string();
     }

@@ -37,6 +37,14 @@ pub struct MachineConfig {
     pub max_config_value: usize,
     /// Most published configuration entries per job.
     pub max_config_entries: usize,
+    /// Most bytes of published configuration (keys and values) per job: every welcome
+    /// carries all of it.
+    pub max_config_bytes: usize,
+    /// Most bytes of configuration one round's welcomes may carry together (a job's
+    /// configuration times its members): a publish past it is refused, naming it.
+    pub max_welcome_config_bytes: usize,
+    /// Most distinct ranks one `Lookup` may ask for (repeated ranks count once).
+    pub max_lookup_ranks: usize,
     /// Most addresses one member may advertise (a join with more is refused).
     pub max_addrs: usize,
     /// Longest address a member may advertise, in bytes.
@@ -47,7 +55,9 @@ impl Default for MachineConfig {
     /// Heartbeats every 0.5 s, lost after 2 s of silence (or 0.3 s after a peer's report without an
     /// answer to the probe) (every 2 s and 10 s before a member's
     /// first round), ended jobs kept 60 s, empty jobs forgotten after 300 s, 4096 jobs, 1 MiB
-    /// config values, 256 entries, 16 addresses of at most 256 bytes per member.
+    /// config values, 256 entries, 4 MiB of configuration per job and 256 MiB in one round's
+    /// welcomes together, lookups of 2048 distinct ranks, 16 addresses of at most 256 bytes per
+    /// member.
     fn default() -> Self {
         Self {
             token: None,
@@ -62,6 +72,9 @@ impl Default for MachineConfig {
             max_jobs: 4096,
             max_config_value: 1 << 20,
             max_config_entries: 256,
+            max_config_bytes: 4 << 20,
+            max_welcome_config_bytes: 256 << 20,
+            max_lookup_ranks: 2048,
             max_addrs: 16,
             max_addr_bytes: 256,
         }

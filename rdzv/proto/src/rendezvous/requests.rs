@@ -36,17 +36,41 @@ impl Job {
         }
         let too_many =
             !self.config.contains_key(&key) && self.config.len() >= cfg.max_config_entries;
+        let refuse = |why: String| Refusal::BadRequest {
+            job: self.name.clone(),
+            member: by.into(),
+            why,
+        };
         if value.len() > cfg.max_config_value || too_many || key.is_empty() || key.len() > 1024 {
-            return Err(Refusal::BadRequest {
-                job: self.name.clone(),
-                member: by.into(),
-                why: format!(
-                    "config entry {key:?} of {} bytes refused (values up to {} bytes, keys 1..=1024 bytes, {} entries per job)",
-                    value.len(),
-                    cfg.max_config_value,
-                    cfg.max_config_entries
-                ),
-            });
+            return Err(refuse(format!(
+                "config entry {key:?} of {} bytes refused (values up to {} bytes, keys 1..=1024 bytes, {} entries per job)",
+                value.len(),
+                cfg.max_config_value,
+                cfg.max_config_entries
+            )));
+        }
+        // Every welcome carries the whole configuration: bound it per job, and in one round's
+        // welcomes together.
+        let replaced = self.config.get(&key).map_or(0, |v| key.len() + v.len());
+        let total = self.config_bytes() - replaced + key.len() + value.len();
+        if total > cfg.max_config_bytes {
+            return Err(refuse(format!(
+                "config entry {key:?} of {} bytes refused: the job's configuration would be \
+                 {total} bytes, over its {}-byte budget (max_config_bytes)",
+                value.len(),
+                cfg.max_config_bytes
+            )));
+        }
+        let copies = total.saturating_mul(self.members.len());
+        if copies > cfg.max_welcome_config_bytes {
+            return Err(refuse(format!(
+                "config entry {key:?} of {} bytes refused: {total} bytes of configuration in \
+                 each of {} members' welcomes is {copies} bytes, over the {}-byte welcome \
+                 budget (max_welcome_config_bytes)",
+                value.len(),
+                self.members.len(),
+                cfg.max_welcome_config_bytes
+            )));
         }
         let msg = ServerMsg::Config {
             job: self.name.clone(),
@@ -62,13 +86,33 @@ impl Job {
         Ok(())
     }
 
-    /// Addresses of some ranks of the running round.
-    pub(crate) fn lookup(&self, ranks: &[u32]) -> Vec<Peer> {
-        ranks
-            .iter()
-            .take(65_536)
-            .filter_map(|&r| self.peer(r))
-            .collect()
+    /// Bytes of the published configuration (keys and values).
+    pub(crate) fn config_bytes(&self) -> usize {
+        self.config.iter().map(|(k, v)| k.len() + v.len()).sum()
+    }
+
+    /// Addresses of some ranks of the running round: each rank once, in the order first asked,
+    /// at most `cfg.max_lookup_ranks` distinct ones (more are refused, naming the bound).
+    pub(crate) fn lookup(
+        &self,
+        by: &str,
+        ranks: &[u32],
+        cfg: &MachineConfig,
+    ) -> Result<Vec<Peer>, Refusal> {
+        let mut seen = std::collections::HashSet::new();
+        let distinct: Vec<u32> = ranks.iter().copied().filter(|r| seen.insert(*r)).collect();
+        if distinct.len() > cfg.max_lookup_ranks {
+            return Err(Refusal::BadRequest {
+                job: self.name.clone(),
+                member: by.into(),
+                why: format!(
+                    "lookup of {} distinct ranks refused (at most {}, max_lookup_ranks)",
+                    distinct.len(),
+                    cfg.max_lookup_ranks
+                ),
+            });
+        }
+        Ok(distinct.into_iter().filter_map(|r| self.peer(r)).collect())
     }
 
     /// The job as `dt-rdzv status` shows it.

@@ -11,16 +11,22 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use dt_rdzv_proto::native::{
     CLOSE_GOING_AWAY, CLOSE_NO_STREAM, CLOSE_NORMAL, ClientMsg, FrameReader, ServerMsg,
-    codec::MAX_CLIENT_PAYLOAD, decode_client, encode_server,
+    codec::{MAX_CLIENT_PAYLOAD, MAX_UNADMITTED_PAYLOAD},
+    decode_client,
 };
 use dt_rdzv_proto::rendezvous::{ConnId, Input};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
+use super::outbox::{self, Outbox};
+use super::partial::{self, PartialBudget};
 use super::rendezvous::{NativeOut, RdzvCore};
+use super::writer::{Writer, WriterEnd};
 use crate::native::udp;
 use crate::server::config::ServeConfig;
 use crate::server::ha::owner::{Owners, Verdict};
@@ -74,6 +80,7 @@ pub(crate) async fn accept_loop(
 ) {
     // Native connection ids count down from the top, away from the store's.
     let mut next_id: ConnId = u64::MAX;
+    let budget = PartialBudget::new(config.max_partial_frame_bytes);
     loop {
         tokio::select! {
             _ = stop.changed() => break,
@@ -87,7 +94,7 @@ pub(crate) async fn accept_loop(
                 }
                 next_id -= 1;
                 tokio::spawn(serve(next_id, incoming, core.clone(), owners.clone(),
-                    config.clone(), stop.clone()));
+                    config.clone(), stop.clone(), budget.clone()));
             }
         }
     }
@@ -102,6 +109,7 @@ async fn serve(
     owners: Option<Arc<Owners>>,
     config: Arc<ServeConfig>,
     stop: watch::Receiver<bool>,
+    budget: Arc<PartialBudget>,
 ) {
     let peer = incoming.remote_address();
     let arrived = tokio::time::Instant::now();
@@ -130,25 +138,35 @@ async fn serve(
         }
     };
     tracing::debug!(conn = id, %peer, "native connection opened");
-    let (tx, rx) = mpsc::unbounded_channel();
-    core.connect(id, peer.ip().to_canonical().to_string(), tx);
+    let (tx, rx) = outbox::outbox();
+    core.connect(id, peer.ip().to_canonical().to_string(), tx.clone());
     let shutting_down = stop.clone();
+    let admitted = Arc::new(AtomicBool::new(false));
+    let mut writer = tokio::spawn(
+        Writer {
+            send,
+            outbox: rx,
+            conn: conn.clone(),
+            admitted: admitted.clone(),
+        }
+        .run(),
+    );
     let mut c = Conn {
         id,
-        send,
         recv,
-        outbox: rx,
-        conn: conn.clone(),
-        admitted: false,
+        own: tx,
+        admitted,
         owners,
+        partial: partial::Charge::new(budget),
     };
-    let why = match c.run(&core, stop, arrived, &config).await {
+    let why = match c.run(&core, stop, arrived, &config, &mut writer).await {
         Ok(why) => why,
         Err(why) => {
             limited!(warn, "native connection closed at a deadline", conn = id, %peer, %why);
             why
         }
     };
+    drop(c);
     core.input(Input::Closed {
         conn: id,
         why: why.clone(),
@@ -156,27 +174,35 @@ async fn serve(
     tracing::debug!(conn = id, %peer, %why, "native connection closed");
     if *shutting_down.borrow() {
         // A restart: members reconnect and resume their rounds.
+        writer.abort();
         conn.close(CLOSE_GOING_AWAY.into(), b"server shutting down");
         return;
     }
     // What the machine sent before it forgot the connection (the outbox closes with it).
-    let _ = tokio::time::timeout(Duration::from_secs(3), c.drain()).await;
+    if !writer.is_finished()
+        && tokio::time::timeout(Duration::from_secs(3), &mut writer)
+            .await
+            .is_err()
+    {
+        writer.abort();
+    }
     conn.close(CLOSE_NORMAL.into(), b"closed");
 }
 
-/// One member's connection: its stream both ways and its outbox. One task per connection
-/// (thousands of members): it reads and decodes what the member sends, feeding the machine,
-/// and writes what the machine routes to it.
+/// One member's connection as read: its stream's receiving side. One task per connection
+/// (thousands of members) reads and decodes what the member sends, feeding the machine; a
+/// [`Writer`] task writes what the machine routes to it.
 struct Conn {
     id: ConnId,
-    send: quinn::SendStream,
     recv: quinn::RecvStream,
-    outbox: mpsc::UnboundedReceiver<NativeOut>,
-    conn: quinn::Connection,
+    /// The connection's own outbox, for what the reader must say itself (a redirect).
+    own: Outbox,
     /// Whether the machine accepted a request (it sent anything but a refusal).
-    admitted: bool,
+    admitted: Arc<AtomicBool>,
     /// Who owns which job, when jobs are shared with other servers (`--backend`).
     owners: Option<Arc<Owners>>,
+    /// This connection's share of the server-wide budget for partly received frames.
+    partial: partial::Charge,
 }
 
 /// How reading a connection's frames ended it.
@@ -191,6 +217,10 @@ enum Ending {
 }
 
 impl Conn {
+    fn admitted(&self) -> bool {
+        self.admitted.load(Ordering::Acquire)
+    }
+
     /// Serves the connection until it ends; returns why (`Err` when a deadline ended it).
     async fn run(
         &mut self,
@@ -198,31 +228,43 @@ impl Conn {
         mut stop: watch::Receiver<bool>,
         arrived: tokio::time::Instant,
         config: &ServeConfig,
+        writer: &mut JoinHandle<WriterEnd>,
     ) -> Result<String, String> {
-        let mut reader = FrameReader::new(MAX_CLIENT_PAYLOAD);
+        // Before the machine accepted a request, frames are small (a join, a status or stop
+        // request): a stranger cannot make the server hold megabytes of a frame.
+        let mut reader = FrameReader::new(MAX_UNADMITTED_PAYLOAD);
         let mut frame_started: Option<tokio::time::Instant> = None;
+        let mut writing = true;
         loop {
             let deadline = self.deadline(arrived, frame_started, &reader, config);
             let (at, why) = deadline.clone().unzip();
             tokio::select! {
                 _ = stop.changed() => return Ok("server shutting down".into()),
-                _ = sleep_until(at) => return Err(why.unwrap_or_default()),
-                out = self.outbox.recv() => match out {
-                    Some(first) => {
-                        if let Some(why) = self.write(first).await {
-                            return Ok(why);
-                        }
+                _ = sleep_until(at) => {
+                    // Admitted meanwhile: the admission deadline no longer applies.
+                    if self.deadline(arrived, frame_started, &reader, config).map(|d| d.0) == at {
+                        return Err(why.unwrap_or_default());
                     }
-                    // The machine let go of the connection without a close: keep reading
-                    // until the member goes.
-                    None => return Ok(self.read_to_end(&mut reader, core).await),
+                }
+                ended = &mut *writer, if writing => match ended {
+                    Ok(WriterEnd::Closed(why)) => return Ok(why),
+                    Ok(WriterEnd::OutboxGone) => writing = false,
+                    Err(e) => return Ok(format!("writer failed: {e}")),
                 },
-                // Chunks as quinn holds them: no per-connection read buffer.
+                // Chunks as quinn holds them.
                 chunk = self.recv.read_chunk(usize::MAX, true) => match chunk {
                     Ok(Some(chunk)) => {
                         reader.push(&chunk.bytes);
+                        // The member sends its next frame once the answer to its join arrived,
+                        // and the writer marks the connection admitted before writing it.
+                        if self.admitted() {
+                            reader.set_max_payload(MAX_CLIENT_PAYLOAD);
+                        }
                         if let Some(end) = feed(self.id, &mut reader, core, self.owners.as_deref()).await {
-                            return Ok(self.finish(end).await);
+                            return Ok(self.finish(end, writer).await);
+                        }
+                        if let Err(why) = self.partial.set(reader.buffered()) {
+                            return Ok(why);
                         }
                         if reader.buffered() == 0 {
                             frame_started = None;
@@ -246,7 +288,7 @@ impl Conn {
         reader: &FrameReader,
         config: &ServeConfig,
     ) -> Option<(tokio::time::Instant, String)> {
-        let admit = (!self.admitted).then(|| {
+        let admit = (!self.admitted()).then(|| {
             (
                 arrived + config.handshake_timeout,
                 format!(
@@ -273,86 +315,26 @@ impl Conn {
         }
     }
 
-    /// Ends the connection as `end` says; returns why.
-    async fn finish(&mut self, end: Ending) -> String {
-        match end {
-            Ending::Closed(why) => why,
+    /// Ends the connection as `end` says (through the writer); returns why.
+    async fn finish(&mut self, end: Ending, writer: &mut JoinHandle<WriterEnd>) -> String {
+        let why = match end {
+            Ending::Closed(why) => return why,
             Ending::Redirect(msg) => {
                 let why = match &msg {
                     ServerMsg::Redirect { why, .. } => why.clone(),
                     _ => "redirected".into(),
                 };
-                if self.write(NativeOut::Msg(Box::new(msg))).await.is_none() {
-                    let _ = self.write(NativeOut::Close(why.clone())).await;
-                }
+                let _ = self.own.send(NativeOut::Msg(Box::new(msg)));
+                let _ = self.own.send(NativeOut::Close(why.clone()));
                 why
             }
             Ending::Away(why) => {
-                let _ = self.write(NativeOut::GoAway(why.clone())).await;
+                let _ = self.own.send(NativeOut::GoAway(why.clone()));
                 why
             }
-        }
-    }
-
-    async fn read_to_end(&mut self, reader: &mut FrameReader, core: &RdzvCore) -> String {
-        loop {
-            match self.recv.read_chunk(usize::MAX, true).await {
-                Ok(Some(chunk)) => {
-                    reader.push(&chunk.bytes);
-                    if let Some(end) = feed(self.id, reader, core, self.owners.as_deref()).await {
-                        return self.finish(end).await;
-                    }
-                }
-                Ok(None) => return "client finished its stream".into(),
-                Err(e) => return e.to_string(),
-            }
-        }
-    }
-
-    /// Writes `first` and whatever else is queued; on a close, finishes the stream, gives the
-    /// member a moment to read and close first, and closes. Returns why when it closed.
-    async fn write(&mut self, first: NativeOut) -> Option<String> {
-        let mut out = Vec::new();
-        let mut close = None;
-        let mut item = Some(first);
-        while let Some(o) = item.take() {
-            match o {
-                NativeOut::Msg(m) => {
-                    if !matches!(*m, ServerMsg::Refused { .. }) {
-                        self.admitted = true;
-                    }
-                    out.extend_from_slice(&encode_server(&m));
-                }
-                NativeOut::Close(reason) => {
-                    close = Some((CLOSE_NORMAL, reason));
-                    break;
-                }
-                NativeOut::GoAway(reason) => {
-                    close = Some((CLOSE_GOING_AWAY, reason));
-                    break;
-                }
-            }
-            item = self.outbox.try_recv().ok();
-        }
-        if !out.is_empty() && self.send.write_all(&out).await.is_err() {
-            return Some("the stream broke while writing".into());
-        }
-        let (code, reason) = close?;
-        let _ = self.send.finish();
-        let _ = tokio::time::timeout(Duration::from_secs(1), self.conn.closed()).await;
-        let mut r = reason.clone().into_bytes();
-        r.truncate(200);
-        self.conn.close(code.into(), &r);
-        Some(reason)
-    }
-
-    /// Writes what is still queued for a connection the machine has forgotten.
-    async fn drain(&mut self) {
-        while let Some(o) = self.outbox.recv().await {
-            if self.write(o).await.is_some() {
-                return;
-            }
-        }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(3), writer).await;
+        why
     }
 }
 
@@ -391,7 +373,7 @@ async fn feed(
                         Verdict::Elsewhere {
                             endpoint, server, ..
                         } => {
-                            tracing::info!(conn = id, job = %j.job, member = %j.member,
+                            tracing::info!(conn = id, job = ?j.job, member = ?j.member,
                                 %server, %endpoint, "member sent to the job's owner");
                             return Some(Ending::Redirect(ServerMsg::Redirect {
                                 why: format!(
@@ -404,7 +386,7 @@ async fn feed(
                         }
                         Verdict::Unknown(why) => {
                             limited!(warn, "join deferred: cannot tell who owns the job",
-                                conn = id, job = %j.job, %why);
+                                conn = id, job = ?j.job, %why);
                             return Some(Ending::Away(format!(
                                 "cannot tell who owns job {:?} now ({why}); try again",
                                 j.job

@@ -1,7 +1,9 @@
 //! The native door (mirrors `dt_rdzv_proto::native` and `dt_rdzv_proto::rendezvous`): the QUIC
 //! port (29401) and the rendezvous machine behind it.
 //!
-//! * `conn`: the QUIC endpoint, its accept loop and one task per member connection;
+//! * `conn`: the QUIC endpoint, its accept loop and one task per member connection reading
+//!   it, `writer` a task writing to it from its `outbox` (bytes queued bounded), `partial` the
+//!   server-wide budget for partly received frames;
 //! * `rendezvous`: the rendezvous machine and the native connections' outboxes, behind the
 //!   server's one `Driver`;
 //! * `journal`: the rendezvous' recent events, kept by its core for the status page and
@@ -12,4 +14,7 @@
 pub(super) mod conn;
 pub(super) mod identity;
 pub(super) mod journal;
+mod outbox;
+mod partial;
 pub(super) mod rendezvous;
+mod writer;

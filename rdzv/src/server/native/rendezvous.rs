@@ -12,6 +12,7 @@ use dt_rdzv_proto::rendezvous::{
 use tokio::sync::{mpsc, watch};
 
 use super::journal::Journal;
+use super::outbox::{MAX_QUEUED, Outbox};
 use crate::server::driver::{Driven, Driver, Route};
 
 /// What a native connection task receives.
@@ -36,7 +37,7 @@ pub(crate) struct RdzvCore {
 /// Where the machine's actions go.
 #[derive(Default)]
 struct Routes {
-    outboxes: HashMap<ConnId, mpsc::UnboundedSender<NativeOut>>,
+    outboxes: HashMap<ConnId, Outbox>,
     /// Recent events, for the status page.
     journal: Journal,
     /// Where rounds and forgotten jobs are told when jobs are shared (`--backend`).
@@ -78,12 +79,7 @@ impl RdzvCore {
         });
     }
 
-    pub(crate) fn connect(
-        &self,
-        conn: ConnId,
-        observed_ip: String,
-        outbox: mpsc::UnboundedSender<NativeOut>,
-    ) {
+    pub(crate) fn connect(&self, conn: ConnId, observed_ip: String, outbox: Outbox) {
         self.driver.with(|g| {
             g.routes.outboxes.insert(conn, outbox);
             g.handle(Instant::now(), Input::Connected { conn, observed_ip });
@@ -148,8 +144,18 @@ impl Route<Action> for Routes {
     fn route(&mut self, action: Action) {
         match action {
             Action::Send { conn, msg } => {
-                if let Some(tx) = self.outboxes.get(&conn) {
-                    let _ = tx.send(NativeOut::Msg(Box::new(msg)));
+                if let Some(tx) = self.outboxes.get(&conn)
+                    && let Err(queued) = tx.send(NativeOut::Msg(Box::new(msg)))
+                {
+                    // The member does not read: close it rather than hold more for it.
+                    let why = format!(
+                        "the member reads too slowly: {queued} bytes already queued for it, \
+                         the most a connection may have queued is {MAX_QUEUED}"
+                    );
+                    crate::server::ratelog::limited!(warn, "native connection closed: not reading", conn, %why);
+                    if let Some(tx) = self.outboxes.remove(&conn) {
+                        tx.kill(why);
+                    }
                 }
             }
             Action::Close { conn, reason } => {
@@ -213,34 +219,36 @@ fn status_json(
         .collect())
 }
 
+/// Logs an event; job, member and node names in escaped (Debug) form, so that a newline in
+/// one cannot forge a log line.
 fn log(e: Event) {
     match e {
-        Event::JobCreated { job } => tracing::info!(%job, "job created"),
+        Event::JobCreated { job } => tracing::info!(?job, "job created"),
         Event::Joined {
             job,
             member,
             node,
             spare,
-        } => tracing::debug!(%job, %member, %node, spare, "member joined"),
+        } => tracing::debug!(?job, ?member, ?node, spare, "member joined"),
         Event::RoundComplete {
             job,
             round,
             world,
             cause,
             formed_in,
-        } => tracing::info!(%job, round, world, %cause, formed_in = ?formed_in, "round complete"),
+        } => tracing::info!(?job, round, world, %cause, formed_in = ?formed_in, "round complete"),
         Event::RoundEnded { job, round, cause } => {
-            tracing::info!(%job, round, %cause, "round ended")
+            tracing::info!(?job, round, %cause, "round ended")
         }
         Event::MemberLost {
             job,
             member,
             rank,
             why,
-        } => tracing::warn!(%job, %member, ?rank, %why, "member lost"),
-        Event::MemberLeft { job, member } => tracing::info!(%job, %member, "member left"),
-        Event::JobEnded { job, end } => tracing::info!(%job, %end, "job ended"),
-        Event::JobForgotten { job } => tracing::debug!(%job, "job forgotten"),
+        } => tracing::warn!(?job, ?member, ?rank, ?why, "member lost"),
+        Event::MemberLeft { job, member } => tracing::info!(?job, ?member, "member left"),
+        Event::JobEnded { job, end } => tracing::info!(?job, %end, "job ended"),
+        Event::JobForgotten { job } => tracing::debug!(?job, "job forgotten"),
         Event::Reported {
             job,
             round,
@@ -253,16 +261,53 @@ fn log(e: Event) {
             let verdict = verdict.label();
             match verdict {
                 "probing" | "dismissed" => {
-                    tracing::info!(%job, round, %by, rank, ?member, %evidence, verdict, "data-plane report")
+                    tracing::info!(
+                        ?job,
+                        round,
+                        ?by,
+                        rank,
+                        ?member,
+                        ?evidence,
+                        verdict,
+                        "data-plane report"
+                    )
                 }
                 "confirmed" => {
-                    tracing::warn!(%job, round, %by, rank, ?member, %evidence, verdict, "data-plane report confirmed: member lost")
+                    tracing::warn!(
+                        ?job,
+                        round,
+                        ?by,
+                        rank,
+                        ?member,
+                        ?evidence,
+                        verdict,
+                        "data-plane report confirmed: member lost"
+                    )
                 }
-                _ => tracing::debug!(%job, round, %by, rank, ?member, verdict, "data-plane report"),
+                _ => tracing::debug!(
+                    ?job,
+                    round,
+                    ?by,
+                    rank,
+                    ?member,
+                    verdict,
+                    "data-plane report"
+                ),
             }
         }
         Event::Refused { conn, refusal } => {
-            tracing::warn!(conn, code = ?refusal.code(), %refusal, "request refused")
+            // Escaped and clipped (a refusal may quote what a stranger sent), and at a
+            // limited rate (a stranger can draw one per connection).
+            let mut text = format!("{refusal}").escape_debug().to_string();
+            if text.len() > 512 {
+                let mut end = 512;
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                text.truncate(end);
+                text.push_str("...");
+            }
+            crate::server::ratelog::limited!(warn, "request refused", conn, code = ?refusal.code(), refusal = %text)
         }
     }
 }

@@ -16,7 +16,9 @@ use crate::native::Join;
 impl RendezvousMachine {
     pub(super) fn join(&mut self, now: Instant, conn: ConnId, join: Join) {
         if !self.authorized(Scope::Job(&join.job), &join.token) {
-            self.refuse_and_close(conn, Refusal::BadToken { job: join.job });
+            // Clipped: a refusal (and its log line) must not repeat a megabyte-long name.
+            let job = admission::clip(&join.job);
+            self.refuse_and_close(conn, Refusal::BadToken { job });
             return;
         }
         if let Err(e) = admission::check(&join, &self.config) {

@@ -58,13 +58,15 @@ impl RendezvousMachine {
                     j.next_round(now, &id, &self.config, &mut self.fx);
                 }
             }
-            (ClientMsg::Lookup { ranks }, Some((job, _))) => {
-                let peers = self
-                    .jobs
-                    .get(&job)
-                    .map(|j| j.lookup(&ranks))
-                    .unwrap_or_default();
-                self.fx.send(conn, ServerMsg::Peers(peers));
+            (ClientMsg::Lookup { ranks }, Some((job, id))) => {
+                let peers = match self.jobs.get(&job) {
+                    Some(j) => j.lookup(&id, &ranks, &self.config),
+                    None => Ok(Vec::new()),
+                };
+                match peers {
+                    Ok(peers) => self.fx.send(conn, ServerMsg::Peers(peers)),
+                    Err(e) => self.refuse(conn, e),
+                }
             }
             (ClientMsg::Status { token, job }, member) => {
                 let scope = job.as_deref().map_or(Scope::Server, Scope::Job);
