@@ -332,20 +332,20 @@ fn nccl_dtype(d: DType) -> (ncclDataType_t, usize) {
 /// product is not; bools are 0/1 bytes, whose or (`Sum`, `Max`) is a byte maximum and whose and
 /// (`Prod`, `Min`) a byte minimum; int16 has no NCCL type; NCCL has no bitwise operators.
 fn nccl_op(op: ReduceOp, dtype: DType) -> Option<ncclRedOp_t> {
-    use ncclRedOp_t::{ncclAvg, ncclMax, ncclMin, ncclProd, ncclSum};
+    type R = ncclRedOp_t;
     match (dtype, op) {
         (_, ReduceOp::Band | ReduceOp::Bor | ReduceOp::Bxor) | (DType::I16, _) => None,
-        (DType::C64 | DType::C128, ReduceOp::Sum) => Some(ncclSum),
-        (DType::C64 | DType::C128, ReduceOp::Avg) => Some(ncclAvg),
+        (DType::C64 | DType::C128, ReduceOp::Sum) => Some(R::ncclSum),
+        (DType::C64 | DType::C128, ReduceOp::Avg) => Some(R::ncclAvg),
         (DType::C64 | DType::C128, _) => None,
-        (DType::Bool, ReduceOp::Sum | ReduceOp::Max) => Some(ncclMax),
-        (DType::Bool, ReduceOp::Prod | ReduceOp::Min) => Some(ncclMin),
+        (DType::Bool, ReduceOp::Sum | ReduceOp::Max) => Some(R::ncclMax),
+        (DType::Bool, ReduceOp::Prod | ReduceOp::Min) => Some(R::ncclMin),
         (DType::Bool, ReduceOp::Avg) => None,
-        (_, ReduceOp::Sum) => Some(ncclSum),
-        (_, ReduceOp::Prod) => Some(ncclProd),
-        (_, ReduceOp::Min) => Some(ncclMin),
-        (_, ReduceOp::Max) => Some(ncclMax),
-        (_, ReduceOp::Avg) => Some(ncclAvg),
+        (_, ReduceOp::Sum) => Some(R::ncclSum),
+        (_, ReduceOp::Prod) => Some(R::ncclProd),
+        (_, ReduceOp::Min) => Some(R::ncclMin),
+        (_, ReduceOp::Max) => Some(R::ncclMax),
+        (_, ReduceOp::Avg) => Some(R::ncclAvg),
     }
 }
 
