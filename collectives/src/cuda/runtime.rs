@@ -557,11 +557,27 @@ mod tests {
         assert_eq!(nccl_dtype(DType::Bool), (ncclDataType_t::ncclUint8, 1));
         assert_eq!(nccl_op(ReduceOp::Sum, DType::C64), Some(R::ncclSum));
         assert_eq!(nccl_op(ReduceOp::Avg, DType::C128), Some(R::ncclAvg));
-        assert_eq!(nccl_op(ReduceOp::Prod, DType::C64), None, "not componentwise");
-        assert_eq!(nccl_op(ReduceOp::Sum, DType::Bool), Some(R::ncclMax), "or of 0/1");
-        assert_eq!(nccl_op(ReduceOp::Prod, DType::Bool), Some(R::ncclMin), "and of 0/1");
+        assert_eq!(
+            nccl_op(ReduceOp::Prod, DType::C64),
+            None,
+            "not componentwise"
+        );
+        assert_eq!(
+            nccl_op(ReduceOp::Sum, DType::Bool),
+            Some(R::ncclMax),
+            "or of 0/1"
+        );
+        assert_eq!(
+            nccl_op(ReduceOp::Prod, DType::Bool),
+            Some(R::ncclMin),
+            "and of 0/1"
+        );
         assert_eq!(nccl_op(ReduceOp::Avg, DType::Bool), None);
-        assert_eq!(nccl_op(ReduceOp::Band, DType::I32), None, "NCCL has no bitwise ops");
+        assert_eq!(
+            nccl_op(ReduceOp::Band, DType::I32),
+            None,
+            "NCCL has no bitwise ops"
+        );
         assert_eq!(nccl_op(ReduceOp::Sum, DType::I16), None);
         assert_eq!(nccl_op(ReduceOp::Max, DType::F32), Some(R::ncclMax));
     }
