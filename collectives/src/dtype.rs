@@ -27,11 +27,17 @@ pub enum DType {
     I64 = 8,
     /// Signed 16-bit integer (`int16`).
     I16 = 9,
+    /// Complex number of two 32-bit floats, real part first (`complex64`).
+    C64 = 10,
+    /// Complex number of two 64-bit floats, real part first (`complex128`).
+    C128 = 11,
+    /// Boolean, one byte holding 0 or 1 (`bool`).
+    Bool = 12,
 }
 
 impl DType {
     /// Every dtype, in tag order.
-    pub const ALL: [DType; 9] = [
+    pub const ALL: [DType; 12] = [
         DType::F32,
         DType::F64,
         DType::F16,
@@ -41,16 +47,35 @@ impl DType {
         DType::I32,
         DType::I64,
         DType::I16,
+        DType::C64,
+        DType::C128,
+        DType::Bool,
     ];
 
     /// Size of one element in bytes.
     pub const fn size(self) -> usize {
         match self {
             DType::F32 | DType::I32 => 4,
-            DType::F64 | DType::I64 => 8,
+            DType::F64 | DType::I64 | DType::C64 => 8,
+            DType::C128 => 16,
             DType::F16 | DType::BF16 | DType::I16 => 2,
-            DType::I8 | DType::U8 => 1,
+            DType::I8 | DType::U8 | DType::Bool => 1,
         }
+    }
+
+    /// The alignment a buffer of this type needs: its size, or for complex types the size of
+    /// one component (numpy and C align `complex128` to 8 bytes).
+    pub const fn align(self) -> usize {
+        match self {
+            DType::C64 => 4,
+            DType::C128 => 8,
+            d => d.size(),
+        }
+    }
+
+    /// Whether this is a complex type (two floats per element).
+    pub const fn is_complex(self) -> bool {
+        matches!(self, DType::C64 | DType::C128)
     }
 
     /// The name nccl-tests prints (`float`, `half`, `bfloat16`, `int32`, ...).
@@ -65,6 +90,9 @@ impl DType {
             DType::I32 => "int32",
             DType::I64 => "int64",
             DType::I16 => "int16",
+            DType::C64 => "complex64",
+            DType::C128 => "complex128",
+            DType::Bool => "bool",
         }
     }
 
@@ -80,6 +108,9 @@ impl DType {
             "int32" | "i32" | "int" => DType::I32,
             "int64" | "i64" | "long" => DType::I64,
             "int16" | "i16" | "short" => DType::I16,
+            "complex64" | "c64" | "cfloat" => DType::C64,
+            "complex128" | "c128" | "cdouble" => DType::C128,
+            "bool" => DType::Bool,
             _ => return None,
         })
     }
@@ -100,7 +131,9 @@ mod sealed {
 }
 
 /// A plain-old-data element type the collectives accept: `f32`, `f64`, `half::f16`,
-/// `half::bf16`, `i8`, `u8`, `i16`, `i32`, `i64`. Sealed: every bit pattern is a valid value and
+/// `half::bf16`, `i8`, `u8`, `i16`, `i32`, `i64`. (Complex and bool buffers have no Rust type
+/// here: they travel as raw buffers tagged [`DType::C64`], [`DType::C128`], [`DType::Bool`].)
+/// Sealed: every bit pattern is a valid value and
 /// the type has no padding, which is what lets the engine move it as bytes.
 pub trait Element: sealed::Sealed + Copy + Send + Sync + PartialEq + fmt::Debug + 'static {
     /// The tag of this type.
@@ -164,6 +197,16 @@ mod tests {
             assert_eq!(DType::parse(d.name()), Some(d));
         }
         assert_eq!(DType::from_u8(0), None);
+        assert_eq!(DType::from_u8(13), None);
+        assert_eq!(
+            (DType::C64 as u8, DType::C128 as u8, DType::Bool as u8),
+            (10, 11, 12)
+        );
+        assert_eq!(
+            (DType::C64.size(), DType::C128.size(), DType::Bool.size()),
+            (8, 16, 1)
+        );
+        assert_eq!((DType::C64.align(), DType::C128.align()), (4, 8));
         assert_eq!(<bf16 as Element>::DTYPE.size(), 2);
     }
 }

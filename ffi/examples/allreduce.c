@@ -1,6 +1,6 @@
 /*
- * dtcomm from C: every rank allreduces (and gathers, broadcasts, reduce-scatters) and checks
- * the results. Rank, world size and the rendezvous come from the launcher's environment, as
+ * dtcomm from C: every rank allreduces (and gathers, broadcasts, reduce-scatters; complex64,
+ * bool and bitwise ops too) and checks the results. Rank, world size and the rendezvous come from the launcher's environment, as
  * in Python's dtcomm.init():
  *
  *   DTCOMM_RANK=0 DTCOMM_WORLD_SIZE=2 DTCOMM_RDZV_ENDPOINT=host:29400 ./allreduce
@@ -116,6 +116,27 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 3; i++) EXPECT(rs_out[i] == (float)(size * (3 * rank + i)), "rs %d", i);
     free(all);
     free(rs_in);
+
+    /* complex64 (re, im pairs): sum and product; max is refused on every rank, naming it. */
+    float z[4] = {(float)rank, 1.0f, 1.0f, 1.0f}; /* rank + i, 1 + i */
+    CHECK(dtcomm_all_reduce(comm, NULL, z, 2, DTCOMM_COMPLEX64, DTCOMM_SUM));
+    EXPECT(z[0] == (float)(size * (size - 1) / 2) && z[1] == (float)size, "complex sum");
+    z[2] = 0.0f, z[3] = 1.0f; /* i^size */
+    CHECK(dtcomm_all_reduce(comm, NULL, z + 2, 1, DTCOMM_COMPLEX64, DTCOMM_PROD));
+    const float ire[4] = {1, 0, -1, 0}, iim[4] = {0, 1, 0, -1};
+    EXPECT(z[2] == ire[size % 4] && z[3] == iim[size % 4], "i^%d: %f %f", size, z[2], z[3]);
+    EXPECT(dtcomm_all_reduce(comm, NULL, z, 2, DTCOMM_COMPLEX64, DTCOMM_MAX) ==
+               DTCOMM_INVALID_ARGUMENT, "complex max was not refused");
+    EXPECT(strstr(dtcomm_last_error(), "max") && strstr(dtcomm_last_error(), "complex64"), "%s",
+           dtcomm_last_error());
+
+    /* bool xor over ranks, and a bitwise-and reduce of int32 to rank 0. */
+    uint8_t flag[2] = {1, (uint8_t)(rank == 0)};
+    CHECK(dtcomm_all_reduce(comm, NULL, flag, 2, DTCOMM_BOOL, DTCOMM_BXOR));
+    EXPECT(flag[0] == (uint8_t)(size % 2) && flag[1] == 1, "bool xor %d %d", flag[0], flag[1]);
+    int32_t bits = ~(1 << rank);
+    CHECK(dtcomm_reduce(comm, NULL, &bits, 1, DTCOMM_INT32, DTCOMM_BAND, 0));
+    if (rank == 0) EXPECT(bits == ~((1 << size) - 1), "band %d", bits);
 
     printf("ALLREDUCE OK rank %d of %d (local rank %d, dtcomm %d.%d.%d)\n", rank, size, local, major,
            minor, patch);

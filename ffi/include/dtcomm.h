@@ -183,6 +183,22 @@ typedef uint64_t dtcomm_named_t;
 #define DTCOMM_INT16 9
 
 /**
+ * Complex number of two 32-bit floats, real part first (C's `float _Complex`). No min/max.
+ */
+#define DTCOMM_COMPLEX64 10
+
+/**
+ * Complex number of two 64-bit floats, real part first (C's `double _Complex`). No min/max.
+ */
+#define DTCOMM_COMPLEX128 11
+
+/**
+ * Boolean, one byte holding 0 or 1: sum and max are a logical or, prod and min a logical and;
+ * no mean.
+ */
+#define DTCOMM_BOOL 12
+
+/**
  * Sum (integers wrap).
  */
 #define DTCOMM_SUM 1
@@ -206,6 +222,21 @@ typedef uint64_t dtcomm_named_t;
  * Mean over ranks (integer division for integers).
  */
 #define DTCOMM_AVG 5
+
+/**
+ * Bitwise and (integer and bool types only).
+ */
+#define DTCOMM_BAND 6
+
+/**
+ * Bitwise or (integer and bool types only).
+ */
+#define DTCOMM_BOR 7
+
+/**
+ * Bitwise exclusive or (integer and bool types only).
+ */
+#define DTCOMM_BXOR 8
 
 #ifdef __cplusplus
 extern "C" {

@@ -69,6 +69,13 @@ pub const DTCOMM_INT32: dtcomm_dtype_t = 7;
 pub const DTCOMM_INT64: dtcomm_dtype_t = 8;
 /// Signed 16-bit integer.
 pub const DTCOMM_INT16: dtcomm_dtype_t = 9;
+/// Complex number of two 32-bit floats, real part first (C's `float _Complex`). No min/max.
+pub const DTCOMM_COMPLEX64: dtcomm_dtype_t = 10;
+/// Complex number of two 64-bit floats, real part first (C's `double _Complex`). No min/max.
+pub const DTCOMM_COMPLEX128: dtcomm_dtype_t = 11;
+/// Boolean, one byte holding 0 or 1: sum and max are a logical or, prod and min a logical and;
+/// no mean.
+pub const DTCOMM_BOOL: dtcomm_dtype_t = 12;
 
 /// Sum (integers wrap).
 pub const DTCOMM_SUM: dtcomm_op_t = 1;
@@ -80,6 +87,12 @@ pub const DTCOMM_MIN: dtcomm_op_t = 3;
 pub const DTCOMM_MAX: dtcomm_op_t = 4;
 /// Mean over ranks (integer division for integers).
 pub const DTCOMM_AVG: dtcomm_op_t = 5;
+/// Bitwise and (integer and bool types only).
+pub const DTCOMM_BAND: dtcomm_op_t = 6;
+/// Bitwise or (integer and bool types only).
+pub const DTCOMM_BOR: dtcomm_op_t = 7;
+/// Bitwise exclusive or (integer and bool types only).
+pub const DTCOMM_BXOR: dtcomm_op_t = 8;
 
 #[cfg(test)]
 mod tests {
@@ -117,11 +130,25 @@ mod tests {
             DTCOMM_INT32,
             DTCOMM_INT64,
             DTCOMM_INT16,
+            DTCOMM_COMPLEX64,
+            DTCOMM_COMPLEX128,
+            DTCOMM_BOOL,
         ];
+        assert_eq!(dtypes.len(), DType::ALL.len());
         for (c, d) in dtypes.iter().zip(DType::ALL) {
             assert_eq!(*c, d as i32, "{d:?}");
         }
-        let ops = [DTCOMM_SUM, DTCOMM_PROD, DTCOMM_MIN, DTCOMM_MAX, DTCOMM_AVG];
+        let ops = [
+            DTCOMM_SUM,
+            DTCOMM_PROD,
+            DTCOMM_MIN,
+            DTCOMM_MAX,
+            DTCOMM_AVG,
+            DTCOMM_BAND,
+            DTCOMM_BOR,
+            DTCOMM_BXOR,
+        ];
+        assert_eq!(ops.len(), ReduceOp::ALL.len());
         for (c, o) in ops.iter().zip(ReduceOp::ALL) {
             assert_eq!(*c, o as i32, "{o:?}");
         }

@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 
 class ReduceOp(enum.IntEnum):
     """How a reduction combines elements. ``AVG`` is a sum divided by the world size
-    (integer division for integer dtypes)."""
+    (integer division for integer dtypes). ``BAND``/``BOR``/``BXOR`` are bitwise, for integer
+    and bool buffers only; complex buffers have no ``MIN``/``MAX`` and bool ones no ``AVG``
+    (the engine refuses those on every rank before anything is sent)."""
 
     # The value is the engine's number (``Communicator.all_reduce(op=...)``).
     SUM = 1
@@ -26,17 +28,30 @@ class ReduceOp(enum.IntEnum):
     MIN = 3
     MAX = 4
     AVG = 5
+    BAND = 6
+    BOR = 7
+    BXOR = 8
 
     @property
     def engine_name(self) -> str:
         """The engine's name of the operator (``"sum"``, ``"prod"``, ``"min"``, ``"max"``,
-        ``"avg"``): what ``Negotiator.submit(op=...)`` takes."""
+        ``"avg"``, ``"band"``, ``"bor"``, ``"bxor"``): what ``Negotiator.submit(op=...)``
+        takes."""
         return self.name.lower()
 
     @property
+    def is_bitwise(self) -> bool:
+        """Whether this is ``BAND``, ``BOR`` or ``BXOR``."""
+        return self in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR)
+
+    @property
     def horovod(self) -> int:
-        """Horovod's number of the operator (``hvd.Sum`` ...; ``AVG`` is ``hvd.Average``)."""
-        return _TO_HOROVOD[self]
+        """Horovod's number of the operator (``hvd.Sum`` ...; ``AVG`` is ``hvd.Average``).
+        Raises ``ValueError`` for the bitwise ones, which Horovod does not have."""
+        code = _TO_HOROVOD.get(self)
+        if code is None:
+            raise ValueError(f"Horovod has no reduce op {self.name}")
+        return code
 
     @classmethod
     def from_horovod(cls, code: int) -> ReduceOp:
@@ -50,23 +65,13 @@ class ReduceOp(enum.IntEnum):
         return op
 
     @classmethod
-    def from_torch(cls, op: Any) -> ReduceOp | BitwiseOp:
-        """The operator of a ``torch.distributed.ReduceOp`` (or ``RedOpType``), or the bitwise
-        one the torch backend combines itself. Raises ``ValueError`` for the others
-        (``PREMUL_SUM``)."""
+    def from_torch(cls, op: Any) -> ReduceOp:
+        """The operator of a ``torch.distributed.ReduceOp`` (or ``RedOpType``). Raises
+        ``ValueError`` for the others (``PREMUL_SUM``)."""
         for theirs, ours in _torch_ops():
             if op == theirs:
                 return ours
         raise ValueError(f"dtcomm does not support reduce op {op} (PREMUL_SUM is NCCL-only)")
-
-
-class BitwiseOp(enum.Enum):
-    """``torch.distributed``'s bitwise reductions, which the engine has no operator for: the
-    torch backend all-gathers the tensors and combines them locally."""
-
-    BAND = "BAND"
-    BOR = "BOR"
-    BXOR = "BXOR"
 
 
 SUM, PROD, MIN, MAX, AVG = ReduceOp.SUM, ReduceOp.PROD, ReduceOp.MIN, ReduceOp.MAX, ReduceOp.AVG
@@ -80,26 +85,28 @@ _FROM_HOROVOD: dict[int, ReduceOp] = {code: op for op, code in _TO_HOROVOD.items
 
 
 @functools.cache
-def _torch_ops() -> tuple[tuple[Any, ReduceOp | BitwiseOp], ...]:
+def _torch_ops() -> tuple[tuple[Any, ReduceOp], ...]:
     """``torch.distributed.ReduceOp``'s operators and ours (torch imported on first use)."""
     import torch.distributed as dist
 
     theirs = dist.ReduceOp
-    ours: list[tuple[Any, ReduceOp | BitwiseOp]] = [
+    return (
         (theirs.SUM, SUM),
         (theirs.PRODUCT, PROD),
         (theirs.MIN, MIN),
         (theirs.MAX, MAX),
         (theirs.AVG, AVG),
-    ]
-    ours += [(getattr(theirs, b.name), b) for b in BitwiseOp]
-    return tuple(ours)
+        (theirs.BAND, ReduceOp.BAND),
+        (theirs.BOR, ReduceOp.BOR),
+        (theirs.BXOR, ReduceOp.BXOR),
+    )
 
 
 class DType(enum.Enum):
     """An element type the engine carries. The value is the engine's name of it (what
     ``Negotiator.submit(dtype=...)`` and ``Communicator.all_reduce_algo`` take), which is also
-    the name of the numpy and torch dtypes (numpy has no bfloat16)."""
+    the name of the numpy and torch dtypes (numpy has no bfloat16). Complex numbers are two
+    floats, real part first; a bool is one byte, 0 or 1."""
 
     FLOAT32 = "float32"
     FLOAT64 = "float64"
@@ -110,6 +117,9 @@ class DType(enum.Enum):
     INT16 = "int16"
     INT32 = "int32"
     INT64 = "int64"
+    COMPLEX64 = "complex64"
+    COMPLEX128 = "complex128"
+    BOOL = "bool"
 
     @classmethod
     def from_numpy(cls, dtype: Any) -> DType:

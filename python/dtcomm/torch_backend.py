@@ -29,22 +29,17 @@ from ._threads import fit_torch_threads
 from ._torch_batch import P2pBatch
 from ._torch_monitored import monitored_barrier
 from ._torch_work import DtcommWork, patch_work_is_completed, set_source, torch_words
-from ._vocab import BitwiseOp, ReduceOp
+from ._vocab import ReduceOp
 
 NAME = "dtcomm"
 DEVICES = ["cpu", "cuda"]
 _TORCH_DEFAULT_TIMEOUT = timedelta(minutes=30)
 #: Longest ``shutdown()`` waits for the other ranks to leave too.
 FAREWELL = 5.0
-_BITWISE_FN = {
-    BitwiseOp.BAND: torch.bitwise_and,
-    BitwiseOp.BOR: torch.bitwise_or,
-    BitwiseOp.BXOR: torch.bitwise_xor,
-}
 
 
-def _redop(rank: int, op: Any) -> ReduceOp | BitwiseOp:
-    """The engine's operator, or a bitwise one (done locally after a gather)."""
+def _redop(rank: int, op: Any) -> ReduceOp:
+    """The engine's operator (the engine refuses one the tensor's dtype does not have)."""
     try:
         return ReduceOp.from_torch(op)
     except ValueError as e:
@@ -216,28 +211,8 @@ class DtcommBackend(_C10dBackend):
         op = _redop(self._rank, opts.reduceOp)
         if t.is_sparse:
             return self.allreduce_sparse(tensors, opts)
-        if isinstance(op, BitwiseOp):
-            return self._bitwise(t, tensors, op)
         return self._one("all_reduce", tensors,
                          lambda cb: self._comm.all_reduce(t, op, callback=cb), opts=opts)
-
-    def _bitwise(self, t: torch.Tensor, result: list[torch.Tensor], op: BitwiseOp) -> DtcommWork:
-        if t.is_floating_point():
-            raise ValueError(f"rank {self._rank}: all_reduce {op.name} needs an integer tensor, "
-                             f"got {t.dtype}")
-        flat = t.contiguous().view(-1)
-        out = torch.empty((self._size, flat.numel()), dtype=t.dtype, device=t.device)
-        fn = _BITWISE_FN[op]
-
-        def finish() -> None:
-            acc = out[0].clone()
-            for row in out[1:]:
-                fn(acc, row, out=acc)
-            t.copy_(acc.view_as(t))
-
-        return self._one(
-            "all_reduce", result, lambda cb: self._comm.all_gather(flat, out, callback=cb), finish
-        )
 
     def allreduce_sparse(self, tensors: list[torch.Tensor], opts: Any) -> DtcommWork:
         """Sum of sparse COO tensors, as gloo does it: every rank's indices and values are
@@ -285,9 +260,8 @@ class DtcommBackend(_C10dBackend):
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any) -> DtcommWork:
         op = _redop(self._rank, opts.reduceOp)
-        if isinstance(op, BitwiseOp) or len({t.dtype for t in tensors}) > 1:
-            raise ValueError(f"rank {self._rank}: allreduce_coalesced needs one dtype and an "
-                             "arithmetic op")
+        if len({t.dtype for t in tensors}) > 1:
+            raise ValueError(f"rank {self._rank}: allreduce_coalesced needs one dtype")
         flat = torch.cat([t.detach().reshape(-1) for t in tensors])
 
         def finish() -> None:
@@ -311,9 +285,6 @@ class DtcommBackend(_C10dBackend):
         _check(self._rank, "reduce", tensors)
         t, root = tensors[0].detach(), opts.rootRank
         op = _redop(self._rank, opts.reduceOp)
-        if isinstance(op, BitwiseOp):
-            raise ValueError(f"rank {self._rank}: reduce with {op.name} is not supported; "
-                             "use all_reduce")
         return self._one("reduce", tensors,
                          lambda cb: self._comm.reduce(t, op, root, callback=cb), opts=opts)
 
@@ -362,8 +333,6 @@ class DtcommBackend(_C10dBackend):
         self, output: torch.Tensor, input: torch.Tensor, opts: Any
     ) -> DtcommWork:
         op = _redop(self._rank, opts.reduceOp)
-        if isinstance(op, BitwiseOp):
-            raise ValueError(f"rank {self._rank}: reduce_scatter with {op.name} is not supported")
         o, i = output.detach(), input.detach()
         return self._one("reduce_scatter", [output],
                          lambda cb: self._comm.reduce_scatter(i, o, op, callback=cb), opts=opts)
@@ -372,8 +341,6 @@ class DtcommBackend(_C10dBackend):
         self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any
     ) -> DtcommWork:
         op = _redop(self._rank, opts.reduceOp)
-        if isinstance(op, BitwiseOp):
-            raise ValueError(f"rank {self._rank}: reduce_scatter with {op.name} is not supported")
         w = self._work("reduce_scatter", list(outputs))
         w.expect(len(outputs))
         for o, i in zip(outputs, inputs, strict=False):
@@ -390,8 +357,6 @@ class DtcommBackend(_C10dBackend):
     ) -> DtcommWork:
         _check(self._rank, "reduce_scatter", outputs)
         op = _redop(self._rank, opts.reduceOp)
-        if isinstance(op, BitwiseOp):
-            raise ValueError(f"rank {self._rank}: reduce_scatter with {op.name} is not supported")
         out, ins = outputs[0].detach(), inputs[0]
         if len(ins) != self._size or any(i.numel() != out.numel() for i in ins):
             raise ValueError(

@@ -66,6 +66,9 @@ fn format_dtype(fmt: &str, itemsize: usize) -> Option<DType> {
         ("i" | "l" | "q", 4) => DType::I32,
         ("i" | "l" | "q", 8) => DType::I64,
         ("h", 2) => DType::I16,
+        ("Zf", 8) => DType::C64,
+        ("Zd", 16) => DType::C128,
+        ("?", 1) => DType::Bool,
         _ => return None,
     })
 }
@@ -144,7 +147,8 @@ impl Buf {
         let Some(dtype) = format_dtype(&fmt, itemsize) else {
             return Err(ctx.type_err(format!(
                 "has an unsupported element type (format {fmt:?}, {itemsize} bytes); dtcomm takes \
-                 float32, float64, float16, bfloat16 (torch), int8, uint8, int32, int64"
+                 float32, float64, float16, bfloat16 (torch), int8, uint8, int16, int32, int64, \
+                 complex64, complex128, bool"
             )));
         };
         if !contiguous {
@@ -196,7 +200,7 @@ impl Buf {
         let Some(dtype) = dlpack::dtype(t.code, t.bits, t.lanes) else {
             return Err(ctx.type_err(format!(
                 "has an unsupported dtype {}; dtcomm takes float32, float64, float16, bfloat16, \
-                 int8, uint8, int32, int64",
+                 int8, uint8, int16, int32, int64, complex64, complex128, bool",
                 dtype_name(obj)
             )));
         };
@@ -219,10 +223,11 @@ impl Buf {
     }
 
     fn check_aligned(&self, ctx: &Ctx<'_>) -> PyResult<()> {
-        if self.count > 0 && !(self.ptr as usize).is_multiple_of(self.dtype.size()) {
+        if self.count > 0 && !(self.ptr as usize).is_multiple_of(self.dtype.align()) {
             return Err(ctx.value_err(format!(
-                "is not aligned to its {}-byte elements (address {:p}); copy it first",
-                self.dtype.size(),
+                "is not aligned to {} bytes for its {} elements (address {:p}); copy it first",
+                self.dtype.align(),
+                self.dtype,
                 self.ptr
             )));
         }

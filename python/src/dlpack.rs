@@ -196,7 +196,8 @@ pub(crate) fn is_capsule(obj: &Bound<'_, PyAny>) -> bool {
     unsafe { ffi::PyCapsule_CheckExact(obj.as_ptr()) != 0 }
 }
 
-/// The dtcomm dtype of a DLPack dtype (kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4).
+/// The dtcomm dtype of a DLPack dtype (kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4,
+/// kDLComplex 5 with the bits of the whole number, kDLBool 6).
 pub(crate) fn dtype(code: u8, bits: u8, lanes: u16) -> Option<DType> {
     if lanes != 1 {
         return None;
@@ -211,6 +212,9 @@ pub(crate) fn dtype(code: u8, bits: u8, lanes: u16) -> Option<DType> {
         (2, 32) => DType::F32,
         (2, 64) => DType::F64,
         (4, 16) => DType::BF16,
+        (5, 64) => DType::C64,
+        (5, 128) => DType::C128,
+        (6, 8) => DType::Bool,
         _ => return None,
     })
 }

@@ -428,6 +428,9 @@ fn dispatch(
         DType::I32 => go::<i32>(c, gpu, spec),
         DType::I64 => go::<i64>(c, gpu, spec),
         DType::I16 => go::<i16>(c, gpu, spec),
+        DType::C64 | DType::C128 | DType::Bool => Err(format!(
+            "the benchmark measures real and integer types, not {dtype}"
+        )),
     }
 }
 

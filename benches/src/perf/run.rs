@@ -74,6 +74,14 @@ fn reduced<T: BenchElem>(op: ReduceOp, world: usize, i: usize) -> f64 {
             let a = v.sum::<f64>() / world as f64;
             if T::INT { a.trunc() } else { a }
         }
+        ReduceOp::Band | ReduceOp::Bor | ReduceOp::Bxor => {
+            let f = |a: i64, b: i64| match op {
+                ReduceOp::Band => a & b,
+                ReduceOp::Bor => a | b,
+                _ => a ^ b,
+            };
+            v.map(|x| x as i64).reduce(f).unwrap_or(0) as f64
+        }
     }
 }
 

@@ -24,14 +24,14 @@ impl Inner {
                 format!("{what} is a null pointer with {} elements", b.count()),
             ));
         }
-        if len > 0 && !(b.ptr() as usize).is_multiple_of(b.dtype().size()) {
+        if len > 0 && !(b.ptr() as usize).is_multiple_of(b.dtype().align()) {
             return Err(self.invalid(
                 op,
                 format!(
                     "{what} at {:p} is not aligned for {} ({} bytes)",
                     b.ptr(),
                     b.dtype(),
-                    b.dtype().size()
+                    b.dtype().align()
                 ),
             ));
         }
@@ -156,6 +156,22 @@ impl Inner {
         Ok(())
     }
 
+    /// A reduction's operator must be defined on its dtype (no `max` of complex numbers, no
+    /// `avg` of bools, bitwise operators on integers and bool only). The answer depends on the
+    /// call alone, so every rank refuses it alike, before anything is sent.
+    fn check_op(&self, op: &'static str, call: &Call) -> Result<(), CommError> {
+        let (Collective::AllReduce { op: redop }
+        | Collective::Reduce { op: redop, .. }
+        | Collective::ReduceScatter { op: redop }) = call.collective
+        else {
+            return Ok(());
+        };
+        let Some(dtype) = call.send.as_ref().or(call.recv.as_ref()).map(RawBuf::dtype) else {
+            return Ok(());
+        };
+        redop.supports(dtype).map_err(|why| self.invalid(op, why))
+    }
+
     /// Checks `call`'s arguments against this communicator without touching any buffer's
     /// contents: an error here sends nothing and does not fail the communicator.
     pub(crate) fn check(&self, call: &Call) -> Result<(), CommError> {
@@ -166,6 +182,7 @@ impl Inner {
         let (rank, world) = (self.rank, self.world);
         let (send, recv) = (call.send.as_ref(), call.recv.as_ref());
         self.check_memory(op, send, recv)?;
+        self.check_op(op, call)?;
         match &call.collective {
             Collective::AllReduce { .. } | Collective::Broadcast { .. } => {
                 let r = self.need(op, "recv", recv)?;

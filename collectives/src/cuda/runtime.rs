@@ -307,8 +307,9 @@ fn nccl_error(e: dtcomm_nccl_sys::NcclError) -> NcclError {
     }
 }
 
-/// NCCL's type for `d` and how many of it make one element: NCCL has no 16-bit integer, so
-/// int16 moves as byte pairs (data movement only; [`RealComm::enqueue`] refuses reductions).
+/// NCCL's type for `d` and how many of it make one element. NCCL has no 16-bit integer,
+/// complex or bool type: int16 moves as byte pairs, a complex number as two floats of its
+/// component type, a bool as a byte. Which reductions survive that is [`nccl_op`]'s answer.
 fn nccl_dtype(d: DType) -> (ncclDataType_t, usize) {
     let t = match d {
         DType::F32 => ncclDataType_t::ncclFloat32,
@@ -316,21 +317,35 @@ fn nccl_dtype(d: DType) -> (ncclDataType_t, usize) {
         DType::F16 => ncclDataType_t::ncclFloat16,
         DType::BF16 => ncclDataType_t::ncclBfloat16,
         DType::I8 => ncclDataType_t::ncclInt8,
-        DType::U8 => ncclDataType_t::ncclUint8,
+        DType::U8 | DType::Bool => ncclDataType_t::ncclUint8,
         DType::I32 => ncclDataType_t::ncclInt32,
         DType::I64 => ncclDataType_t::ncclInt64,
         DType::I16 => return (ncclDataType_t::ncclUint8, 2),
+        DType::C64 => return (ncclDataType_t::ncclFloat32, 2),
+        DType::C128 => return (ncclDataType_t::ncclFloat64, 2),
     };
     (t, 1)
 }
 
-fn nccl_op(op: ReduceOp) -> ncclRedOp_t {
-    match op {
-        ReduceOp::Sum => ncclRedOp_t::ncclSum,
-        ReduceOp::Prod => ncclRedOp_t::ncclProd,
-        ReduceOp::Min => ncclRedOp_t::ncclMin,
-        ReduceOp::Max => ncclRedOp_t::ncclMax,
-        ReduceOp::Avg => ncclRedOp_t::ncclAvg,
+/// NCCL's operator for reducing `dtype` by `op` on [`nccl_dtype`]'s type, or `None` where NCCL
+/// cannot compute it: a complex sum (and mean) is the sum of its float components but its
+/// product is not; bools are 0/1 bytes, whose or (`Sum`, `Max`) is a byte maximum and whose and
+/// (`Prod`, `Min`) a byte minimum; int16 has no NCCL type; NCCL has no bitwise operators.
+fn nccl_op(op: ReduceOp, dtype: DType) -> Option<ncclRedOp_t> {
+    type R = ncclRedOp_t;
+    match (dtype, op) {
+        (_, ReduceOp::Band | ReduceOp::Bor | ReduceOp::Bxor) | (DType::I16, _) => None,
+        (DType::C64 | DType::C128, ReduceOp::Sum) => Some(R::ncclSum),
+        (DType::C64 | DType::C128, ReduceOp::Avg) => Some(R::ncclAvg),
+        (DType::C64 | DType::C128, _) => None,
+        (DType::Bool, ReduceOp::Sum | ReduceOp::Max) => Some(R::ncclMax),
+        (DType::Bool, ReduceOp::Prod | ReduceOp::Min) => Some(R::ncclMin),
+        (DType::Bool, ReduceOp::Avg) => None,
+        (_, ReduceOp::Sum) => Some(R::ncclSum),
+        (_, ReduceOp::Prod) => Some(R::ncclProd),
+        (_, ReduceOp::Min) => Some(R::ncclMin),
+        (_, ReduceOp::Max) => Some(R::ncclMax),
+        (_, ReduceOp::Avg) => Some(R::ncclAvg),
     }
 }
 
@@ -432,20 +447,24 @@ impl NcclComm for RealComm {
         stream: StreamHandle,
     ) -> Result<(), NcclError> {
         let ((t, k), s) = (nccl_dtype(dtype), stream_of(stream).cast());
-        let reduction = match op {
-            NcclOp::AllReduce { .. } => Some("ncclAllReduce"),
-            NcclOp::Reduce { .. } => Some("ncclReduce"),
-            NcclOp::ReduceScatter { .. } => Some("ncclReduceScatter"),
+        let reduction = match *op {
+            NcclOp::AllReduce { op, .. } => Some(("ncclAllReduce", op)),
+            NcclOp::Reduce { op, .. } => Some(("ncclReduce", op)),
+            NcclOp::ReduceScatter { op, .. } => Some(("ncclReduceScatter", op)),
             _ => None,
         };
-        if let (Some(call), true) = (reduction, k != 1) {
-            return Err(NcclError {
+        let mut red = ncclRedOp_t::ncclSum;
+        if let Some((call, rop)) = reduction {
+            red = nccl_op(rop, dtype).ok_or_else(|| NcclError {
                 call,
                 code: 4,
                 name: "ncclInvalidArgument",
-                text: format!("NCCL has no {dtype} type: {dtype} device tensors cannot be reduced"),
+                text: format!(
+                    "NCCL cannot reduce {dtype} device tensors by {rop} (it has no {dtype} type \
+                     or operator for it)"
+                ),
                 last: None,
-            });
+            })?;
         }
         let n = &self.nccl;
         let p = |d: DevPtr| d.0 as usize as *mut c_void;
@@ -454,11 +473,8 @@ impl NcclComm for RealComm {
         let r = unsafe {
             match *op {
                 NcclOp::AllReduce {
-                    send,
-                    recv,
-                    count,
-                    op,
-                } => n.all_reduce(p(send), p(recv), count * k, t, nccl_op(op), self.comm, s),
+                    send, recv, count, ..
+                } => n.all_reduce(p(send), p(recv), count * k, t, red, self.comm, s),
                 NcclOp::Broadcast {
                     send,
                     recv,
@@ -469,14 +485,14 @@ impl NcclComm for RealComm {
                     send,
                     recv,
                     count,
-                    op,
                     root,
+                    ..
                 } => n.reduce(
                     p(send),
                     p(recv),
-                    count,
+                    count * k,
                     t,
-                    nccl_op(op),
+                    red,
                     root as i32,
                     self.comm,
                     s,
@@ -503,11 +519,8 @@ impl NcclComm for RealComm {
                     each.and(end)
                 }),
                 NcclOp::ReduceScatter {
-                    send,
-                    recv,
-                    count,
-                    op,
-                } => n.reduce_scatter(p(send), p(recv), count * k, t, nccl_op(op), self.comm, s),
+                    send, recv, count, ..
+                } => n.reduce_scatter(p(send), p(recv), count * k, t, red, self.comm, s),
             }
         };
         r.map(|_| ()).map_err(nccl_error)
@@ -529,5 +542,43 @@ impl Drop for RealComm {
             // engine waits for each), so destroy does not block on peers.
             let _ = unsafe { self.nccl.comm_destroy(self.comm) };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn complex_and_bool_map_to_what_nccl_can_compute() {
+        type R = ncclRedOp_t;
+        assert_eq!(nccl_dtype(DType::C64), (ncclDataType_t::ncclFloat32, 2));
+        assert_eq!(nccl_dtype(DType::C128), (ncclDataType_t::ncclFloat64, 2));
+        assert_eq!(nccl_dtype(DType::Bool), (ncclDataType_t::ncclUint8, 1));
+        assert_eq!(nccl_op(ReduceOp::Sum, DType::C64), Some(R::ncclSum));
+        assert_eq!(nccl_op(ReduceOp::Avg, DType::C128), Some(R::ncclAvg));
+        assert_eq!(
+            nccl_op(ReduceOp::Prod, DType::C64),
+            None,
+            "not componentwise"
+        );
+        assert_eq!(
+            nccl_op(ReduceOp::Sum, DType::Bool),
+            Some(R::ncclMax),
+            "or of 0/1"
+        );
+        assert_eq!(
+            nccl_op(ReduceOp::Prod, DType::Bool),
+            Some(R::ncclMin),
+            "and of 0/1"
+        );
+        assert_eq!(nccl_op(ReduceOp::Avg, DType::Bool), None);
+        assert_eq!(
+            nccl_op(ReduceOp::Band, DType::I32),
+            None,
+            "NCCL has no bitwise ops"
+        );
+        assert_eq!(nccl_op(ReduceOp::Sum, DType::I16), None);
+        assert_eq!(nccl_op(ReduceOp::Max, DType::F32), Some(R::ncclMax));
     }
 }

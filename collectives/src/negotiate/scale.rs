@@ -34,5 +34,9 @@ pub fn scale(bytes: &mut [u8], dtype: DType, factor: f64) {
         DType::I16 => each!(i16, 2, |x| (f64::from(x) * factor) as i16),
         DType::I8 => each!(i8, 1, |x| (f64::from(x) * factor) as i8),
         DType::U8 => each!(u8, 1, |x| (f64::from(x) * factor) as u8),
+        // both components of a complex number; a bool stays true unless scaled by zero
+        DType::C64 => each!(f32, 4, |x| x * factor as f32),
+        DType::C128 => each!(f64, 8, |x| x * factor),
+        DType::Bool => each!(u8, 1, |x| u8::from(x != 0 && factor != 0.0)),
     }
 }

@@ -98,5 +98,31 @@ pub fn check(requests: &[&Request]) -> Result<(), String> {
             );
         }
     }
+    if let Some(op) = first.op
+        && matches!(first.kind, Kind::Allreduce | Kind::Reducescatter)
+    {
+        op.supports(first.dtype)
+            .map_err(|why| format!("{name}: {why}"))?;
+    }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DType, ReduceOp};
+
+    #[test]
+    fn an_op_the_dtype_lacks_is_refused_for_every_rank() {
+        let max = Request::allreduce("g", DType::C64, &[4], ReduceOp::Max);
+        let e = check(&[&max, &max]).unwrap_err();
+        assert!(
+            e.contains("g:") && e.contains("max") && e.contains("complex64"),
+            "{e}"
+        );
+        let sum = Request::allreduce("g", DType::C128, &[4], ReduceOp::Sum);
+        assert_eq!(check(&[&sum, &sum]), Ok(()));
+        let avg = Request::allreduce("b", DType::Bool, &[4], ReduceOp::Avg);
+        assert!(check(&[&avg]).unwrap_err().contains("bool"));
+    }
 }

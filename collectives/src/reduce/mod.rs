@@ -11,14 +11,19 @@ use ::half::{bf16, f16};
 use crate::dtype::{DType, cast_slice, cast_slice_mut};
 use crate::op::ReduceOp;
 
+mod boolean;
+mod complex;
 mod half;
 mod native;
 
 pub(crate) use native::{Arith, combine_native};
 
+use self::boolean::combine_bool;
+use self::complex::combine_complex;
 use self::half::{combine_bf16, combine_f16};
 
 /// `dst = dst (op) src` elementwise; both are byte views of `dtype` elements of equal length.
+/// `op` must be one `dtype` supports ([`ReduceOp::supports`], checked before a call starts).
 pub(crate) fn reduce_bytes(dtype: DType, op: ReduceOp, dst: &mut [u8], src: &[u8]) {
     assert_eq!(dst.len(), src.len(), "reduce of unequal lengths");
     match dtype {
@@ -31,11 +36,17 @@ pub(crate) fn reduce_bytes(dtype: DType, op: ReduceOp, dst: &mut [u8], src: &[u8
         DType::I16 => combine_native::<i16>(op, cast_slice_mut(dst), cast_slice(src)),
         DType::F16 => combine_f16(op, cast_slice_mut(dst), cast_slice(src)),
         DType::BF16 => combine_bf16(op, cast_slice_mut(dst), cast_slice(src)),
+        DType::C64 => combine_complex::<f32>(op, cast_slice_mut(dst), cast_slice(src)),
+        DType::C128 => combine_complex::<f64>(op, cast_slice_mut(dst), cast_slice(src)),
+        DType::Bool => combine_bool(op, cast_slice_mut(dst), cast_slice(src)),
     }
 }
 
 /// Combines `src` into `dst` elementwise on this rank (`dst[i] = dst[i] op src[i]`; `Avg`
 /// combines by sum), with the same vectorised kernels the collectives use.
+///
+/// Panics if `op` is not defined on `T` ([`ReduceOp::supports`]: the bitwise operators on a
+/// float type).
 ///
 /// ```
 /// let mut a = [1.0f32, 5.0];
@@ -43,6 +54,9 @@ pub(crate) fn reduce_bytes(dtype: DType, op: ReduceOp, dst: &mut [u8], src: &[u8
 /// assert_eq!(a, [3.0, 5.0]);
 /// ```
 pub fn reduce_local<T: crate::Element>(op: ReduceOp, dst: &mut [T], src: &[T]) {
+    if let Err(why) = op.supports(T::DTYPE) {
+        panic!("reduce_local: {why}");
+    }
     reduce_bytes(
         T::DTYPE,
         op,
@@ -57,9 +71,13 @@ fn div_native<T: Arith>(buf: &mut [T], n: usize) {
     }
 }
 
-/// Divides every element by `n` (the last step of `Avg`).
+/// Divides every element by `n` (the last step of `Avg`; a complex number's two components
+/// are divided). Bool has no `Avg` ([`ReduceOp::supports`]): its bytes are left as they are.
 pub(crate) fn divide_bytes(dtype: DType, buf: &mut [u8], n: usize) {
     match dtype {
+        DType::C64 => div_native::<f32>(cast_slice_mut(buf), n),
+        DType::C128 => div_native::<f64>(cast_slice_mut(buf), n),
+        DType::Bool => {}
         DType::F32 => div_native::<f32>(cast_slice_mut(buf), n),
         DType::F64 => div_native::<f64>(cast_slice_mut(buf), n),
         DType::I8 => div_native::<i8>(cast_slice_mut(buf), n),
@@ -126,6 +144,56 @@ mod tests {
         assert_eq!(h, [10_000, -3, 16]);
         divide_bytes(DType::I16, as_bytes_mut(&mut h), 2);
         assert_eq!(h, [5_000, -1, 8]);
+    }
+
+    #[test]
+    fn complex_and_bool_by_dtype_and_integer_bitwise() {
+        // complex64 (1+2i, 3-4i) summed with (0.5+0.5i, 1+1i), then averaged over 2
+        let mut c = [1.0f32, 2.0, 3.0, -4.0];
+        let s = [0.5f32, 0.5, 1.0, 1.0];
+        reduce_bytes(
+            DType::C64,
+            ReduceOp::Avg,
+            as_bytes_mut(&mut c),
+            as_bytes(&s),
+        );
+        divide_bytes(DType::C64, as_bytes_mut(&mut c), 2);
+        assert_eq!(c, [0.75, 1.25, 2.0, -1.5]);
+        let mut z = [2.0f64, 3.0];
+        reduce_bytes(
+            DType::C128,
+            ReduceOp::Prod,
+            as_bytes_mut(&mut z),
+            as_bytes(&[4.0f64, -1.0]),
+        );
+        assert_eq!(z, [11.0, 10.0], "(2+3i)(4-i) = 11+10i");
+        let mut b = [1u8, 0, 1];
+        reduce_bytes(DType::Bool, ReduceOp::Sum, &mut b, &[0, 0, 1]);
+        assert_eq!(b, [1, 0, 1]);
+        reduce_bytes(DType::Bool, ReduceOp::Bxor, &mut b, &[1, 1, 1]);
+        assert_eq!(b, [0, 1, 0]);
+        let mut i = [0b1100i32, -1, 6];
+        let j = [0b1010i32, 5, 3];
+        for (op, want) in [
+            (ReduceOp::Band, [0b1000i32, 5, 2]),
+            (ReduceOp::Bor, [0b1110, -1, 7]),
+            (ReduceOp::Bxor, [0b0110, -6, 5]),
+        ] {
+            let mut d = i;
+            reduce_bytes(DType::I32, op, as_bytes_mut(&mut d), as_bytes(&j));
+            assert_eq!(d, want, "{op}");
+        }
+        reduce_local(ReduceOp::Bxor, &mut i, &j);
+        assert_eq!(i, [0b0110, -6, 5]);
+        let mut u = [0xF0u8];
+        reduce_local(ReduceOp::Band, &mut u, &[0x3C]);
+        assert_eq!(u, [0x30]);
+    }
+
+    #[test]
+    #[should_panic(expected = "not supported for float")]
+    fn reduce_local_refuses_bitwise_on_floats() {
+        reduce_local(ReduceOp::Band, &mut [1.0f32], &[2.0]);
     }
 
     #[test]

@@ -4,13 +4,17 @@
 use crate::op::ReduceOp;
 
 /// Arithmetic the kernels need. Integers wrap; float min/max use plain comparisons (which
-/// vectorise to `minps`/`maxps`).
+/// vectorise to `minps`/`maxps`). The bitwise operations act on the bits; on floats they are
+/// never asked for ([`ReduceOp::supports`] refuses them first) and act on the bit patterns.
 pub(crate) trait Arith: Copy {
     fn add(a: Self, b: Self) -> Self;
     fn mul(a: Self, b: Self) -> Self;
     fn min(a: Self, b: Self) -> Self;
     fn max(a: Self, b: Self) -> Self;
     fn div_n(a: Self, n: usize) -> Self;
+    fn band(a: Self, b: Self) -> Self;
+    fn bor(a: Self, b: Self) -> Self;
+    fn bxor(a: Self, b: Self) -> Self;
 }
 
 macro_rules! arith_int {
@@ -26,6 +30,12 @@ macro_rules! arith_int {
             fn max(a: Self, b: Self) -> Self { if b > a { b } else { a } }
             #[inline(always)]
             fn div_n(a: Self, n: usize) -> Self { a / (n as $t) }
+            #[inline(always)]
+            fn band(a: Self, b: Self) -> Self { a & b }
+            #[inline(always)]
+            fn bor(a: Self, b: Self) -> Self { a | b }
+            #[inline(always)]
+            fn bxor(a: Self, b: Self) -> Self { a ^ b }
         }
     )*};
 }
@@ -44,6 +54,12 @@ macro_rules! arith_float {
             fn max(a: Self, b: Self) -> Self { if b > a { b } else { a } }
             #[inline(always)]
             fn div_n(a: Self, n: usize) -> Self { a / (n as $t) }
+            #[inline(always)]
+            fn band(a: Self, b: Self) -> Self { <$t>::from_bits(a.to_bits() & b.to_bits()) }
+            #[inline(always)]
+            fn bor(a: Self, b: Self) -> Self { <$t>::from_bits(a.to_bits() | b.to_bits()) }
+            #[inline(always)]
+            fn bxor(a: Self, b: Self) -> Self { <$t>::from_bits(a.to_bits() ^ b.to_bits()) }
         }
     )*};
 }
@@ -63,6 +79,9 @@ fn combine<T: Arith>(op: ReduceOp, dst: &mut [T], src: &[T]) {
         ReduceOp::Prod => zip_apply(dst, src, T::mul),
         ReduceOp::Min => zip_apply(dst, src, T::min),
         ReduceOp::Max => zip_apply(dst, src, T::max),
+        ReduceOp::Band => zip_apply(dst, src, T::band),
+        ReduceOp::Bor => zip_apply(dst, src, T::bor),
+        ReduceOp::Bxor => zip_apply(dst, src, T::bxor),
     }
 }
 

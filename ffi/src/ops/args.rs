@@ -17,7 +17,7 @@ pub(crate) fn dtype(func: &str, d: dtcomm_dtype_t) -> Result<DType, Fail> {
         .ok_or_else(|| {
             invalid(
                 func,
-                format!("unknown dtype {d} (DTCOMM_FLOAT32=1 .. DTCOMM_INT16=9)"),
+                format!("unknown dtype {d} (DTCOMM_FLOAT32=1 .. DTCOMM_BOOL=12)"),
             )
         })
 }
@@ -30,7 +30,7 @@ pub(crate) fn redop(func: &str, o: dtcomm_op_t) -> Result<ReduceOp, Fail> {
         .ok_or_else(|| {
             invalid(
                 func,
-                format!("unknown reduction {o} (DTCOMM_SUM=1 .. DTCOMM_AVG=5)"),
+                format!("unknown reduction {o} (DTCOMM_SUM=1 .. DTCOMM_BXOR=8)"),
             )
         })
 }

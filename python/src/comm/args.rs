@@ -20,7 +20,7 @@ pub(super) fn redop(rank: usize, op: &str, v: u8) -> PyResult<ReduceOp> {
         .find(|o| *o as u8 == v)
         .ok_or_else(|| {
             PyValueError::new_err(format!(
-                "rank {rank}: {op}: unknown reduce op {v} (sum=1, prod=2, min=3, max=4, avg=5)"
+                "rank {rank}: {op}: unknown reduce op {v} (sum=1, prod=2, min=3, max=4, avg=5, band=6, bor=7, bxor=8)"
             ))
         })
 }
