@@ -23,9 +23,9 @@ use dt_rdzv_proto::rendezvous::{ConnId, Input};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::outbox::{self, Outbox};
+use super::outbox::{self, NativeOut, Outbox};
 use super::partial::{self, PartialBudget};
-use super::rendezvous::{NativeOut, RdzvCore};
+use super::rendezvous::RdzvCore;
 use super::writer::{Writer, WriterEnd};
 use crate::native::udp;
 use crate::server::config::ServeConfig;

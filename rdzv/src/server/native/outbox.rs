@@ -10,7 +10,19 @@ use std::sync::{Arc, Mutex};
 use dt_rdzv_proto::native::ServerMsg;
 use tokio::sync::{Notify, mpsc};
 
-use super::rendezvous::NativeOut;
+/// What a native connection task receives.
+#[derive(Debug)]
+pub(crate) enum NativeOut {
+    /// A message to send. Boxed: an outbox's channel allocates its slots in blocks of 32,
+    /// sized by this enum, and `ServerMsg` is large (a welcome inline): unboxed that is ~6 KiB
+    /// per connection before a single message is queued.
+    Msg(Box<ServerMsg>),
+    /// Send what is queued, then close with this reason.
+    Close(String),
+    /// Send what is queued, then close as a server going away (the member reconnects and
+    /// resumes its round: through the endpoint list, or where a `Redirect` sent it).
+    GoAway(String),
+}
 
 /// Most bytes queued for one connection's writer (about): 32 MiB, eight welcomes carrying a
 /// job's whole 4 MiB of configuration.

@@ -12,22 +12,9 @@ use dt_rdzv_proto::rendezvous::{
 use tokio::sync::{mpsc, watch};
 
 use super::journal::Journal;
+use super::outbox::NativeOut;
 use super::outbox::{MAX_QUEUED, Outbox};
 use crate::server::driver::{Driven, Driver, Route};
-
-/// What a native connection task receives.
-#[derive(Debug)]
-pub(crate) enum NativeOut {
-    /// A message to send. Boxed: an outbox's channel allocates its slots in blocks of 32,
-    /// sized by this enum, and `ServerMsg` is large (a welcome inline): unboxed that is ~6 KiB
-    /// per connection before a single message is queued.
-    Msg(Box<ServerMsg>),
-    /// Send what is queued, then close with this reason.
-    Close(String),
-    /// Send what is queued, then close as a server going away (the member reconnects and
-    /// resumes its round: through the endpoint list, or where a `Redirect` sent it).
-    GoAway(String),
-}
 
 /// The machine and where its actions go.
 pub(crate) struct RdzvCore {

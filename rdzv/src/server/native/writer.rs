@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use dt_rdzv_proto::native::{CLOSE_GOING_AWAY, CLOSE_NORMAL, ServerMsg, encode_server};
 
-use super::outbox::OutboxRx;
-use super::rendezvous::NativeOut;
+use super::outbox::{NativeOut, OutboxRx};
 
 /// How a writer ended.
 #[derive(Debug)]
