@@ -167,17 +167,20 @@ async fn serve(
         }
     };
     drop(c);
-    core.input(Input::Closed {
-        conn: id,
-        why: why.clone(),
-    });
     tracing::debug!(conn = id, %peer, %why, "native connection closed");
     if *shutting_down.borrow() {
-        // A restart: members reconnect and resume their rounds.
+        // A restart: members reconnect and resume their rounds. The machine goes with the
+        // process and must not take these closes for members lost: it would end their rounds
+        // and tell the members whose connections are still open (their writers run on their
+        // own), who would then fail their collectives instead of resuming.
         writer.abort();
         conn.close(CLOSE_GOING_AWAY.into(), b"server shutting down");
         return;
     }
+    core.input(Input::Closed {
+        conn: id,
+        why: why.clone(),
+    });
     // What the machine sent before it forgot the connection (the outbox closes with it).
     if !writer.is_finished()
         && tokio::time::timeout(Duration::from_secs(3), &mut writer)

@@ -8,10 +8,11 @@
 //! [`ServeConfig::max_queued_reply_bytes`], no further request is handled and nothing more is
 //! read (TCP flow control then stops the client); both resume as the client reads its
 //! replies. So one connection holds at most that bound plus one request's reply, plus one
-//! frame of input. Across connections, the replies' own bytes and the partial frames are
-//! charged to the door's memory budget ([`DoorMemory`]): a frame that would need more than the
-//! budget leaves closes its connection, naming the budget. The decoder keeps its place in a
-//! partial frame, and is not called again until the bytes it asked for are buffered.
+//! frame of input. Across connections, the replies' own bytes are charged to the door's memory
+//! budget ([`DoorMemory`]), and the partial frames to half of it, apart (so that frames held by
+//! strangers never get a client's writes refused): a frame that would need more than that half
+//! leaves closes its connection, naming the budget. The decoder keeps its place in a partial
+//! frame, and is not called again until the bytes it asked for are buffered.
 //!
 //! Deadlines: the first request must arrive within the handshake timeout, a request that has
 //! started must finish within the frame timeout, and a reply write that makes
@@ -85,7 +86,7 @@ pub(crate) async fn serve(
             memory.sub(owned as u64);
         }
     }
-    memory.sub(input.charged);
+    memory.sub_frames(input.charged);
     tracing::info!(conn = id, %peer, %reason, "connection closed");
 }
 
@@ -109,9 +110,9 @@ impl Input {
     fn recharge(&mut self, memory: &DoorMemory) {
         let now = (self.buf.len() + self.decoder.held_bytes()) as u64;
         if now > self.charged {
-            memory.add(now - self.charged);
+            memory.add_frames(now - self.charged);
         } else {
-            memory.sub(self.charged - now);
+            memory.sub_frames(self.charged - now);
         }
         self.charged = now;
     }
@@ -126,11 +127,12 @@ impl Input {
         }
         let grow = want as u64;
         if want > KEEP_BUFFER
-            && let Err(left) = memory.room_for(grow)
+            && let Err(left) = memory.room_for_frame(grow)
         {
             return Err(format!(
-                "a partial frame of {} bytes needs {want} more; the store quota (the TCPStore \
-                 door's memory budget) of {} bytes leaves {left}",
+                "a partial frame of {} bytes needs {want} more; partial frames may hold half \
+                 the store quota (the TCPStore door's memory budget) of {} bytes, and {left} of \
+                 that half is left",
                 self.buf.len(),
                 memory.limit.unwrap_or(0),
             ));

@@ -53,23 +53,42 @@ pub(crate) struct StoreCore {
 pub(crate) struct DoorMemory {
     /// The budget (the store quota), if any.
     pub(crate) limit: Option<u64>,
-    /// Replies queued and not yet written (their own bytes) plus partial frames, bytes.
+    /// Replies queued and not yet written (their own bytes).
     pub(crate) external: AtomicU64,
+    /// Partial frames being read, bytes: half the budget of their own, kept out of what the
+    /// engine's quotas see, so that strangers holding frames cannot get a client's writes
+    /// refused (nor its connection closed).
+    pub(crate) frames: AtomicU64,
     /// What the engine held after its last request ([`Engine::held_bytes`]).
     pub(crate) engine: AtomicU64,
 }
 
 impl DoorMemory {
-    /// Whether `more` bytes fit in the budget beside everything held now; else what is left.
-    pub(crate) fn room_for(&self, more: u64) -> Result<(), u64> {
+    /// Whether a partial frame may grow by `more` bytes: partial frames together hold at most
+    /// half the budget; else what is left of that half.
+    pub(crate) fn room_for_frame(&self, more: u64) -> Result<(), u64> {
         let Some(limit) = self.limit else {
             return Ok(());
         };
-        let held = self.engine.load(Ordering::Relaxed) + self.external.load(Ordering::Relaxed);
-        if held.saturating_add(more) > limit {
-            return Err(limit.saturating_sub(held));
+        let held = self.frames.load(Ordering::Relaxed);
+        if held.saturating_add(more) > limit / 2 {
+            return Err((limit / 2).saturating_sub(held));
         }
         Ok(())
+    }
+
+    /// `n` more bytes of partial frames held.
+    pub(crate) fn add_frames(&self, n: u64) {
+        self.frames.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// `n` bytes fewer of partial frames held.
+    pub(crate) fn sub_frames(&self, n: u64) {
+        let _ = self
+            .frames
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_sub(n))
+            });
     }
 
     /// `n` more bytes held outside the engine.
