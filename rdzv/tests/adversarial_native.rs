@@ -55,28 +55,7 @@ fn partial_frames_are_closed_at_the_handshake_and_frame_deadlines() {
         // Members (a good Join, accepted) that then start a frame and stall.
         let mut members = Vec::new();
         for i in 0..4 {
-            let conn = ep.connect(s.native, "localhost").unwrap().await.unwrap();
-            let (mut send, mut recv) = conn.open_bi().await.unwrap();
-            let mut who = member(&format!("stall{i}"), "m0", vec!["127.0.0.1:1".into()]);
-            who.spec = JobSpec::fixed(1);
-            let join = Join {
-                job: who.job,
-                token: TOKEN.into(),
-                member: who.member,
-                node: who.node,
-                addrs: who.addrs,
-                host: Vec::new(),
-                role: who.role,
-                spec: who.spec,
-                resume: None,
-            };
-            send.write_all(&encode_client(&ClientMsg::Join(join)))
-                .await
-                .unwrap();
-            let mut first = [0u8; 12];
-            recv.read_exact(&mut first)
-                .await
-                .expect("an answer to the join");
+            let (conn, mut send, recv) = raw_member(&ep, &s, &format!("stall{i}")).await;
             send.write_all(&header(1000)).await.unwrap();
             members.push((conn, send, recv, Instant::now()));
         }
