@@ -6,6 +6,8 @@
 
 use rkyv::{Archive, Deserialize, Serialize};
 
+use super::progress::Progress;
+
 /// What a member is to its job.
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Role {
@@ -204,6 +206,10 @@ pub enum ClientMsg {
         /// The probe's nonce.
         nonce: u64,
     },
+    /// A heartbeat that carries the member's summary of its collective calls (sent instead of
+    /// [`ClientMsg::Heartbeat`] by members that record their calls); the server keeps the
+    /// latest per member for `dt-rdzv status --hang`.
+    Progress(Progress),
 }
 
 /// One member's addresses as a peer sees them.
@@ -398,6 +404,10 @@ pub struct MemberStatus {
     pub addrs: Vec<String>,
     /// The source IP the server sees.
     pub observed_ip: String,
+    /// Its latest summary of its calls, if it sends them.
+    pub progress: Option<Progress>,
+    /// Milliseconds since that summary arrived.
+    pub progress_age_ms: u64,
 }
 
 /// One job in a status report.

@@ -13,6 +13,8 @@ pub mod member;
 // written here is documented.
 #[allow(missing_docs)]
 pub mod messages;
+#[allow(missing_docs)]
+pub mod progress;
 mod round_end;
 
 pub use close::{CLOSE_GOING_AWAY, CLOSE_NO_STREAM, CLOSE_NORMAL};
@@ -24,4 +26,5 @@ pub use messages::{
     ClientMsg, JobEnd, JobSpec, JobStatus, Join, LateJoin, MAX_HOST_BYTES, MemberStatus, Peer,
     RefusalCode, Resume, Role, RoundCause, ServerMsg, Welcome,
 };
+pub use progress::{CallState, GroupProgress, PendingCall, Progress, ProgressError};
 pub use round_end::RoundEnd;

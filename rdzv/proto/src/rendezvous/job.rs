@@ -9,7 +9,9 @@ use super::config::MachineConfig;
 use super::effects::{Effects, Event};
 use super::error::Refusal;
 use super::{peers, ranks};
-use crate::native::{JobEnd, JobSpec, Join, LateJoin, Peer, Role, RoundCause, ServerMsg, Welcome};
+use crate::native::{
+    JobEnd, JobSpec, Join, LateJoin, Peer, Progress, Role, RoundCause, ServerMsg, Welcome,
+};
 
 /// Where a member stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +38,8 @@ pub(crate) struct Member {
     /// Rank in the current round, or (while forming) in the last one.
     pub(crate) rank: Option<u32>,
     pub(crate) place: Place,
+    /// Its latest summary of its calls and when it arrived (`dt-rdzv status --hang`).
+    pub(crate) progress: Option<(Progress, Instant)>,
 }
 
 #[derive(Debug, Clone)]
@@ -265,6 +269,7 @@ impl Job {
                 arrival: self.next_arrival,
                 rank: resumed,
                 place,
+                progress: None,
             },
         );
         if let Some(rank) = resumed {

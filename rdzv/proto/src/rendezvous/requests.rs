@@ -157,6 +157,10 @@ impl Job {
                     last_seen_ms: now.saturating_duration_since(m.last_seen).as_millis() as u64,
                     addrs: m.addrs.clone(),
                     observed_ip: m.observed_ip.clone(),
+                    progress: m.progress.as_ref().map(|(p, _)| p.clone()),
+                    progress_age_ms: m.progress.as_ref().map_or(0, |(_, at)| {
+                        now.saturating_duration_since(*at).as_millis() as u64
+                    }),
                 })
                 .collect(),
             missing: self.missing.iter().cloned().collect(),

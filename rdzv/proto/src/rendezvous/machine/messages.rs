@@ -34,6 +34,22 @@ impl RendezvousMachine {
             }
             (ClientMsg::Join(join), None) => self.join(now, conn, join),
             (ClientMsg::Heartbeat { .. }, Some(_)) => {}
+            (ClientMsg::Progress(p), Some((job, id))) => {
+                if let Err(e) = p.check() {
+                    let why = format!("progress summary refused: {e}");
+                    self.refuse(
+                        conn,
+                        Refusal::BadRequest {
+                            job,
+                            member: id,
+                            why,
+                        },
+                    );
+                } else if let Some(m) = self.jobs.get_mut(&job).and_then(|j| j.members.get_mut(&id))
+                {
+                    m.progress = Some((p, now));
+                }
+            }
             (ClientMsg::Leave, Some((job, id))) => {
                 if let Some(j) = self.jobs.get_mut(&job) {
                     j.remove(now, vec![(id, Removal::Left)], &self.config, &mut self.fx);
@@ -122,6 +138,9 @@ impl RendezvousMachine {
             }
             (ClientMsg::Alive { .. }, None) => {
                 self.refuse_and_close(conn, Refusal::NotJoined { what: "Alive" })
+            }
+            (ClientMsg::Progress(_), None) => {
+                self.refuse_and_close(conn, Refusal::NotJoined { what: "Progress" })
             }
             (ClientMsg::Heartbeat { .. }, None) => {
                 self.refuse_and_close(conn, Refusal::NotJoined { what: "Heartbeat" })
