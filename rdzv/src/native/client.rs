@@ -22,7 +22,7 @@ use super::tls::{Trust, client_config};
 use super::watch::MemberHandle;
 use dt_rdzv_proto::native::member::Member;
 
-pub use super::config::{ClientConfig, DEFAULT_NATIVE_PORT};
+pub use super::config::{ClientConfig, DEFAULT_NATIVE_PORT, ProgressSource};
 
 /// Who a member is, for [`NativeClient::join`].
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,7 +1,11 @@
 //! Where the native server is and how to trust it: the client's settings, shared by the
 //! client (`client.rs`) and its session task (`session.rs`).
 
+use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
+
+use dt_rdzv_proto::native::Progress;
 
 use super::tls::Trust;
 
@@ -33,6 +37,33 @@ pub struct ClientConfig {
     /// a job meet on one server (which claims the job) instead of being redirected to its
     /// owner with a second handshake. `None`: the order given.
     pub affinity: Option<String>,
+    /// Where the member's summary of its collective calls comes from: when set, each
+    /// heartbeat carries it ([`ClientMsg::Progress`](dt_rdzv_proto::native::ClientMsg)), so
+    /// that the server can say why a job is stuck (`dt-rdzv status --hang`).
+    pub progress: Option<ProgressSource>,
+}
+
+/// A member's summary of its calls, asked for at every heartbeat (every 0.5 s by default): it
+/// must be cheap and must not block. `None`: send a plain heartbeat this time.
+#[derive(Clone)]
+pub struct ProgressSource(pub Arc<dyn Fn() -> Option<Progress> + Send + Sync>);
+
+impl ProgressSource {
+    /// A source from a closure.
+    pub fn new(f: impl Fn() -> Option<Progress> + Send + Sync + 'static) -> Self {
+        Self(Arc::new(f))
+    }
+
+    /// The summary now, if any.
+    pub fn summary(&self) -> Option<Progress> {
+        (self.0)()
+    }
+}
+
+impl fmt::Debug for ProgressSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ProgressSource(..)")
+    }
 }
 
 impl ClientConfig {
@@ -46,6 +77,7 @@ impl ClientConfig {
             timeout: Duration::from_secs(30),
             reconnect: Some(Duration::from_secs(60)),
             affinity: None,
+            progress: None,
         }
     }
 }

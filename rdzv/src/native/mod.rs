@@ -24,7 +24,9 @@ pub(crate) mod udp;
 mod watch;
 
 pub use blocking::BlockingNativeClient;
-pub use client::{ClientConfig, Connector, DEFAULT_NATIVE_PORT, Joined, Membership, NativeClient};
+pub use client::{
+    ClientConfig, Connector, DEFAULT_NATIVE_PORT, Joined, Membership, NativeClient, ProgressSource,
+};
 pub use error::NativeError;
 #[cfg(feature = "server")]
 pub(crate) use tls::provider;

@@ -140,11 +140,24 @@ impl Session {
         None
     }
 
+    /// A heartbeat becomes a [`ClientMsg::Progress`] when the member has a summary of its
+    /// calls to give.
+    fn with_progress(&self, msg: ClientMsg) -> ClientMsg {
+        match (&msg, &self.cfg.progress) {
+            (ClientMsg::Heartbeat { .. }, Some(source)) => match source.summary() {
+                Some(p) => ClientMsg::Progress(p.bounded()),
+                None => msg,
+            },
+            _ => msg,
+        }
+    }
+
     /// Writes what the machine asks to send (telling it what was written).
     async fn flush(&mut self, send: &mut quinn::SendStream) -> Option<End> {
         while let Some(o) = self.member.poll_output() {
             match o {
                 Output::Send(msg) => {
+                    let msg = self.with_progress(msg);
                     // On failure the read side says why.
                     if send.write_all(&encode_client(&msg)).await.is_ok() {
                         self.member.handle(now(), Input::Sent);

@@ -1,6 +1,6 @@
 //! The HTTP port (29402), on axum and hyper: `/` (the status page: one self-contained HTML
 //! file, no external asset), `/healthz`, `/metrics` (Prometheus text format), `/v1/jobs` and
-//! `/v1/jobs/{job}` (JSON), `/v1/events?since=N[&job=J]` (the recent events, JSON). The JSON
+//! `/v1/jobs/{job}` (JSON), `/v1/jobs/{job}/hang` (why it is stuck, JSON), `/v1/events?since=N[&job=J]` (the recent events, JSON). The JSON
 //! needs `Authorization: Bearer <token>`: the server token for everything, a job token for its
 //! own job only. The page itself carries no data; it asks for the token and sends it with each
 //! request.
@@ -16,6 +16,7 @@
 //! `/v1/jobs` and `dt-rdzv status --json`), `metrics` (`/metrics` in the Prometheus text
 //! format), and `status_page.html` (the page served at `/`).
 
+pub(super) mod hang_json;
 pub(super) mod json;
 pub(super) mod metrics;
 
@@ -70,6 +71,7 @@ fn router(state: Shared) -> Router {
         .route("/metrics", get(metrics))
         .route("/v1/jobs", get(all_jobs))
         .route("/v1/jobs/{job}", get(one_job))
+        .route("/v1/jobs/{job}/hang", get(hang))
         .route("/v1/events", get(events))
         .fallback(not_found)
         .with_state(state)
@@ -199,6 +201,18 @@ async fn one_job(State(s): State<Shared>, Path(job): Path<String>, headers: Head
     jobs(&s, Some(&job), &headers)
 }
 
+/// Why a job is stuck: every rank's pending and last completed call, who waits for whom, the
+/// culprits in words.
+async fn hang(State(s): State<Shared>, Path(job): Path<String>, headers: HeaderMap) -> Response {
+    if !s.rdzv.authorized(Scope::Job(&job), token(&headers)) {
+        return refused("/v1/jobs/{job}/hang");
+    }
+    match s.rdzv.hang(&job) {
+        Ok(r) => json_response(StatusCode::OK, &hang_json::hang_json(&r)),
+        Err(e) => json_response(StatusCode::NOT_FOUND, &json!({ "error": e.to_string() })),
+    }
+}
+
 #[derive(serde::Deserialize)]
 struct EventsQuery {
     #[serde(default)]
@@ -233,7 +247,7 @@ async fn reserved_only() -> Response {
 async fn not_found() -> Response {
     (
         StatusCode::NOT_FOUND,
-        "not found: try /, /healthz, /metrics, /v1/jobs, /v1/events\n",
+        "not found: try /, /healthz, /metrics, /v1/jobs, /v1/jobs/JOB/hang, /v1/events\n",
     )
         .into_response()
 }

@@ -51,6 +51,7 @@ use tokio::sync::watch;
 pub use config::{ServeConfig, parse_duration};
 pub use fdlimit::raise_nofile_limit;
 pub use ha::storage;
+pub use http::hang_json::{hang_json, progress_json};
 pub use http::json::job_json;
 pub use native::identity::Identity;
 

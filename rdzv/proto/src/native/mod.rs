@@ -3,11 +3,13 @@
 //! * [`messages`]: [`ClientMsg`] and [`ServerMsg`] and the types inside them;
 //! * [`member`]: a member's session rules (join, heartbeats, reconnect and resume, redirects),
 //!   sans-IO;
+//! * [`hang`]: why a job is stuck, from its members' summaries (`dt-rdzv status --hang`);
 //! * [`codec`]: frames of magic, version and length around rkyv archives, validated on read;
 //! * the QUIC application close codes ([`CLOSE_GOING_AWAY`]: reconnect and resume).
 
 mod close;
 pub mod codec;
+pub mod hang;
 pub mod member;
 // rkyv derives undocumented public helper types for enum variants with fields; every item
 // written here is documented.

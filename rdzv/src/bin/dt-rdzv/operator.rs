@@ -5,8 +5,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use dt_rdzv::native::{BlockingNativeClient, ClientConfig, Trust};
-use dt_rdzv::server::{job_json, parse_duration};
+use dt_rdzv::server::{hang_json, job_json, parse_duration};
 use dt_rdzv_proto::native::JobStatus;
+use dt_rdzv_proto::native::hang::{HangOptions, diagnose};
 
 // What `token` derives from.
 #[derive(clap::Args)]
@@ -62,6 +63,13 @@ pub(crate) struct StatusArgs {
     /// JSON instead of text.
     #[arg(long)]
     json: bool,
+    /// Why the job is stuck: every rank's pending and last completed call, who waits for
+    /// whom, and the culprits in words (needs the job).
+    #[arg(long, requires = "job")]
+    hang: bool,
+    /// With --hang: calls pending for less than this are not counted as stuck.
+    #[arg(long, default_value = "1s", value_parser = parse_duration, requires = "hang")]
+    after: Duration,
 }
 
 // How `jobs` prints.
@@ -173,6 +181,26 @@ fn print_job(j: &JobStatus) {
 pub(crate) fn status(args: StatusArgs) -> Result<(), String> {
     let mut c = native_client(&args.native)?;
     let jobs = c.status(args.job.as_deref()).map_err(|e| e.to_string())?;
+    if args.hang {
+        let Some(j) = jobs.first() else {
+            return Err(format!("no job {:?}", args.job.unwrap_or_default()));
+        };
+        let opts = HangOptions {
+            stuck_after_ms: args.after.as_millis() as u64,
+            ..HangOptions::default()
+        };
+        let report = diagnose(j, &opts);
+        if args.json {
+            let v = hang_json(&report);
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
+            );
+        } else {
+            print!("{report}");
+        }
+        return Ok(());
+    }
     if args.json {
         let v: Vec<_> = jobs.iter().map(job_json).collect();
         let out = match args.job {

@@ -36,6 +36,8 @@ pub fn job_json(j: &JobStatus) -> Value {
             "last_heartbeat_seconds_ago": m.last_seen_ms as f64 / 1000.0,
             "addrs": m.addrs,
             "observed_ip": m.observed_ip,
+            "progress": m.progress.as_ref().map(super::hang_json::progress_json),
+            "progress_seconds_ago": m.progress.as_ref().map(|_| m.progress_age_ms as f64 / 1000.0),
         })).collect::<Vec<_>>(),
     })
 }

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use dt_rdzv_proto::native::ServerMsg;
+use dt_rdzv_proto::native::hang::{HangOptions, HangReport, diagnose};
 use dt_rdzv_proto::rendezvous::{
     Action, ConnId, Event, Input, MachineConfig, Refusal, RendezvousMachine, RendezvousStats, Scope,
 };
@@ -109,6 +110,20 @@ impl RdzvCore {
             let (list, next) = g.routes.journal.since(since, job);
             (list.into_iter().map(|e| e.json()).collect(), next)
         })
+    }
+
+    /// Why `job` is stuck, if it is (`/v1/jobs/{job}/hang`): its members' last summaries and
+    /// heartbeats, diagnosed. Members silent for three heartbeat intervals count as silent.
+    pub(crate) fn hang(&self, job: &str) -> Result<HangReport, Refusal> {
+        let (status, beat) = self.driver.read(|g| {
+            let beat = g.core.config().heartbeat_interval;
+            (g.core.status(Instant::now(), Some(job)), beat)
+        });
+        let opts = HangOptions {
+            silent_after_ms: (beat.as_millis() as u64).saturating_mul(3).max(1),
+            ..HangOptions::default()
+        };
+        Ok(diagnose(&status?[0], &opts))
     }
 
     /// The status of `job` (or every job) as JSON, each missing member with the time it was
