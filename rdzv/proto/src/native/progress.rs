@@ -116,6 +116,40 @@ pub enum ProgressError {
     /// An operation name longer than 32 bytes.
     #[error("an operation name of {0} bytes (at most 32)")]
     LongOpName(usize),
+    /// A store record that does not decode.
+    #[error("a progress record that does not decode: {0}")]
+    Record(String),
+}
+
+/// Largest store record [`from_record`] reads.
+pub const MAX_RECORD_BYTES: usize = 64 << 10;
+
+/// A summary as a store value (the store path: `dtcomm/progress/<rank>`): the sender's Unix
+/// time in milliseconds (8 bytes, little-endian), then the summary's rkyv archive.
+pub fn to_record(unix_ms: u64, p: &Progress) -> Vec<u8> {
+    let archive = rkyv::to_bytes::<rkyv::rancor::Error>(p).expect("rkyv serialize");
+    let mut out = Vec::with_capacity(8 + archive.len());
+    out.extend_from_slice(&unix_ms.to_le_bytes());
+    out.extend_from_slice(&archive);
+    out
+}
+
+/// A store record read back: the sender's Unix time in milliseconds and the summary, checked
+/// against the bounds.
+pub fn from_record(b: &[u8]) -> Result<(u64, Progress), ProgressError> {
+    if b.len() < 8 || b.len() > MAX_RECORD_BYTES {
+        return Err(ProgressError::Record(format!(
+            "{} bytes (8 to {MAX_RECORD_BYTES})",
+            b.len()
+        )));
+    }
+    let unix_ms = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+    let mut v = rkyv::util::AlignedVec::<16>::new();
+    v.extend_from_slice(&b[8..]);
+    let p = rkyv::from_bytes::<Progress, rkyv::rancor::Error>(&v)
+        .map_err(|e| ProgressError::Record(e.to_string()))?;
+    p.check()?;
+    Ok((unix_ms, p))
 }
 
 impl Progress {
@@ -209,6 +243,30 @@ mod tests {
         assert_eq!(b.pending[0].age_ms, 19);
         assert_eq!(b.groups[0].group, WORLD_GROUP);
         assert_eq!(b.groups[0].completed_op.len(), 32);
+    }
+
+    #[test]
+    fn records_round_trip_and_garbage_is_refused() {
+        let p = Progress {
+            rank: 3,
+            round: 1,
+            pending: vec![pending(5, 2)],
+            ..Progress::default()
+        };
+        let r = to_record(1_700_000_000_000, &p);
+        assert_eq!(from_record(&r), Ok((1_700_000_000_000, p)));
+        assert!(matches!(
+            from_record(b"short"),
+            Err(ProgressError::Record(_))
+        ));
+        assert!(matches!(
+            from_record(&[7u8; 100]),
+            Err(ProgressError::Record(_))
+        ));
+        assert!(matches!(
+            from_record(&vec![0u8; 1 << 20]),
+            Err(ProgressError::Record(_))
+        ));
     }
 
     #[test]

@@ -4,10 +4,13 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use dt_rdzv::client::TcpStoreClient;
 use dt_rdzv::native::{BlockingNativeClient, ClientConfig, Trust};
 use dt_rdzv::server::{hang_json, job_json, parse_duration};
+use dt_rdzv::store::Store;
 use dt_rdzv_proto::native::JobStatus;
-use dt_rdzv_proto::native::hang::{HangOptions, diagnose};
+use dt_rdzv_proto::native::hang::{HangOptions, HangReport, diagnose, store};
+use dt_rdzv_proto::native::progress::from_record;
 
 // What `token` derives from.
 #[derive(clap::Args)]
@@ -64,9 +67,16 @@ pub(crate) struct StatusArgs {
     #[arg(long)]
     json: bool,
     /// Why the job is stuck: every rank's pending and last completed call, who waits for
-    /// whom, and the culprits in words (needs the job).
-    #[arg(long, requires = "job")]
+    /// whom, and the culprits in words (needs the job, or --store).
+    #[arg(long)]
     hang: bool,
+    /// With --hang: read the summaries that the ranks of a store job (torchrun, env://)
+    /// publish in this TCPStore (host:port) instead of asking the native port.
+    #[arg(long, requires = "hang")]
+    store: Option<String>,
+    /// With --store: the world size (read from the store if left out).
+    #[arg(long, requires = "store")]
+    world: Option<u32>,
     /// With --hang: calls pending for less than this are not counted as stuck.
     #[arg(long, default_value = "1s", value_parser = parse_duration, requires = "hang")]
     after: Duration,
@@ -177,8 +187,89 @@ fn print_job(j: &JobStatus) {
     }
 }
 
+fn print_hang(report: &HangReport, json: bool) -> Result<(), String> {
+    if json {
+        let v = hang_json(report);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
+        );
+    } else {
+        print!("{report}");
+    }
+    Ok(())
+}
+
+/// The ranks' summaries in a store (`dtcomm/progress/<rank>`) as a job.
+fn store_job(endpoint: &str, world: Option<u32>, timeout: Duration) -> Result<JobStatus, String> {
+    let client =
+        TcpStoreClient::connect(endpoint, timeout).map_err(|e| format!("{endpoint}: {e}"))?;
+    let world = match world {
+        Some(w) => w,
+        None => {
+            if !client
+                .check(&[store::WORLD_KEY])
+                .map_err(|e| e.to_string())?
+            {
+                return Err(format!(
+                    "{endpoint} holds no {}: no dtcomm rank publishes its calls there (say --world)",
+                    store::WORLD_KEY
+                ));
+            }
+            let v = client
+                .get(store::WORLD_KEY, timeout)
+                .map_err(|e| e.to_string())?;
+            String::from_utf8_lossy(&v)
+                .trim()
+                .parse()
+                .map_err(|_| format!("{}: not a world size", store::WORLD_KEY))?
+        }
+    };
+    if world == 0 || world > 1 << 20 {
+        return Err(format!("world size {world}: 1 to {}", 1 << 20));
+    }
+    let mut records = Vec::with_capacity(world as usize);
+    for rank in 0..world {
+        let k = store::key(rank);
+        let r = if client.check(&[k.as_str()]).map_err(|e| e.to_string())? {
+            let v = client.get(&k, timeout).map_err(|e| e.to_string())?;
+            match from_record(&v) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    eprintln!("rank {rank}: {e}");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        records.push(r);
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    Ok(store::store_job(
+        &format!("store {endpoint}"),
+        &records,
+        now,
+    ))
+}
+
 /// Prints one job's status, or every job's.
 pub(crate) fn status(args: StatusArgs) -> Result<(), String> {
+    if let Some(store) = &args.store {
+        let job = store_job(store, args.world, args.native.timeout)?;
+        let opts = HangOptions {
+            stuck_after_ms: args.after.as_millis() as u64,
+            // Store publishers write once a second.
+            silent_after_ms: 3_000,
+            ..HangOptions::default()
+        };
+        return print_hang(&diagnose(&job, &opts), args.json);
+    }
+    if args.hang && args.job.is_none() {
+        return Err("--hang needs the job (or --store HOST:PORT for a store job)".into());
+    }
     let mut c = native_client(&args.native)?;
     let jobs = c.status(args.job.as_deref()).map_err(|e| e.to_string())?;
     if args.hang {

@@ -3,11 +3,13 @@
 //!
 //! * [`diagnose`]: a job's status in, a [`HangReport`] out (pure);
 //! * [`report`]: the report, its findings, and its text form;
+//! * [`store`]: the same for jobs that meet through a store (records under `dtcomm/progress/`);
 //! * `ranks`: sets of ranks in words ("ranks 0-2 and 4-7").
 
 mod diagnose;
 mod ranks;
 pub mod report;
+pub mod store;
 #[cfg(test)]
 mod tests;
 

@@ -330,3 +330,39 @@ fn waits_across_groups_that_close_a_circle_are_a_cycle() {
          seq 9 of group 0 for rank 1: a cycle, none of them can go on"
     );
 }
+
+#[test]
+fn a_store_job_is_diagnosed_like_a_native_one() {
+    use crate::native::progress::{from_record, to_record};
+    let now = 1_700_000_100_000;
+    let records: Vec<Option<(u64, Progress)>> = (0..3)
+        .map(|r| match r {
+            // Rank 1 published 9 s ago and never again: stopped.
+            1 => Some((
+                now - 9_000,
+                idle(1, vec![done(0, 3, 4, 9_000)], 9_000).unwrap(),
+            )),
+            _ => waiting(
+                r,
+                vec![call(0, 3, 5, "all_reduce", None)],
+                vec![done(0, 3, 4, 9_000)],
+            )
+            .map(|p| (now - 200, p)),
+        })
+        .map(|r| r.map(|(t, p)| from_record(&to_record(t, &p)).unwrap()))
+        .collect();
+    let job = store::store_job("store 127.0.0.1:29500", &records, now);
+    let opts = HangOptions {
+        silent_after_ms: 3_000,
+        ..HangOptions::default()
+    };
+    let r = diagnose(&job, &opts);
+    assert_eq!(r.findings[0].culprits, vec![1]);
+    assert!(
+        r.findings[0]
+            .words
+            .ends_with("for rank 1, which stopped heartbeating 9.0 s ago"),
+        "{}",
+        r.findings[0].words
+    );
+}

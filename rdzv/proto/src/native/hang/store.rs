@@ -1,0 +1,58 @@
+//! Jobs that meet through a store (torchrun's static rendezvous, `env://`): each rank
+//! publishes its summary under [`key`] (see [`to_record`](crate::native::progress::to_record));
+//! read back, they make a [`JobStatus`] that [`diagnose`](super::diagnose) takes as it takes a
+//! native job's.
+
+use crate::native::progress::Progress;
+use crate::native::{JobSpec, JobStatus, MemberStatus, Role};
+
+/// The store key of `rank`'s summary.
+pub fn key(rank: u32) -> String {
+    format!("dtcomm/progress/{rank}")
+}
+
+/// The store key holding the world size the publishers saw.
+pub const WORLD_KEY: &str = "dtcomm/progress/world";
+
+/// A job of `records.len()` ranks from their store records (`None`: that rank published
+/// nothing), as of `now_unix_ms`. A record's age stands for the rank's silence: publishers
+/// write once a second, so a record older than a few seconds is a rank that stopped.
+pub fn store_job(name: &str, records: &[Option<(u64, Progress)>], now_unix_ms: u64) -> JobStatus {
+    let members = records
+        .iter()
+        .enumerate()
+        .map(|(rank, r)| {
+            let age = r
+                .as_ref()
+                .map_or(0, |(at, _)| now_unix_ms.saturating_sub(*at));
+            MemberStatus {
+                member: format!("rank{rank}"),
+                node: String::new(),
+                state: "active".into(),
+                rank: Some(rank as u32),
+                role: Role::Worker,
+                last_seen_ms: age,
+                addrs: Vec::new(),
+                observed_ip: String::new(),
+                // Summaries of one store job carry the round the publisher was given (0).
+                progress: r.as_ref().map(|(_, p)| Progress {
+                    round: 0,
+                    ..p.clone()
+                }),
+                progress_age_ms: age,
+            }
+        })
+        .collect::<Vec<_>>();
+    JobStatus {
+        job: name.into(),
+        state: "running".into(),
+        round: 0,
+        world: members.len() as u32,
+        spec: JobSpec::fixed(members.len() as u32),
+        members,
+        missing: Vec::new(),
+        restarts: 0,
+        age_ms: 0,
+        config_keys: Vec::new(),
+    }
+}
