@@ -37,6 +37,9 @@ pub fn port_for(job: u64, step: u64) -> u16 {
     (15_000 + (job.wrapping_mul(16).wrapping_add(step)) % 10_000) as u16
 }
 
+/// Most hosts a host list may name (Slurm's own clusters stop far below).
+pub const MAX_HOSTS: usize = 1 << 20;
+
 /// Expands Slurm's host-list syntax: `node[01-04,07],gpu-a[1-2]`, `rack[1-2]-n[1-2]`
 /// (every combination, in order), zero padding kept.
 pub fn expand_hostlist(list: &str) -> Result<Vec<String>, String> {
@@ -56,17 +59,21 @@ pub fn expand_hostlist(list: &str) -> Result<Vec<String>, String> {
             let prefix = &rest[..open];
             let ranges = range_values(&rest[open + 1..close])
                 .map_err(|e| format!("host list {list:?}: {e}"))?;
+            // Counted before anything is built: `a[0-999][0-999][0-999]` is refused at once.
+            if hosts.len().saturating_mul(ranges.len()) > MAX_HOSTS - out.len() {
+                return Err(format!("host list {list:?}: more than {MAX_HOSTS} hosts"));
+            }
             hosts = hosts
                 .iter()
                 .flat_map(|h| ranges.iter().map(move |r| format!("{h}{prefix}{r}")))
                 .collect();
-            if hosts.len() > 1 << 20 {
-                return Err(format!("host list {list:?}: more than 2^20 hosts"));
-            }
             rest = &rest[close + 1..];
         }
         if rest.contains(']') {
             return Err(format!("host list {list:?}: ']' without '['"));
+        }
+        if hosts.len() > MAX_HOSTS - out.len() {
+            return Err(format!("host list {list:?}: more than {MAX_HOSTS} hosts"));
         }
         out.extend(hosts.into_iter().map(|h| h + rest));
     }
@@ -114,8 +121,10 @@ fn range_values(body: &str) -> Result<Vec<String>, String> {
             }
         };
         let (a, b) = (num(lo)?, num(hi)?);
-        if b < a || b - a >= 1 << 20 {
-            return Err(format!("range {part:?} is empty or too long"));
+        if b < a || b - a >= MAX_HOSTS as u64 - out.len() as u64 {
+            return Err(format!(
+                "range {part:?} is empty, or the ranges name more than {MAX_HOSTS} hosts"
+            ));
         }
         let width = lo.len();
         out.extend((a..=b).map(|n| format!("{n:0width$}")));

@@ -298,6 +298,22 @@ fn slurm_host_lists_and_task_counts_expand() {
     assert!(slurm::expand_hostlist("n[3-1]").is_err());
     assert!(slurm::expand_hostlist("n[a-b]").is_err());
     assert!(slurm::expand_hostlist("n]1[").is_err());
+    // Host-list bombs are refused by counting, before anything is built (they once took
+    // 4.5 GB or an abort after 15-23 s).
+    for bomb in [
+        "a[0-999][0-999][0-999]",
+        "x[0-1048575],y[0-1048575]",
+        "n[0-600000,0-600000]",
+        &"h[0-99999],".repeat(20),
+    ] {
+        let e = slurm::expand_hostlist(bomb).unwrap_err();
+        assert!(e.contains("more than 1048576 hosts"), "{e}");
+    }
+    assert_eq!(
+        slurm::expand_hostlist("n[0-1023]").unwrap().len(),
+        1024,
+        "a large cluster still expands"
+    );
     assert_eq!(slurm::tasks_per_node("2(x3),1").unwrap(), [2, 2, 2, 1]);
     assert!(slurm::tasks_per_node("2(x3").is_err());
     assert_ne!(slurm::port_for(4242, 0), slurm::port_for(4242, 1));
