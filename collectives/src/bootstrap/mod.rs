@@ -12,6 +12,7 @@
 //! replayed hello) is dropped and logged (rate-limited); it never fails anything. Two ranks
 //! that both prove themselves but disagree on the world size fail at once, naming both.
 
+mod generation;
 pub(crate) mod store;
 pub mod welcome;
 

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use dt_rdzv::store::{Store, StoreError};
 
+use super::generation::{Generations, Waited, wait_catching_up};
 use super::{bind, check_loopback, hostname, mesh};
 use crate::config::Config;
 use crate::error::CommError;
@@ -22,7 +23,7 @@ use crate::transport::tcp::TcpTransport;
 use crate::transport::tcp::handshake::{self, Auth};
 use crate::transport::tcp::setup::{Setup, mismatch};
 
-fn rank_of_key(k: &str) -> String {
+pub(super) fn rank_of_key(k: &str) -> String {
     k.rsplit('/').next().unwrap_or(k).to_owned()
 }
 
@@ -155,10 +156,7 @@ pub(crate) fn tcp_mesh(
     // several communicators (created in the same order on every rank) never read each other's
     // addresses.
     let prefix = &cfg.store_prefix.value;
-    let generation = store
-        .add(&format!("{prefix}/generation/{rank}"), 1)
-        .map_err(|e| su.err(format!("store: {e}")))?;
-    let key = |r: usize| format!("{prefix}/{generation}/addr/{r}");
+    let mut gens = Generations::new(store, prefix, rank, &su)?;
     let launcher = cfg.link_secret.value.as_ref().map(|s| s.bytes());
     let mine = (rank == 0).then(|| match launcher {
         Some(s) => Secret::Launcher(fingerprint(s)),
@@ -170,70 +168,90 @@ pub(crate) fn tcp_mesh(
         mine.as_ref().map(Secret::line).unwrap_or_default(),
         hex(&crate::shm::host::own_record(cfg))
     );
-    store
-        .set(&key(rank), value.as_bytes())
-        .map_err(|e| su.err(format!("publishing address: {e}")))?;
+    // Publish under this rank's generation; a rank that finds another's counter ahead of its
+    // own (a run interrupted during set-up on this store and prefix) moves up to it and
+    // publishes again, so the ranks of a rerun meet at the highest generation.
+    let (auth, values) = 'generation: loop {
+        let generation = gens.current;
+        let key = |r: usize| format!("{prefix}/{generation}/addr/{r}");
+        store
+            .set(&key(rank), value.as_bytes())
+            .map_err(|e| su.err(format!("publishing address: {e}")))?;
 
-    // Rank 0 first: its world size and the secret.
-    let left = su.remaining().unwrap_or(Duration::from_millis(1));
-    let first = wait_sliced(&su, store, &[key(0).as_str()], left)?;
-    let zero = first
-        .and_then(|()| store.multi_get(&[key(0).as_str()], su.remaining().unwrap_or(left)))
-        .map_err(|e| match e {
-            StoreError::Timeout { .. } => su.err("rank 0 never published its address"),
-            e => su.err(format!("reading rank 0's address: {e}")),
-        })?;
-    let zero = parse(&su, 0, &zero[0])?;
-    if let Some(w) = zero.world
-        && w != world
-    {
-        return Err(mismatch(&su, 0, w, None));
-    }
-    let zero_secret = zero.secret.ok_or_else(|| {
-        su.err(format!(
-            "rank 0's entry {} has no link secret (a dtcomm older than this rank's?)",
-            key(0)
-        ))
-    })?;
-    let secret = agree(zero_secret, launcher).map_err(|e| su.err(e))?;
-    tracing::debug!(
-        rank,
-        proof = if launcher.is_some() {
-            "launcher"
-        } else {
-            "store"
-        },
-        "dtcomm: links of {prefix}/{generation} prove {}",
-        if launcher.is_some() {
-            "the launcher's secret (the job token and round)"
-        } else {
-            "only that the connector could read the store"
+        // Rank 0 first: its world size and the secret.
+        let left = su.remaining().unwrap_or(Duration::from_millis(1));
+        let zero = match wait_catching_up(&su, store, &[key(0).as_str()], left, &mut gens)? {
+            Waited::Moved => continue 'generation,
+            Waited::Done(r) => r,
+        };
+        let zero = zero
+            .and_then(|()| store.multi_get(&[key(0).as_str()], su.remaining().unwrap_or(left)))
+            .map_err(|e| match e {
+                StoreError::Timeout { .. } => su.err("rank 0 never published its address"),
+                e => su.err(format!("reading rank 0's address: {e}")),
+            })?;
+        let zero = parse(&su, 0, &zero[0])?;
+        if let Some(w) = zero.world
+            && w != world
+        {
+            gens.keep_address();
+            return Err(mismatch(&su, 0, w, None));
         }
-    );
-    let auth = Auth::new(&secret, format!("store {prefix}/{generation}"));
-
-    // Every peer's address: half the deadline, a warning naming who is missing, the rest.
-    let keys: Vec<String> = (0..world).map(key).collect();
-    let krefs: Vec<&str> = keys.iter().map(String::as_str).collect();
-    let half = su.timeout / 2;
-    if let Err(StoreError::Timeout { missing, .. }) = wait_sliced(&su, store, &krefs, half)? {
-        let ranks: Vec<String> = missing.iter().map(|k| rank_of_key(k)).collect();
-        tracing::warn!(
-            rank,
-            ?ranks,
-            "dtcomm: half the setup deadline passed; ranks not heard from: {ranks:?}"
-        );
-    }
-    let rest = su.remaining().unwrap_or(Duration::from_millis(1));
-    let values = wait_sliced(&su, store, &krefs, rest)?
-        .and_then(|()| store.multi_get(&krefs, su.remaining().unwrap_or(rest)))
-        .map_err(|e| match e {
-            StoreError::Timeout { missing, .. } => {
-                let ranks: Vec<String> = missing.iter().map(|k| rank_of_key(k)).collect();
-                su.err(format!("ranks {ranks:?} never published their address"))
-            }
-            e => su.err(format!("reading peer addresses: {e}")),
+        let zero_secret = zero.secret.ok_or_else(|| {
+            su.err(format!(
+                "rank 0's entry {} has no link secret (a dtcomm older than this rank's?)",
+                key(0)
+            ))
         })?;
+        let secret = agree(zero_secret, launcher).map_err(|e| su.err(e))?;
+        tracing::debug!(
+            rank,
+            proof = if launcher.is_some() {
+                "launcher"
+            } else {
+                "store"
+            },
+            "dtcomm: links of {prefix}/{generation} prove {}",
+            if launcher.is_some() {
+                "the launcher's secret (the job token and round)"
+            } else {
+                "only that the connector could read the store"
+            }
+        );
+        let auth = Auth::new(&secret, format!("store {prefix}/{generation}"));
+
+        // Every peer's address: half the deadline, a warning naming who is missing, the rest.
+        let keys: Vec<String> = (0..world).map(key).collect();
+        let krefs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let half = su.timeout / 2;
+        match wait_catching_up(&su, store, &krefs, half, &mut gens)? {
+            Waited::Moved => continue 'generation,
+            Waited::Done(Err(StoreError::Timeout { missing, .. })) => {
+                let ranks: Vec<String> = missing.iter().map(|k| rank_of_key(k)).collect();
+                tracing::warn!(
+                    rank,
+                    ?ranks,
+                    "dtcomm: half the setup deadline passed; ranks not heard from: {ranks:?}"
+                );
+            }
+            Waited::Done(_) => {}
+        }
+        let rest = su.remaining().unwrap_or(Duration::from_millis(1));
+        let done = match wait_catching_up(&su, store, &krefs, rest, &mut gens)? {
+            Waited::Moved => continue 'generation,
+            Waited::Done(r) => r,
+        };
+        let values = done
+            .and_then(|()| store.multi_get(&krefs, su.remaining().unwrap_or(rest)))
+            .map_err(|e| match e {
+                StoreError::Timeout { missing, .. } => {
+                    let ranks: Vec<String> = missing.iter().map(|k| rank_of_key(k)).collect();
+                    su.err(format!("ranks {ranks:?} never published their address"))
+                }
+                e => su.err(format!("reading peer addresses: {e}")),
+            })?;
+        break (auth, values);
+    };
     let mut peers = Vec::with_capacity(world);
     let mut records = Vec::with_capacity(world);
     for (r, v) in values.iter().enumerate() {
@@ -241,6 +259,7 @@ pub(crate) fn tcp_mesh(
         if let Some(w) = e.world
             && w != world
         {
+            gens.keep_address();
             return Err(mismatch(&su, r, w, None));
         }
         peers.push((r, e.addr, e.host));
@@ -249,31 +268,9 @@ pub(crate) fn tcp_mesh(
     check_loopback(&su, me.ip(), &host, &peers)?;
     let addrs = peers.iter().map(|(_, a, _)| Some(*a)).collect();
     let records = records.into_iter().collect::<Option<Vec<_>>>();
-    Ok((mesh(&su, &auth, bound, addrs)?, records))
-}
-
-/// How long one store wait of the set-up lasts before the interrupt check is asked again.
-const SLICE: Duration = Duration::from_millis(100);
-
-/// `store.wait(keys, limit)` in slices of [`SLICE`], asking this thread's interrupt check
-/// between them: `Err` when interrupted, else the store's answer.
-fn wait_sliced(
-    su: &Setup,
-    store: &dyn Store,
-    keys: &[&str],
-    limit: Duration,
-) -> Result<Result<(), StoreError>, CommError> {
-    let start = std::time::Instant::now();
-    loop {
-        let left = limit.saturating_sub(start.elapsed());
-        if left <= SLICE {
-            return Ok(store.wait(keys, left.max(Duration::from_millis(1))));
-        }
-        match store.wait(keys, SLICE) {
-            Err(StoreError::Timeout { .. }) => su.interrupted()?,
-            r => return Ok(r),
-        }
-    }
+    let links = mesh(&su, &auth, bound, addrs)?;
+    gens.commit();
+    Ok((links, records))
 }
 
 #[cfg(test)]
