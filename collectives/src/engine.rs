@@ -524,6 +524,7 @@ impl Engine {
                 .collect();
             waiting.sort_unstable();
             waiting.dedup();
+            crate::flight::waiting(&waiting);
             let wait = match deadline.check(call, &waiting) {
                 Phase::Wait(d) => d,
                 Phase::Interrupted(e) => return Err(EngineError::Comm(e)),

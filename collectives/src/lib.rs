@@ -49,6 +49,7 @@ pub mod dtype;
 mod engine;
 pub mod error;
 pub mod fence;
+pub mod flight;
 mod fork;
 #[doc(hidden)]
 pub mod fuzzing;

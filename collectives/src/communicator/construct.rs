@@ -4,7 +4,7 @@
 //! `subset.rs`) from some of another communicator's ranks. The links themselves are
 //! `bootstrap/`'s.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use dt_rdzv::store::Store;
@@ -135,6 +135,8 @@ impl Communicator {
                 device_rt: OnceLock::new(),
                 host_ranks: AtomicUsize::new(1),
                 cancel,
+                flight: OnceLock::new(),
+                subsets: AtomicU64::new(0),
             }),
             progress: OnceLock::new(),
         }

@@ -16,12 +16,13 @@ mod args;
 mod backend;
 mod buffers;
 mod construct;
+mod record;
 mod route;
 mod submit;
 mod subset;
 mod typed;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -69,6 +70,10 @@ pub(crate) struct Inner {
     /// Why the calls in flight must stop (a caller waiting on one was interrupted): read by
     /// the progress thread's interrupt check and by callers queued behind it.
     cancel: Arc<Mutex<Option<String>>>,
+    /// The flight recorder's group of this communicator (unset: a world communicator).
+    flight: OnceLock<crate::flight::Group>,
+    /// Subsets made from this communicator so far (their recorder groups' ids count them).
+    subsets: AtomicU64,
 }
 
 /// A group of `world` ranks that run collectives together. Every rank calls the same

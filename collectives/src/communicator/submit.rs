@@ -27,15 +27,23 @@ impl Communicator {
         inner.check(call)?;
         let device = crate::device::plan::device_of(call);
         let mut st = inner.drained_for(call, device.is_some())?;
+        let rec = inner.flight_start(&st, call, None);
         if let Some((device, stream)) = device {
-            inner.refuse_if_over(&mut st, call)?;
-            // SAFETY: the caller's contract.
-            let started = unsafe { inner.enqueue_device(&mut st, call, device, stream) }?;
-            drop(st);
-            return started.map_or(Ok(()), |f| inner.watch_unlocked(f));
+            let r = (|| {
+                inner.refuse_if_over(&mut st, call)?;
+                // SAFETY: the caller's contract.
+                let started = unsafe { inner.enqueue_device(&mut st, call, device, stream) }?;
+                drop(st);
+                started.map_or(Ok(()), |f| inner.watch_unlocked(f))
+            })();
+            inner.flight_end(rec, &r);
+            return r;
         }
         // SAFETY: the caller's contract.
-        unsafe { inner.execute(&mut st, call) }
+        let r = unsafe { inner.execute(&mut st, call) };
+        drop(st);
+        inner.flight_end(rec, &r);
+        r
     }
 
     /// Queues `call` for the progress thread and returns its [`Work`] at once. Calls run in
@@ -86,13 +94,16 @@ impl Communicator {
             finish(&inner, Err(e));
             return work;
         }
+        let queued = inner.flight_queued(&call);
         let job_inner = inner.clone();
         let job: Job = Box::new(move || {
-            let r = {
+            let (r, rec) = {
                 let mut st = lock(&job_inner.state);
+                let rec = job_inner.flight_start(&st, &call, queued);
                 // SAFETY: the submitter's contract covers the time until completion.
-                unsafe { job_inner.execute(&mut st, &call) }
+                (unsafe { job_inner.execute(&mut st, &call) }, rec)
             };
+            job_inner.flight_end(rec, &r);
             finish(&job_inner, r);
         });
         self.to_progress(job);
@@ -119,16 +130,22 @@ impl Communicator {
         let timeout = inner.config.timeout.value;
         let default_wait = 2 * timeout + call.deadline.unwrap_or(timeout);
         let work = inner.work(&done, op, default_wait);
+        let mut rec = None;
         let started = inner
             .usable(&call)
             .and_then(|()| inner.check(&call))
             .and_then(|()| inner.drained_for(&call, true))
             .and_then(|mut st| {
+                rec = inner.flight_start(&st, &call, None);
                 inner.refuse_if_over(&mut st, &call)?;
                 // SAFETY: the caller's contract.
                 unsafe { inner.enqueue_device(&mut st, &call, device, stream) }
             });
-        let report = move |r: Result<(), CommError>| done.complete(r, on_done, || {});
+        let report_inner = inner.clone();
+        let report = move |r: Result<(), CommError>| {
+            report_inner.flight_end(rec, &r);
+            done.complete(r, on_done, || {})
+        };
         let inflight = match started {
             Ok(Some(f)) => f,
             Ok(None) => {

@@ -101,6 +101,7 @@ impl Communicator {
             parts.push(part);
             at += c;
         }
+        let group = self.next_subgroup(ranks);
         let Some(listener) = listener else {
             return Ok(None);
         };
@@ -120,7 +121,9 @@ impl Communicator {
             addrs,
             hosts: Vec::new(),
         };
-        Communicator::from_welcome(listener, &peers, &parts[0].2).map(Some)
+        let comm = Communicator::from_welcome(listener, &peers, &parts[0].2)?;
+        let _ = comm.inner.flight.set(group);
+        Ok(Some(comm))
     }
 }
 

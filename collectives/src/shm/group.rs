@@ -301,6 +301,7 @@ impl ShmGroup {
             })
             .map(|i| self.ranks[i])
             .collect();
+        crate::flight::waiting(&missing);
         match deadline.check(call, &missing) {
             Phase::Wait(_) => Ok(()),
             Phase::Half(_) => {

@@ -1,0 +1,129 @@
+//! The communicator's calls in the flight recorder (`crate::flight`): what a call is to it,
+//! its sequence number, and the group this communicator is (world, a subset, or what a front
+//! end says with [`Communicator::set_flight_group`]).
+
+use std::sync::atomic::Ordering;
+
+use super::{Communicator, Inner, State};
+use crate::call::{Call, Collective};
+use crate::error::CommError;
+use crate::flight::{self, CallInfo, Group, Record};
+
+impl Communicator {
+    /// Tells the flight recorder which group this communicator is: `id` (the same on every
+    /// member, not 0, which is the world's) and each rank's global rank (`global_ranks[r]`
+    /// for rank `r`), e.g. for a torch `new_group` built through a store. Only before the
+    /// first call and only once; returns whether it was taken.
+    pub fn set_flight_group(&self, id: u64, global_ranks: Vec<u32>) -> bool {
+        if id == flight::WORLD_GROUP || global_ranks.len() != self.inner.world {
+            return false;
+        }
+        self.inner
+            .flight
+            .set(Group::named(id, global_ranks))
+            .is_ok()
+    }
+
+    /// The flight recorder's group id of this communicator (0: a world communicator).
+    pub fn flight_group(&self) -> u64 {
+        self.inner.flight_group().id
+    }
+
+    /// The global rank of this communicator's rank `rank`, as the flight recorder names it.
+    pub fn global_rank(&self, rank: usize) -> u32 {
+        self.inner.flight_group().global(rank)
+    }
+
+    /// The recorder's group of the subset of `ranks` made next from this communicator (every
+    /// rank of it calls this in the same order).
+    pub(super) fn next_subgroup(&self, ranks: &[usize]) -> Group {
+        let count = self.inner.subsets.fetch_add(1, Ordering::Relaxed) + 1;
+        self.inner.flight_group().subgroup(count, ranks)
+    }
+}
+
+impl Inner {
+    pub(super) fn flight_group(&self) -> &Group {
+        self.flight.get().unwrap_or(Group::world())
+    }
+
+    /// What `call` is to the recorder.
+    fn flight_info(&self, call: &Call) -> CallInfo {
+        let g = self.flight_group();
+        let input = call.send.or(call.recv);
+        let group_peer = match call.collective {
+            Collective::Send { peer } | Collective::Recv { peer } => Some(peer),
+            _ => None,
+        };
+        CallInfo {
+            group: g.id,
+            group_size: self.world as u32,
+            rank: g.global(self.rank),
+            group_rank: self.rank as u32,
+            op: call.collective.name(),
+            peer: group_peer.map(|p| g.global(p)),
+            group_peer: group_peer.map(|p| p as u32),
+            p2p: matches!(
+                call.collective,
+                Collective::Send { .. } | Collective::Recv { .. } | Collective::RecvAny { .. }
+            ),
+            dtype: input.map_or(crate::dtype::DType::U8, |b| b.dtype()),
+            in_count: input.map_or(0, |b| b.count() as u64),
+            out_count: call.recv.map_or(0, |b| b.count() as u64),
+            timeout_ms: call
+                .deadline
+                .unwrap_or(self.config.timeout.value)
+                .as_millis() as u64,
+        }
+    }
+
+    /// Records `call` as submitted behind others.
+    pub(super) fn flight_queued(&self, call: &Call) -> Option<Record> {
+        if !flight::enabled() {
+            return None;
+        }
+        flight::queued(self.flight_info(call))
+    }
+
+    /// Records `call` (queued as `queued`, or new) as starting now, under the state lock: its
+    /// sequence number, from 1, is the one it is about to take.
+    pub(super) fn flight_start(
+        &self,
+        st: &State,
+        call: &Call,
+        queued: Option<Record>,
+    ) -> Option<Record> {
+        if !flight::enabled() {
+            return None;
+        }
+        let next = |v: &Vec<u64>, p: usize| v.get(p).map_or(0, |s| s + 1);
+        let seq = match call.collective {
+            Collective::Send { peer } => next(&st.send_seq, peer),
+            Collective::Recv { peer } => next(&st.recv_seq, peer),
+            Collective::RecvAny { .. } => 0,
+            _ => st.seq + 1,
+        };
+        let g = self.flight_group();
+        flight::started(queued, self.flight_info(call), seq, g.globals.as_ref())
+    }
+
+    /// Records the end of a call; a timeout dumps the trace when the environment asks.
+    pub(super) fn flight_end(&self, rec: Option<Record>, r: &Result<(), CommError>) {
+        if rec.is_none() {
+            return;
+        }
+        flight::ended(rec, r.is_ok());
+        if let Err(e) = r
+            && is_timeout(e)
+        {
+            flight::on_timeout(self.flight_group().global(self.rank));
+        }
+    }
+}
+
+fn is_timeout(e: &CommError) -> bool {
+    match e {
+        CommError::Timeout { .. } | CommError::WaitTimeout { .. } => true,
+        _ => false,
+    }
+}
