@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import Backend as _C10dBackend
 
-from . import _dtcomm
+from . import _dtcomm, _progress
 from ._threads import fit_torch_threads
 from ._torch_batch import P2pBatch
 from ._torch_monitored import monitored_barrier
@@ -110,6 +110,11 @@ class DtcommBackend(_C10dBackend):
         self._seq = 0
         self._monitored = 0
         self._batch: P2pBatch | None = None
+        # The world group (built before torch counts itself initialised) tells the store what
+        # this rank is doing, for `dt-rdzv status --hang --store` (docs/hang.md).
+        self._progress: _progress.Publisher | None = None
+        if not dist.is_initialized() and os.environ.get("DTCOMM_PUBLISH_PROGRESS", "1") != "0":
+            self._progress = _progress.Publisher(store, rank, size).start()
 
     # --- identity and capabilities (torch 2.15 recurses unless these are defined) ----------
     @property
@@ -163,6 +168,8 @@ class DtcommBackend(_C10dBackend):
                             f"passed {FAREWELL}s")
             except Exception:  # noqa: BLE001 - a peer already gone: leave anyway
                 pass
+        if self._progress is not None:
+            self._progress.stop()
         c.shutdown()
         _LIVE.discard(self)
         if self._rank != 0 and self._size > 1 and _rank0_hosts(self._store):
@@ -174,6 +181,8 @@ class DtcommBackend(_C10dBackend):
         if not c.is_shutdown:
             c.arm_abort()
             c.abort(f"rank {self._rank}: the process group was aborted")
+        if self._progress is not None:
+            self._progress.stop()
         c.shutdown()
         _LIVE.discard(self)
 

@@ -28,6 +28,7 @@ mod member;
 mod native;
 mod negotiate;
 mod options;
+mod progress;
 mod pystore;
 mod rdzv;
 mod work;
@@ -74,6 +75,7 @@ fn _dtcomm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<native::PyDataListener>()?;
     m.add_class::<member::PyNativeMember>()?;
     m.add_function(wrap_pyfunction!(init_logging, m)?)?;
+    m.add_function(wrap_pyfunction!(progress::progress_record, m)?)?;
     m.add_function(wrap_pyfunction!(set_compute_threads, m)?)?;
     m.add_function(wrap_pyfunction!(usable_cores, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::cuda_status, m)?)?;

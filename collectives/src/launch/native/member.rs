@@ -4,10 +4,12 @@
 //! ends the round (the communicator's calls then fail with `RoundEnded`). Feature `native`.
 
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dt_rdzv::native::{
-    BlockingNativeClient, ClientConfig, MemberHandle, Membership, NativeError, Trust,
+    BlockingNativeClient, ClientConfig, MemberHandle, Membership, NativeError, ProgressSource,
+    Trust,
 };
 use dt_rdzv_proto::native::{JobSpec, LateJoin, Peer, Role, ServerMsg, Welcome};
 
@@ -69,7 +71,12 @@ pub struct Member {
     /// builds communicators (a launcher's agent does not).
     listener: Option<DataListener>,
     state: RoundState,
+    /// Its rank and round once welcomed: what its heartbeats' summaries say of it.
+    place: Place,
 }
+
+/// A member's rank and round, shared with its heartbeats.
+type Place = Arc<Mutex<Option<(u32, u64)>>>;
 
 impl std::fmt::Debug for Member {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -113,6 +120,16 @@ impl Member {
         cfg.server_name = settings.server_name.clone();
         cfg.reconnect = (settings.reconnect.value > 0.0).then(|| secs(settings.reconnect.value));
         cfg.affinity = Some(settings.job.value.clone());
+        // A member that builds communicators tells the server what its calls are doing on
+        // every heartbeat (`dt-rdzv status --hang`); a launcher's agent makes no calls.
+        let place: Place = Arc::default();
+        if listener.is_some() && crate::flight::enabled() {
+            let p = place.clone();
+            cfg.progress = Some(ProgressSource::new(move || {
+                let (rank, round) = (*p.lock().unwrap_or_else(|e| e.into_inner()))?;
+                Some(crate::flight::summary(rank, round))
+            }));
+        }
         let mut client = BlockingNativeClient::connect(&cfg).map_err(rdzv)?;
         let (min_members, max_members) = settings.members.value;
         let spec = JobSpec {
@@ -151,6 +168,7 @@ impl Member {
             client,
             listener,
             state: RoundState::default(),
+            place,
         })
     }
 
@@ -184,7 +202,10 @@ impl Member {
     }
 
     fn take(&mut self, m: ServerMsg) -> Result<(), JoinError> {
-        match self.state.take(m) {
+        let taken = self.state.take(m);
+        *self.place.lock().unwrap_or_else(|e| e.into_inner()) =
+            self.state.welcome().map(|w| (w.rank, w.round));
+        match taken {
             Ok(None) => Ok(()),
             Ok(Some(refused)) => {
                 tracing::warn!("dtcomm: {}: {refused}", self.who());
