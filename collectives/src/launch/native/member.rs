@@ -201,10 +201,15 @@ impl Member {
         self.state.welcome()
     }
 
-    fn take(&mut self, m: ServerMsg) -> Result<(), JoinError> {
-        let taken = self.state.take(m);
+    /// What the heartbeats' summaries say of this member: the current round's rank and round.
+    fn sync_place(&self) {
         *self.place.lock().unwrap_or_else(|e| e.into_inner()) =
             self.state.welcome().map(|w| (w.rank, w.round));
+    }
+
+    fn take(&mut self, m: ServerMsg) -> Result<(), JoinError> {
+        let taken = self.state.take(m);
+        self.sync_place();
         match taken {
             Ok(None) => Ok(()),
             Ok(Some(refused)) => {
@@ -247,6 +252,7 @@ impl Member {
         let mut asked = false;
         loop {
             if self.state.advance().is_some() {
+                self.sync_place();
                 return Ok(self.state.welcome().expect("advanced"));
             }
             self.interrupted("waiting for a round")?;
