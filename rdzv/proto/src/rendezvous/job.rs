@@ -474,7 +474,8 @@ impl Job {
             let peers = if all {
                 table.clone()
             } else {
-                peers::neighbours(r as u32, world, &layout.nodes[node_rank as usize])
+                let node = &layout.nodes[node_rank as usize];
+                peers::neighbours(r as u32, world, node, local_rank)
                     .into_iter()
                     .filter_map(|p| table.get(p as usize).cloned())
                     .collect()

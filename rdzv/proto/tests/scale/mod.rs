@@ -59,6 +59,7 @@ pub struct Scale {
     pub out: Vec<Action>,
     /// `handle` and `handle_timeout` calls (machine steps) since the start.
     pub steps: u64,
+    per_node: u64,
     spec: JobSpec,
     token: String,
 }
@@ -78,8 +79,17 @@ impl Scale {
             n,
             out: Vec::new(),
             steps: 0,
+            per_node: PER_NODE,
             spec: JobSpec::elastic(n32.saturating_sub(1).max(1), n32),
             token: job_token(SERVER_TOKEN, JOB),
+        }
+    }
+
+    /// `per` members to a node instead of [`PER_NODE`] (`u64::MAX`: all on one).
+    pub fn per_node(self, per: u64) -> Self {
+        Self {
+            per_node: per.max(1),
+            ..self
         }
     }
 
@@ -89,7 +99,7 @@ impl Scale {
         let mut v = Vec::with_capacity(2 * self.n as usize);
         for i in 0..self.n {
             let at = self.now + JOIN_GAP * (i as u32);
-            let node = format!("node{:05}", i / PER_NODE);
+            let node = format!("node{:05}", i / self.per_node);
             v.push((
                 at,
                 Input::Connected {
@@ -104,7 +114,7 @@ impl Scale {
                     msg: ClientMsg::Join(Join {
                         job: JOB.into(),
                         token: self.token.clone(),
-                        member: format!("{node}:{}", i % PER_NODE),
+                        member: format!("{node}:{}", i % self.per_node),
                         node: node.clone(),
                         addrs: vec![format!(
                             "10.{}.{}.{}:29500",
