@@ -40,6 +40,28 @@ pub(crate) struct Member {
     pub(crate) place: Place,
     /// Its latest summary of its calls and when it arrived (`dt-rdzv status --hang`).
     pub(crate) progress: Option<(Progress, Instant)>,
+    /// When it was first welcomed into a round. Until a message of it arrives after that, it
+    /// has the round's timeout plus one waiting heartbeat interval: it beats at the waiting
+    /// rate until the welcome reaches it, so its next beat may be due a whole waiting interval
+    /// after the welcome (with the round's timeout from the welcome on, 8,192 members on one
+    /// machine, whose welcomes took a while to reach them all, were lost 2 s after forming).
+    pub(crate) welcomed_at: Option<Instant>,
+}
+
+impl Member {
+    /// How long it may stay silent, and a note for the log when it is not the round's
+    /// timeout: the waiting timeout before its first round, the round's plus one waiting
+    /// interval from its first welcome until it is heard from (see `welcomed_at`).
+    pub(crate) fn liveness_timeout(&self, cfg: &MachineConfig) -> (Duration, &'static str) {
+        match (self.rank, self.welcomed_at) {
+            (None, _) => (cfg.waiting_heartbeat_timeout, ", before its first round"),
+            (Some(_), Some(w)) if self.last_seen <= w => (
+                cfg.heartbeat_timeout + cfg.waiting_heartbeat_interval,
+                ", silent since its first welcome",
+            ),
+            (Some(_), _) => (cfg.heartbeat_timeout, ""),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -270,6 +292,7 @@ impl Job {
                 rank: resumed,
                 place,
                 progress: None,
+                welcomed_at: None,
             },
         );
         if let Some(rank) = resumed {
@@ -418,8 +441,10 @@ impl Job {
             if let Some(m) = self.members.get_mut(id) {
                 if m.rank.is_none() {
                     // Welcomed for the first time: it switches to the round's heartbeat rate
-                    // when the welcome arrives, and has the round's timeout from now to show it.
+                    // when the welcome arrives, and keeps the waiting timeout from now until
+                    // a message of it shows that (see `Member::welcomed_at`).
                     m.last_seen = now;
+                    m.welcomed_at = Some(now);
                 }
                 m.rank = Some(r as u32);
             }
