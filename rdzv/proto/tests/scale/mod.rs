@@ -204,7 +204,8 @@ impl Scale {
     /// Tallies (and forgets) the actions since the last tally, encoding each message.
     pub fn tally(&mut self) -> Tally {
         let mut t = Tally::default();
-        for a in self.out.drain(..) {
+        // Taken, not drained: the list's capacity would count as the machine's memory.
+        for a in std::mem::take(&mut self.out) {
             t.actions += 1;
             match a {
                 Action::Send { msg, .. } => {
