@@ -71,6 +71,8 @@ fn timed(f: impl FnOnce()) -> (f64, u64) {
 }
 
 struct Row {
+    join: f64,
+    complete: f64,
     form: f64,
     form_allocs: u64,
     encode: f64,
@@ -85,8 +87,12 @@ struct Row {
 fn one(n: u64, steady_secs: u32) -> Row {
     let live0 = LIVE.load(Ordering::Relaxed);
     let mut s = Scale::new(n);
-    let joins = s.joins();
-    let (form, form_allocs) = timed(|| s.feed(joins));
+    let mut joins = s.joins();
+    // The last member's join completes the round: assignment and the welcomes, apart.
+    let last = joins.split_off(joins.len() - 2);
+    let (join, join_allocs) = timed(|| s.feed(joins));
+    let (complete, complete_allocs) = timed(|| s.feed(last));
+    let (form, form_allocs) = (join + complete, join_allocs + complete_allocs);
     let (encode, t) = {
         let mut t = None;
         let (c, _) = timed(|| t = Some(s.tally()));
@@ -102,6 +108,8 @@ fn one(n: u64, steady_secs: u32) -> Row {
     let rt = s.tally();
     assert_eq!(rt.welcomes, n - 1, "the survivors re-formed");
     Row {
+        join,
+        complete,
         form,
         form_allocs,
         encode,
@@ -139,8 +147,10 @@ fn main() {
     }
     if !json {
         println!(
-            "{:>7} {:>10} {:>7} {:>10} {:>10} {:>12} {:>10} {:>9} {:>8} {:>9} {:>6}",
+            "{:>7} {:>8} {:>10} {:>10} {:>7} {:>10} {:>10} {:>12} {:>10} {:>9} {:>8} {:>9} {:>6}",
             "members",
+            "joins_s",
+            "complete_s",
             "form_cpu_s",
             "x_prev",
             "allocs/mbr",
@@ -159,12 +169,14 @@ fn main() {
         let (form, form_lo, form_hi) = median(rows.iter().map(|r| r.form).collect());
         let (reform, re_lo, re_hi) = median(rows.iter().map(|r| r.reform).collect());
         let (encode, ..) = median(rows.iter().map(|r| r.encode).collect());
+        let (join, ..) = median(rows.iter().map(|r| r.join).collect());
+        let (complete, ..) = median(rows.iter().map(|r| r.complete).collect());
         let (steady_s, ..) = median(rows.iter().map(|r| r.steady_per_s).collect());
         let r = &rows[0];
         let growth = prev.map(|(pn, pt)| (form / pt) / (n as f64 / pn as f64) * 2.0);
         if json {
             println!(
-                "{{\"members\":{n},\"form_cpu_s\":{form:.4},\"form_range\":[{form_lo:.4},{form_hi:.4}],\
+                "{{\"members\":{n},\"joins_cpu_s\":{join:.4},\"complete_cpu_s\":{complete:.4},\"form_cpu_s\":{form:.4},\"form_range\":[{form_lo:.4},{form_hi:.4}],\
                  \"form_allocs_per_member\":{:.1},\"encode_cpu_s\":{encode:.4},\
                  \"steady_cpu_s_per_s\":{steady_s:.5},\"reform_cpu_s\":{reform:.4},\
                  \"reform_range\":[{re_lo:.4},{re_hi:.4}],\"reform_allocs\":{},\
@@ -179,7 +191,7 @@ fn main() {
             );
         } else {
             println!(
-                "{n:>7} {form:>10.4} {:>7} {:>10.1} {encode:>10.4} {:>12.3} {reform:>10.4} {:>9} {:>8.0} {:>9} {:>6}",
+                "{n:>7} {join:>8.4} {complete:>10.4} {form:>10.4} {:>7} {:>10.1} {encode:>10.4} {:>12.3} {reform:>10.4} {:>9} {:>8.0} {:>9} {:>6}",
                 growth.map_or("-".into(), |g| format!("{g:.2}")),
                 r.form_allocs as f64 / n as f64,
                 steady_s * 100.0,

@@ -479,20 +479,34 @@ impl Job {
 
     pub(crate) fn send_welcomes(&self, cause: &RoundCause, cfg: &MachineConfig, fx: &mut Effects) {
         let world = self.ranks.len() as u32;
-        let layout = peers::layout(
-            self.ranks
-                .iter()
-                .map(|id| self.members.get(id).map_or("", |m| m.node.as_str())),
-        );
-        let table: Vec<Peer> = (0..world).filter_map(|r| self.peer(r)).collect();
+        // Each member looked up once; peers are cloned from here, only those a welcome holds.
+        let by_rank: Vec<Option<&Member>> =
+            self.ranks.iter().map(|id| self.members.get(id)).collect();
+        let layout = peers::layout(by_rank.iter().map(|m| m.map_or("", |m| m.node.as_str())));
+        let peer = |rank: u32| {
+            let m = by_rank.get(rank as usize).copied().flatten()?;
+            Some(Peer {
+                rank,
+                member: m.id.clone(),
+                node: m.node.clone(),
+                addrs: m.addrs.clone(),
+                host: m.host.clone(),
+                observed_ip: m.observed_ip.clone(),
+            })
+        };
         let all = world <= self.spec.full_peer_table_max;
+        let table: Vec<Peer> = if all {
+            (0..world).filter_map(peer).collect()
+        } else {
+            Vec::new()
+        };
         let config: Vec<(String, Vec<u8>)> = self
             .config
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        for (r, id) in self.ranks.iter().enumerate() {
-            let Some(m) = self.members.get(id) else {
+        for (r, m) in by_rank.iter().enumerate() {
+            let Some(m) = m else {
                 continue;
             };
             let (local_rank, local_world, node_rank) = layout.per_rank[r];
@@ -502,7 +516,7 @@ impl Job {
                 let node = &layout.nodes[node_rank as usize];
                 peers::neighbours(r as u32, world, node, local_rank)
                     .into_iter()
-                    .filter_map(|p| table.get(p as usize).cloned())
+                    .filter_map(peer)
                     .collect()
             };
             fx.send(
