@@ -293,7 +293,8 @@ pub struct Welcome {
     /// Nodes in the round.
     pub nodes: u32,
     /// Peers this member needs: everyone when `all_peers`, else rank 0, ring and tree
-    /// neighbours, and the same node's members. Ask for others with [`ClientMsg::Lookup`].
+    /// neighbours, and the same node's members (on a node of more than 64, the node's first
+    /// and its ring and tree neighbours there). Ask for others with [`ClientMsg::Lookup`].
     pub peers: Vec<Peer>,
     /// Whether `peers` is the whole round.
     pub all_peers: bool,

@@ -28,8 +28,15 @@ pub fn job_token(server_token: &str, job: &str) -> String {
     ctx.update(CONTEXT);
     ctx.update(job.as_bytes());
     let tag = ctx.sign();
-    let hex: String = tag.as_ref().iter().map(|b| format!("{b:02x}")).collect();
-    format!("{JOB_TOKEN_PREFIX}{hex}")
+    // Every join checks a job token: one allocation, not one per byte.
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(JOB_TOKEN_PREFIX.len() + 2 * tag.as_ref().len());
+    out.push_str(JOB_TOKEN_PREFIX);
+    for b in tag.as_ref() {
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 15)]));
+    }
+    out
 }
 
 /// Whether `given` opens `scope` on a server whose token is `server_token` (`None`: no

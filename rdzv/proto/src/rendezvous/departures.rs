@@ -40,7 +40,8 @@ impl Job {
     }
 
     pub(crate) fn promote_spares(&mut self) {
-        while self.candidates() < self.spec.max_members {
+        // Without spares nothing to scan (a loss while a big round forms came here for each).
+        while self.count(Place::Spare) > 0 && self.candidates() < self.spec.max_members {
             let next = self
                 .members
                 .values()

@@ -40,6 +40,28 @@ pub(crate) struct Member {
     pub(crate) place: Place,
     /// Its latest summary of its calls and when it arrived (`dt-rdzv status --hang`).
     pub(crate) progress: Option<(Progress, Instant)>,
+    /// When it was first welcomed into a round. Until a message of it arrives after that, it
+    /// has the round's timeout plus one waiting heartbeat interval: it beats at the waiting
+    /// rate until the welcome reaches it, so its next beat may be due a whole waiting interval
+    /// after the welcome (with the round's timeout from the welcome on, 8,192 members on one
+    /// machine, whose welcomes took a while to reach them all, were lost 2 s after forming).
+    pub(crate) welcomed_at: Option<Instant>,
+}
+
+impl Member {
+    /// How long it may stay silent, and a note for the log when it is not the round's
+    /// timeout: the waiting timeout before its first round, the round's plus one waiting
+    /// interval from its first welcome until it is heard from (see `welcomed_at`).
+    pub(crate) fn liveness_timeout(&self, cfg: &MachineConfig) -> (Duration, &'static str) {
+        match (self.rank, self.welcomed_at) {
+            (None, _) => (cfg.waiting_heartbeat_timeout, ", before its first round"),
+            (Some(_), Some(w)) if self.last_seen <= w => (
+                cfg.heartbeat_timeout + cfg.waiting_heartbeat_interval,
+                ", silent since its first welcome",
+            ),
+            (Some(_), _) => (cfg.heartbeat_timeout, ""),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -270,6 +292,7 @@ impl Job {
                 rank: resumed,
                 place,
                 progress: None,
+                welcomed_at: None,
             },
         );
         if let Some(rank) = resumed {
@@ -418,8 +441,10 @@ impl Job {
             if let Some(m) = self.members.get_mut(id) {
                 if m.rank.is_none() {
                     // Welcomed for the first time: it switches to the round's heartbeat rate
-                    // when the welcome arrives, and has the round's timeout from now to show it.
+                    // when the welcome arrives, and keeps the waiting timeout from now until
+                    // a message of it shows that (see `Member::welcomed_at`).
                     m.last_seen = now;
+                    m.welcomed_at = Some(now);
                 }
                 m.rank = Some(r as u32);
             }
@@ -454,29 +479,44 @@ impl Job {
 
     pub(crate) fn send_welcomes(&self, cause: &RoundCause, cfg: &MachineConfig, fx: &mut Effects) {
         let world = self.ranks.len() as u32;
-        let layout = peers::layout(
-            self.ranks
-                .iter()
-                .map(|id| self.members.get(id).map_or("", |m| m.node.as_str())),
-        );
-        let table: Vec<Peer> = (0..world).filter_map(|r| self.peer(r)).collect();
+        // Each member looked up once; peers are cloned from here, only those a welcome holds.
+        let by_rank: Vec<Option<&Member>> =
+            self.ranks.iter().map(|id| self.members.get(id)).collect();
+        let layout = peers::layout(by_rank.iter().map(|m| m.map_or("", |m| m.node.as_str())));
+        let peer = |rank: u32| {
+            let m = by_rank.get(rank as usize).copied().flatten()?;
+            Some(Peer {
+                rank,
+                member: m.id.clone(),
+                node: m.node.clone(),
+                addrs: m.addrs.clone(),
+                host: m.host.clone(),
+                observed_ip: m.observed_ip.clone(),
+            })
+        };
         let all = world <= self.spec.full_peer_table_max;
+        let table: Vec<Peer> = if all {
+            (0..world).filter_map(peer).collect()
+        } else {
+            Vec::new()
+        };
         let config: Vec<(String, Vec<u8>)> = self
             .config
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        for (r, id) in self.ranks.iter().enumerate() {
-            let Some(m) = self.members.get(id) else {
+        for (r, m) in by_rank.iter().enumerate() {
+            let Some(m) = m else {
                 continue;
             };
             let (local_rank, local_world, node_rank) = layout.per_rank[r];
             let peers = if all {
                 table.clone()
             } else {
-                peers::neighbours(r as u32, world, &layout.nodes[node_rank as usize])
+                let node = &layout.nodes[node_rank as usize];
+                peers::neighbours(r as u32, world, node, local_rank)
                     .into_iter()
-                    .filter_map(|p| table.get(p as usize).cloned())
+                    .filter_map(peer)
                     .collect()
             };
             fx.send(

@@ -2,10 +2,18 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+/// A node with at most this many members of a round lists all of them in each one's welcome;
+/// past it (every member of a big job on one host, or a node claiming thousands of ranks)
+/// each gets the node's first member and its ring and tree neighbours within the node, so
+/// that a welcome's size never grows with the job.
+pub(crate) const MAX_NODE_PEERS: usize = 64;
+
 /// Ranks `rank` talks to in the usual schedules of a `world`-member round: rank 0, its ring
-/// neighbours, its binary-tree parent and children, and (from `same_node`) its host's members.
-/// Includes `rank` itself, so a member sees its own observed address.
-pub(crate) fn neighbours(rank: u32, world: u32, same_node: &[u32]) -> BTreeSet<u32> {
+/// neighbours, its binary-tree parent and children, and (from `same_node`, the ranks of its
+/// node in rank order, where it is the `local`th) its host's members: all of them up to
+/// [`MAX_NODE_PEERS`], else the node's first and its ring and tree neighbours within the
+/// node. Includes `rank` itself, so a member sees its own observed address.
+pub(crate) fn neighbours(rank: u32, world: u32, same_node: &[u32], local: u32) -> BTreeSet<u32> {
     let mut s = BTreeSet::new();
     if world == 0 {
         return s;
@@ -22,7 +30,20 @@ pub(crate) fn neighbours(rank: u32, world: u32, same_node: &[u32]) -> BTreeSet<u
             s.insert(c as u32);
         }
     }
-    s.extend(same_node.iter().copied());
+    if same_node.len() <= MAX_NODE_PEERS {
+        s.extend(same_node.iter().copied());
+    } else {
+        let (l, n) = (local as usize, same_node.len());
+        let mut local_ix = vec![0, (l + 1) % n, (l + n - 1) % n, 2 * l + 1, 2 * l + 2];
+        if l > 0 {
+            local_ix.push((l - 1) / 2);
+        }
+        s.extend(
+            local_ix
+                .into_iter()
+                .filter_map(|i| same_node.get(i).copied()),
+        );
+    }
     s
 }
 
@@ -45,17 +66,14 @@ pub(crate) fn layout<'a>(nodes_by_rank: impl IntoIterator<Item = &'a str>) -> La
             nodes.push(Vec::new());
             (nodes.len() - 1) as u32
         });
+        // Ranks come in order: this one's place on its node is the count before it.
+        let local = nodes[n as usize].len() as u32;
         nodes[n as usize].push(rank as u32);
-        node_of.push(n);
+        node_of.push((n, local));
     }
     let per_rank = node_of
         .iter()
-        .enumerate()
-        .map(|(rank, &n)| {
-            let members = &nodes[n as usize];
-            let local = members.iter().position(|&r| r == rank as u32).unwrap_or(0);
-            (local as u32, members.len() as u32, n)
-        })
+        .map(|&(n, local)| (local, nodes[n as usize].len() as u32, n))
         .collect();
     Layout { per_rank, nodes }
 }
@@ -66,7 +84,7 @@ mod tests {
 
     #[test]
     fn neighbours_of_a_middle_rank() {
-        let s = neighbours(5, 16, &[4, 5]);
+        let s = neighbours(5, 16, &[4, 5], 1);
         assert_eq!(
             s.into_iter().collect::<Vec<_>>(),
             vec![0, 2, 4, 5, 6, 11, 12]
@@ -75,11 +93,26 @@ mod tests {
 
     #[test]
     fn neighbours_of_tiny_worlds() {
-        assert_eq!(neighbours(0, 1, &[0]).len(), 1);
+        assert_eq!(neighbours(0, 1, &[0], 0).len(), 1);
         assert_eq!(
-            neighbours(1, 2, &[]).into_iter().collect::<Vec<_>>(),
+            neighbours(1, 2, &[], 0).into_iter().collect::<Vec<_>>(),
             vec![0, 1]
         );
+    }
+
+    #[test]
+    fn a_crowded_node_gives_its_leader_and_local_neighbours() {
+        // The even ranks of a 2000-member round share one node: rank 1000 is its 500th.
+        let node: Vec<u32> = (0..1000).map(|i| 2 * i).collect();
+        let s = neighbours(1000, 2000, &node, 500);
+        // Global: 0, ring 999 and 1001, tree parent 499; on the node: its first (0), ring
+        // 998 and 1002, tree parent 498 (its children would be past the node's end).
+        assert_eq!(
+            s.into_iter().collect::<Vec<_>>(),
+            vec![0, 498, 499, 998, 999, 1000, 1001, 1002]
+        );
+        let small: Vec<u32> = (0..MAX_NODE_PEERS as u32).collect();
+        assert_eq!(neighbours(3, 64, &small, 3).len(), MAX_NODE_PEERS);
     }
 
     #[test]

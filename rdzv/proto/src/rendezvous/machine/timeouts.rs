@@ -23,8 +23,7 @@ impl RendezvousMachine {
             let Some(m) = self.member_of(conn) else {
                 continue;
             };
-            let welcomed = m.rank.is_some();
-            let timeout = self.config.liveness_timeout(welcomed);
+            let (timeout, note) = m.liveness_timeout(&self.config);
             let due = m.last_seen + timeout;
             if due > now {
                 // A waiting member is looked at again within the (shorter) round timeout: it
@@ -36,11 +35,7 @@ impl RendezvousMachine {
                     "no message for {:.1} s (heartbeat timeout {:.1} s{})",
                     now.saturating_duration_since(m.last_seen).as_secs_f64(),
                     timeout.as_secs_f64(),
-                    if welcomed {
-                        ""
-                    } else {
-                        ", before its first round"
-                    }
+                    note
                 );
                 let (job, id) = self.conns[&conn].member.clone().unwrap_or_default();
                 lost.entry(job).or_default().push((id, Removal::Lost(why)));
