@@ -102,6 +102,29 @@ pub fn diagnose(job: &JobStatus, opts: &HangOptions) -> HangReport {
             words,
         });
     }
+    if !job.missing.is_empty() {
+        // Lost members leave the round at once (their connection idles out within seconds,
+        // or their heartbeats stop): what holds the job up then is the next round forming.
+        let n = job.missing.len();
+        let shown: Vec<&str> = job.missing.iter().take(8).map(String::as_str).collect();
+        findings.push(Finding {
+            kind: FindingKind::Missing,
+            group: None,
+            seq: None,
+            op: None,
+            waiters: Vec::new(),
+            culprits: Vec::new(),
+            words: format!(
+                "round {} ended and the job ({}) waits for {n} member{} of it that {} gone: {}{}",
+                job.round,
+                job.state,
+                if n == 1 { "" } else { "s" },
+                if n == 1 { "is" } else { "are" },
+                shown.join(", "),
+                if n > shown.len() { ", ..." } else { "" }
+            ),
+        });
+    }
     let stuck = !findings.is_empty();
     let unsummarised: Vec<u32> = views
         .values()

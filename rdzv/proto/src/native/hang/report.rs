@@ -69,6 +69,8 @@ pub enum FindingKind {
     Silent,
     /// Ranks send no summary of their calls.
     NoSummary,
+    /// The round ended and the next one waits for members that are gone (lost or left).
+    Missing,
 }
 
 impl FindingKind {
@@ -80,6 +82,7 @@ impl FindingKind {
             FindingKind::Stalled => "stalled",
             FindingKind::Silent => "silent",
             FindingKind::NoSummary => "no_summary",
+            FindingKind::Missing => "missing",
         }
     }
 }

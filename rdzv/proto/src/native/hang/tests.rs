@@ -366,3 +366,21 @@ fn a_store_job_is_diagnosed_like_a_native_one() {
         r.findings[0].words
     );
 }
+
+#[test]
+fn a_round_that_lost_a_member_is_told_as_missing() {
+    let mut j = job(vec![member(0, idle(0, vec![], 1_000))]);
+    j.state = "forming".into();
+    j.missing = vec!["vm:380".into()];
+    let r = diagnose(&j, &HangOptions::default());
+    assert!(r.stuck);
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.kind == FindingKind::Missing)
+        .unwrap();
+    assert_eq!(
+        f.words,
+        "round 4 ended and the job (forming) waits for 1 member of it that is gone: vm:380"
+    );
+}

@@ -1,0 +1,156 @@
+"""'Why is my job stuck?' against real jobs: members of a native job hang on purpose and
+``dt-rdzv status --hang`` (the server, from the summaries on their heartbeats) names who waits
+for whom; a SIGSTOPped rank is named as not heartbeating; a store job (torch's env://, rank 0
+hosting torch's own TCPStore) is diagnosed from the summaries its ranks publish there."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import native_server as native_server_mod
+import pytest
+from dtgroup import WORKERS, base_env
+from native_server import NativeServer, Procs, dt_rdzv_bin, procs  # noqa: F401
+
+SCRIPT = WORKERS / "hang_native.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _hang(server: NativeServer, job: str) -> dict[str, Any]:
+    r = server.cli("status", "--hang", job, "--json")
+    assert r.returncode == 0, r.stderr
+    report: dict[str, Any] = json.loads(r.stdout)
+    return report
+
+
+def _start(server: NativeServer, procs: Procs, job: str, world: int, mode: str) -> None:
+    env = base_env(server.client_env(job, DTCOMM_RDZV_MEMBERS=str(world), DTCOMM_TIMEOUT="600"))
+    for i in range(world):
+        procs.start(f"{job}-m{i}", [sys.executable, str(SCRIPT), mode], env)
+    procs.wait_for("every member ready",
+                   lambda: all("READY" in procs.out(f"{job}-m{i}") for i in range(world)), 120)
+
+
+def _finding(server: NativeServer, procs: Procs, job: str,
+             kind: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    found: list[tuple[dict[str, Any], dict[str, Any]]] = []
+
+    def look() -> bool:
+        report = _hang(server, job)
+        found[:] = [(f, report) for f in report["findings"] if f["kind"] == kind]
+        return bool(found)
+
+    procs.wait_for(f"a {kind} finding for {job}", look, 60)
+    return found[0]
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Any:
+    # A long heartbeat timeout: a SIGSTOPped member stays in the round, named as silent.
+    s = native_server_mod.start(tmp_path, heartbeat_timeout="60s")
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.mark.parametrize(("world", "sleeper"), [(6, 3), (4, 0)])
+def test_the_rank_the_others_wait_for_is_named(server: NativeServer, procs: Procs,
+                                               world: int, sleeper: int) -> None:
+    job = f"hang-{uuid.uuid4().hex[:8]}"
+    _start(server, procs, job, world, f"sleep:{sleeper}")
+    f, report = _finding(server, procs, job, "waiting")
+    others = [r for r in range(world) if r != sleeper]
+    assert f["culprits"] == [sleeper], report
+    assert f["waiters"] == others, report
+    assert f["op"] == "all_reduce" and f["group"] == 0, report
+    assert f"for rank {sleeper}, which completed seq" in f["words"], f["words"]
+    assert "has called no collective for" in f["words"], f["words"]
+    text = server.cli("status", "--hang", job)
+    assert text.returncode == 0 and f"rank {sleeper}, which completed" in text.stdout, text
+    if sleeper == 0:
+        return  # rank 0 stuck itself: answered above, with no help from it
+    # Frozen (SIGSTOP): named as not heartbeating from three missed heartbeats on, and as
+    # gone once the server drops its connection (its QUIC connection idles out within about
+    # 2 s, and the round ends naming it): either answer names the frozen member.
+    pid = next(p for n, p, _ in procs.procs if n == f"{job}-m{sleeper}").pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        seen: list[dict[str, Any]] = []
+
+        def named() -> bool:
+            report = _hang(server, job)
+            seen[:] = [f for f in report["findings"]
+                       if (f["kind"] == "silent" and f["culprits"] == [sleeper])
+                       or (f["kind"] == "missing" and f":{pid}" in f["words"])]
+            return bool(seen)
+
+        procs.wait_for(f"the frozen rank {sleeper} named", named, 60)
+        words = seen[0]["words"]
+        assert (f"rank {sleeper} stopped heartbeating" in words
+                or "waits for" in words), words
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def test_two_ranks_receiving_from_each_other_are_a_cycle(server: NativeServer,
+                                                         procs: Procs) -> None:
+    job = f"cycle-{uuid.uuid4().hex[:8]}"
+    _start(server, procs, job, 2, "cycle")
+    f, report = _finding(server, procs, job, "cycle")
+    assert f["culprits"] == [0, 1], report
+    assert "rank 0 waits in recv from rank 1 and rank 1 in recv from rank 0" in f["words"], report
+
+
+STORE_WORKER = """
+import os, sys, time, torch, torch.distributed as dist
+dist.init_process_group("dtcomm")
+r = dist.get_rank()
+t = torch.ones(4)
+for _ in range(3):
+    dist.all_reduce(t)
+print("READY", r, flush=True)
+if r == 1:
+    time.sleep(600)
+else:
+    dist.all_reduce(t)
+"""
+
+
+def test_a_store_job_is_diagnosed_from_its_store(procs: Procs, tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    port = free_port()
+    script = tmp_path / "store_worker.py"
+    script.write_text(STORE_WORKER)
+    for r in range(3):
+        env = base_env({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(r),
+                        "WORLD_SIZE": "3", "DTCOMM_TIMEOUT": "600"})
+        procs.start(f"store-r{r}", [sys.executable, str(script)], env)
+    procs.wait_for("every rank ready",
+                   lambda: all("READY" in procs.out(f"store-r{r}") for r in range(3)), 120)
+    found: list[dict[str, Any]] = []
+
+    def look() -> bool:
+        out = subprocess.run(
+            [dt_rdzv_bin(), "status", "--hang", "--store", f"127.0.0.1:{port}", "--json"],
+            capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        found[:] = [f for f in json.loads(out.stdout)["findings"] if f["kind"] == "waiting"]
+        return bool(found)
+
+    procs.wait_for("a waiting finding in the store", look, 60)
+    assert found[0]["culprits"] == [1], found
+    assert found[0]["waiters"] == [0, 2], found
