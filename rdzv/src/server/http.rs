@@ -1,6 +1,7 @@
 //! The HTTP port (29402), on axum and hyper: `/` (the status page: one self-contained HTML
 //! file, no external asset), `/healthz`, `/metrics` (Prometheus text format), `/v1/jobs` and
-//! `/v1/jobs/{job}` (JSON), `/v1/jobs/{job}/hang` (why it is stuck, JSON), `/v1/events?since=N[&job=J]` (the recent events, JSON). The JSON
+//! `/v1/jobs/{job}` (JSON), `/v1/jobs/{job}/hang` (why it is stuck, JSON), `/v1/jobs/{job}/timeline` (its ranks'
+//! progress over the last minutes, for the page's picture), `/v1/events?since=N[&job=J]` (the recent events, JSON). The JSON
 //! needs `Authorization: Bearer <token>`: the server token for everything, a job token for its
 //! own job only. The page itself carries no data; it asks for the token and sends it with each
 //! request.
@@ -72,6 +73,7 @@ fn router(state: Shared) -> Router {
         .route("/v1/jobs", get(all_jobs))
         .route("/v1/jobs/{job}", get(one_job))
         .route("/v1/jobs/{job}/hang", get(hang))
+        .route("/v1/jobs/{job}/timeline", get(timeline))
         .route("/v1/events", get(events))
         .fallback(not_found)
         .with_state(state)
@@ -213,6 +215,21 @@ async fn hang(State(s): State<Shared>, Path(job): Path<String>, headers: HeaderM
     }
 }
 
+/// A job's recent history, for the status page's picture.
+async fn timeline(
+    State(s): State<Shared>,
+    Path(job): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if !s.rdzv.authorized(Scope::Job(&job), token(&headers)) {
+        return refused("/v1/jobs/{job}/timeline");
+    }
+    match s.rdzv.timeline(&job) {
+        Ok(v) => json_response(StatusCode::OK, &v),
+        Err(e) => json_response(StatusCode::NOT_FOUND, &json!({ "error": e.to_string() })),
+    }
+}
+
 #[derive(serde::Deserialize)]
 struct EventsQuery {
     #[serde(default)]
@@ -247,7 +264,7 @@ async fn reserved_only() -> Response {
 async fn not_found() -> Response {
     (
         StatusCode::NOT_FOUND,
-        "not found: try /, /healthz, /metrics, /v1/jobs, /v1/jobs/JOB/hang, /v1/events\n",
+        "not found: try /, /healthz, /metrics, /v1/jobs, /v1/jobs/JOB/hang, /v1/jobs/JOB/timeline, /v1/events\n",
     )
         .into_response()
 }

@@ -270,6 +270,8 @@ impl Server {
         let timer = tokio::spawn(async move { store.run_timers(stop).await });
         let (rdzv, stop) = (self.rdzv.clone(), stop_rx.clone());
         let rdzv_timer = tokio::spawn(async move { rdzv.run_timers(stop).await });
+        let (rdzv, stop) = (self.rdzv.clone(), stop_rx.clone());
+        let timeline = tokio::spawn(async move { rdzv.run_timeline(stop).await });
         let config = Arc::new(self.config);
         let (owners, owner_task) = match self.owners {
             Some((o, notes)) => {
@@ -363,6 +365,7 @@ impl Server {
         let _ = stop_tx.send(true);
         let _ = timer.await;
         let _ = rdzv_timer.await;
+        let _ = timeline.await;
         if let Some(n) = native {
             let _ = n.await;
         }
