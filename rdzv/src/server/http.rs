@@ -15,7 +15,8 @@
 //!
 //! The folder `http/` holds the rest of the door: `json` (a job's status as JSON, for
 //! `/v1/jobs` and `dt-rdzv status --json`), `metrics` (`/metrics` in the Prometheus text
-//! format), and `status_page.html` (the page served at `/`).
+//! format), `hang_json` (a hang report as JSON), `status_page.html` (the page served at `/`)
+//! and `vendor/uplot/` (the charting library the page draws its timelines with, inlined).
 
 pub(super) mod hang_json;
 pub(super) mod json;
@@ -52,7 +53,25 @@ pub(crate) const RESERVED_CONNECTIONS: usize = 16;
 /// A reserved connection's head must arrive within this long.
 pub(crate) const RESERVED_DEADLINE: Duration = Duration::from_secs(1);
 
-const PAGE: &str = include_str!("http/status_page.html");
+/// The status page, with uPlot (`http/vendor/uplot/`, MIT, its license in a comment) inlined
+/// where the page marks its place: one self-contained document.
+static PAGE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let license = include_str!("http/vendor/uplot/LICENSE");
+    include_str!("http/status_page.html")
+        .replacen(
+            "/*{uplot.css}*/",
+            include_str!("http/vendor/uplot/uPlot.min.css"),
+            1,
+        )
+        .replacen(
+            "/*{uplot.js}*/",
+            &format!(
+                "/* uPlot 1.6.32, vendored from npm (uplot).\n{license}*/\n{}",
+                include_str!("http/vendor/uplot/uPlot.iife.min.js")
+            ),
+            1,
+        )
+});
 
 /// What the handlers read.
 pub(crate) struct HttpState {
@@ -148,7 +167,7 @@ async fn page() -> Response {
             ),
             (header::CACHE_CONTROL, "no-store"),
         ],
-        PAGE,
+        PAGE.as_str(),
     )
         .into_response()
 }
@@ -267,4 +286,27 @@ async fn not_found() -> Response {
         "not found: try /, /healthz, /metrics, /v1/jobs, /v1/jobs/JOB/hang, /v1/jobs/JOB/timeline, /v1/events\n",
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    /// The page carries its charting library and its license, and asks nothing of any other
+    /// server: no external script, style sheet, image or font.
+    #[test]
+    fn the_page_is_self_contained() {
+        let page = super::PAGE.as_str();
+        assert!(page.contains("var uPlot="), "uPlot inlined");
+        assert!(page.contains(".uplot"), "its style sheet inlined");
+        assert!(
+            page.contains("Copyright (c) 2022 Leon Sorokin"),
+            "its license kept"
+        );
+        assert!(!page.contains("/*{uplot."), "every placeholder filled");
+        for external in [" src=", " href=", "@import", "url(", "//cdn", "<link"] {
+            assert!(
+                !page.contains(external),
+                "the page refers outside: {external}"
+            );
+        }
+    }
 }
