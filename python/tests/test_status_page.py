@@ -27,9 +27,11 @@ from test_fast_failure import _start, _training
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = ROOT / "target" / "test-artifacts"
+NEEDS_CHROMIUM = pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium not installed (scripts/setup.sh installs it as root)")
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (scripts/setup.sh installs it as root)")
+@NEEDS_CHROMIUM
 def test_status_page_follows_a_job_through_a_loss_in_a_real_browser(
     procs: Procs, tmp_path: Path  # noqa: F811
 ) -> None:
@@ -100,7 +102,7 @@ def _example(name: str) -> str:
 CULPRIT_RGB = (0xCF, 0x22, 0x2E)
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (scripts/setup.sh installs it as root)")
+@NEEDS_CHROMIUM
 @pytest.mark.parametrize(("members", "stuck"), [(6, 3), (80, 70)], ids=["6-ranks", "80-ranks"])
 def test_status_page_draws_a_hung_job_with_its_culprit_in_a_real_browser(
     procs: Procs, tmp_path: Path, members: int, stuck: int  # noqa: F811
