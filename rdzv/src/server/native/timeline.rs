@@ -236,14 +236,17 @@ impl Timelines {
     }
 }
 
-/// One rank's line: its sequence number per sample (`null` where unknown) and whether it was
-/// waiting in a world-group call.
+/// One rank's line: its sequence number per sample (`null` where unknown), and since when
+/// (Unix ms, the first of the last samples) it has been in no world-group call (`null`: in one
+/// at the last sample, or not known).
 fn rank_json(rank: u32, s: &VecDeque<Sample>, at: impl Fn(&Sample) -> Option<Place>) -> Value {
     let places: Vec<Option<Place>> = s.iter().map(at).collect();
+    let idle = |p: &Option<Place>| p.is_some_and(|p| p.seq.is_some() && !p.waiting);
+    let run = places.iter().rev().take_while(|p| idle(p)).count();
     json!({
         "rank": rank,
         "seq": places.iter().map(|p| p.and_then(|p| p.seq)).collect::<Vec<_>>(),
-        "waiting": places.iter().map(|p| p.map(|p| p.waiting)).collect::<Vec<_>>(),
+        "idle_since_ms": (run > 0).then(|| s[s.len() - run].at_ms),
     })
 }
 

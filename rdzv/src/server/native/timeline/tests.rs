@@ -92,7 +92,15 @@ fn a_small_job_has_a_line_per_rank_bounded_to_the_window() {
     }
     let last = SAMPLES - 1;
     assert_eq!(ranks[2]["seq"][last], 3, "rank 2 stays at 3");
-    assert_eq!(ranks[2]["waiting"][last], false);
+    assert_eq!(
+        ranks[2]["idle_since_ms"], 25_000,
+        "in no call all through the window"
+    );
+    assert_eq!(
+        ranks[0]["idle_since_ms"],
+        Value::Null,
+        "waiting in the next call"
+    );
     assert_eq!(ranks[0]["seq"][last], SAMPLES as u64 + 24);
     assert_eq!(v["summary"]["min"][last], 3);
     assert_eq!(v["summary"]["reporting"][last], 4);
@@ -215,4 +223,15 @@ fn summaries_of_another_round_or_spares_do_not_count() {
         "round 0's summary is stale"
     );
     assert_eq!(v["summary"]["max"][0], 7);
+}
+
+#[test]
+fn a_rank_in_no_call_is_dated_from_its_first_such_sample() {
+    let mut t = Timelines::default();
+    for i in 0..10 {
+        t.sample(1_000 * i, &[small(i)]);
+    }
+    let v = t.json("small", 0, Vec::new());
+    assert_eq!(v["ranks"][2]["idle_since_ms"], 3_000);
+    assert_eq!(v["ranks"][1]["idle_since_ms"], Value::Null);
 }
