@@ -1,6 +1,7 @@
 //! The HTTP port (29402), on axum and hyper: `/` (the status page: one self-contained HTML
 //! file, no external asset), `/healthz`, `/metrics` (Prometheus text format), `/v1/jobs` and
-//! `/v1/jobs/{job}` (JSON), `/v1/jobs/{job}/hang` (why it is stuck, JSON), `/v1/events?since=N[&job=J]` (the recent events, JSON). The JSON
+//! `/v1/jobs/{job}` (JSON), `/v1/jobs/{job}/hang` (why it is stuck, JSON), `/v1/jobs/{job}/timeline` (its ranks'
+//! progress over the last minutes, for the page's picture), `/v1/events?since=N[&job=J]` (the recent events, JSON). The JSON
 //! needs `Authorization: Bearer <token>`: the server token for everything, a job token for its
 //! own job only. The page itself carries no data; it asks for the token and sends it with each
 //! request.
@@ -14,7 +15,8 @@
 //!
 //! The folder `http/` holds the rest of the door: `json` (a job's status as JSON, for
 //! `/v1/jobs` and `dt-rdzv status --json`), `metrics` (`/metrics` in the Prometheus text
-//! format), and `status_page.html` (the page served at `/`).
+//! format), `hang_json` (a hang report as JSON), `status_page.html` (the page served at `/`)
+//! and `vendor/uplot/` (the charting library the page draws its timelines with, inlined).
 
 pub(super) mod hang_json;
 pub(super) mod json;
@@ -51,7 +53,37 @@ pub(crate) const RESERVED_CONNECTIONS: usize = 16;
 /// A reserved connection's head must arrive within this long.
 pub(crate) const RESERVED_DEADLINE: Duration = Duration::from_secs(1);
 
-const PAGE: &str = include_str!("http/status_page.html");
+/// The status page, with uPlot (`http/vendor/uplot/`, MIT, its license in a comment) inlined
+/// where the page marks its place: one self-contained document.
+static PAGE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let license = include_str!("http/vendor/uplot/LICENSE");
+    include_str!("http/status_page.html")
+        .replacen(
+            "/*{uplot.css}*/",
+            include_str!("http/vendor/uplot/uPlot.min.css"),
+            1,
+        )
+        .replacen(
+            "/*{uplot.js}*/",
+            &format!(
+                "/* uPlot 1.6.32, vendored from npm (uplot).\n{license}*/\n{}",
+                without_banner(include_str!("http/vendor/uplot/uPlot.iife.min.js"))
+            ),
+            1,
+        )
+});
+
+/// A script without its leading `/*! ... */` banner (uPlot's names its home page: the page
+/// names no address, its license comment says where the library comes from).
+fn without_banner(js: &str) -> &str {
+    match js
+        .strip_prefix("/*!")
+        .and_then(|rest| rest.split_once("*/"))
+    {
+        Some((_, code)) => code.trim_start(),
+        None => js,
+    }
+}
 
 /// What the handlers read.
 pub(crate) struct HttpState {
@@ -72,6 +104,7 @@ fn router(state: Shared) -> Router {
         .route("/v1/jobs", get(all_jobs))
         .route("/v1/jobs/{job}", get(one_job))
         .route("/v1/jobs/{job}/hang", get(hang))
+        .route("/v1/jobs/{job}/timeline", get(timeline))
         .route("/v1/events", get(events))
         .fallback(not_found)
         .with_state(state)
@@ -146,7 +179,7 @@ async fn page() -> Response {
             ),
             (header::CACHE_CONTROL, "no-store"),
         ],
-        PAGE,
+        PAGE.as_str(),
     )
         .into_response()
 }
@@ -213,6 +246,26 @@ async fn hang(State(s): State<Shared>, Path(job): Path<String>, headers: HeaderM
     }
 }
 
+/// A job's recent history, for the status page's picture.
+async fn timeline(
+    State(s): State<Shared>,
+    Path(job): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if !s.rdzv.authorized(Scope::Job(&job), token(&headers)) {
+        return refused("/v1/jobs/{job}/timeline");
+    }
+    match s.rdzv.timeline(&job) {
+        // Compact: hundreds of numbers per rank, asked for every second.
+        Ok(v) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            serde_json::to_vec(&v).unwrap_or_default(),
+        )
+            .into_response(),
+        Err(e) => json_response(StatusCode::NOT_FOUND, &json!({ "error": e.to_string() })),
+    }
+}
+
 #[derive(serde::Deserialize)]
 struct EventsQuery {
     #[serde(default)]
@@ -247,7 +300,37 @@ async fn reserved_only() -> Response {
 async fn not_found() -> Response {
     (
         StatusCode::NOT_FOUND,
-        "not found: try /, /healthz, /metrics, /v1/jobs, /v1/jobs/JOB/hang, /v1/events\n",
+        "not found: try /, /healthz, /metrics, /v1/jobs, /v1/jobs/JOB/hang, /v1/jobs/JOB/timeline, /v1/events\n",
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    /// The page carries its charting library and its license, and asks nothing of any other
+    /// server: no external script, style sheet, image or font.
+    #[test]
+    fn the_page_is_self_contained() {
+        let page = super::PAGE.as_str();
+        assert!(page.contains("var uPlot="), "uPlot inlined");
+        assert!(page.contains(".uplot"), "its style sheet inlined");
+        assert!(
+            page.contains("Copyright (c) 2022 Leon Sorokin"),
+            "its license kept"
+        );
+        assert!(!page.contains("/*{uplot."), "every placeholder filled");
+        assert!(
+            page.contains("var uPlot=function"),
+            "the script follows the license"
+        );
+        let external = [
+            " src=", " href=", "@import", "url(", "<link", "http://", "https://",
+        ];
+        for external in external {
+            assert!(
+                !page.contains(external),
+                "the page refers outside: {external}"
+            );
+        }
+    }
 }

@@ -270,6 +270,12 @@ impl Server {
         let timer = tokio::spawn(async move { store.run_timers(stop).await });
         let (rdzv, stop) = (self.rdzv.clone(), stop_rx.clone());
         let rdzv_timer = tokio::spawn(async move { rdzv.run_timers(stop).await });
+        let (rdzv, stop) = (self.rdzv.clone(), stop_rx.clone());
+        // The timelines serve the HTTP port only.
+        let timeline = self
+            .http
+            .is_some()
+            .then(|| tokio::spawn(async move { rdzv.run_timeline(stop).await }));
         let config = Arc::new(self.config);
         let (owners, owner_task) = match self.owners {
             Some((o, notes)) => {
@@ -363,6 +369,9 @@ impl Server {
         let _ = stop_tx.send(true);
         let _ = timer.await;
         let _ = rdzv_timer.await;
+        if let Some(t) = timeline {
+            let _ = t.await;
+        }
         if let Some(n) = native {
             let _ = n.await;
         }

@@ -49,7 +49,8 @@ pub(crate) struct Journal {
     entries: VecDeque<Entry>,
 }
 
-fn now_ms() -> u64 {
+/// Unix time now, milliseconds.
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
@@ -199,6 +200,20 @@ impl Journal {
         self.entries.front().map_or(self.next + 1, |e| e.seq)
     }
 
+    /// `job`'s entries from `after_ms` (Unix ms) on, oldest first, at most `max` (the latest).
+    pub(crate) fn recent(&self, job: &str, after_ms: u64, max: usize) -> Vec<&Entry> {
+        let mut out: Vec<&Entry> = self
+            .entries
+            .iter()
+            .rev()
+            .take_while(|e| e.at_ms >= after_ms)
+            .filter(|e| e.job == job)
+            .take(max)
+            .collect();
+        out.reverse();
+        out
+    }
+
     /// When `member` of `job` was last lost or left (Unix ms), and how, if the journal still
     /// knows.
     pub(crate) fn gone(&self, job: &str, member: &str) -> Option<(u64, &str)> {
@@ -243,5 +258,9 @@ mod tests {
         });
         assert_eq!(j.gone("j0", "m").map(|g| g.1), Some("m lost: silent"));
         assert!(j.gone("j1", "m").is_none());
+        let recent = j.recent("j0", 0, 3);
+        assert_eq!(recent.len(), 3);
+        assert_eq!(recent[2].kind, "lost", "the latest, oldest first");
+        assert!(j.recent("j0", u64::MAX, 3).is_empty());
     }
 }

@@ -8,6 +8,8 @@
 //!   server's one `Driver`;
 //! * `journal`: the rendezvous' recent events, kept by its core for the status page and
 //!   `/v1/events`;
+//! * `timeline`: each job's ranks' progress over the last minutes, sampled every second,
+//!   for the status page's picture and `/v1/jobs/{job}/timeline`;
 //! * [`Identity`](identity::Identity): the port's TLS certificate, from files or generated
 //!   (fingerprint printed).
 
@@ -17,4 +19,5 @@ pub(super) mod journal;
 mod outbox;
 mod partial;
 pub(super) mod rendezvous;
+mod timeline;
 mod writer;

@@ -3,6 +3,7 @@
 //! the lock is held, so each connection receives its messages in the machine's order.
 
 use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Instant;
 
 use dt_rdzv_proto::native::ServerMsg;
@@ -12,14 +13,17 @@ use dt_rdzv_proto::rendezvous::{
 };
 use tokio::sync::{mpsc, watch};
 
-use super::journal::Journal;
+use super::journal::{Journal, now_ms as unix_ms};
 use super::outbox::NativeOut;
 use super::outbox::{MAX_QUEUED, Outbox};
+use super::timeline::{self, Timelines};
 use crate::server::driver::{Driven, Driver, Route};
 
 /// The machine and where its actions go.
 pub(crate) struct RdzvCore {
     driver: Driver<RendezvousMachine, Routes>,
+    /// Each job's recent history, sampled by [`RdzvCore::run_timeline`].
+    timelines: Mutex<Timelines>,
 }
 
 /// Where the machine's actions go.
@@ -36,6 +40,7 @@ impl RdzvCore {
     pub(crate) fn new(config: MachineConfig) -> Self {
         Self {
             driver: Driver::new(RendezvousMachine::new(config), Routes::default()),
+            timelines: Mutex::default(),
         }
     }
 
@@ -130,6 +135,45 @@ impl RdzvCore {
     /// lost or left (Unix ms) and how, when the journal still knows.
     pub(crate) fn status_json(&self, job: Option<&str>) -> Result<Vec<serde_json::Value>, Refusal> {
         self.driver.read(|g| status_json(g, job))
+    }
+
+    /// `job`'s timeline (`/v1/jobs/{job}/timeline`): its ranks' progress over the last
+    /// minutes and the journal's marks in that window.
+    pub(crate) fn timeline(&self, job: &str) -> Result<serde_json::Value, Refusal> {
+        let now = unix_ms();
+        let window = (timeline::INTERVAL * timeline::SAMPLES as u32).as_millis() as u64;
+        let marks = self.driver.read(|g| {
+            g.core.status(Instant::now(), Some(job))?;
+            Ok::<_, Refusal>(
+                g.routes
+                    .journal
+                    .recent(job, now.saturating_sub(window), timeline::MAX_MARKS)
+                    .into_iter()
+                    .map(|e| e.json())
+                    .collect(),
+            )
+        })?;
+        let t = self.timelines.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(t.json(job, now, marks))
+    }
+
+    /// Samples every job's progress into the timelines once a [`timeline::INTERVAL`] until
+    /// `stop`.
+    pub(crate) async fn run_timeline(&self, mut stop: watch::Receiver<bool>) {
+        let mut tick = tokio::time::interval(timeline::INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.changed() => return,
+                _ = tick.tick() => {}
+            }
+            let status = self
+                .driver
+                .read(|g| g.core.status(Instant::now(), None))
+                .unwrap_or_default();
+            let mut t = self.timelines.lock().unwrap_or_else(|p| p.into_inner());
+            t.sample(unix_ms(), &status);
+        }
     }
 
     pub(crate) fn open_connections(&self) -> usize {

@@ -1,0 +1,152 @@
+//! A job's timeline end to end (`/v1/jobs/{job}/timeline`): members whose heartbeats carry
+//! summaries of their calls, the server's samples of their progress with the journal's joins
+//! and rounds, and its refusals (no token, another job's token, an unknown job).
+
+mod common;
+use common::rt;
+
+use std::io::{Read, Write};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dt_rdzv::native::{ClientConfig, Connector, Membership, ProgressSource, Trust};
+use dt_rdzv::server::{BackgroundServer, ServeConfig};
+use dt_rdzv_proto::native::progress::{GroupProgress, Progress};
+use dt_rdzv_proto::native::{JobSpec, Role};
+use serde_json::Value;
+
+const TOKEN: &str = "test-token";
+const WAIT: Duration = Duration::from_secs(60);
+
+fn http_get(addr: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{auth}\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out[9..12].parse().unwrap();
+    (status, out.split_once("\r\n\r\n").unwrap().1.to_string())
+}
+
+/// Rank r has completed seq 20 + r, but rank 1 only seq 11 (furthest behind).
+fn summary(place: &Mutex<Option<(u32, u64)>>) -> Option<Progress> {
+    let (rank, round) = (*place.lock().unwrap())?;
+    Some(Progress {
+        rank,
+        round,
+        pending: Vec::new(),
+        groups: vec![GroupProgress {
+            group: 0,
+            group_size: 3,
+            completed_seq: if rank == 1 { 11 } else { 20 + u64::from(rank) },
+            completed_op: "all_reduce".into(),
+            completed_age_ms: 0,
+        }],
+        idle_ms: Some(0),
+        calls: 10,
+    })
+}
+
+#[test]
+fn the_timeline_follows_each_rank_and_is_refused_without_the_jobs_token() {
+    let s = BackgroundServer::start(ServeConfig {
+        token: Some(TOKEN.into()),
+        ..ServeConfig::loopback_ephemeral()
+    })
+    .expect("server starts");
+    let h = s.http_endpoint().unwrap();
+    rt().block_on(async {
+        let mut members = Vec::new();
+        for i in 0..3 {
+            let place = Arc::new(Mutex::new(None));
+            let mut cfg = ClientConfig::new(
+                s.native_endpoint().unwrap(),
+                TOKEN,
+                Trust::Fingerprint(s.fingerprint().unwrap().into()),
+            );
+            let p = place.clone();
+            cfg.progress = Some(ProgressSource::new(move || summary(&p)));
+            let connector = Connector::new(&cfg.trust).unwrap();
+            let mut m = connector.connect(&cfg).await.expect("connect");
+            m.join(Membership {
+                job: "pic".into(),
+                member: format!("m{i}"),
+                node: "n0".into(),
+                addrs: vec![format!("127.0.0.1:{}", 40100 + i)],
+                host: Vec::new(),
+                role: Role::Worker,
+                spec: JobSpec::fixed(3),
+            })
+            .await
+            .expect("join");
+            members.push((m, place));
+        }
+        for (m, place) in members.iter_mut() {
+            let w = m.wait_welcome(WAIT).await.expect("welcome");
+            *place.lock().unwrap() = Some((w.rank, w.round));
+        }
+        // A job token covers its own job's timeline.
+        let mine = dt_rdzv_proto::rendezvous::job_token(TOKEN, "pic");
+        let deadline = Instant::now() + WAIT;
+        let v = loop {
+            let (code, body) = http_get(&h, "/v1/jobs/pic/timeline", Some(&mine));
+            assert_eq!(code, 200, "{body}");
+            let v: Value = serde_json::from_str(&body).unwrap();
+            let last = |r: usize| {
+                v["ranks"][r]["seq"]
+                    .as_array()
+                    .and_then(|s| s.last().cloned())
+            };
+            if (0..3).all(|r| last(r).is_some_and(|s| !s.is_null())) {
+                break v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no summary sampled within {WAIT:?}: {v}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        assert_eq!(v["followed"], true, "{v}");
+        assert_eq!(v["mode"], "ranks", "{v}");
+        let n = v["times_ms"].as_array().unwrap().len();
+        let last = |r: usize| v["ranks"][r]["seq"][n - 1].clone();
+        assert_eq!(
+            (last(0), last(1), last(2)),
+            (20.into(), 11.into(), 22.into())
+        );
+        assert_eq!(v["summary"]["min"][n - 1], 11);
+        assert_eq!(v["summary"]["median"][n - 1], 20);
+        assert_eq!(v["rounds"][n - 1], 1);
+        let kinds: Vec<&str> = v["marks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            kinds.iter().filter(|k| **k == "joined").count(),
+            3,
+            "{kinds:?}"
+        );
+        assert!(kinds.contains(&"round"), "{kinds:?}");
+        assert!(
+            v["marks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|m| m["job"] == "pic")
+        );
+    });
+    // Refusals: no token, another job's token, a job that does not exist.
+    assert_eq!(http_get(&h, "/v1/jobs/pic/timeline", None).0, 401);
+    let other = dt_rdzv_proto::rendezvous::job_token(TOKEN, "other");
+    assert_eq!(http_get(&h, "/v1/jobs/pic/timeline", Some(&other)).0, 401);
+    let (code, body) = http_get(&h, "/v1/jobs/nope/timeline", Some(TOKEN));
+    assert_eq!(code, 404);
+    assert!(body.contains("nope"), "{body}");
+}
