@@ -5,7 +5,8 @@ from typing import Any, Literal, final, overload
 
 __all__ = [
     "Communicator", "Work", "Negotiator", "RdzvServer", "StoreClient", "NativeClient", "Welcome",
-    "Peer", "RdzvEvent", "DataListener", "NativeMember", "init_logging", "set_compute_threads",
+    "Peer", "RdzvEvent", "DataListener", "NativeMember", "init_logging", "progress_record",
+    "set_compute_threads",
     "usable_cores", "cuda_status", "job_token", "store_link_secret", "resolve_launch",
     "native_settings", "slurm_step", "mpi_meet", "mpi_session_meet", "advertised_ip",
     "engine_timeout", "DtcommError", "CommTimeoutError", "PeerLostError", "RoundEndedError",

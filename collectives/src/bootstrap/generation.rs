@@ -20,12 +20,16 @@ use std::time::Duration;
 
 use dt_rdzv::store::{Store, StoreError};
 
-use super::store::rank_of_key;
 use crate::error::CommError;
 use crate::transport::tcp::setup::Setup;
 
 /// How long one store wait of the set-up lasts before the interrupt check is asked again.
 const SLICE: Duration = Duration::from_millis(100);
+
+/// The rank of an address key (`<prefix>/<generation>/addr/<rank>`).
+pub(super) fn rank_of_key(k: &str) -> String {
+    k.rsplit('/').next().unwrap_or(k).to_owned()
+}
 
 /// Most missing ranks whose counters one slice looks at.
 const LOOK_AT: usize = 16;

@@ -15,17 +15,13 @@ use std::time::Duration;
 
 use dt_rdzv::store::{Store, StoreError};
 
-use super::generation::{Generations, Waited, wait_catching_up};
+use super::generation::{Generations, Waited, rank_of_key, wait_catching_up};
 use super::{bind, check_loopback, hostname, mesh};
 use crate::config::Config;
 use crate::error::CommError;
 use crate::transport::tcp::TcpTransport;
 use crate::transport::tcp::handshake::{self, Auth};
 use crate::transport::tcp::setup::{Setup, mismatch};
-
-pub(super) fn rank_of_key(k: &str) -> String {
-    k.rsplit('/').next().unwrap_or(k).to_owned()
-}
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
