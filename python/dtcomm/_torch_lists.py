@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -32,7 +33,7 @@ def refuse(rank: int, op: str, what: str) -> ValueError:
     return ValueError(f"rank {rank}: {op}: {what}")
 
 
-def one(rank: int, op: str, tensors: Sequence[torch.Tensor], what: str = "tensor") -> None:
+def one(rank: int, op: str, tensors: Sequence[Any], what: str = "tensor") -> None:
     """gloo's rule for the calls that take a single tensor."""
     if len(tensors) != 1:
         raise refuse(rank, op, f"takes a single-element {what} list (as gloo), got "
@@ -129,7 +130,11 @@ def staged(t: torch.Tensor) -> tuple[torch.Tensor, Callable[[], None] | None]:
     if d.is_contiguous():
         return d, None
     s = d.contiguous()
-    return s, lambda: d.copy_(s)
+
+    def back() -> None:
+        d.copy_(s)
+
+    return s, back
 
 
 def dense_input(t: torch.Tensor) -> torch.Tensor:

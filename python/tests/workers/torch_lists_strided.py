@@ -63,7 +63,8 @@ for dtype in (torch.float32, torch.int64, torch.complex64, torch.bool):
         ops += [Op.BAND, Op.BOR, Op.BXOR]
     for op in ops:
         for k in (2, 3):
-            def allreduce(pg: Any, strided: bool, op: Any = op, k: int = k) -> Any:
+            def allreduce(pg: Any, strided: bool, op: Any = op, k: int = k,
+                          dtype: torch.dtype = dtype) -> Any:
                 ts = [data(i, (5, 3), dtype) for i in range(k)]
                 if strided:
                     ts[1] = ts[1].t().contiguous().t()  # one strided member of the list
@@ -240,7 +241,8 @@ refused(lambda: ar([torch.ones(2), torch.ones(2, dtype=torch.float64)]), "tensor
 refused(lambda: ar([torch.ones(2), torch.ones(3)]), "tensors[1]", "shape")
 refused(lambda: ar([torch.ones(2, dtype=torch.bool), torch.ones(2)], Op.PRODUCT),
         "tensors[1]", "dtype")
-refused(lambda: ar([torch.ones(2, dtype=torch.complex64) for _ in range(2)], Op.MAX), "MAX", "complex")
+refused(lambda: ar([torch.ones(2, dtype=torch.complex64) for _ in range(2)], Op.MAX),
+        "MAX", "complex")
 refused(lambda: ar([torch.ones(2), torch.ones(2)], Op.BAND), "BAND", "bitwise")
 refused(lambda: dist.all_reduce(torch.zeros(1).expand(3)), "tensors[0]", "overlaps itself")
 shared = torch.zeros(4)
