@@ -47,3 +47,39 @@ def test_import_registers_the_backend() -> None:
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert "BackendType.CUSTOM ['cpu', 'cuda'] True" in out.stdout, out.stdout
+
+
+def test_overlap_rules_without_a_group() -> None:
+    """The overlap check: chunks of one buffer and interleaved columns pass, shared elements
+    and an expanded view are named; the local fold of a list follows gloo's bool rules."""
+    from dtcomm import _torch_lists as lists
+    from dtcomm._vocab import ReduceOp
+
+    buf = torch.zeros(12)
+    lists.no_overlap(0, "all_gather", list(buf.chunk(4)))
+    grid = torch.zeros(3, 4)
+    lists.no_overlap(0, "all_gather", list(grid.unbind(1)))
+    with pytest.raises(ValueError, match=r"rank 0: all_gather: outputs\[1\] overlaps outputs\[0\]"):
+        lists.no_overlap(0, "all_gather", [buf[0:5], buf[4:9]])
+    with pytest.raises(ValueError, match=r"outputs\[2\] overlaps outputs\[0\]"):
+        lists.no_overlap(0, "all_gather", [grid[:, 0], grid[:, 1], grid[1, :]])
+    with pytest.raises(ValueError, match=r"outputs\[0\] overlaps itself"):
+        lists.no_overlap(0, "all_gather", [torch.zeros(1).expand(4)])
+    with pytest.raises(ValueError, match=r"tensors\[1\] has dtype torch.float64"):
+        lists.alike(3, "all_reduce", [torch.ones(2), torch.ones(2, dtype=torch.float64)])
+    a = torch.tensor([True, False, False])
+    acc = a.clone()
+    lists.fold(ReduceOp.PROD, acc, [torch.tensor([True, True, False])])
+    assert acc.tolist() == [True, False, False]
+    acc = a.clone()
+    lists.fold(ReduceOp.SUM, acc, [torch.tensor([False, True, False])])
+    assert acc.tolist() == [True, True, False]
+    view = torch.zeros(3, 2).t()
+    s, back = lists.staged(view)
+    assert s.is_contiguous() and back is not None
+    s.fill_(7)
+    back()
+    assert bool((view == 7).all())
+    c = torch.zeros(4)
+    same, none = lists.staged(c)
+    assert none is None and same.data_ptr() == c.data_ptr()  # contiguous: no copy
