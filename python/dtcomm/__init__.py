@@ -127,8 +127,10 @@ __all__ = [
 # A torch script that imports dtcomm gets the `dtcomm://` rendezvous (init_process_group(...,
 # init_method="dtcomm://"): ranks and store by dtcomm's launch rules, e.g. under srun). torch
 # stays optional: only registered when torch.distributed is loaded already; importing
-# dtcomm.torch_backend registers it too.
+# dtcomm.torch_backend registers it too, with the backend itself (torch's device map and
+# backend type tables know dtcomm from then on).
 if "torch.distributed" in __import__("sys").modules:
-    from ._torch_rendezvous import register as _register_rendezvous
+    # the backend too (its device map and type in torch's tables) and the rendezvous
+    from .torch_backend import register as _register_torch
 
-    _register_rendezvous()
+    _register_torch()

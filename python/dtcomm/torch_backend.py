@@ -14,7 +14,6 @@ Nothing here calls ``torch.cuda`` unless a tensor is on a CUDA device.
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from datetime import timedelta
@@ -25,9 +24,11 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import Backend as _C10dBackend
 
 from . import _dtcomm, _progress
+from . import _torch_lists as lists
 from ._threads import fit_torch_threads
 from ._torch_batch import P2pBatch
 from ._torch_monitored import monitored_barrier
+from ._torch_sparse import sparse_sum
 from ._torch_work import DtcommWork, patch_work_is_completed, set_source, torch_words
 from ._vocab import ReduceOp
 
@@ -53,11 +54,6 @@ def cuda_stream(tensors: list[torch.Tensor]) -> Any:
         if t.device.type == "cuda":
             return torch.cuda.current_stream(t.device)
     return None
-
-
-def _check(rank: int, op: str, tensors: list[torch.Tensor]) -> None:
-    if len(tensors) != 1:
-        raise ValueError(f"rank {rank}: {op}: dtcomm takes one tensor per call, got {len(tensors)}")
 
 
 def _rank0_hosts(store: Any) -> bool:
@@ -215,29 +211,46 @@ class DtcommBackend(_C10dBackend):
 
     # --- collectives ------------------------------------------------------------------------
     def allreduce(self, tensors: list[torch.Tensor], opts: Any) -> DtcommWork:
-        _check(self._rank, "all_reduce", tensors)
-        t = tensors[0].detach()
+        """gloo's all_reduce: every tensor of every rank reduced into one result, which every
+        tensor receives (a list is folded locally into one staging buffer first)."""
         op = _redop(self._rank, opts.reduceOp)
-        if t.is_sparse:
+        lists.alike(self._rank, "all_reduce", tensors)
+        if tensors[0].is_sparse:
             return self.allreduce_sparse(tensors, opts)
+        lists.no_overlap(self._rank, "all_reduce", tensors, "tensors")
+        if len(tensors) == 1:
+            t, back = lists.staged(tensors[0])
+            return self._one("all_reduce", tensors,
+                             lambda cb: self._comm.all_reduce(t, op, callback=cb), back, opts)
+        lists.reduction(self._rank, "all_reduce", op, tensors)
+        if op is ReduceOp.AVG:
+            raise lists.refuse(self._rank, "all_reduce", f"AVG of {len(tensors)} tensors per "
+                               "call refused (gloo has no AVG): use SUM and divide")
+        acc = tensors[0].detach().clone(memory_format=torch.contiguous_format)
+        lists.fold(op, acc, tensors[1:])
         return self._one("all_reduce", tensors,
-                         lambda cb: self._comm.all_reduce(t, op, callback=cb), opts=opts)
+                         lambda cb: self._comm.all_reduce(acc, op, callback=cb),
+                         lambda: lists.spread(acc, tensors), opts)
 
     def allreduce_sparse(self, tensors: list[torch.Tensor], opts: Any) -> DtcommWork:
-        """Sum of sparse COO tensors, as gloo does it: every rank's indices and values are
-        gathered, concatenated and coalesced; the result replaces the tensor's contents."""
-        _check(self._rank, "all_reduce", tensors)
+        """Sum of sparse COO tensors, as gloo does it: this rank's tensors are summed, every
+        rank's indices and values are gathered, concatenated and coalesced; the result
+        replaces every tensor's contents."""
+        lists.alike(self._rank, "all_reduce", tensors)
         if _redop(self._rank, opts.reduceOp) is not ReduceOp.SUM:
             raise ValueError(f"rank {self._rank}: sparse all_reduce supports SUM only, "
                              f"got {opts.reduceOp}")
-        t = tensors[0]
+        mine = tensors[0].detach()
+        for t in tensors[1:]:
+            mine = mine + t.detach()
         w = self._work("all_reduce", tensors)
         try:
-            total = sparse_sum(self._comm, self._size, t.detach().coalesce())
+            total = sparse_sum(self._comm, self._size, mine.coalesce())
         except BaseException as e:
             raise torch_words(e) from e
         with torch.no_grad():
-            t.copy_(total)
+            for t in tensors:
+                t.copy_(total)
         w.expect(0)
         return w
 
@@ -285,44 +298,78 @@ class DtcommBackend(_C10dBackend):
         )
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any) -> DtcommWork:
-        _check(self._rank, "broadcast", tensors)
-        t, root = tensors[0].detach(), opts.rootRank
+        """gloo's broadcast: the root's ``tensors[opts.rootTensor]`` into every tensor of
+        every rank."""
+        lists.alike(self._rank, "broadcast", tensors)
+        k, pick = len(tensors), opts.rootTensor
+        if not 0 <= pick < k:
+            raise lists.refuse(self._rank, "broadcast", f"rootTensor {pick} is not an index "
+                               f"of the {k} tensors")
+        lists.no_overlap(self._rank, "broadcast", tensors, "tensors")
+        root = opts.rootRank
+        t, back = lists.staged(tensors[pick])
+        finish = back if k == 1 else (lambda: lists.spread(t, tensors))
         return self._one("broadcast", tensors,
-                         lambda cb: self._comm.broadcast(t, root, callback=cb), opts=opts)
+                         lambda cb: self._comm.broadcast(t, root, callback=cb), finish, opts)
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any) -> DtcommWork:
-        _check(self._rank, "reduce", tensors)
-        t, root = tensors[0].detach(), opts.rootRank
+        lists.one(self._rank, "reduce", tensors)
+        root = opts.rootRank
         op = _redop(self._rank, opts.reduceOp)
+        t, back = lists.staged(tensors[0])
+        lists.no_overlap(self._rank, "reduce", tensors, "tensors")
+        finish = back if self._rank == root else None
         return self._one("reduce", tensors,
-                         lambda cb: self._comm.reduce(t, op, root, callback=cb), opts=opts)
+                         lambda cb: self._comm.reduce(t, op, root, callback=cb), finish, opts)
 
     def allgather(
         self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any
     ) -> DtcommWork:
-        _check(self._rank, "all_gather", inputs)
-        outs, x = outputs[0], inputs[0].detach()
-        if len(outs) != self._size:
-            raise ValueError(f"rank {self._rank}: all_gather: {len(outs)} outputs for a world "
-                             f"of {self._size}")
-        counts = [o.numel() for o in outs]
+        """gloo's all_gather: with ``k`` inputs per rank each of the ``k`` output lists gets
+        ``world * k`` tensors, rank-major (``outputs[i][r * k + j]`` is rank r's
+        ``inputs[j]``)."""
+        r, n = self._rank, self._size
+        lists.alike(r, "all_gather", inputs, "inputs")
+        k = len(inputs)
+        if len(outputs) != k or any(len(o) != n * k for o in outputs):
+            raise lists.refuse(r, "all_gather", f"{k} inputs need {k} output lists of {n * k} "
+                               f"tensors (world {n} x {k}), got {[len(o) for o in outputs]}")
+        outs = [o for lst in outputs for o in lst]
+        lists.alike(r, "all_gather", outs, "outputs", shape=False)
+        if outs[0].dtype != inputs[0].dtype:
+            raise lists.refuse(r, "all_gather", f"outputs have dtype {outs[0].dtype} but "
+                               f"inputs {inputs[0].dtype}: they must match")
+        lists.no_overlap(r, "all_gather", outs)
+        if k == 1:
+            x = lists.dense_input(inputs[0])
+            counts = [o.numel() for o in outs]
+        else:
+            x = torch.cat([i.detach().reshape(-1) for i in inputs])
+            counts = [inputs[0].numel()] * (n * k)
+            if any(o.numel() != counts[0] for o in outs):
+                raise lists.refuse(r, "all_gather", f"every output needs {counts[0]} elements "
+                                   f"(one input's), got {[o.numel() for o in outs]}")
         flat = torch.empty(sum(counts), dtype=x.dtype, device=x.device)
+        per_rank = [sum(counts[p * k:(p + 1) * k]) for p in range(n)]
 
         def finish() -> None:
-            for o, part in zip(outs, flat.split(counts), strict=True):
-                o.detach().copy_(part.view_as(o))
+            parts = flat.split(counts[: n * k])
+            for lst in outputs:
+                for o, part in zip(lst, parts, strict=True):
+                    o.detach().copy_(part.view_as(o))
 
         return self._one(
             "all_gather",
             outs,
-            lambda cb: self._comm.all_gather(x, flat, counts, callback=cb),
+            lambda cb: self._comm.all_gather(x, flat, per_rank, callback=cb),
             finish,
         )
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> DtcommWork:
-        o, i = output.detach(), input.detach()
+        lists.no_overlap(self._rank, "all_gather_into_tensor", [output], "output")
+        (o, back), i = lists.staged(output), lists.dense_input(input)
         return self._one("all_gather", [output],
-                         lambda cb: self._comm.all_gather(i, o, callback=cb), opts=opts)
+                         lambda cb: self._comm.all_gather(i, o, callback=cb), back, opts)
 
     def allgather_into_tensor_coalesced(
         self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any
@@ -342,9 +389,10 @@ class DtcommBackend(_C10dBackend):
         self, output: torch.Tensor, input: torch.Tensor, opts: Any
     ) -> DtcommWork:
         op = _redop(self._rank, opts.reduceOp)
-        o, i = output.detach(), input.detach()
+        lists.no_overlap(self._rank, "reduce_scatter_tensor", [output], "output")
+        (o, back), i = lists.staged(output), lists.dense_input(input)
         return self._one("reduce_scatter", [output],
-                         lambda cb: self._comm.reduce_scatter(i, o, op, callback=cb), opts=opts)
+                         lambda cb: self._comm.reduce_scatter(i, o, op, callback=cb), back, opts)
 
     def reduce_scatter_single_coalesced(
         self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any
@@ -364,9 +412,10 @@ class DtcommBackend(_C10dBackend):
     def reduce_scatter(
         self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any
     ) -> DtcommWork:
-        _check(self._rank, "reduce_scatter", outputs)
+        lists.one(self._rank, "reduce_scatter", outputs, "output")
         op = _redop(self._rank, opts.reduceOp)
-        out, ins = outputs[0].detach(), inputs[0]
+        lists.no_overlap(self._rank, "reduce_scatter", outputs)
+        (out, back), ins = lists.staged(outputs[0]), inputs[0]
         if len(ins) != self._size or any(i.numel() != out.numel() for i in ins):
             raise ValueError(
                 f"rank {self._rank}: reduce_scatter: needs {self._size} inputs of {out.numel()} "
@@ -375,7 +424,7 @@ class DtcommBackend(_C10dBackend):
         flat = torch.cat([i.detach().reshape(-1) for i in ins])
         return self._one("reduce_scatter", outputs,
                          lambda cb: self._comm.reduce_scatter(flat, out, op, callback=cb),
-                         opts=opts)
+                         back, opts)
 
     def all_to_all_single(
         self,
@@ -385,10 +434,11 @@ class DtcommBackend(_C10dBackend):
         input_split_sizes: list[int],
         opts: Any,
     ) -> DtcommWork:
-        o, i = output.detach(), input.detach()
+        lists.no_overlap(self._rank, "all_to_all_single", [output], "output")
+        (o, back), i = lists.staged(output), lists.dense_input(input)
         if not output_split_sizes and not input_split_sizes:
             return self._one("all_to_all", [output],
-                             lambda cb: self._comm.all_to_all(i, o, callback=cb), opts=opts)
+                             lambda cb: self._comm.all_to_all(i, o, callback=cb), back, opts)
         n = self._size
         in_row = i.numel() // i.size(0) if i.dim() and i.size(0) else 1
         out_row = o.numel() // o.size(0) if o.dim() and o.size(0) else 1
@@ -397,7 +447,7 @@ class DtcommBackend(_C10dBackend):
         sc = [s * in_row for s in isz]
         rc = [s * out_row for s in osz]
         return self._one("all_to_all", [output],
-                         lambda cb: self._comm.all_to_all(i, o, sc, rc, callback=cb), opts=opts)
+                         lambda cb: self._comm.all_to_all(i, o, sc, rc, callback=cb), back, opts)
 
     def alltoall(
         self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any
@@ -417,12 +467,17 @@ class DtcommBackend(_C10dBackend):
     def gather(
         self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any
     ) -> DtcommWork:
-        _check(self._rank, "gather", inputs)
-        x, root = inputs[0].detach(), opts.rootRank
+        lists.one(self._rank, "gather", inputs, "input")
+        x, root = lists.dense_input(inputs[0]), opts.rootRank
         if self._rank != root:
             return self._one("gather", [],
                              lambda cb: self._comm.gather(x, None, root, callback=cb), opts=opts)
+        lists.one(self._rank, "gather", outputs, "output")
         outs = outputs[0]
+        if len(outs) != self._size:
+            raise lists.refuse(self._rank, "gather", f"{len(outs)} outputs for a world of "
+                               f"{self._size}")
+        lists.no_overlap(self._rank, "gather", outs)
         flat = torch.empty(x.numel() * self._size, dtype=x.dtype, device=x.device)
 
         def finish() -> None:
@@ -435,11 +490,12 @@ class DtcommBackend(_C10dBackend):
     def scatter(
         self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any
     ) -> DtcommWork:
-        _check(self._rank, "scatter", outputs)
-        out, root = outputs[0].detach(), opts.rootRank
+        lists.one(self._rank, "scatter", outputs, "output")
+        lists.no_overlap(self._rank, "scatter", outputs)
+        (out, back), root = lists.staged(outputs[0]), opts.rootRank
         src = torch.cat([t.detach().reshape(-1) for t in inputs[0]]) if self._rank == root else None
         return self._one("scatter", outputs,
-                         lambda cb: self._comm.scatter(src, out, root, callback=cb), opts=opts)
+                         lambda cb: self._comm.scatter(src, out, root, callback=cb), back, opts)
 
     def barrier(self, opts: Any = None) -> DtcommWork:
         return self._one("barrier", [], lambda cb: self._comm.barrier(callback=cb), opts=opts)
@@ -470,14 +526,14 @@ class DtcommBackend(_C10dBackend):
         return w
 
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> DtcommWork:
-        _check(self._rank, "send", tensors)
+        lists.one(self._rank, "send", tensors)
         t = tensors[0].detach()
         if self._batch is not None:
             return self._batch.add("send", t, dst, tag, self._work("send", tensors, batched=True))
         return self._one("send", tensors, lambda cb: self._comm.send(t, dst, callback=cb))
 
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> DtcommWork:
-        _check(self._rank, "recv", tensors)
+        lists.one(self._rank, "recv", tensors)
         t = tensors[0].detach()
         if self._batch is not None:
             return self._batch.add("recv", t, src, tag, self._work("recv", tensors, batched=True))
@@ -486,7 +542,7 @@ class DtcommBackend(_C10dBackend):
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> DtcommWork:
         """Receives the next send to this rank from whichever peer's arrives first; the
         Work's ``_source_rank()`` names it (``dist.recv(t)`` without ``src`` returns it)."""
-        _check(self._rank, "recv", tensors)
+        lists.one(self._rank, "recv", tensors)
         t = tensors[0].detach()
         natives: list[Any] = []
 
@@ -501,26 +557,6 @@ class DtcommBackend(_C10dBackend):
             set_source(tensors[0], natives[0].source)
 
         return self._one("recv", tensors, start, finish=finish)
-
-
-def sparse_sum(comm: _dtcomm.Communicator, size: int, t: torch.Tensor) -> torch.Tensor:
-    """The sum over the ranks of the coalesced sparse COO tensor ``t`` (blocking calls)."""
-    idx, val = t.indices().contiguous(), t.values().contiguous()
-    nnz = torch.tensor([idx.shape[1]], dtype=torch.int64)
-    all_nnz = torch.empty(size, dtype=torch.int64)
-    comm.all_gather(nnz, all_nnz)
-    counts = [int(n) for n in all_nnz]
-    per_idx = idx.shape[0]
-    per_val = math.prod(val.shape[1:])
-    idx_out = torch.empty(per_idx * sum(counts), dtype=idx.dtype)
-    comm.all_gather(idx.reshape(-1), idx_out, [c * per_idx for c in counts])
-    val_out = torch.empty(per_val * sum(counts), dtype=val.dtype)
-    comm.all_gather(val.reshape(-1), val_out, [c * per_val for c in counts])
-    # each rank's indices arrive as its own (sparse_dim, nnz) block
-    blocks = [b.view(per_idx, -1) for b in idx_out.split([c * per_idx for c in counts])]
-    indices = torch.cat(blocks, dim=1) if blocks else idx
-    values = val_out.view(sum(counts), *val.shape[1:])
-    return torch.sparse_coo_tensor(indices, values, t.shape).coalesce()
 
 
 # torch keeps only the C++ half of a Python backend: once the last Python reference goes, a
@@ -560,8 +596,9 @@ def register() -> None:
     dist.Backend.register_backend(NAME, _create, devices=DEVICES)
 
 
-# `import dtcomm.torch_backend` makes `init_method="dtcomm://"` available (see
-# dtcomm._torch_rendezvous); the backend itself registers through its entry point.
-_register_dtcomm_rendezvous = __import__(
-    "dtcomm._torch_rendezvous", fromlist=["register"]).register
-_register_dtcomm_rendezvous()
+# `import dtcomm.torch_backend` (and `import dtcomm` once torch.distributed is loaded) leaves
+# torch fully aware of the backend: `Backend.backend_type_map` and `backend_capability` know
+# dtcomm before any group is built, so a first group whose backend comes from torch's default
+# device map (`Backend.default_device_backend_map`) finds its backend type (issue 44), and
+# `init_method="dtcomm://"` is available (see dtcomm._torch_rendezvous).
+register()
