@@ -38,8 +38,9 @@ def main(mode: str) -> None:
         x = t.numpy()
         dist.destroy_process_group()
     elif mode == "horovod":
-        import dtcomm.horovod.torch as hvd
         import torch
+
+        import dtcomm.horovod.torch as hvd
 
         hvd.init()
         rank, world = hvd.rank(), hvd.size()
