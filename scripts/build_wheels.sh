@@ -96,7 +96,20 @@ done
 rm -rf "$stage/_bin" "$stage/lib" "$stage/include"
 if [ "$sdist" = 1 ]; then
   log "sdist"
-  maturin sdist --out "$OUT" >/dev/null
+  maturin sdist --out "$OUT" >/dev/null 2>&1
+  # It must hold every crate the module needs: cargo resolves its workspace offline, and its
+  # Cargo.lock pins the same versions as ours (maturin drops the members the module does not
+  # need, ffi and benches, so their packages leave the lock; nothing else may change).
+  tmp=$(mktemp -d)
+  tar xzf "$OUT/dtcomm-$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1).tar.gz" -C "$tmp"
+  src=$(echo "$tmp"/dtcomm-*)
+  cargo metadata --quiet --offline --format-version 1 --manifest-path "$src/python/Cargo.toml" >/dev/null \
+    || { log "the sdist's workspace does not resolve offline"; exit 1; }
+  pins() { awk '/^name = /{n=$3} /^version = /{print n, $3}' "$1" | sort -u; }
+  extra=$(comm -13 <(pins Cargo.lock) <(pins "$src/Cargo.lock"))
+  rm -rf "$tmp"
+  [ -z "$extra" ] || { log "the sdist's Cargo.lock differs from ours: $extra"; exit 1; }
+  log "sdist: its workspace resolves offline with our Cargo.lock's versions"
 fi
 
 # The verdicts: auditwheel on each wheel, no path of this machine inside, the size.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The wheel on a clean machine: builds the abi3 wheel (scripts/build_wheels.sh), or takes the
-# one given, makes a fresh venv (uv) on a PATH with no cargo or rustc, installs the wheel with
+# The wheel on a clean machine: builds the abi3 wheel and the sdist (scripts/build_wheels.sh,
+# which checks the sdist's workspace), or takes the one given, makes a fresh venv (uv) on a
+# PATH with no cargo or rustc, installs the wheel with
 # pip (torch and numpy from uv's cache or PyPI first, as a user has them), and from that venv
 # alone runs:
 #   dt-rdzv serve (free ports, stopped by PID), dtrun: two ranks all_reduce through it,
@@ -25,7 +26,7 @@ if [ -z "$whl" ]; then
   out=$ROOT/.whl/test-dist
   rm -rf "$out"
   t=$SECONDS
-  DTCOMM_WHEEL_OUT=$out scripts/build_wheels.sh --only-abi3 --no-sdist
+  DTCOMM_WHEEL_OUT=$out scripts/build_wheels.sh --only-abi3
   log "build_wheels.sh: $((SECONDS - t)) s"
   whl=$(ls "$out"/dtcomm-"$version"-cp311-abi3-manylinux_2_28_"$(uname -m)".whl)
 fi
