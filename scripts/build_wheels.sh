@@ -39,11 +39,15 @@ command -v uv >/dev/null || { log "uv not found (scripts/setup.sh installs it)";
 [ -n "$(scripts/features.sh)" ] \
   || { log "protoc or protobuf's .proto files missing: dt-rdzv's etcd backend cannot build (scripts/setup.sh installs them)"; exit 1; }
 
-if [ ! -x "$TOOLS/bin/maturin" ] || [ ! -x "$TOOLS/bin/cargo-zigbuild" ] \
-   || ! "$TOOLS/bin/python" -c 'import ziglang' 2>/dev/null; then
-  log "build tools into $TOOLS (maturin, ziglang, cargo-zigbuild, auditwheel from PyPI)"
+# Pinned together: maturin 1.16.0 links through cargo-zigbuild 0.24.0's zig wrappers, and the
+# standalone cargo-zigbuild must write the same ones (the linker is part of every compiled
+# crate's fingerprint: other wrappers would build every dependency twice).
+tools=("maturin==1.16.0" "cargo-zigbuild==0.24.0" "ziglang==0.17.1" "auditwheel==6.8.2")
+if [ "$(cat "$TOOLS/.dtcomm-tools" 2>/dev/null)" != "${tools[*]}" ]; then
+  log "build tools into $TOOLS (${tools[*]} from PyPI)"
   uv venv --quiet --allow-existing --python python3 "$TOOLS"
-  VIRTUAL_ENV="$TOOLS" uv pip install --quiet "maturin>=1.9,<2" ziglang cargo-zigbuild auditwheel
+  VIRTUAL_ENV="$TOOLS" uv pip install --quiet "${tools[@]}"
+  echo "${tools[*]}" > "$TOOLS/.dtcomm-tools"
 fi
 # cargo-zigbuild and maturin find zig as `python3 -m ziglang` of the tools' venv.
 export PATH="$TOOLS/bin:$PATH"
@@ -83,7 +87,8 @@ for arch in "${archs[@]}"; do
   common=(build --quiet --release --locked --strip --zig --compatibility "manylinux_${GLIBC/./_}"
           --target "$target" --out "$OUT")
   log "$arch: the abi3 wheel (CPython >= 3.11)"
-  maturin "${common[@]}" --features pyo3/abi3-py311 --interpreter python3.11
+  # (the features of pyproject's [tool.maturin] again: a --features list may replace them)
+  maturin "${common[@]}" --features pyo3/extension-module,cuda,pyo3/abi3-py311 --interpreter python3.11
   if [ "$only_abi3" = 0 ]; then
     if [ -n "$py310" ]; then
       log "$arch: the CPython 3.10 wheel ($py310)"
