@@ -41,7 +41,8 @@ def test_the_server_binary_replaces_the_process(tmp_path: Path) -> None:
     fake.chmod(0o755)
     code = ("import sys, os; from dtcomm import _rdzv_cli; "
             f"_rdzv_cli.rdzv_bin = lambda: {str(fake)!r}; "
-            "print('pid', os.getpid(), flush=True); sys.argv = ['dt-rdzv', 'serve', '--port', '0']; "
+            "print('pid', os.getpid(), flush=True); "
+            "sys.argv = ['dt-rdzv', 'serve', '--port', '0']; "
             "sys.exit(_rdzv_cli.main())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60)
