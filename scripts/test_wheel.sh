@@ -52,6 +52,8 @@ done
 venv=$work/venv
 log "fresh venv $venv (python3, pip, $torch_req numpy)"
 "$uv_bin" venv --quiet --seed --python python3 "$venv"
+"$venv/bin/python" -c 'import sys; assert sys.version_info >= (3, 11), sys.version' \
+  || fail "python3 is older than 3.11: the abi3 wheel needs 3.11 or later"
 VIRTUAL_ENV=$venv "$uv_bin" pip install --quiet "$torch_req" numpy
 export PATH=$venv/bin:$clean_path
 unset CARGO_TARGET_DIR DT_RDZV_BIN PYTHONPATH VIRTUAL_ENV
