@@ -85,16 +85,17 @@ worker=$ROOT/tests/wheel/worker.py
 export DTCOMM_SOCKET_IFNAME=lo OMP_NUM_THREADS=1 DTCOMM_TIMEOUT=60
 run() {  # run NAME TIMEOUT CMD...: its output to $work/NAME.out, which must say OK
   local name=$1 limit=$2; shift 2
-  if ! timeout "$limit" "$@" > "$work/$name.out" 2>&1 || ! grep -q '^OK' "$work/$name.out"; then
+  # (dtrun prefixes its workers' lines with "[rankN]: ")
+  if ! timeout "$limit" "$@" > "$work/$name.out" 2>&1 || ! grep -qE '(^|: )OK ' "$work/$name.out"; then
     cat "$work/$name.out" >&2; fail "$name"
   fi
-  log "$name: $(grep '^OK' "$work/$name.out")"
+  log "$name: $(grep -E '(^|: )OK ' "$work/$name.out")"
 }
 run dtrun 120 env DTCOMM_RDZV_TOKEN="$token" DTCOMM_RDZV_FINGERPRINT="$fingerprint" \
   DTCOMM_RDZV_STORE="$store" DTCOMM_RUN_ID=wheel-dtrun \
   dtrun --rdzv-backend native --rdzv-endpoint "$native" --nnodes 1 --nproc-per-node 2 \
   "$worker" dtcomm
-first=$(sed -n 's/^FIRST_ALLREDUCE_AT //p' "$work/dtrun.out")
+first=$(sed -n 's/^\(\[rank0\]: \)\{0,1\}FIRST_ALLREDUCE_AT //p' "$work/dtrun.out")
 install_to_first=$(python3 -c "print(f'{$first - $t0:.1f}')")
 log "pip install of the wheel: $(python3 -c "print(f'{$t_pip - $t0:.1f}')") s; pip install to first all_reduce: $install_to_first s"
 
