@@ -39,9 +39,8 @@ command -v uv >/dev/null || { log "uv not found (scripts/setup.sh installs it)";
 [ -n "$(scripts/features.sh)" ] \
   || { log "protoc or protobuf's .proto files missing: dt-rdzv's etcd backend cannot build (scripts/setup.sh installs them)"; exit 1; }
 
-# Pinned together: maturin 1.16.0 links through cargo-zigbuild 0.24.0's zig wrappers, and the
-# standalone cargo-zigbuild must write the same ones (the linker is part of every compiled
-# crate's fingerprint: other wrappers would build every dependency twice).
+# Pinned, so that a wheel is built the same way next month (maturin 1.16.0 carries
+# cargo-zigbuild 0.24.0 inside; the standalone one builds dt-rdzv and the C library).
 tools=("maturin==1.16.0" "cargo-zigbuild==0.24.0" "ziglang==0.17.1" "auditwheel==6.8.2")
 if [ "$(cat "$TOOLS/.dtcomm-tools" 2>/dev/null)" != "${tools[*]}" ]; then
   log "build tools into $TOOLS (${tools[*]} from PyPI)"
@@ -76,9 +75,13 @@ for arch in "${archs[@]}"; do
     rustup target add "$target" >&2 || { log "no Rust standard library for $target: skipped"; continue; }
   fi
   log "$arch: dt-rdzv (with etcd) and libdtcomm_ffi.so, release, glibc $GLIBC"
+  # A target dir of their own: maturin and cargo-zigbuild link through zig wrapper scripts at
+  # different paths, and the linker is part of every crate's fingerprint, so in one target dir
+  # each build would recompile every dependency the other just built.
   cargo zigbuild --quiet --release --locked --target "$target.$GLIBC" \
+    --target-dir "$CARGO_TARGET_DIR/wheel-bins" \
     -p dt-rdzv -p dtcomm-ffi --features dt-rdzv/etcd,dtcomm-ffi/cuda
-  rel=$CARGO_TARGET_DIR/$target/release
+  rel=$CARGO_TARGET_DIR/wheel-bins/$target/release
   rm -rf "$stage/_bin" "$stage/lib" "$stage/include"
   install -D -m 0755 "$rel/dt-rdzv" "$stage/_bin/dt-rdzv"
   install -D -m 0755 "$rel/libdtcomm_ffi.so" "$stage/lib/libdtcomm_ffi.so"
