@@ -1,32 +1,25 @@
-# A training image for deploy/k8s/train-*.yaml: Python 3.11, the dtcomm wheel built from this
-# checkout (dtrun, the "dtcomm" torch.distributed backend, the native rendezvous client), torch,
-# and examples/train_ddp.py. Build from the repository root:
+# A training image for deploy/k8s/train-*.yaml: Python 3.11, the dtcomm wheel that
+# scripts/build_wheels.sh made (the same file a user pip-installs: dtrun, dt-rdzv, the "dtcomm"
+# torch.distributed backend, the native rendezvous client), torch, and examples/train_ddp.py.
+# From the repository root:
 #
+#   scripts/build_wheels.sh --no-sdist       # .whl/dist/dtcomm-V-cp311-abi3-manylinux_2_28_ARCH.whl
 #   docker build -f deploy/train.Dockerfile -t dtcomm-train:0.1.0 .
 #
 # Your own training image only needs `pip install dtcomm` (this wheel) beside torch: dtrun is
 # the entry point the manifests start. torch comes from the package index pip is configured
 # with (pick a CPU-only or a CUDA build there; dtcomm loads CUDA and NCCL at run time).
 
-FROM rust:1-bookworm AS builder
-RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 python3-venv python3-dev \
- && rm -rf /var/lib/apt/lists/*
-RUN python3 -m venv /opt/build && /opt/build/bin/pip install --no-cache-dir "maturin>=1.9,<2"
-WORKDIR /src
-COPY Cargo.toml Cargo.lock pyproject.toml README.md ./
-COPY rdzv rdzv
-COPY collectives collectives
-COPY ffi ffi
-COPY benches benches
-COPY python python
-RUN /opt/build/bin/maturin build --release --locked --interpreter python3 --out /wheels
-
 FROM python:3.11-slim-bookworm
-COPY --from=builder /wheels /wheels
-RUN pip install --no-cache-dir "$(ls /wheels/dtcomm-*.whl)[torch]" && rm -rf /wheels \
- && groupadd --gid 10001 train \
- && useradd --uid 10001 --gid 10001 --create-home --shell /usr/sbin/nologin train
+ARG WHEEL_DIR=.whl/dist
+COPY ${WHEEL_DIR}/ /wheels/
+RUN set -eu; \
+    whl="$(ls /wheels/dtcomm-*-cp311-abi3-manylinux_2_28_"$(uname -m)".whl | tail -n 1)"; \
+    pip install --no-cache-dir "$whl[torch]"; \
+    rm -rf /wheels; \
+    dt-rdzv --version; dtrun --version; \
+    groupadd --gid 10001 train; \
+    useradd --uid 10001 --gid 10001 --create-home --shell /usr/sbin/nologin train
 COPY examples/train_ddp.py /opt/dtcomm/examples/train_ddp.py
 USER 10001:10001
 WORKDIR /home/train

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, Rust tests, and the Python tests against the real
-# torch client from PyPI. Sets itself up first (scripts/setup.sh).
+# torch client from PyPI, then the release wheel in a clean venv. Sets itself up first
+# (scripts/setup.sh).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -23,3 +24,7 @@ cargo test --workspace "${FEATURES[@]}"
 echo "== pytest (real torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)'))"
 export DT_RDZV_BIN="$CARGO_TARGET_DIR/debug/dt-rdzv"
 "$VENV/bin/python" -m pytest -n 2 tests python/tests
+echo "== the wheel in a fresh venv without cargo (scripts/test_wheel.sh)"
+t=$SECONDS
+scripts/test_wheel.sh
+echo "== test_wheel.sh: $((SECONDS - t)) s"

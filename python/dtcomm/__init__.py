@@ -11,6 +11,9 @@ the native protocol (``dtcomm._native``), ``dtcomm.elastic.run`` survives member
 going, and ``torchrun --rdzv-backend=dtcomm`` uses the same protocol
 (``dtcomm.torchrun_handler``).
 
+``dtcomm.get_include()`` and ``dtcomm.get_lib()`` are the directories of the C ABI's header
+(``dtcomm.h``) and library (``libdtcomm_ffi.so``) in the wheel.
+
 ``dtcomm.cuda_status()`` says whether this process could use a GPU (the CUDA driver, NCCL,
 the device count), and if not why.
 """
@@ -66,6 +69,8 @@ from ._dtcomm import (
     __version__,
     job_token,
 )
+from ._install import get_include, get_lib
+from ._install import warn_if_duplicated as _warn_if_duplicated
 from ._vocab import AVG, MAX, MIN, PROD, SUM, ReduceOp
 from ._work import Work
 
@@ -108,6 +113,8 @@ __all__ = [
     "cuda_status",
     "elastic",
     "gather",
+    "get_include",
+    "get_lib",
     "init",
     "is_initialized",
     "job_token",
@@ -123,6 +130,9 @@ __all__ = [
     "shutdown",
     "size",
 ]
+
+# A wheel and an editable build both on sys.path: name both (only the first is used).
+_warn_if_duplicated()
 
 # A torch script that imports dtcomm gets the `dtcomm://` rendezvous (init_process_group(...,
 # init_method="dtcomm://"): ranks and store by dtcomm's launch rules, e.g. under srun). torch

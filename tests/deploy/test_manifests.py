@@ -293,10 +293,15 @@ def test_the_dockerfile_exposes_the_default_ports_and_checks_healthz() -> None:
     assert ("ENTRYPOINT", '["dt-rdzv"]') in inst and ("CMD", '["serve"]') in inst, inst
     users = [rest for word, rest in inst if word == "USER"]
     assert users and users[-1].split(":")[0].isdigit() and users[-1].split(":")[0] != "0", users
+    # The image's binary is the wheel's, which scripts/build_wheels.sh builds with etcd (and
+    # refuses to build without scripts/features.sh's etcd feature).
     builds = " ".join(rest for word, rest in inst if word == "RUN")
-    assert "scripts/features.sh" in builds and "-p dt-rdzv" in builds, builds
+    assert "dtcomm/_bin/dt-rdzv" in builds and ".whl" in builds, builds
+    assert ("COPY", "--from=wheel /out/dt-rdzv /usr/local/bin/dt-rdzv") in inst, inst
+    wheels = (ROOT / "scripts/build_wheels.sh").read_text()
+    assert "scripts/features.sh" in wheels and "-p dt-rdzv" in wheels, wheels
     features = (ROOT / "scripts/features.sh").read_text()
-    assert "--features dt-rdzv/etcd" in features and "dt-rdzv/etcd" in builds
+    assert "--features dt-rdzv/etcd" in features and "dt-rdzv/etcd" in wheels
     assert re.search(r"^etcd = \[", (ROOT / "rdzv/Cargo.toml").read_text(), re.M)
 
 

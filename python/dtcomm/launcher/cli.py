@@ -41,6 +41,9 @@ def parser() -> argparse.ArgumentParser:
             "One node: an embedded dt-rdzv. Several: join a running `dt-rdzv serve`."
         ),
     )
+    p.add_argument("--version", action="version", version=f"dtrun {_dtcomm.__version__}",
+                   help="dtcomm's version (the same as `dt-rdzv --version` and "
+                        "dtcomm.__version__: the workspace version in Cargo.toml)")
     p.add_argument("--horovod", action="store_true",
                    help="run an unmodified Horovod script: `import horovod.torch` gets dtcomm's "
                         "Horovod API (an alias on PYTHONPATH), and HOROVOD_RANK, _SIZE, "
