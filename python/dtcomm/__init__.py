@@ -17,6 +17,7 @@ the device count), and if not why.
 
 from __future__ import annotations
 
+from . import debug  # dtcomm.debug.dump, entries, summary (the flight recorder)
 from . import elastic  # dtcomm.elastic.run, ObjectState, TorchState
 from ._api import (
     all_gather,
@@ -106,6 +107,7 @@ __all__ = [
     "broadcast",
     "communicator",
     "cuda_status",
+    "debug",
     "elastic",
     "gather",
     "init",
