@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from dtgroup import WORKERS, base_env, check, run_group, server  # noqa: F401 (fixture)
 
 import dtcomm
-from dtgroup import WORKERS, base_env, check, run_group, server  # noqa: F401 (fixture)
 
 
 def test_a_hang_is_dumped_in_flight_recorder_format_and_torchfrtrace_names_the_rank(
