@@ -96,7 +96,7 @@ impl Inner {
         if !flight::enabled() {
             return None;
         }
-        let next = |v: &Vec<u64>, p: usize| v.get(p).map_or(0, |s| s + 1);
+        let next = |v: &[u64], p: usize| v.get(p).map_or(0, |s| s + 1);
         let seq = match call.collective {
             Collective::Send { peer } => next(&st.send_seq, peer),
             Collective::Recv { peer } => next(&st.recv_seq, peer),
