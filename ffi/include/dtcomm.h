@@ -416,6 +416,18 @@ dtcomm_result_t dtcomm_cuda_send(dtcomm_comm_t comm, const void *buf, size_t cou
 dtcomm_result_t dtcomm_cuda_recv(dtcomm_comm_t comm, void *buf, size_t count, dtcomm_dtype_t dtype, int peer, int device, void *stream, dtcomm_request_t *req);
 
 /**
+ * Writes the calls this process recorded (its flight recorder: the last
+ * `DTCOMM_FR_BUFFER_SIZE` calls, default 2000) to the file `path`, in torch's Flight Recorder
+ * trace format (a pickle that `torchfrtrace` reads; name the files of a job `PREFIX<rank>`
+ * in one directory). See docs/flight-recorder.md. `DTCOMM_INVALID_ARGUMENT` when `path` is
+ * NULL, not UTF-8, or cannot be written (the last error says why).
+ *
+ * # Safety
+ * `path` must be NULL or a NUL-terminated string.
+ */
+dtcomm_result_t dtcomm_debug_dump(const char *path);
+
+/**
  * Starts a negotiator over `comm`: a cycle every `cycle_ms` milliseconds (Horovod's
  * `HOROVOD_CYCLE_TIME`, 1 ms by default there), allreduces fused up to `fusion_threshold`
  * bytes (0: none; Horovod's default is 128 MiB). Every rank must start one. Until it is shut

@@ -14,6 +14,7 @@
 //! * `comm.rs`: version queries, `dtcomm_comm_init` (from the launcher environment, with the
 //!   precedence of Python's `dtcomm.init()`) and `dtcomm_comm_init_rank`, destroy, topology;
 //! * `cuda.rs`: `dtcomm_cuda_status`, whether CUDA and NCCL are usable here, as JSON;
+//! * `debug.rs`: `dtcomm_debug_dump`, the flight recorder's trace in torch's format;
 //! * `ops/`: every collective, blocking and non-blocking (`dtcomm_i*`);
 //! * `request.rs`: `dtcomm_test`, `dtcomm_wait`, `dtcomm_request_free`;
 //! * `negotiate/`: Horovod's model: a negotiator, named operations completing once every
@@ -25,6 +26,7 @@
 mod comm;
 mod cuda;
 mod cuda_ops;
+mod debug;
 mod handles;
 mod negotiate;
 mod ops;
@@ -34,6 +36,7 @@ mod types;
 
 pub use comm::*;
 pub use cuda::*;
+pub use debug::*;
 pub use negotiate::*;
 pub use ops::*;
 pub use request::*;

@@ -20,7 +20,10 @@ the device count), and if not why.
 
 from __future__ import annotations
 
-from . import elastic  # dtcomm.elastic.run, ObjectState, TorchState
+from . import (
+    debug,  # dtcomm.debug.dump, entries, summary (the flight recorder)
+    elastic,  # dtcomm.elastic.run, ObjectState, TorchState
+)
 from ._api import (
     all_gather,
     all_reduce,
@@ -111,6 +114,7 @@ __all__ = [
     "broadcast",
     "communicator",
     "cuda_status",
+    "debug",
     "elastic",
     "gather",
     "get_include",

@@ -11,6 +11,7 @@
 //! * `pystore.rs`: a Rust `Store` over torch's c10d store objects;
 //! * `native/`: the native rendezvous client (`NativeClient`, `Welcome`, `RdzvEvent`);
 //! * `rdzv.rs`: the in-process `dt-rdzv` server and a store client (for `dtrun`);
+//! * `flight.rs`: the flight recorder's entries, summary and Flight Recorder dumps;
 //! * `cuda.rs`: `cuda_status()`, whether CUDA and NCCL are usable here (feature `cuda`);
 //! * `launch.rs`: the engine's launcher-environment resolver (what the C ABI uses), for tests;
 //! * `errors.rs`: the exception types and the mapping from the engine's errors.
@@ -22,6 +23,7 @@ mod comm;
 mod cuda;
 mod dlpack;
 mod errors;
+mod flight;
 mod interrupt;
 mod launch;
 mod member;
@@ -79,6 +81,11 @@ fn _dtcomm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_compute_threads, m)?)?;
     m.add_function(wrap_pyfunction!(usable_cores, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::cuda_status, m)?)?;
+    m.add_function(wrap_pyfunction!(flight::flight_entries, m)?)?;
+    m.add_function(wrap_pyfunction!(flight::flight_summary, m)?)?;
+    m.add_function(wrap_pyfunction!(flight::flight_dump, m)?)?;
+    m.add_function(wrap_pyfunction!(flight::flight_dump_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(flight::flight_capacity, m)?)?;
     m.add_function(wrap_pyfunction!(native::job_token, m)?)?;
     m.add_function(wrap_pyfunction!(native::store_link_secret, m)?)?;
     m.add_function(wrap_pyfunction!(launch::resolve_launch, m)?)?;

@@ -96,7 +96,7 @@ impl Inner {
         if !flight::enabled() {
             return None;
         }
-        let next = |v: &Vec<u64>, p: usize| v.get(p).map_or(0, |s| s + 1);
+        let next = |v: &[u64], p: usize| v.get(p).map_or(0, |s| s + 1);
         let seq = match call.collective {
             Collective::Send { peer } => next(&st.send_seq, peer),
             Collective::Recv { peer } => next(&st.recv_seq, peer),
@@ -121,9 +121,13 @@ impl Inner {
     }
 }
 
+/// A call that timed out, or that failed because a peer's timed out (torch dumps on every
+/// rank when one times out; a peer's abort is how this rank hears of it). Not a failed
+/// communicator's later calls.
 fn is_timeout(e: &CommError) -> bool {
     match e {
         CommError::Timeout { .. } | CommError::WaitTimeout { .. } => true,
+        CommError::Aborted { reason, .. } => reason.contains("timed out"),
         _ => false,
     }
 }

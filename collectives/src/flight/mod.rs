@@ -221,9 +221,12 @@ pub(crate) struct Record {
     seq: u64,
 }
 
+/// A call running on this thread: its record id and its group's global ranks.
+type Current = (u64, Option<Arc<[u32]>>);
+
 thread_local! {
     /// The call this thread runs now, and its group's global ranks (for [`waiting`]).
-    static CURRENT: RefCell<Option<(u64, Option<Arc<[u32]>>)>> = const { RefCell::new(None) };
+    static CURRENT: RefCell<Option<Current>> = const { RefCell::new(None) };
 }
 
 /// Records a call submitted behind others (its sequence number comes when it starts).

@@ -121,6 +121,21 @@ impl PyCommunicator {
         Ok(self.comm("transport")?.transport_description().to_owned())
     }
 
+    /// Tells the flight recorder which group this communicator is: `group` (not 0, the same
+    /// on every member) and each rank's global rank. Only before the first call; returns
+    /// whether it was taken.
+    fn set_flight_group(&self, group: u64, global_ranks: Vec<u32>) -> PyResult<bool> {
+        Ok(self
+            .comm("set_flight_group")?
+            .set_flight_group(group, global_ranks))
+    }
+
+    /// The flight recorder's group of this communicator (0: a world communicator).
+    #[getter]
+    fn flight_group(&self) -> PyResult<u64> {
+        Ok(self.comm("flight_group")?.flight_group())
+    }
+
     /// The allreduce algorithm for `count` elements of `dtype` (`ring`, `doubling`, `tree`,
     /// `direct`).
     fn all_reduce_algo(&self, count: usize, dtype: &str) -> PyResult<String> {

@@ -1,0 +1,67 @@
+"""The flight recorder from Python (``dtcomm.debug``): 3 ranks run collectives, rank 2 stops
+calling, ranks 0 and 1 time out and dump their traces on the timeout
+(``TORCH_FR_DUMP_ON_TIMEOUT``), rank 2 dumps its own; torch's analyzer (``torchfrtrace``)
+reads the directory unmodified and names rank 2. Also: torch's own recorder hook on a dtcomm
+process group still records."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from dtgroup import WORKERS, base_env, check, run_group, server  # noqa: F401 (fixture)
+
+import dtcomm
+
+
+def test_a_hang_is_dumped_in_flight_recorder_format_and_torchfrtrace_names_the_rank(
+        tmp_path: Path, server: dtcomm.RdzvServer) -> None:
+    dumps = tmp_path / "fr"
+    dumps.mkdir()
+    prefix = str(dumps / "trace_")
+    res = run_group(tmp_path, 3, WORKERS / "flight_hang.py", {
+        "DTCOMM_RDZV_ENDPOINT": server.endpoint, "DTCOMM_TIMEOUT": "3",
+        "TORCH_FR_DUMP_ON_TIMEOUT": "1", "TORCH_FR_DUMP_TEMP_FILE": prefix,
+    }, timeout=90)
+    check(res)
+    assert all(f"ok {r.rank}" in r.out for r in res)
+    assert sorted(os.listdir(dumps)) == ["trace_0", "trace_1", "trace_2"]
+    for r in range(3):
+        with open(dumps / f"trace_{r}", "rb") as f:
+            d = pickle.load(f)
+        assert d["version"] == "2.10"
+        assert "0" in d["pg_config"] and d["pg_config"]["0"]["ranks"] == "[0, 1, 2]"
+        seqs = [e["collective_seq_id"] for e in d["entries"]]
+        assert seqs == list(range(1, len(seqs) + 1)), seqs
+        status = d["pg_status"]["0"]
+        assert status["last_completed_collective"] == 5, status
+        assert status["last_enqueued_collective"] == (5 if r == 2 else 6), status
+    out = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", str(dumps),
+         "--prefix", "trace_"],
+        env=base_env(), capture_output=True, text=True, timeout=120)
+    report = out.stdout + out.stderr
+    assert out.returncode == 0, report
+    # torch's analyzer finds the all_reduce of seq 6 that ranks 0 and 1 entered and rank 2
+    # did not, and names rank 2.
+    assert "Not all ranks joining collective, sequence number: 6" in report, report
+    assert "collective: dtcomm:all_reduce" in report, report
+    assert "missing ranks: {2}" in report, report
+    (tmp_path / "torchfrtrace.txt").write_text(report)
+
+
+def test_torch_recorder_hook_on_a_dtcomm_group_still_records(tmp_path: Path,
+                                                             server: dtcomm.RdzvServer) -> None:
+    res = run_group(tmp_path, 2, WORKERS / "flight_torch_hook.py", {
+        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(server.port),
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+    }, timeout=120)
+    check(res)
+    for r in res:
+        if "skip:" in r.out:
+            pytest.skip(r.out.split("skip:", 1)[1].strip())
+        assert f"ok {r.rank}" in r.out, r.out

@@ -1,0 +1,44 @@
+"""Run by python/tests/test_flight_recorder.py at world 3 with a short DTCOMM_TIMEOUT and
+TORCH_FR_DUMP_ON_TIMEOUT set: a few collectives, then rank 2 stops calling while ranks 0 and 1
+enter the next all_reduce and time out (their traces dumped by the engine on the timeout).
+Rank 2, alive but in no call, dumps its own trace once theirs are there (torch's watchdog
+would tell it to through the store). Prints ``ok <rank>``."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+import dtcomm
+
+dtcomm.init(verbose=False)
+r, w = dtcomm.rank(), dtcomm.size()
+assert w == 3, w
+x = np.ones(4, dtype=np.float32)
+for _ in range(4):
+    dtcomm.all_reduce(x)
+dtcomm.barrier()
+prefix = os.environ["TORCH_FR_DUMP_TEMP_FILE"]
+if r == 2:
+    deadline = time.monotonic() + 60
+    while not all(os.path.exists(f"{prefix}{p}") for p in (0, 1)):
+        assert time.monotonic() < deadline, "the others never dumped"
+        time.sleep(0.1)
+    s = dtcomm.debug.summary(2)
+    assert not s["pending"] and s["idle_ms"] is not None, s
+    assert dtcomm.debug.dump() == f"{prefix}2"
+else:
+    try:
+        dtcomm.all_reduce(x)
+    except dtcomm.DtcommError as e:
+        print(f"rank {r} failed: {e}", flush=True)
+    else:
+        raise AssertionError("the all_reduce without rank 2 completed")
+    assert os.path.exists(f"{prefix}{r}"), "no dump on the timeout"
+    t = dtcomm.debug.trace()
+    last = t["entries"][-1]
+    assert last["profiling_name"] == "dtcomm:all_reduce" and last["state"] == "started", last
+print(f"ok {r}", flush=True)
+os._exit(0)
