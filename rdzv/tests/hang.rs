@@ -3,9 +3,8 @@
 //! its refusals (no token, another job's token, an unknown job).
 
 mod common;
-use common::rt;
+use common::{http_get, rt};
 
-use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -17,20 +16,6 @@ use dt_rdzv_proto::native::{JobSpec, Role};
 const TOKEN: &str = "test-token";
 const WAIT: Duration = Duration::from_secs(60);
 
-fn http_get(addr: &str, path: &str, token: Option<&str>) -> (u16, String) {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(WAIT)).unwrap();
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{auth}\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let status = out[9..12].parse().unwrap();
-    (status, out.split_once("\r\n\r\n").unwrap().1.to_string())
-}
 
 /// What a member of a 4-rank job says of its calls once it knows its place: rank 2 completed
 /// all_reduce seq 9 and has called nothing since; the others wait in seq 10.

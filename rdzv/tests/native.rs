@@ -2,7 +2,7 @@
 //! wrong token, wrong certificate, stop, garbage on the port, HTTP status and metrics.
 
 mod common;
-use common::rt;
+use common::{http_get, rt};
 
 use std::io::{Read, Write};
 use std::time::Duration;
@@ -266,20 +266,6 @@ fn the_blocking_client_joins_publishes_and_finishes() {
     );
 }
 
-fn http_get(addr: &str, path: &str, token: Option<&str>) -> (u16, String) {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(WAIT)).unwrap();
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{auth}\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let status = out[9..12].parse().unwrap();
-    (status, out.split_once("\r\n\r\n").unwrap().1.to_string())
-}
 
 #[test]
 fn http_serves_health_metrics_and_jobs_behind_the_token() {
