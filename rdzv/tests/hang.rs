@@ -16,7 +16,6 @@ use dt_rdzv_proto::native::{JobSpec, Role};
 const TOKEN: &str = "test-token";
 const WAIT: Duration = Duration::from_secs(60);
 
-
 /// What a member of a 4-rank job says of its calls once it knows its place: rank 2 completed
 /// all_reduce seq 9 and has called nothing since; the others wait in seq 10.
 fn summary(place: &Mutex<Option<(u32, u64)>>, started: Instant) -> Option<Progress> {

@@ -266,7 +266,6 @@ fn the_blocking_client_joins_publishes_and_finishes() {
     );
 }
 
-
 #[test]
 fn http_serves_health_metrics_and_jobs_behind_the_token() {
     let s = server();

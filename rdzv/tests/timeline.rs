@@ -17,7 +17,6 @@ use serde_json::Value;
 const TOKEN: &str = "test-token";
 const WAIT: Duration = Duration::from_secs(60);
 
-
 /// Rank r has completed seq 20 + r, but rank 1 only seq 11 (furthest behind).
 fn summary(place: &Mutex<Option<(u32, u64)>>) -> Option<Progress> {
     let (rank, round) = (*place.lock().unwrap())?;
