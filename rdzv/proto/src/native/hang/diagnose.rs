@@ -252,7 +252,8 @@ fn culprits(
     }
     members
         .into_iter()
-        .filter(|r| !waiters.contains(r))
+        // Waiters come in rank order (from a map by rank): a binary search, not a scan.
+        .filter(|r| waiters.binary_search(r).is_err())
         .filter(|r| {
             // Not in this very call (the same call with another op is a mismatch: a culprit).
             !matches!(waits.get(r), Some(p) if p.group == group && p.seq == seq && p.op == op)
