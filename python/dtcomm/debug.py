@@ -3,8 +3,8 @@
 
 * :func:`dump` writes the trace in torch's Flight Recorder format (a pickle that torch's
   analyzer, ``torchfrtrace DIR --prefix PREFIX``, reads unmodified), one file per rank;
-* :func:`trace` is the same as a dict, :func:`entries` the raw entries, :func:`summary` what a
-  rank's heartbeats tell the rendezvous server.
+* :func:`entries` the raw entries, :func:`summary` what a rank's heartbeats tell the
+  rendezvous server. (The package unpickles nothing; read a dump with torch's analyzer.)
 
 A call that times out dumps its rank's trace by itself when ``TORCH_FR_DUMP_ON_TIMEOUT`` (or
 ``DTCOMM_FR_DUMP_ON_TIMEOUT``) is set, to ``TORCH_FR_DUMP_TEMP_FILE`` (or
@@ -15,12 +15,11 @@ See ``docs/flight-recorder.md``.
 from __future__ import annotations
 
 import os
-import pickle
 from typing import Any
 
 from . import _dtcomm
 
-__all__ = ["capacity", "dump", "dump_file", "entries", "summary", "trace"]
+__all__ = ["capacity", "dump", "dump_file", "entries", "summary"]
 
 
 def capacity() -> int:
@@ -52,14 +51,6 @@ def _rank_of(rank: int | None) -> int | None:
     from . import _api
 
     return _api.rank() if _api.is_initialized() else None
-
-
-def trace(rank: int | None = None) -> dict[str, Any]:
-    """Global rank `rank`'s trace (default: this process's rank under ``dtcomm.init()``, else
-    every rank of the process) as torch's Flight Recorder dict: ``version``, ``pg_config``,
-    ``pg_status``, ``entries``."""
-    data: dict[str, Any] = pickle.loads(_dtcomm.flight_dump_bytes(_rank_of(rank)))
-    return data
 
 
 def dump_file(rank: int) -> str:
