@@ -3,23 +3,19 @@
 //! its refusals (no token, another job's token, an unknown job).
 
 mod common;
-use common::{http_get, rt};
+use common::{http_get, members_with_progress, rt};
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use dt_rdzv::native::{ClientConfig, Connector, Membership, ProgressSource, Trust};
 use dt_rdzv::server::{BackgroundServer, ServeConfig};
 use dt_rdzv_proto::native::progress::{CallState, GroupProgress, PendingCall, Progress};
-use dt_rdzv_proto::native::{JobSpec, Role};
 
 const TOKEN: &str = "test-token";
 const WAIT: Duration = Duration::from_secs(60);
 
 /// What a member of a 4-rank job says of its calls once it knows its place: rank 2 completed
 /// all_reduce seq 9 and has called nothing since; the others wait in seq 10.
-fn summary(place: &Mutex<Option<(u32, u64)>>, started: Instant) -> Option<Progress> {
-    let (rank, round) = (*place.lock().unwrap())?;
+fn summary(rank: u32, round: u64, started: Instant) -> Option<Progress> {
     let age = started.elapsed().as_millis() as u64 + 2_000;
     let done = GroupProgress {
         group: 0,
@@ -57,37 +53,11 @@ fn the_server_names_the_rank_the_others_wait_for() {
     .expect("server starts");
     let h = s.http_endpoint().unwrap();
     rt().block_on(async {
-        let spec = JobSpec::fixed(4);
         let started = Instant::now();
-        let mut members = Vec::new();
-        for i in 0..4 {
-            let place = Arc::new(Mutex::new(None));
-            let mut cfg = ClientConfig::new(
-                s.native_endpoint().unwrap(),
-                TOKEN,
-                Trust::Fingerprint(s.fingerprint().unwrap().into()),
-            );
-            let p = place.clone();
-            cfg.progress = Some(ProgressSource::new(move || summary(&p, started)));
-            let connector = Connector::new(&cfg.trust).unwrap();
-            let mut m = connector.connect(&cfg).await.expect("connect");
-            m.join(Membership {
-                job: "stuck".into(),
-                member: format!("m{i}"),
-                node: "n0".into(),
-                addrs: vec![format!("127.0.0.1:{}", 40000 + i)],
-                host: Vec::new(),
-                role: Role::Worker,
-                spec: spec.clone(),
-            })
-            .await
-            .expect("join");
-            members.push((m, place));
-        }
-        for (m, place) in members.iter_mut() {
-            let w = m.wait_welcome(WAIT).await.expect("welcome");
-            *place.lock().unwrap() = Some((w.rank, w.round));
-        }
+        let _members = members_with_progress(&s, TOKEN, "stuck", 4, move |rank, round| {
+            summary(rank, round, started)
+        })
+        .await;
         // Summaries ride on the next heartbeats (every 0.5 s).
         let deadline = Instant::now() + WAIT;
         let report = loop {

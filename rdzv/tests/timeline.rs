@@ -3,23 +3,19 @@
 //! and rounds, and its refusals (no token, another job's token, an unknown job).
 
 mod common;
-use common::{http_get, rt};
+use common::{http_get, members_with_progress, rt};
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use dt_rdzv::native::{ClientConfig, Connector, Membership, ProgressSource, Trust};
 use dt_rdzv::server::{BackgroundServer, ServeConfig};
 use dt_rdzv_proto::native::progress::{GroupProgress, Progress};
-use dt_rdzv_proto::native::{JobSpec, Role};
 use serde_json::Value;
 
 const TOKEN: &str = "test-token";
 const WAIT: Duration = Duration::from_secs(60);
 
 /// Rank r has completed seq 20 + r, but rank 1 only seq 11 (furthest behind).
-fn summary(place: &Mutex<Option<(u32, u64)>>) -> Option<Progress> {
-    let (rank, round) = (*place.lock().unwrap())?;
+fn summary(rank: u32, round: u64) -> Option<Progress> {
     Some(Progress {
         rank,
         round,
@@ -45,35 +41,7 @@ fn the_timeline_follows_each_rank_and_is_refused_without_the_jobs_token() {
     .expect("server starts");
     let h = s.http_endpoint().unwrap();
     rt().block_on(async {
-        let mut members = Vec::new();
-        for i in 0..3 {
-            let place = Arc::new(Mutex::new(None));
-            let mut cfg = ClientConfig::new(
-                s.native_endpoint().unwrap(),
-                TOKEN,
-                Trust::Fingerprint(s.fingerprint().unwrap().into()),
-            );
-            let p = place.clone();
-            cfg.progress = Some(ProgressSource::new(move || summary(&p)));
-            let connector = Connector::new(&cfg.trust).unwrap();
-            let mut m = connector.connect(&cfg).await.expect("connect");
-            m.join(Membership {
-                job: "pic".into(),
-                member: format!("m{i}"),
-                node: "n0".into(),
-                addrs: vec![format!("127.0.0.1:{}", 40100 + i)],
-                host: Vec::new(),
-                role: Role::Worker,
-                spec: JobSpec::fixed(3),
-            })
-            .await
-            .expect("join");
-            members.push((m, place));
-        }
-        for (m, place) in members.iter_mut() {
-            let w = m.wait_welcome(WAIT).await.expect("welcome");
-            *place.lock().unwrap() = Some((w.rank, w.round));
-        }
+        let _members = members_with_progress(&s, TOKEN, "pic", 3, summary).await;
         // A job token covers its own job's timeline.
         let mine = dt_rdzv_proto::rendezvous::job_token(TOKEN, "pic");
         let deadline = Instant::now() + WAIT;

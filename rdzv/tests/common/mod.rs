@@ -28,3 +28,60 @@ pub fn http_get(addr: &str, path: &str, token: Option<&str>) -> (u16, String) {
     let status = out[9..12].parse().unwrap();
     (status, out.split_once("\r\n\r\n").unwrap().1.to_string())
 }
+
+/// `n` members of job `job` (one fixed round) on server `s`, joined with the server token,
+/// whose heartbeats carry `summary(rank, round)` once each is welcomed; returned welcomed.
+#[allow(dead_code)] // only the tests of members' summaries use it
+pub async fn members_with_progress(
+    s: &dt_rdzv::server::BackgroundServer,
+    token: &str,
+    job: &str,
+    n: u32,
+    summary: impl Fn(u32, u64) -> Option<dt_rdzv_proto::native::Progress>
+    + Clone
+    + Send
+    + Sync
+    + 'static,
+) -> Vec<dt_rdzv::native::NativeClient> {
+    use std::sync::{Arc, Mutex};
+
+    use dt_rdzv::native::{ClientConfig, Connector, Membership, ProgressSource, Trust};
+    use dt_rdzv_proto::native::{JobSpec, Role};
+
+    let wait = std::time::Duration::from_secs(60);
+    let mut members = Vec::new();
+    for i in 0..n {
+        let place: Arc<Mutex<Option<(u32, u64)>>> = Arc::default();
+        let mut cfg = ClientConfig::new(
+            s.native_endpoint().unwrap(),
+            token,
+            Trust::Fingerprint(s.fingerprint().unwrap().into()),
+        );
+        let (p, f) = (place.clone(), summary.clone());
+        cfg.progress = Some(ProgressSource::new(move || {
+            let (rank, round) = (*p.lock().unwrap())?;
+            f(rank, round)
+        }));
+        let connector = Connector::new(&cfg.trust).unwrap();
+        let mut m = connector.connect(&cfg).await.expect("connect");
+        m.join(Membership {
+            job: job.into(),
+            member: format!("m{i}"),
+            node: "n0".into(),
+            addrs: vec![format!("127.0.0.1:{}", 40000 + i)],
+            host: Vec::new(),
+            role: Role::Worker,
+            spec: JobSpec::fixed(n),
+        })
+        .await
+        .expect("join");
+        members.push((m, place));
+    }
+    let mut out = Vec::new();
+    for (mut m, place) in members {
+        let w = m.wait_welcome(wait).await.expect("welcome");
+        *place.lock().unwrap() = Some((w.rank, w.round));
+        out.push(m);
+    }
+    out
+}
