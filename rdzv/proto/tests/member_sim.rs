@@ -554,3 +554,39 @@ fn a_member_stopped_past_its_heartbeat_timeout_does_not_rejoin() {
         n.ends
     );
 }
+
+#[test]
+fn a_member_stopped_past_its_timeout_that_heartbeats_on_waking_still_does_not_rejoin() {
+    let mut w = formed(
+        vec![Server::Up(Box::new(machine()))],
+        Some(Duration::from_secs(60)),
+    );
+    // Stopped for 3 s; on waking its heartbeat timer runs first (a heartbeat is written), and
+    // only then does it read that the server reset its connection.
+    w.now += Duration::from_secs(3);
+    let now = w.now;
+    w.nodes[0].m.handle_timeout(now);
+    w.drain_member(0);
+    w.now += Duration::from_millis(1);
+    let why = "reset by peer".to_string();
+    w.feed(
+        0,
+        MIn::ConnectionLost {
+            why,
+            loss: Loss::ServerGone,
+        },
+    );
+    let n = &w.nodes[0];
+    let why = n.ended.as_deref().expect("ended");
+    assert!(
+        why.starts_with("this member sent nothing for 3.")
+            && why.ends_with("(the connection: reset by peer)"),
+        "{why}"
+    );
+    assert!(n.dials.is_empty(), "no rejoin");
+    assert!(
+        n.ends.iter().any(|e| e.removed && e.round == 1),
+        "{:?}",
+        n.ends
+    );
+}

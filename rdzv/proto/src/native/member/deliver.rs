@@ -79,6 +79,7 @@ impl Member {
                 }
                 self.every = Some(Duration::from_millis(w.heartbeat_interval_ms.max(10)));
                 self.heartbeat_timeout = Some(Duration::from_millis(w.heartbeat_timeout_ms));
+                self.silence = None;
                 self.resume = Some(Resume {
                     round: w.round,
                     rank: w.rank,

@@ -88,6 +88,10 @@ pub struct Member {
     redirect: Option<String>,
     /// When this member last sent anything (a heartbeat, a message).
     last_sent: Instant,
+    /// The last silence past the heartbeat timeout that a send broke (when it was broken, how
+    /// long it was): a process stopped past the timeout may send a heartbeat on waking before
+    /// it reads that the server closed its connection, and that loss is still its removal.
+    silence: Option<(Instant, Duration)>,
     /// No heartbeats (tests of the server's liveness detection).
     silent: bool,
     /// The application still listens for events.
@@ -113,6 +117,7 @@ impl Member {
             server,
             redirect: None,
             last_sent: now,
+            silence: None,
             silent: false,
             listening: true,
             phase: Phase::Serving { next: None, seq: 0 },
@@ -163,7 +168,13 @@ impl Member {
     /// the server had gone away.
     fn silenced(&self, now: Instant) -> Option<RoundEnd> {
         let (r, timeout) = (self.resume?, self.heartbeat_timeout?);
-        let silent = now.saturating_duration_since(self.last_sent);
+        let mut silent = now.saturating_duration_since(self.last_sent);
+        if let Some((broken, gap)) = self.silence {
+            // Broken just now (within one timeout): the loss that follows is its consequence.
+            if now.saturating_duration_since(broken) <= timeout {
+                silent = silent.max(gap);
+            }
+        }
         (silent > timeout && !self.leaving).then(|| RoundEnd {
             round: r.round,
             lost: None,
@@ -253,6 +264,10 @@ impl Core for Member {
             }
             (Input::Sent, phase) => {
                 self.phase = phase;
+                let gap = now.saturating_duration_since(self.last_sent);
+                if self.heartbeat_timeout.is_some_and(|t| gap > t) {
+                    self.silence = Some((now, gap));
+                }
                 self.last_sent = now;
             }
             (Input::Message(msg), phase @ Phase::Serving { .. }) => {
