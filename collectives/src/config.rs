@@ -301,7 +301,7 @@ impl Config {
             |s| {
                 let secs: f64 = num(s)?;
                 if secs.is_finite() && secs > 0.0 {
-                    Ok(Duration::from_secs_f64(secs))
+                    crate::secs::limit(secs)
                 } else {
                     Err("must be a positive number of seconds".into())
                 }

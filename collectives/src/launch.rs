@@ -175,6 +175,10 @@ fn var(env: &dyn Fn(&str) -> Option<String>, k: &str) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
+/// The most ranks one group takes (a million: far past any job, far short of what would make
+/// the per-peer tables of `init()` an allocation failure).
+pub const MAX_WORLD: usize = 1 << 20;
+
 fn int(k: &str, text: &str, min: usize) -> Result<usize, String> {
     let v: usize = text
         .parse()
@@ -347,7 +351,7 @@ pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<La
     } else if oci == "MAIN" || oci == "WORKER" {
         let (n, src) = match var(env, "OCI__WORKER_COUNT") {
             Some(c) => (
-                int("OCI__WORKER_COUNT", &c, 0)? + 1,
+                int("OCI__WORKER_COUNT", &c, 0)?.saturating_add(1),
                 "OCI__WORKER_COUNT + 1 (main)",
             ),
             None => (2, "OCI default"),
@@ -375,6 +379,12 @@ pub fn resolve(ex: &Explicit, env: &dyn Fn(&str) -> Option<String>) -> Result<La
         None if world.value == 1 => (s(0, "default"), s(1, "default")),
         None => (s(0, "default (unknown)"), s(1, "default (unknown)")),
     };
+    if world.value > MAX_WORLD {
+        return Err(format!(
+            "a world of {} ranks (from {}) is more than dtcomm takes ({MAX_WORLD})",
+            world.value, world.source
+        ));
+    }
 
     let launcher_rank = !matches!(
         rank.source.as_str(),

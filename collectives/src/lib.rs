@@ -60,6 +60,7 @@ pub mod op;
 mod progress;
 mod reduce;
 mod schedule;
+pub mod secs;
 mod shm;
 pub mod spin;
 mod transport;

@@ -2,7 +2,6 @@
 //! is unknown afterwards: waiting on it or freeing it again is `DTCOMM_INVALID_ARGUMENT`.
 
 use std::ffi::c_int;
-use std::time::Duration;
 
 use crate::handles;
 use crate::status::{Fail, guard, invalid};
@@ -41,7 +40,7 @@ pub extern "C" fn dtcomm_wait(req: dtcomm_request_t, timeout_seconds: f64) -> dt
     guard(F, || {
         let w = handles::request(req).ok_or_else(|| invalid(F, unknown(req)))?;
         let r = if timeout_seconds > 0.0 && timeout_seconds.is_finite() {
-            let limit = Duration::from_secs_f64(timeout_seconds);
+            let limit = dtcomm::secs::saturating(timeout_seconds);
             match w.wait_timeout(limit) {
                 Some(r) => r,
                 None => {

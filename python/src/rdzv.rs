@@ -86,7 +86,7 @@ impl StoreClient {
     #[new]
     #[pyo3(signature = (endpoint, timeout=60.0))]
     fn new(py: Python<'_>, endpoint: String, timeout: f64) -> PyResult<Self> {
-        let t = Duration::from_secs_f64(timeout.max(0.001));
+        let t = dtcomm::secs::saturating(timeout).max(Duration::from_millis(1));
         let client = py
             .detach(move || TcpStoreClient::connect(&endpoint, t))
             .map_err(store_err)?;
@@ -108,7 +108,7 @@ impl StoreClient {
         rank: Option<usize>,
         timeout: f64,
     ) -> PyResult<Self> {
-        let t = Duration::from_secs_f64(timeout.max(0.001));
+        let t = dtcomm::secs::saturating(timeout).max(Duration::from_millis(1));
         let role = hosted::Role::of(host, rank0_hosts);
         let client = py
             .detach(move || hosted::connect(&endpoint, &run_id, role, rank, t))
@@ -129,7 +129,7 @@ impl StoreClient {
         key: &str,
         timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        let t = timeout.map_or(self.timeout, Duration::from_secs_f64);
+        let t = timeout.map_or(self.timeout, dtcomm::secs::saturating);
         let v = py.detach(|| self.client.get(key, t)).map_err(store_err)?;
         Ok(PyBytes::new(py, &v))
     }
@@ -142,7 +142,7 @@ impl StoreClient {
     /// Waits until every key exists, up to `timeout` seconds.
     #[pyo3(signature = (keys, timeout=None))]
     fn wait(&self, py: Python<'_>, keys: Vec<String>, timeout: Option<f64>) -> PyResult<()> {
-        let t = timeout.map_or(self.timeout, Duration::from_secs_f64);
+        let t = timeout.map_or(self.timeout, dtcomm::secs::saturating);
         let k: Vec<&str> = keys.iter().map(String::as_str).collect();
         py.detach(|| self.client.wait(&k, t)).map_err(store_err)
     }

@@ -146,8 +146,12 @@ pub fn tasks_per_node(counts: &str) -> Result<Vec<usize>, String> {
             None => (part, 1),
         };
         let n = n.parse::<usize>().map_err(|_| bad())?;
-        if times > 1 << 20 {
-            return Err(bad());
+        // At most a million nodes in all (the list is counted before it is expanded).
+        if times > (1 << 20) - out.len().min(1 << 20) {
+            return Err(format!(
+                "task counts {counts:?}: more than {} nodes",
+                1 << 20
+            ));
         }
         out.extend(std::iter::repeat_n(n, times));
     }
@@ -195,8 +199,11 @@ pub fn step(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Step>, String
         .find_map(|k| env(k).map(|v| (k, v)))
         .ok_or("SLURM_STEP_TASKS_PER_NODE is not set (srun sets it for every task)")?;
     let per_node = tasks_per_node(&counts)?;
-    let total: usize = per_node.iter().sum();
-    if total as u64 != world {
+    let total = per_node
+        .iter()
+        .try_fold(0u64, |t, &n| t.checked_add(n as u64))
+        .unwrap_or(u64::MAX);
+    if total != world {
         return Err(format!(
             "{counts_var}={counts:?} counts {total} tasks but {world_var}={world}"
         ));

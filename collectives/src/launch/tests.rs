@@ -122,6 +122,25 @@ fn half_set_pairs_and_bad_numbers_name_the_variables() {
     assert!(e.contains("not below"), "{e}");
     let e = run(&Explicit::default(), &[("RANK", "0"), ("WORLD_SIZE", "2")]).unwrap_err();
     assert!(e.contains("needs a rendezvous endpoint"), "{e}");
+    // A world past the cap is refused here, not by an allocation failure in init().
+    let e = run(
+        &Explicit::default(),
+        &[("RANK", "0"), ("WORLD_SIZE", "2147483647")],
+    )
+    .unwrap_err();
+    assert!(
+        e.contains("a world of 2147483647 ranks (from WORLD_SIZE) is more than dtcomm takes"),
+        "{e}"
+    );
+    let e = run(
+        &Explicit::default(),
+        &[
+            ("OCI__MODE", "MAIN"),
+            ("OCI__WORKER_COUNT", &usize::MAX.to_string()),
+        ],
+    )
+    .unwrap_err();
+    assert!(e.contains("OCI__WORKER_COUNT + 1"), "{e}");
 }
 
 #[test]
@@ -316,6 +335,14 @@ fn slurm_host_lists_and_task_counts_expand() {
     );
     assert_eq!(slurm::tasks_per_node("2(x3),1").unwrap(), [2, 2, 2, 1]);
     assert!(slurm::tasks_per_node("2(x3").is_err());
+    // Counted, not expanded, past a million nodes; sums that would wrap do not match a world.
+    let many = vec!["1(x1048576)"; 3].join(",");
+    let e = slurm::tasks_per_node(&many).unwrap_err();
+    assert!(e.contains("more than 1048576 nodes"), "{e}");
+    let mut task = srun_task("4", "1", "1");
+    task[7].1 = format!("{},{},9", usize::MAX, usize::MAX);
+    let e = run_owned(&Explicit::default(), &task).unwrap_err();
+    assert!(e.contains("but SLURM_NTASKS=7"), "{e}");
     assert_ne!(slurm::port_for(4242, 0), slurm::port_for(4242, 1));
     assert!((15_000..25_000).contains(&slurm::port_for(u64::MAX, 3)));
 }

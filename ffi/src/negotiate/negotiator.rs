@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use dtcomm::negotiate::Negotiator;
 
@@ -41,7 +40,7 @@ pub unsafe extern "C" fn dtcomm_negotiator_start(
         let c = get(F, comm)?;
         let n = Negotiator::start(
             c.comm.clone(),
-            Duration::from_secs_f64(cycle_ms / 1e3),
+            dtcomm::secs::saturating(cycle_ms / 1e3),
             fusion_threshold,
         );
         let h = NEXT.fetch_add(1, Ordering::Relaxed);

@@ -85,7 +85,7 @@ impl std::fmt::Debug for Member {
 }
 
 fn secs(s: f64) -> Duration {
-    Duration::from_secs_f64(s.max(0.0))
+    crate::secs::saturating(s)
 }
 
 impl Member {
@@ -475,7 +475,7 @@ impl Member {
             .state
             .welcome()
             .map_or(2.0, |w| w.heartbeat_timeout_ms as f64 / 1000.0);
-        let deadline = Instant::now() + secs(2.0 * hb + 1.0);
+        let deadline = crate::secs::deadline(Instant::now(), secs(2.0 * hb + 1.0));
         loop {
             if self.poll()? {
                 return Ok(true);

@@ -108,9 +108,7 @@ fn seconds(env: Env<'_>, var: &str) -> Result<Option<f64>, String> {
     let v: f64 = t
         .parse()
         .map_err(|_| format!("{var}={t:?} is not a number of seconds"))?;
-    if !v.is_finite() || v < 0.0 {
-        return Err(format!("{var}={t:?} must not be negative"));
-    }
+    crate::secs::limit(v).map_err(|e| format!("{var}={t:?}: {e}"))?;
     Ok(Some(v))
 }
 
@@ -261,6 +259,14 @@ impl NativeSettings {
             s((1, 1024), "default (elastic 1..1024)")
         };
 
+        for (name, v) in [
+            ("last_call", ex.last_call),
+            ("join_timeout", ex.join_timeout),
+        ] {
+            if let Some(v) = v {
+                crate::secs::limit(v).map_err(|e| format!("{name}={v:e}: {e}"))?;
+            }
+        }
         let last_call = match (ex.last_call, seconds(env, "DTCOMM_RDZV_LAST_CALL")?) {
             (Some(v), _) => s(v, "explicit"),
             (None, Some(v)) => s(v, "DTCOMM_RDZV_LAST_CALL"),
@@ -317,7 +323,7 @@ impl NativeSettings {
 
     /// The join deadline as a duration.
     pub fn join_deadline(&self) -> Duration {
-        Duration::from_secs_f64(self.join_timeout.value)
+        crate::secs::saturating(self.join_timeout.value)
     }
 
     /// One line for the start-up log: every value with its source (the token's source only).
@@ -432,9 +438,23 @@ mod tests {
                 "DTCOMM_RDZV_LAST_CALL",
             ),
             (vec![base[1]], "DTCOMM_RDZV_ENDPOINT"),
+            (
+                vec![base[0], base[1], ("DTCOMM_RDZV_JOIN_TIMEOUT", "1e300")],
+                "DTCOMM_RDZV_JOIN_TIMEOUT=\"1e300\": more than the longest wait",
+            ),
+            (
+                vec![base[0], base[1], ("DTCOMM_RDZV_RECONNECT", "inf")],
+                "DTCOMM_RDZV_RECONNECT",
+            ),
         ] {
             let e = resolve(&NativeExplicit::default(), &vars).unwrap_err();
             assert!(e.contains(needle), "{e}");
         }
+        let huge = NativeExplicit {
+            join_timeout: Some(1e300),
+            ..NativeExplicit::default()
+        };
+        let e = resolve(&huge, &base).unwrap_err();
+        assert!(e.starts_with("join_timeout=1e300: more than"), "{e}");
     }
 }

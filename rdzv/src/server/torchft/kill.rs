@@ -40,7 +40,7 @@ pub(crate) async fn kill(
         )
             .into_response();
     };
-    tracing::warn!(job = %job, replica = %replica_id, %address, "torchft kill asked");
+    tracing::warn!(job = ?job, replica = ?replica_id, %address, "torchft kill asked");
     match tokio::time::timeout(KILL_TIMEOUT, call_kill(&address)).await {
         Ok(Ok(Killed::Answered)) => (
             StatusCode::OK,

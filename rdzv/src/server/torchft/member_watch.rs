@@ -67,7 +67,7 @@ pub(crate) async fn watch(
                     })
                     .collect::<Vec<_>>()
                     .join("; ");
-                tracing::info!(job = %q.job, watcher = %q.replica, quorum_id, %why,
+                tracing::info!(job = ?q.job, watcher = ?q.replica, quorum_id, %why,
                     "torchft watch: a member of the quorum is lost");
                 let ids: Vec<&str> = lost.iter().map(|(id, _)| id.as_str()).collect();
                 return (

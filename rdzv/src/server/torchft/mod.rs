@@ -101,14 +101,14 @@ impl Route<Output> for Routes {
                     .map(|m| m.replica_id.as_str())
                     .collect();
                 if changed {
-                    tracing::info!(job = %job, quorum_id = quorum.quorum_id,
+                    tracing::info!(job = ?job, quorum_id = quorum.quorum_id,
                         participants = ?ids, %reason, "torchft quorum issued");
                 } else {
-                    tracing::debug!(job = %job, quorum_id = quorum.quorum_id,
+                    tracing::debug!(job = ?job, quorum_id = quorum.quorum_id,
                         participants = ?ids, %reason, "torchft quorum issued again");
                 }
                 for d in left {
-                    tracing::info!(job = %job, replica = %d.replica_id, quorum_id = d.quorum_id,
+                    tracing::info!(job = ?job, replica = ?d.replica_id, quorum_id = d.quorum_id,
                         reason = %d.reason, "torchft replica left the quorum");
                 }
             }
