@@ -336,7 +336,7 @@ fn slurm_host_lists_and_task_counts_expand() {
     assert_eq!(slurm::tasks_per_node("2(x3),1").unwrap(), [2, 2, 2, 1]);
     assert!(slurm::tasks_per_node("2(x3").is_err());
     // Counted, not expanded, past a million nodes; sums that would wrap do not match a world.
-    let many = vec!["1(x1048576)"; 3].join(",");
+    let many = ["1(x1048576)"; 3].join(",");
     let e = slurm::tasks_per_node(&many).unwrap_err();
     assert!(e.contains("more than 1048576 nodes"), "{e}");
     let mut task = srun_task("4", "1", "1");
