@@ -4,7 +4,7 @@
 use std::ffi::{CStr, c_char, c_int};
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dt_rdzv::server::{BackgroundServer, ServeConfig};
 use dt_rdzv::store::{PrefixStore, Store};
@@ -51,9 +51,15 @@ pub unsafe extern "C" fn dtcomm_version(
 }
 
 fn setup(detail: impl Into<String>) -> Fail {
+    setup_since(None, detail)
+}
+
+/// A set-up failure, timed from `start` when the set-up had begun (a refused variable is
+/// refused before anything began: no time).
+fn setup_since(start: Option<Instant>, detail: impl Into<String>) -> Fail {
     Fail::from(CommError::Setup {
         rank: 0,
-        elapsed: Duration::ZERO,
+        elapsed: start.map_or(Duration::ZERO, |s| s.elapsed()),
         detail: detail.into(),
     })
 }
@@ -71,6 +77,11 @@ fn join_native(l: &Launch, ex: &Explicit) -> Result<(Comm, String), Fail> {
     let settings = NativeSettings::resolve(&nex, &env).map_err(setup)?;
     let line = settings.log_line();
     let listener = DataListener::bind(&Options::default())?;
+    let start = Instant::now();
+    let joined = |e: JoinError| match e {
+        JoinError::Comm(c) => Fail::from(c),
+        e => setup_since(Some(start), e.to_string()),
+    };
     let mut member = Member::join(settings, Some(listener)).map_err(joined)?;
     // Takes the next round when one ends during set-up, as every front end does.
     let comm = member.connect_round(None).map_err(joined)?;
@@ -85,13 +96,6 @@ fn join_native(l: &Launch, ex: &Explicit) -> Result<(Comm, String), Fail> {
         },
         format!("{line} round={round}"),
     ))
-}
-
-fn joined(e: JoinError) -> Fail {
-    match e {
-        JoinError::Comm(c) => Fail::from(c),
-        e => setup(e.to_string()),
-    }
 }
 
 /// Joins the group the launcher environment describes (the precedence of Python's

@@ -343,6 +343,34 @@ fn a_c_program_joins_a_native_round_and_hears_when_the_server_ends_it() {
 }
 
 #[test]
+fn a_c_program_refused_by_the_native_server_says_why_and_after_how_long() {
+    let exe = compile("native_round");
+    let (server, fingerprint) = native_server("the-right-token");
+    let kid = native_member(
+        &exe,
+        &server,
+        &fingerprint,
+        "a-wrong-token",
+        "1",
+        "c-refused",
+    );
+    let o = kid.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("init: "))
+        .unwrap_or_else(|| panic!("no init error: {err}"));
+    // The set-up's own time (it once said "failed after 0ns"), and the server's reason.
+    assert!(
+        line.contains("setup failed after") && !line.contains("after 0ns"),
+        "{line}"
+    );
+    assert!(line.to_lowercase().contains("token"), "{line}");
+    drop(server);
+}
+
+#[test]
 fn a_c_program_takes_the_next_round_when_one_ends_during_set_up() {
     use dtcomm::launch::native::{Member, NativeExplicit, NativeSettings};
     let exe = compile("native_next_round");
