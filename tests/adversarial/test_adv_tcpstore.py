@@ -29,6 +29,7 @@ from adversary import (  # noqa: E402
     multi_get_req,
     raw,
     set_req,
+    validate,
 )
 from conftest import RdzvServer, start_server  # noqa: E402
 
@@ -166,6 +167,37 @@ def test_connections_past_the_cap_are_closed_at_once(server: RdzvServer) -> None
     assert "limit=24" in refused[0], refused[0]
     assert "open-file limit" in server.log()
     assert rss.peak < BASELINE_RSS, f"RSS {rss.peak / MiB:.0f} MiB"
+
+
+@pytest.mark.parametrize("server", [("--max-tcpstore-connections", "200")], indirect=True)
+def test_one_hosts_proven_silent_connections_give_way_to_another_host(
+        server: RdzvServer) -> None:
+    """Issue 42's lockout: one host fills the door with connections that each sent one
+    request (proven, then silent). Its own next connection is refused; another host's is
+    admitted in place of the pile's newest, and the bystander on the pile's host stays."""
+    with Bystander(server.host, server.port) as by:
+        pile: list[socket.socket] = []
+        refused = None
+        while refused is None and len(pile) < 400:
+            s = raw(server.host, server.port)
+            try:
+                assert get_value(s, b"/missing") == b""
+                pile.append(s)
+            except (ConnectionError, OSError):
+                refused = s
+        assert refused is not None and 150 < len(pile) < 200, len(pile)
+        refused.close()
+        other = socket.socket()
+        other.bind(("127.0.0.2", 0))
+        other.settimeout(5.0)
+        other.connect((server.host, server.port))
+        other.sendall(validate())
+        assert get_value(other, b"/missing") == b""
+        closed = [i for i, s in enumerate(pile) if closed_by_peer(s, 0.02)]
+        assert closed == [len(pile) - 1], closed
+        for s in pile + [other]:
+            s.close()
+    by.check()
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,10 @@
 //! within its grace but they fill more than half the door (a flood: more than `max / 2` new
 //! connections within [`GRACE`]), the oldest of them is evicted anyway: a real client has
 //! spoken long before half a door of newer connections arrived. Only when the door is full of
-//! busy or held connections (or fewer than half are new) is the newest refused, and on a door
+//! busy or held connections (or fewer than half are new) is the newest refused (unless one
+//! other source holds more than half the door: then that source's newest held connection
+//! goes, so that one host's proven-then-silent connections cannot lock out every other
+//! host), and on a door
 //! with reserved slots ([`Gate::with_reserve`]: `/healthz` on the HTTP port) it gets one of
 //! those instead. Past its share of the slots held unproven, a source's new connection
 //! replaces that source's own oldest silent one (a burst of real clients from one host is
@@ -24,16 +27,19 @@
 
 mod gate;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-pub(crate) use gate::{Activity, Gate};
+pub(crate) use gate::{Activity, Gate, stop_or_evicted};
 
 /// How long a new connection may stay silent.
 pub(crate) const FIRST_BYTES: Duration = Duration::from_secs(5);
 /// How long a new (or newly idle) connection is safe from eviction outside a flood.
 pub(crate) const GRACE: Duration = Duration::from_millis(250);
+
+/// Fewest held connections of one source that can make it evict its own for another source.
+pub(crate) const HOG_MIN: usize = 64;
 
 /// What [`Admission::admit`] decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,6 +119,21 @@ impl Admission {
         (flood || now.saturating_duration_since(since) >= GRACE).then_some(id)
     }
 
+    /// The newest held connection of the source other than `newcomer` that holds the most of
+    /// them, if it holds more than half the door (and more than [`HOG_MIN`]): one host's pile
+    /// of proven-then-silent connections must not lock every other host out. The newest, so
+    /// that a long-lived client on that host (a torch rank's store connection) stays.
+    fn hog(&self, newcomer: IpAddr) -> Option<u64> {
+        let mut held: HashMap<IpAddr, (usize, u64)> = HashMap::new();
+        for (id, e) in self.conns.iter().filter(|(_, e)| e.state == State::Held) {
+            // Ids grow: the last seen per source is its newest.
+            let h = held.entry(e.source).or_insert((0, *id));
+            *h = (h.0 + 1, *id);
+        }
+        let (source, (count, newest)) = held.into_iter().max_by_key(|(_, (n, _))| *n)?;
+        (source != newcomer && count > (self.max / 2).max(HOG_MIN)).then_some(newest)
+    }
+
     /// A connection from `source` arrived at `now`.
     pub(crate) fn admit(&mut self, source: IpAddr, now: Instant) -> Decision {
         let from_source = self
@@ -128,10 +149,12 @@ impl Admission {
             .flatten();
         let evict = match own {
             Some(id) => Some(id),
-            None if self.conns.len() >= self.max => match self.oldest_evictable(now) {
-                Some(id) => Some(id),
-                None => return Decision::Refuse,
-            },
+            None if self.conns.len() >= self.max => {
+                match self.oldest_evictable(now).or_else(|| self.hog(source)) {
+                    Some(id) => Some(id),
+                    None => return Decision::Refuse,
+                }
+            }
             None => None,
         };
         if let Some(old) = evict {

@@ -345,12 +345,21 @@ impl Server {
                                 if !slot.first_bytes(&stream).await {
                                     return;
                                 }
-                                match owners {
-                                    None => conn::serve(next_id, stream, peer, core, config, stop).await,
-                                    Some(o) => relay::serve_or_relay(
-                                        &o, next_id, stream, peer, core, config, stop,
-                                    )
-                                    .await,
+                                // The connection ends as at shutdown when the gate gives its
+                                // slot to another host (`admission.rs`).
+                                let (stop, ended) = admission::stop_or_evicted(stop, &mut slot);
+                                let serve = async move {
+                                    match owners {
+                                        None => conn::serve(next_id, stream, peer, core, config, stop).await,
+                                        Some(o) => relay::serve_or_relay(
+                                            &o, next_id, stream, peer, core, config, stop,
+                                        )
+                                        .await,
+                                    }
+                                };
+                                tokio::select! {
+                                    _ = serve => {}
+                                    _ = ended => unreachable!("pends once it has told"),
                                 }
                                 drop(slot);
                             });

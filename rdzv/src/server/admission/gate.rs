@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use tokio::net::TcpStream;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 use super::{Admission, Decision, FIRST_BYTES};
 use crate::server::ratelog;
@@ -151,8 +151,9 @@ impl Ticket {
         };
         let tracks = self.gate.tracks_activity;
         let mut st = self.gate.lock();
-        if arrived && tracks {
-            // Still evictable while idle: keep the way to be told.
+        if arrived {
+            // Still evictable (while idle, or as the newest of a host holding more than half
+            // the door): keep the way to be told.
             self.evicted = Some(evicted);
         } else {
             st.evict.remove(&(self.pool, self.id));
@@ -212,4 +213,23 @@ impl Drop for Ticket {
             rule.close(self.id);
         }
     }
+}
+
+/// A stop for one connection: the server's `stop`, turned true also when the gate evicts
+/// `slot`, and the future that tells it (poll it beside the connection; it never completes,
+/// so that the connection ends through its own shutdown path and cleans up).
+pub(crate) fn stop_or_evicted(
+    mut stop: watch::Receiver<bool>,
+    slot: &mut Ticket,
+) -> (watch::Receiver<bool>, impl Future<Output = ()> + '_) {
+    let (tx, rx) = watch::channel(*stop.borrow());
+    let tell = async move {
+        tokio::select! {
+            _ = stop.changed() => {}
+            _ = slot.evicted() => {}
+        }
+        let _ = tx.send(true);
+        std::future::pending::<()>().await
+    };
+    (rx, tell)
 }

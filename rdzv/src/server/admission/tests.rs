@@ -141,3 +141,39 @@ fn one_source_holds_at_most_its_share_unproven() {
     assert_eq!(Admission::default_per_source(4096), 512);
     assert_eq!(Admission::default_per_source(16), 8);
 }
+
+#[test]
+fn one_source_holding_more_than_half_the_door_gives_way_to_another_source() {
+    let t = Instant::now();
+    let max = 4 * HOG_MIN;
+    let mut a = Admission::new(max, max);
+    // A host opened 3/4 of the door and proved every connection with one request; a real
+    // client's host holds the rest.
+    let hog: Vec<u64> = (0..3 * HOG_MIN)
+        .map(|_| {
+            let id = admit(&mut a, ip(1), t);
+            a.prove(id, false, t);
+            id
+        })
+        .collect();
+    for _ in 0..HOG_MIN {
+        let id = admit(&mut a, ip(2), t);
+        a.prove(id, false, t);
+    }
+    // A third host gets in, at the hog's expense (its newest first), not the real client's.
+    assert_eq!(
+        a.admit(ip(3), later(t)),
+        Decision::Admit {
+            id: (max + 1) as u64,
+            evict: hog.last().copied()
+        }
+    );
+    // The hog itself cannot evict its own way in, nor push out the others.
+    let id = admit(&mut a, ip(3), later(t));
+    a.prove(id, false, later(t));
+    assert_eq!(a.admit(ip(1), later(t)), Decision::Refuse);
+    // Down to half the door, it is left alone: the door is then simply full.
+    while a.admit(ip(4), later(t)) != Decision::Refuse {}
+    let held_by_hog = a.conns.values().filter(|e| e.source == ip(1)).count();
+    assert_eq!(held_by_hog, max / 2);
+}

@@ -255,7 +255,7 @@ async fn drive(
         let (mut rd, mut wr) = stream.split();
         tokio::select! {
             biased;
-            _ = stop.changed() => return "server shutting down".into(),
+            _ = stop.changed() => return "server shutting down, or its slot given to another host".into(),
             msg = rx.recv() => {
                 let Some(first) = msg else { return "closed by server".into() };
                 chunks.clear();

@@ -45,7 +45,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::admission::Gate;
+use super::admission::{Gate, stop_or_evicted};
 use super::driver::{Driver, Route};
 use super::ha::lighthouse::{Admission, SharedLighthouse};
 use super::ha::owner::Owners;
@@ -188,7 +188,7 @@ pub(crate) async fn run(
                     };
                     let _ = stream.set_nodelay(true);
                     let app = app.clone();
-                    let mut stop = stop.clone();
+                    let stop = stop.clone();
                     let (door, shared) = (door.clone(), shared.clone());
                     next_id += 1;
                     let id = next_id;
@@ -196,17 +196,25 @@ pub(crate) async fn run(
                         if !slot.first_bytes(&stream).await {
                             return;
                         }
-                        match shared {
-                            None => serve_connection(stream, peer, app, &mut stop, None).await,
-                            Some(shared) => {
-                                let restore = |q| door.restore_floor(q);
-                                let admitted =
-                                    shared.admit(id, stream, peer, stop.clone(), restore).await;
-                                if let Admission::Serve(stream, lost) = admitted {
-                                    serve_connection(stream, peer, app, &mut stop, Some(lost))
-                                        .await;
+                        // Ends as at shutdown if the gate gives its slot to another host.
+                        let (mut stop, ended) = stop_or_evicted(stop, &mut slot);
+                        let serve = async move {
+                            match shared {
+                                None => serve_connection(stream, peer, app, &mut stop, None).await,
+                                Some(shared) => {
+                                    let restore = |q| door.restore_floor(q);
+                                    let admitted =
+                                        shared.admit(id, stream, peer, stop.clone(), restore).await;
+                                    if let Admission::Serve(stream, lost) = admitted {
+                                        serve_connection(stream, peer, app, &mut stop, Some(lost))
+                                            .await;
+                                    }
                                 }
                             }
+                        };
+                        tokio::select! {
+                            _ = serve => {}
+                            _ = ended => unreachable!("pends once it has told"),
                         }
                         drop(slot);
                     });
