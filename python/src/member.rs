@@ -121,9 +121,12 @@ impl PyNativeMember {
             .map(|l| l.borrow().inner.try_clone())
             .transpose()
             .map_err(crate::errors::to_py)?;
-        let m = py
-            .detach(|| Member::join(settings, listener))
-            .map_err(|e| err(py, e))?;
+        // Interruptible while it connects and joins, as every other wait.
+        let (m, raised) = crate::interrupt::detach(py, || Member::join(settings, listener));
+        if let Some(e) = raised {
+            return Err(e);
+        }
+        let m = m.map_err(|e| err(py, e))?;
         Ok(PyNativeMember {
             inner: Mutex::new(Some(m)),
         })

@@ -73,3 +73,29 @@ def test_waiting_for_a_stopped_rank_costs_no_cpu(tmp_path: Path, server: dtcomm.
     # The whole 3 s wait: no thread spins for it (a few % of one core at most, for the naps'
     # liveness checks).
     assert float(m.group(1)) < 0.05 * float(m.group(2)) * 1e3, zero
+
+
+def test_the_native_connect_answers_sigint(tmp_path: Path) -> None:
+    """Ctrl-C while the QUIC handshake waits for a server that does not answer (it used to
+    wait out the whole connect timeout first)."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]   # closed again: nothing answers there
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("DTCOMM_", "RANK", "WORLD_SIZE", "MASTER_", "LOCAL_"))}
+    env.update(DTCOMM_RDZV_ENDPOINT=f"127.0.0.1:{port}", DTCOMM_RDZV_FINGERPRINT="sha256:" + "0" * 64,
+               DTCOMM_RDZV_TOKEN="t")
+    p = subprocess.run(
+        [sys.executable, str(WORKERS / "native_connect_sigint.py")], env=env, cwd=tmp_path,
+        capture_output=True, text=True, timeout=60,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    m = re.search(r"INTERRUPTED after ([\d.]+) s", p.stdout)
+    assert m, (p.stdout, p.stderr)
+    # The signal comes 0.5 s in; the connect timeout alone is 3 s.
+    assert float(m.group(1)) < 2.0, p.stdout

@@ -20,17 +20,49 @@ pub struct BlockingNativeClient {
 impl BlockingNativeClient {
     /// Connects (deadline: `cfg.timeout`).
     pub fn connect(cfg: &ClientConfig) -> Result<Self, NativeError> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("dt-rdzv-client")
-            .enable_all()
-            .build()
-            .map_err(|e| NativeError::Config(format!("cannot start the client runtime: {e}")))?;
+        let rt = Self::runtime()?;
         let inner = rt.block_on(NativeClient::connect(cfg))?;
         Ok(Self {
             inner: Some(inner),
             rt,
         })
+    }
+
+    /// [`Self::connect`], asking `stop` at least every 100 ms while the connection is made
+    /// (the QUIC handshake may take the whole connect timeout): `stop`'s error ends the wait at
+    /// once (Ctrl-C in a Python caller), as the outer error.
+    pub fn connect_until<E>(
+        cfg: &ClientConfig,
+        mut stop: impl FnMut() -> Result<(), E>,
+    ) -> Result<Result<Self, NativeError>, E> {
+        let rt = match Self::runtime() {
+            Ok(rt) => rt,
+            Err(e) => return Ok(Err(e)),
+        };
+        let connected = rt.block_on(async {
+            let connect = NativeClient::connect(cfg);
+            tokio::pin!(connect);
+            let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
+            loop {
+                tokio::select! {
+                    r = &mut connect => return Ok(r),
+                    _ = tick.tick() => stop()?,
+                }
+            }
+        })?;
+        Ok(connected.map(|inner| Self {
+            inner: Some(inner),
+            rt,
+        }))
+    }
+
+    fn runtime() -> Result<tokio::runtime::Runtime, NativeError> {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("dt-rdzv-client")
+            .enable_all()
+            .build()
+            .map_err(|e| NativeError::Config(format!("cannot start the client runtime: {e}")))
     }
 
     fn client(&mut self) -> &mut NativeClient {

@@ -130,7 +130,14 @@ impl Member {
                 Some(crate::flight::summary(rank, round))
             }));
         }
-        let mut client = BlockingNativeClient::connect(&cfg).map_err(rdzv)?;
+        // Ctrl-C is heard within 100 ms while the connection is made, too.
+        let stop = || match crate::interrupt::requested() {
+            Some(why) => Err(JoinError::Interrupted(format!(
+                "{who}: interrupted while connecting to dt-rdzv: {why}"
+            ))),
+            None => Ok(()),
+        };
+        let mut client = BlockingNativeClient::connect_until(&cfg, stop)?.map_err(rdzv)?;
         let (min_members, max_members) = settings.members.value;
         let spec = JobSpec {
             min_members,
