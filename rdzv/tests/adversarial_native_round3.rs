@@ -219,3 +219,43 @@ fn a_member_that_does_not_read_is_closed_at_its_queue_bound() {
     );
     assert!(s.log().contains("reads too slowly"), "{}", s.log());
 }
+
+/// The server's CPU time (user and system) so far, in seconds.
+fn cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // After the command's closing parenthesis: state is field 3, utime and stime 14 and 15.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    ticks / 100.0
+}
+
+/// Round 3, Low: one member's 106,000 heartbeats a second kept a server core busy. Past a
+/// burst, a connection's messages are read at 1,000 a second (QUIC's flow control holds the
+/// sender back), so the flood costs the server little and the bystanders nothing.
+#[test]
+fn a_heartbeat_flood_is_read_at_the_pace_and_keeps_no_core_busy() {
+    let s = Served::start("hb-flood", &[]);
+    let store = StoreBystander::start(&s.store);
+    rt().block_on(async {
+        let mut by = member_bystander(&s).await;
+        let ep = raw_endpoint(&s.fingerprint);
+        let (_conn, mut send, _recv) = raw_member(&ep, &s, "flood").await;
+        let flood: Vec<u8> = (0..300_000u64)
+            .flat_map(|seq| encode_client(&ClientMsg::Heartbeat { seq }))
+            .collect();
+        let (pid, cpu0, t) = (s.child.id(), cpu_secs(s.child.id()), Instant::now());
+        let written = tokio::time::timeout(Duration::from_secs(3), send.write_all(&flood)).await;
+        let (cpu, wall) = (cpu_secs(pid) - cpu0, t.elapsed().as_secs_f64());
+        eprintln!(
+            "measured: {} of 300,000 heartbeats ({} bytes) taken in {wall:.2} s, server CPU \
+             {cpu:.2} s",
+            if written.is_ok() { "all" } else { "not all" },
+            flood.len()
+        );
+        assert!(written.is_err(), "the whole flood was read within 3 s");
+        assert!(cpu < 0.4 * wall, "server CPU {cpu:.2} s in {wall:.2} s");
+        check_member(&mut by).await;
+    });
+    store.finish();
+}

@@ -24,6 +24,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::outbox::{self, NativeOut, Outbox};
+use super::pace::Pace;
 use super::partial::{self, PartialBudget};
 use super::rendezvous::RdzvCore;
 use super::writer::{Writer, WriterEnd};
@@ -158,6 +159,7 @@ async fn serve(
         admitted,
         owners,
         partial: partial::Charge::new(budget),
+        pace: Pace::new(std::time::Instant::now()),
     };
     let why = match c.run(&core, stop, arrived, &config, &mut writer).await {
         Ok(why) => why,
@@ -206,6 +208,8 @@ struct Conn {
     owners: Option<Arc<Owners>>,
     /// This connection's share of the server-wide budget for partly received frames.
     partial: partial::Charge,
+    /// How fast its messages are read.
+    pace: Pace,
 }
 
 /// How reading a connection's frames ended it.
@@ -263,7 +267,7 @@ impl Conn {
                         if self.admitted() {
                             reader.set_max_payload(MAX_CLIENT_PAYLOAD);
                         }
-                        if let Some(end) = feed(self.id, &mut reader, core, self.owners.as_deref()).await {
+                        if let Some(end) = feed(self.id, &mut reader, core, self.owners.as_deref(), &mut self.pace).await {
                             return Ok(self.finish(end, writer).await);
                         }
                         if let Err(why) = self.partial.set(reader.buffered()) {
@@ -357,6 +361,7 @@ async fn feed(
     reader: &mut FrameReader,
     core: &RdzvCore,
     owners: Option<&Owners>,
+    pace: &mut Pace,
 ) -> Option<Ending> {
     loop {
         let payload = match reader.next_payload() {
@@ -368,6 +373,10 @@ async fn feed(
                 return Some(Ending::Closed(format!("bad frame: {why}")));
             }
         };
+        // Past its burst, a flood of messages is read at the pace (`pace.rs`).
+        if let Some(wait) = pace.take(std::time::Instant::now()) {
+            tokio::time::sleep(wait).await;
+        }
         match decode_client(&payload) {
             Ok(msg) => {
                 if let (Some(o), ClientMsg::Join(j)) = (owners, &msg) {

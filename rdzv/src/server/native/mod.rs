@@ -17,6 +17,7 @@ pub(super) mod conn;
 pub(super) mod identity;
 pub(super) mod journal;
 mod outbox;
+mod pace;
 mod partial;
 pub(super) mod rendezvous;
 mod timeline;
