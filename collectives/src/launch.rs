@@ -30,9 +30,9 @@ pub mod pytorchjob;
 pub mod slurm;
 
 /// The TCPStore port (torchrun's default).
-pub const STORE_PORT: u16 = 29400;
+pub const STORE_PORT: u16 = dt_rdzv_proto::ports::STORE;
 /// dt-rdzv's native (QUIC) port.
-pub const NATIVE_PORT: u16 = 29401;
+pub const NATIVE_PORT: u16 = dt_rdzv_proto::ports::NATIVE;
 
 /// `(rank variable, size variable)` pairs in precedence order after explicit arguments.
 pub const RANK_PAIRS: [(&str, &str); 5] = [

@@ -13,10 +13,15 @@ __all__ = [
     "engine_timeout", "DtcommError", "CommTimeoutError", "PeerLostError", "RoundEndedError",
     "MismatchError", "SetupError", "ShutdownError", "DeviceError", "RdzvError",
     "RdzvConnectError", "RdzvRefusedError", "RdzvJobEndedError", "RdzvTimeoutError",
-    "RdzvLostError", "RdzvRoundChangedError", "__version__",
+    "RdzvLostError", "RdzvRoundChangedError", "__version__", "STORE_PORT", "NATIVE_PORT",
+    "HTTP_PORT",
 ]
 
 __version__: str
+#: The default ports of ``dt-rdzv serve``'s doors (TCPStore, native QUIC, HTTP).
+STORE_PORT: int
+NATIVE_PORT: int
+HTTP_PORT: int
 
 class DtcommError(RuntimeError):
     # Set on errors of the collective engine (not on the Rdzv* errors):

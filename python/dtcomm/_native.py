@@ -59,8 +59,8 @@ from typing import Any
 from . import _dtcomm
 from ._config import ConfigError, Value
 
-NATIVE_PORT = 29401
-STORE_PORT = 29400
+NATIVE_PORT = _dtcomm.NATIVE_PORT
+STORE_PORT = _dtcomm.STORE_PORT
 
 
 def _set(env: Mapping[str, str], var: str) -> str | None:

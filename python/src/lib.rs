@@ -97,5 +97,9 @@ fn _dtcomm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(launch::engine_timeout, m)?)?;
     errors::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // The doors' default ports, from the one source the Rust crates use.
+    m.add("STORE_PORT", dt_rdzv_proto::ports::STORE)?;
+    m.add("NATIVE_PORT", dt_rdzv_proto::ports::NATIVE)?;
+    m.add("HTTP_PORT", dt_rdzv_proto::ports::HTTP)?;
     Ok(())
 }

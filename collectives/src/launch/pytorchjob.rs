@@ -21,7 +21,7 @@ pub struct Pod {
 }
 
 /// The store port torchrun's c10d rendezvous uses when an endpoint names none.
-const RDZV_PORT: u16 = 29400;
+const RDZV_PORT: u16 = dt_rdzv_proto::ports::STORE;
 
 /// `PET_NPROC_PER_NODE` as a count, 1 when unset; `None` for a word (`auto`, `gpu`).
 fn nproc(env: &dyn Fn(&str) -> Option<String>) -> Option<usize> {

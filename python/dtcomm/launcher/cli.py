@@ -68,7 +68,7 @@ def parser() -> argparse.ArgumentParser:
                    default=os.environ.get("DTRUN_RDZV_BACKEND", "auto"),
                    help="'native': join dt-rdzv's native port as one member per node (rounds, "
                         "liveness, restarts into new rounds); 'store': its TCPStore port; 'auto' "
-                        "(default): native when the endpoint's port is 29401 or "
+                        f"(default): native when the endpoint's port is {_native.NATIVE_PORT} or "
                         "DTCOMM_RDZV_FINGERPRINT / DTCOMM_RDZV_CACERT is set")
     p.add_argument("--max-restarts", "--max_restarts", type=int, default=0,
                    help="native rendezvous: worker-group failures this node restarts from "
@@ -253,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
         and _native.is_native(os.environ, a.rdzv_endpoint).value
     ):
         if a.rdzv_endpoint is None:
-            raise SystemExit("dtrun: --rdzv-backend native needs --rdzv-endpoint HOST:29401")
+            raise SystemExit("dtrun: --rdzv-backend native needs --rdzv-endpoint "
+                             f"HOST:{_native.NATIVE_PORT}")
         if a.nproc_per_node < 1:
             raise SystemExit("dtrun: --nproc-per-node must be at least 1")
         return _native_main(a, _command(a))

@@ -20,6 +20,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from .._dtcomm import STORE_PORT
+
 #: Variables a remote ``dtrun`` gets from this one (besides its command line).
 _FORWARD = ("DTCOMM_", "DTRUN_", "HOROVOD_", "DTRDZV_", "NCCL_", "GLOO_", "OMP_NUM_THREADS",
             "PYTHONPATH", "PYTHONUNBUFFERED", "CUDA_VISIBLE_DEVICES")
@@ -138,7 +140,7 @@ def run(hosts_text: str, np: int | None, child_args: list[str], run_id: str | No
     """Places the job, starts every host's ``dtrun``, waits for all of them."""
     placed = place(parse(hosts_text), np)
     port = int(os.environ.get("DTRUN_HOSTS_PORT", "0")) or (
-        _free_port() if is_local(placed[0].name) else 29400)
+        _free_port() if is_local(placed[0].name) else STORE_PORT)
     run_id = run_id or f"dtrun-{uuid.uuid4().hex[:8]}"
     cmds = commands(placed, child_args, run_id, port)
     layout = ", ".join(f"{h.name}: ranks {h.first}..{h.first + h.procs - 1}" for h in placed)

@@ -14,6 +14,7 @@
 //!   that serves the native protocol.
 //! * [`torchft`]: torchft's Lighthouse (quorums of replica groups, heartbeats), for many
 //!   jobs, with bounded memory.
+//! * [`ports`]: the doors' default ports.
 //!
 //! The cores, [`tcpstore::Engine`], [`etcd_v2::V2Store`], [`rendezvous::RendezvousMachine`]
 //! and the client side's [`native::member::Member`], have one shape ([`sans_io::Core`]): drivers (the tokio
@@ -24,6 +25,7 @@
 
 pub mod etcd_v2;
 pub mod native;
+pub mod ports;
 pub mod rendezvous;
 pub mod sans_io;
 pub mod tcpstore;

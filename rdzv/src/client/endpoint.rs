@@ -1,7 +1,7 @@
 //! `host:port` parsing with torchrun's conventions.
 
 /// torchrun's default rendezvous port, which `dt-rdzv serve` listens on.
-pub const DEFAULT_PORT: u16 = 29400;
+pub const DEFAULT_PORT: u16 = dt_rdzv_proto::ports::STORE;
 
 /// Splits `host[:port]` (IPv6 as `[addr]:port`) into host and port, defaulting to 29400.
 pub fn parse_endpoint(endpoint: &str) -> Result<(String, u16), String> {

@@ -10,7 +10,7 @@ use dt_rdzv_proto::native::Progress;
 use super::tls::Trust;
 
 /// Default native port of `dt-rdzv serve`.
-pub const DEFAULT_NATIVE_PORT: u16 = 29401;
+pub const DEFAULT_NATIVE_PORT: u16 = dt_rdzv_proto::ports::NATIVE;
 
 /// Where the server is and how to trust it.
 #[derive(Debug, Clone)]

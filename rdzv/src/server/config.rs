@@ -17,7 +17,7 @@ pub struct ServeConfig {
     pub host: IpAddr,
 
     /// TCPStore-compatible port (torchrun's default rendezvous port). 0 picks a free one.
-    #[arg(long, env = "DTRDZV_PORT", default_value_t = 29400)]
+    #[arg(long, env = "DTRDZV_PORT", default_value_t = dt_rdzv_proto::ports::STORE)]
     pub port: u16,
 
     /// Listen backlog (the kernel caps it at net.core.somaxconn).
@@ -80,7 +80,7 @@ pub struct ServeConfig {
     pub tcpstore_host: Option<IpAddr>,
 
     /// Native rendezvous port (QUIC, UDP). 0 picks a free one.
-    #[arg(long, env = "DTRDZV_NATIVE_PORT", default_value_t = 29401)]
+    #[arg(long, env = "DTRDZV_NATIVE_PORT", default_value_t = dt_rdzv_proto::ports::NATIVE)]
     pub native_port: u16,
 
     /// Turn the native port off.
@@ -88,7 +88,7 @@ pub struct ServeConfig {
     pub no_native: bool,
 
     /// HTTP port for /healthz, /metrics and /v1/jobs. 0 picks a free one.
-    #[arg(long, env = "DTRDZV_HTTP_PORT", default_value_t = 29402)]
+    #[arg(long, env = "DTRDZV_HTTP_PORT", default_value_t = dt_rdzv_proto::ports::HTTP)]
     pub http_port: u16,
 
     /// Turn the HTTP port off.
@@ -251,7 +251,7 @@ impl Default for ServeConfig {
     fn default() -> Self {
         Self {
             host: IpAddr::from([0u16; 8]),
-            port: 29400,
+            port: dt_rdzv_proto::ports::STORE,
             backlog: 16384,
             namespace_ttl: Ttl(Some(Duration::from_secs(300))),
             handshake_timeout: Duration::from_secs(10),
@@ -265,9 +265,9 @@ impl Default for ServeConfig {
             worker_threads: None,
             no_tcpstore: false,
             tcpstore_host: None,
-            native_port: 29401,
+            native_port: dt_rdzv_proto::ports::NATIVE,
             no_native: false,
-            http_port: 29402,
+            http_port: dt_rdzv_proto::ports::HTTP,
             no_http: false,
             etcd_v2_port: None,
             torchft_port: None,

@@ -33,7 +33,7 @@ pub(crate) struct NativeArgs {
     #[arg(
         long,
         env = "DTRDZV_NATIVE_ENDPOINT",
-        default_value = "127.0.0.1:29401"
+        default_value_t = format!("127.0.0.1:{}", dt_rdzv_proto::ports::NATIVE)
     )]
     native: String,
     /// The join token.
