@@ -59,6 +59,16 @@ impl Slot {
     }
 }
 
+/// Word indexes of a slot (the call's description is words 1..=7).
+pub(crate) const W_ID: usize = 0;
+pub(crate) const W_SEQ: usize = 8;
+/// State (8 bits), waiting_len (8 bits), waiting_total (32 bits, from bit 32).
+pub(crate) const W_STATE: usize = 9;
+pub(crate) const W_QUEUED: usize = 10;
+pub(crate) const W_STARTED: usize = 11;
+pub(crate) const W_ENDED: usize = 12;
+pub(crate) const W_WAITING: usize = 13;
+
 /// Words of a ring slot: the id, the call's description (7), seq, state and waiting
 /// counts, three times, the waited-for ranks two to a word.
 pub(crate) const WORDS: usize = 13 + MAX_WAITING_FOR / 2;
@@ -132,7 +142,6 @@ fn nonzero(v: u64) -> Option<u64> {
 
 /// A slot's words as a [`Slot`] (`None`: empty).
 pub(crate) fn decode(w: &[u64; WORDS]) -> Option<Slot> {
-    use super::ring::{W_ENDED, W_QUEUED, W_SEQ, W_STARTED, W_STATE, W_WAITING};
     let id = w[0].checked_sub(1)?;
     let state = match w[W_STATE] & 0xff {
         1 => CallState::Queued,

@@ -1,6 +1,6 @@
 //! The ring: the last `capacity` calls of this process, oldest overwritten first, with no
-//! lock. A call claims record id `n` with one `fetch_add` and owns slot `n % capacity` until
-//! call `n + capacity` takes it; each slot is a sequence lock (`seqlock.rs`) whose writers
+//! lock. A call claims record id `n` with one `fetch_add` and owns slot `n % slots` (the
+//! capacity rounded up to a power of two) until call `n + slots` takes it; each slot is a sequence lock (`seqlock.rs`) whose writers
 //! check the slot still holds their call, so a late update of an overwritten call changes
 //! nothing and a reader never sees a torn entry. Slots come in chunks allocated as calls
 //! reach them. Sans-IO: every method takes the time (the recorder's ticks).
@@ -11,26 +11,22 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use dt_rdzv_proto::native::CallState;
 use dt_rdzv_proto::native::progress::MAX_WAITING_FOR;
 
-use super::entry::{CallInfo, Slot, WORDS, decode, encode_info};
+use super::entry::{
+    CallInfo, Slot, W_ENDED, W_ID, W_QUEUED, W_SEQ, W_STARTED, W_STATE, W_WAITING, WORDS, decode,
+    encode_info,
+};
 use super::seqlock::SeqCell;
 
 /// Slots per chunk.
 const CHUNK: usize = 256;
 
-/// Word indexes of a slot (`entry.rs` encodes the call's description in 0..=7).
-pub(crate) const W_ID: usize = 0;
-pub(crate) const W_SEQ: usize = 8;
-/// State (8 bits), waiting_len (8 bits), waiting_total (32 bits, from bit 32).
-pub(crate) const W_STATE: usize = 9;
-pub(crate) const W_QUEUED: usize = 10;
-pub(crate) const W_STARTED: usize = 11;
-pub(crate) const W_ENDED: usize = 12;
-pub(crate) const W_WAITING: usize = 13;
-
 /// The recorder's ring.
 #[derive(Debug)]
 pub(crate) struct Ring {
     cap: usize,
+    /// Slots - 1: `cap` rounded up to a power of two, so finding a slot is a mask, not a
+    /// division (readers still see only the last `cap` calls).
+    mask: u64,
     next: AtomicU64,
     chunks: Box<[OnceLock<Box<[SeqCell<WORDS>]>>]>,
 }
@@ -48,10 +44,14 @@ impl Ring {
     /// An empty ring of `cap` slots (`cap > 0`); memory grows as calls come.
     pub(crate) fn new(cap: usize) -> Ring {
         assert!(cap > 0, "a ring has at least one slot");
+        let slots = cap.next_power_of_two();
         Ring {
             cap,
+            mask: slots as u64 - 1,
             next: AtomicU64::new(0),
-            chunks: (0..cap.div_ceil(CHUNK)).map(|_| OnceLock::new()).collect(),
+            chunks: (0..slots.div_ceil(CHUNK))
+                .map(|_| OnceLock::new())
+                .collect(),
         }
     }
 
@@ -66,9 +66,9 @@ impl Ring {
     }
 
     fn cell(&self, id: u64) -> &SeqCell<WORDS> {
-        let i = (id % self.cap as u64) as usize;
+        let i = (id & self.mask) as usize;
         let chunk = self.chunks[i / CHUNK].get_or_init(|| {
-            let n = CHUNK.min(self.cap - i / CHUNK * CHUNK);
+            let n = CHUNK.min(self.mask as usize + 1 - i / CHUNK * CHUNK);
             (0..n).map(|_| SeqCell::default()).collect()
         });
         &chunk[i % CHUNK]
@@ -158,7 +158,8 @@ impl Ring {
 
     /// A copy of call `id`'s slot, if it was not overwritten.
     pub(crate) fn slot(&self, id: u64) -> Option<Slot> {
-        if id >= self.next_id() {
+        let next = self.next_id();
+        if id >= next || id + (self.cap as u64) < next {
             return None;
         }
         let words = self.cell(id).read()?;
