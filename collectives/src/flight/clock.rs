@@ -80,12 +80,13 @@ impl Clock {
             let a = self.now();
             let ns = self.base.elapsed().as_nanos() as u64;
             let b = self.now();
-            if best.is_none_or(|(x, _, y)| b - a < y - x) {
+            if best.is_none_or(|(x, _, y)| b.abs_diff(a) < y.abs_diff(x)) {
                 best = Some((a, ns, b));
             }
         }
         let (a, ns, b) = best.expect("three tries");
-        let ticks = a + (b - a) / 2;
+        // (Read on two CPUs, `b` may trail `a` by a few ticks: never a wrap.)
+        let ticks = a.midpoint(b);
         Rate {
             ns_per_tick: if ticks > 1 {
                 ns as f64 / (ticks - 1) as f64
