@@ -136,6 +136,7 @@ impl Communicator {
                 host_ranks: AtomicUsize::new(1),
                 cancel,
                 flight: OnceLock::new(),
+                flight_live: OnceLock::new(),
                 subsets: AtomicU64::new(0),
             }),
             progress: OnceLock::new(),

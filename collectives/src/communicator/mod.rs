@@ -72,6 +72,9 @@ pub(crate) struct Inner {
     cancel: Arc<Mutex<Option<String>>>,
     /// The flight recorder's group of this communicator (unset: a world communicator).
     flight: OnceLock<crate::flight::Group>,
+    /// This communicator in the recorder, made at its first recorded call (`None`: the
+    /// recorder is off); its group is fixed from then on.
+    flight_live: OnceLock<Option<Arc<crate::flight::Live>>>,
     /// Subsets made from this communicator so far (their recorder groups' ids count them).
     subsets: AtomicU64,
 }

@@ -1,6 +1,7 @@
 //! The communicator's calls in the flight recorder (`crate::flight`): what a call is to it,
 //! its sequence number, and the group this communicator is (world, a subset, or what a front
-//! end says with [`Communicator::set_flight_group`]).
+//! end says with [`Communicator::set_flight_group`]), and its [`flight::Live`] part, made at
+//! its first call.
 
 use std::sync::atomic::Ordering;
 
@@ -15,7 +16,10 @@ impl Communicator {
     /// for rank `r`), e.g. for a torch `new_group` built through a store. Only before the
     /// first call and only once; returns whether it was taken.
     pub fn set_flight_group(&self, id: u64, global_ranks: Vec<u32>) -> bool {
-        if id == flight::WORLD_GROUP || global_ranks.len() != self.inner.world {
+        if id == flight::WORLD_GROUP
+            || global_ranks.len() != self.inner.world
+            || self.inner.flight_live.get().is_some()
+        {
             return false;
         }
         self.inner
@@ -47,21 +51,27 @@ impl Inner {
         self.flight.get().unwrap_or(Group::world())
     }
 
+    /// This communicator in the recorder (`None`: it is off), made at the first call.
+    fn flight_live(&self) -> Option<&flight::Live> {
+        self.flight_live
+            .get_or_init(|| flight::register(self.flight_group(), self.rank, self.world))
+            .as_deref()
+    }
+
     /// What `call` is to the recorder.
-    fn flight_info(&self, call: &Call) -> CallInfo {
-        let g = self.flight_group();
+    fn flight_info(&self, live: &flight::Live, call: &Call) -> CallInfo {
         let input = call.send.or(call.recv);
         let group_peer = match call.collective {
             Collective::Send { peer } | Collective::Recv { peer } => Some(peer),
             _ => None,
         };
         CallInfo {
-            group: g.id,
-            group_size: self.world as u32,
-            rank: g.global(self.rank),
+            group: live.group,
+            group_size: live.group_size,
+            rank: live.rank,
             group_rank: self.rank as u32,
             op: call.collective.name(),
-            peer: group_peer.map(|p| g.global(p)),
+            peer: group_peer.map(|p| live.global(p)),
             group_peer: group_peer.map(|p| p as u32),
             p2p: matches!(
                 call.collective,
@@ -79,23 +89,21 @@ impl Inner {
 
     /// Records `call` as submitted behind others.
     pub(super) fn flight_queued(&self, call: &Call) -> Option<Record> {
-        if !flight::enabled() {
-            return None;
-        }
-        flight::queued(self.flight_info(call))
+        let live = self.flight_live()?;
+        flight::queued(live, &self.flight_info(live, call))
     }
 
     /// Records `call` (queued as `queued`, or new) as starting now, under the state lock: its
-    /// sequence number, from 1, is the one it is about to take.
+    /// sequence number, from 1, is the one it is about to take. A `watched` call (on a device)
+    /// may end after later calls start.
     pub(super) fn flight_start(
         &self,
         st: &State,
         call: &Call,
         queued: Option<Record>,
+        watched: bool,
     ) -> Option<Record> {
-        if !flight::enabled() {
-            return None;
-        }
+        let live = self.flight_live()?;
         let next = |v: &[u64], p: usize| v.get(p).map_or(0, |s| s + 1);
         let seq = match call.collective {
             Collective::Send { peer } => next(&st.send_seq, peer),
@@ -103,20 +111,21 @@ impl Inner {
             Collective::RecvAny { .. } => 0,
             _ => st.seq + 1,
         };
-        let g = self.flight_group();
-        flight::started(queued, self.flight_info(call), seq, g.globals.as_ref())
+        flight::started(live, queued, || self.flight_info(live, call), seq, watched)
     }
 
-    /// Records the end of a call; a timeout dumps the trace when the environment asks.
+    /// Records the end of a call (one that was not `watched` ends under the state lock); a
+    /// timeout dumps the trace when the environment asks.
     pub(super) fn flight_end(&self, rec: Option<Record>, r: &Result<(), CommError>) {
-        if rec.is_none() {
+        let (Some(rec), Some(live)) = (rec, self.flight_live.get().and_then(|l| l.as_deref()))
+        else {
             return;
-        }
-        flight::ended(rec, r.is_ok());
+        };
+        flight::ended(live, rec, r.is_ok());
         if let Err(e) = r
             && is_timeout(e)
         {
-            flight::on_timeout(self.flight_group().global(self.rank));
+            flight::on_timeout(live.rank);
         }
     }
 }

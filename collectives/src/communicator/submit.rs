@@ -27,7 +27,7 @@ impl Communicator {
         inner.check(call)?;
         let device = crate::device::plan::device_of(call);
         let mut st = inner.drained_for(call, device.is_some())?;
-        let rec = inner.flight_start(&st, call, None);
+        let rec = inner.flight_start(&st, call, None, device.is_some());
         if let Some((device, stream)) = device {
             let r = (|| {
                 inner.refuse_if_over(&mut st, call)?;
@@ -41,8 +41,9 @@ impl Communicator {
         }
         // SAFETY: the caller's contract.
         let r = unsafe { inner.execute(&mut st, call) };
-        drop(st);
+        // Under the state lock: the next call's start is recorded after this end.
         inner.flight_end(rec, &r);
+        drop(st);
         r
     }
 
@@ -97,13 +98,14 @@ impl Communicator {
         let queued = inner.flight_queued(&call);
         let job_inner = inner.clone();
         let job: Job = Box::new(move || {
-            let (r, rec) = {
+            let r = {
                 let mut st = lock(&job_inner.state);
-                let rec = job_inner.flight_start(&st, &call, queued);
+                let rec = job_inner.flight_start(&st, &call, queued, false);
                 // SAFETY: the submitter's contract covers the time until completion.
-                (unsafe { job_inner.execute(&mut st, &call) }, rec)
+                let r = unsafe { job_inner.execute(&mut st, &call) };
+                job_inner.flight_end(rec, &r);
+                r
             };
-            job_inner.flight_end(rec, &r);
             finish(&job_inner, r);
         });
         self.to_progress(job);
@@ -136,7 +138,7 @@ impl Communicator {
             .and_then(|()| inner.check(&call))
             .and_then(|()| inner.drained_for(&call, true))
             .and_then(|mut st| {
-                rec = inner.flight_start(&st, &call, None);
+                rec = inner.flight_start(&st, &call, None, true);
                 inner.refuse_if_over(&mut st, &call)?;
                 // SAFETY: the caller's contract.
                 unsafe { inner.enqueue_device(&mut st, &call, device, stream) }

@@ -1,5 +1,6 @@
-//! One recorded call: the slot the ring keeps ([`Slot`], plain data, no allocation) and the
-//! snapshot callers get ([`Entry`], wall-clock times and the waited-for ranks as a list).
+//! One recorded call: the ring's words of it (encoded and decoded here), a copy of them
+//! ([`Slot`]) and the snapshot callers get ([`Entry`], wall-clock times and the waited-for
+//! ranks as a list).
 
 use dt_rdzv_proto::native::CallState;
 use dt_rdzv_proto::native::progress::MAX_WAITING_FOR;
@@ -36,7 +37,7 @@ pub struct CallInfo {
     pub timeout_ms: u64,
 }
 
-/// A ring slot: one call, its times in nanoseconds on the recorder's monotonic clock.
+/// A copy of a ring slot: one call, its times in the recorder's ticks (`clock.rs`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Slot {
     pub id: u64,
@@ -53,24 +54,133 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
-    pub(crate) fn new(id: u64, info: CallInfo, seq: u64, state: CallState, now: u64) -> Slot {
-        Slot {
-            id,
-            info,
-            seq,
-            state,
-            queued: now,
-            started: (state != CallState::Queued).then_some(now),
-            ended: None,
-            waiting: [0; MAX_WAITING_FOR],
-            waiting_len: 0,
-            waiting_total: 0,
-        }
-    }
-
     pub(crate) fn waiting_for(&self) -> &[u32] {
         &self.waiting[..self.waiting_len as usize]
     }
+}
+
+/// Word indexes of a slot (the call's description is words 1..=7).
+pub(crate) const W_ID: usize = 0;
+pub(crate) const W_SEQ: usize = 8;
+/// State (8 bits), waiting_len (8 bits), waiting_total (32 bits, from bit 32).
+pub(crate) const W_STATE: usize = 9;
+pub(crate) const W_QUEUED: usize = 10;
+pub(crate) const W_STARTED: usize = 11;
+pub(crate) const W_ENDED: usize = 12;
+pub(crate) const W_WAITING: usize = 13;
+
+/// Words of a ring slot: the id, the call's description (7), seq, state and waiting
+/// counts, three times, the waited-for ranks two to a word.
+pub(crate) const WORDS: usize = 13 + MAX_WAITING_FOR / 2;
+
+/// The operations' names, by code (`Collective::name`'s).
+const OPS: [&str; 12] = [
+    "all_reduce",
+    "broadcast",
+    "reduce",
+    "all_gather",
+    "reduce_scatter",
+    "gather",
+    "scatter",
+    "all_to_all",
+    "barrier",
+    "send/recv",
+    "send",
+    "recv",
+];
+
+/// `op`'s code (a `match`, compiled to a switch on the length and one comparison).
+pub(crate) fn op_code(op: &str) -> u64 {
+    match op {
+        "all_reduce" => 0,
+        "broadcast" => 1,
+        "reduce" => 2,
+        "all_gather" => 3,
+        "reduce_scatter" => 4,
+        "gather" => 5,
+        "scatter" => 6,
+        "all_to_all" => 7,
+        "barrier" => 8,
+        "send/recv" => 9,
+        "send" => 10,
+        "recv" => 11,
+        _ => 0xff,
+    }
+}
+
+/// The name of op code `c`.
+pub(crate) fn op_name(c: u64) -> &'static str {
+    OPS.get(c as usize).copied().unwrap_or("?")
+}
+
+const NONE32: u64 = u32::MAX as u64;
+
+/// `info` as words 1..=7 of a slot.
+pub(crate) fn encode_info(i: &CallInfo) -> [u64; 7] {
+    [
+        i.group,
+        u64::from(i.group_size) | (u64::from(i.rank) << 32),
+        u64::from(i.group_rank) | (i.peer.map_or(NONE32, u64::from) << 32),
+        i.group_peer.map_or(NONE32, u64::from)
+            | (u64::from(i.dtype as u8) << 32)
+            | (op_code(i.op) << 40)
+            | (u64::from(i.p2p) << 48),
+        i.in_count,
+        i.out_count,
+        i.timeout_ms,
+    ]
+}
+
+fn opt32(v: u64) -> Option<u32> {
+    let v = v & NONE32;
+    (v != NONE32).then_some(v as u32)
+}
+
+fn nonzero(v: u64) -> Option<u64> {
+    (v != 0).then_some(v)
+}
+
+/// A slot's words as a [`Slot`] (`None`: empty).
+pub(crate) fn decode(w: &[u64; WORDS]) -> Option<Slot> {
+    let id = w[0].checked_sub(1)?;
+    let state = match w[W_STATE] & 0xff {
+        1 => CallState::Queued,
+        2 => CallState::Started,
+        3 => CallState::Completed,
+        4 => CallState::Failed,
+        _ => return None,
+    };
+    let info = CallInfo {
+        group: w[1],
+        group_size: w[2] as u32,
+        rank: (w[2] >> 32) as u32,
+        group_rank: w[3] as u32,
+        peer: opt32(w[3] >> 32),
+        group_peer: opt32(w[4]),
+        dtype: DType::from_u8((w[4] >> 32) as u8).unwrap_or(DType::U8),
+        op: op_name((w[4] >> 40) & 0xff),
+        p2p: (w[4] >> 48) & 1 == 1,
+        in_count: w[5],
+        out_count: w[6],
+        timeout_ms: w[7],
+    };
+    let mut waiting = [0u32; MAX_WAITING_FOR];
+    for (k, pair) in waiting.chunks_mut(2).enumerate() {
+        pair[0] = w[W_WAITING + k] as u32;
+        pair[1] = (w[W_WAITING + k] >> 32) as u32;
+    }
+    Some(Slot {
+        id,
+        info,
+        seq: w[W_SEQ],
+        state,
+        queued: w[W_QUEUED],
+        started: nonzero(w[W_STARTED]),
+        ended: nonzero(w[W_ENDED]),
+        waiting,
+        waiting_len: ((w[W_STATE] >> 8) & 0xff).min(MAX_WAITING_FOR as u64) as u8,
+        waiting_total: (w[W_STATE] >> 32) as u32,
+    })
 }
 
 /// A recorded call, as [`entries`](super::entries) returns it.
@@ -98,4 +208,17 @@ pub struct Entry {
     pub waiting_for: Vec<u32>,
     /// How many ranks it waited for in all.
     pub waiting_total: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn op_codes_name_every_op() {
+        for (i, op) in OPS.iter().enumerate() {
+            assert_eq!(op_code(op), i as u64);
+        }
+        assert_eq!(op_code("nope"), 0xff);
+    }
 }

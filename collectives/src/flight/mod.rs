@@ -1,6 +1,9 @@
 //! The flight recorder: every call of every communicator of this process, in a fixed ring
-//! (`ring.rs`), cheap enough to stay on (one uncontended lock per state change; the peers a
-//! call waits for are written only where a wait parks, after its spin budget).
+//! (`ring.rs`, no lock: a `fetch_add` claims a slot, a sequence lock per slot keeps readers
+//! from torn entries), cheap enough to stay on: one TSC read per state change (`clock.rs`),
+//! a few atomic operations, no allocation; each communicator keeps its open calls and counts
+//! for the summary (`live.rs`); the peers a call waits for are written only where a wait
+//! parks, after its spin budget.
 //!
 //! * [`summary`]: a rank's compact summary for its heartbeats ([`Progress`]);
 //! * [`entries`]: a snapshot of the ring;
@@ -15,29 +18,38 @@
 //! that JSON readers keep it exact. Ranks are global ranks: a world communicator's own, or
 //! what [`Communicator::set_flight_group`](crate::Communicator::set_flight_group) says.
 
+mod clock;
 pub mod config;
 mod entry;
 mod fr;
+mod live;
 mod pickle;
 mod ring;
+mod seqlock;
 mod summary;
 
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use dt_rdzv_proto::native::progress::WORLD_GROUP;
 pub use dt_rdzv_proto::native::{CallState, Progress};
 pub use entry::{CallInfo, Entry};
 pub use fr::{MAX_DUMP_ENTRIES, dump, dump_bytes};
+pub(crate) use live::Live;
 
+use clock::Clock;
+use live::Registry;
 use ring::Ring;
 
 /// The recorder of this process.
 struct Recorder {
-    base: Instant,
+    clock: Clock,
+    /// Wall-clock ns when the clock started.
     base_wall_ns: u64,
-    ring: Mutex<Ring>,
+    ring: Ring,
+    /// The communicators, for summaries and the peers a call waits for.
+    registry: Registry,
     /// The global ranks of the groups made here: (group, ranks), for the dumps' `pg_config`.
     groups: Mutex<Vec<(u64, Arc<[u32]>)>>,
 }
@@ -51,13 +63,17 @@ fn recorder() -> Option<&'static Recorder> {
     RECORDER
         .get_or_init(|| {
             let cap = config::capacity();
-            (cap > 0).then(|| Recorder {
-                base: Instant::now(),
-                base_wall_ns: SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map_or(0, |d| d.as_nanos() as u64),
-                ring: Mutex::new(Ring::new(cap)),
-                groups: Mutex::new(Vec::new()),
+            (cap > 0).then(|| {
+                let clock = Clock::start();
+                Recorder {
+                    base_wall_ns: SystemTime::now()
+                        .duration_since(UNIX_EPOCH)
+                        .map_or(0, |d| d.as_nanos() as u64),
+                    clock,
+                    ring: Ring::new(cap),
+                    registry: Registry::default(),
+                    groups: Mutex::new(Vec::new()),
+                }
             })
         })
         .as_ref()
@@ -67,15 +83,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-impl Recorder {
-    fn now(&self) -> u64 {
-        self.base.elapsed().as_nanos() as u64
-    }
-    fn wall(&self, mono: u64) -> u64 {
-        self.base_wall_ns.saturating_add(mono)
-    }
-}
-
 /// Whether the recorder is on (`DTCOMM_FR_BUFFER_SIZE` is not 0).
 pub fn enabled() -> bool {
     recorder().is_some()
@@ -83,18 +90,26 @@ pub fn enabled() -> bool {
 
 /// The ring's capacity (0: off).
 pub fn capacity() -> usize {
-    recorder().map_or(0, |r| lock(&r.ring).capacity())
+    recorder().map_or(0, |r| r.ring.capacity())
 }
 
 /// Rank `rank`'s summary for round `round`: its pending calls (the oldest per group, oldest
 /// first), its last completed collective per group, how long it has been in no call, cut to
-/// the protocol's bounds. Reads the calls in flight and a small table, not the ring: meant
-/// for every heartbeat. Empty when the recorder is off.
+/// the protocol's bounds. Reads each communicator's open calls and counts, not the ring:
+/// meant for every heartbeat. Empty when the recorder is off.
 pub fn summary(rank: u32, round: u64) -> Progress {
     match recorder() {
         Some(r) => {
-            let ring = lock(&r.ring);
-            summary::summarize(&ring, rank, round, r.now())
+            let rate = r.clock.rate();
+            let view = r.registry.view(rank);
+            summary::summarize(
+                &view,
+                |id| r.ring.slot(id),
+                |t| rate.ns(t),
+                rank,
+                round,
+                rate.now_ticks(),
+            )
         }
         None => Progress {
             rank,
@@ -104,23 +119,30 @@ pub fn summary(rank: u32, round: u64) -> Progress {
     }
 }
 
-/// A snapshot of the ring, oldest first (every rank of this process).
+/// A snapshot of the ring, oldest first (every rank of this process). Each entry is a
+/// consistent copy (never half of one state change and half of the next).
 pub fn entries() -> Vec<Entry> {
     let Some(r) = recorder() else {
         return Vec::new();
     };
-    let now = r.now();
-    let ring = lock(&r.ring);
-    ring.slots()
+    let rate = r.clock.rate();
+    let wall = |t: u64| r.base_wall_ns.saturating_add(rate.ns(t));
+    let now = rate.now_ns();
+    r.ring
+        .slots()
+        .into_iter()
         .map(|s| Entry {
             record_id: s.id,
             info: s.info,
             seq: s.seq,
             state: s.state,
-            time_queued_ns: r.wall(s.queued),
-            time_started_ns: s.started.map(|t| r.wall(t)),
-            time_ended_ns: s.ended.map(|t| r.wall(t)),
-            duration_ns: s.ended.unwrap_or(now).saturating_sub(s.queued),
+            time_queued_ns: wall(s.queued),
+            time_started_ns: s.started.map(wall),
+            time_ended_ns: s.ended.map(wall),
+            duration_ns: s
+                .ended
+                .map_or(now, |t| rate.ns(t))
+                .saturating_sub(rate.ns(s.queued)),
             waiting_for: s.waiting_for().to_vec(),
             waiting_total: s.waiting_total,
         })
@@ -213,67 +235,102 @@ pub(crate) fn subgroup_id(parent: u64, count: u64, sorted: &[u32]) -> u64 {
     if id == WORLD_GROUP { 1 } else { id }
 }
 
+/// A communicator in the recorder: `group`'s rank `local` (`None` when the recorder is off).
+pub(crate) fn register(group: &Group, local: usize, size: usize) -> Option<Arc<Live>> {
+    let r = recorder()?;
+    Some(r.registry.register(
+        group.global(local),
+        group.id,
+        size as u32,
+        group.globals.clone(),
+    ))
+}
+
 /// A call being recorded: what [`queued`], [`started`] and [`ended`] pass along.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Record {
     id: u64,
-    info: CallInfo,
     seq: u64,
+    op: &'static str,
+    p2p: bool,
+    /// In the communicator's list of open calls (queued or watched), not its running slot.
+    listed: bool,
 }
-
-/// A call running on this thread: its record id and its group's global ranks.
-type Current = (u64, Option<Arc<[u32]>>);
 
 thread_local! {
-    /// The call this thread runs now, and its group's global ranks (for [`waiting`]).
-    static CURRENT: RefCell<Option<Current>> = const { RefCell::new(None) };
+    /// The call this thread runs now: record id + 1 (0: none) and its communicator's key
+    /// (for [`waiting`]).
+    static CURRENT: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
 }
 
-/// Records a call submitted behind others (its sequence number comes when it starts).
-pub(crate) fn queued(info: CallInfo) -> Option<Record> {
+/// Records a call of `live` submitted behind others (its sequence number comes when it
+/// starts).
+pub(crate) fn queued(live: &Live, info: &CallInfo) -> Option<Record> {
     let r = recorder()?;
-    let now = r.now();
-    let id = lock(&r.ring).push(info, 0, CallState::Queued, now);
-    Some(Record { id, info, seq: 0 })
+    let id = r.ring.push(info, 0, CallState::Queued, r.clock.now());
+    live.listed(id);
+    Some(Record {
+        id,
+        seq: 0,
+        op: info.op,
+        p2p: info.p2p,
+        listed: true,
+    })
 }
 
-/// The call `queued` (or a new one of `info`) starts on this thread with sequence number
-/// `seq`; `globals` maps its group's ranks to global ranks for [`waiting`].
+/// The call `queued` (or a new one of `info`) of `live` starts on this thread with sequence
+/// number `seq`, under the communicator's state lock; a new one that is `watched` (a device
+/// call the progress thread follows to its end) goes in the list of open calls.
 pub(crate) fn started(
+    live: &Live,
     queued: Option<Record>,
-    info: CallInfo,
+    info: impl FnOnce() -> CallInfo,
     seq: u64,
-    globals: Option<&Arc<[u32]>>,
+    watched: bool,
 ) -> Option<Record> {
     let r = recorder()?;
-    let now = r.now();
-    let id = {
-        let mut ring = lock(&r.ring);
-        match queued {
-            Some(q) => {
-                ring.start(q.id, seq, now);
-                q.id
+    let now = r.clock.now();
+    let rec = match queued {
+        Some(q) => {
+            r.ring.start(q.id, seq, now);
+            Record { seq, ..q }
+        }
+        None => {
+            let info = info();
+            let id = r.ring.push(&info, seq, CallState::Started, now);
+            if watched {
+                live.listed(id);
+            } else {
+                live.running(id);
             }
-            None => ring.push(info, seq, CallState::Started, now),
+            Record {
+                id,
+                seq,
+                op: info.op,
+                p2p: info.p2p,
+                listed: watched,
+            }
         }
     };
-    CURRENT.with(|c| *c.borrow_mut() = Some((id, globals.cloned())));
-    Some(Record { id, info, seq })
+    CURRENT.with(|c| c.set((rec.id + 1, live.key())));
+    Some(rec)
 }
 
-/// The call ended (failed when `ok` is false).
-pub(crate) fn ended(rec: Option<Record>, ok: bool) {
-    let (Some(r), Some(rec)) = (recorder(), rec) else {
+/// The call ended (failed when `ok` is false). A call that ran on the caller's thread ends
+/// under the communicator's state lock.
+pub(crate) fn ended(live: &Live, rec: Record, ok: bool) {
+    let Some(r) = recorder() else {
         return;
     };
     CURRENT.with(|c| {
-        let mut c = c.borrow_mut();
-        if c.as_ref().is_some_and(|(id, _)| *id == rec.id) {
-            *c = None;
+        if c.get().0 == rec.id + 1 {
+            c.set((0, 0));
         }
     });
-    let now = r.now();
-    lock(&r.ring).end(rec.id, &rec.info, rec.seq, ok, now);
+    let now = r.clock.now();
+    r.ring.end(rec.id, ok, now);
+    let done = (ok && !rec.p2p).then_some((rec.seq, rec.op));
+    live.ended(rec.id, rec.listed, done, now);
 }
 
 /// The call this thread runs waits for `ranks` (its group's ranks): called where a wait
@@ -282,15 +339,13 @@ pub(crate) fn waiting(ranks: &[usize]) {
     let Some(r) = recorder() else {
         return;
     };
-    CURRENT.with(|c| {
-        if let Some((id, globals)) = &*c.borrow() {
-            let global = |l: usize| match globals {
-                Some(g) => g.get(l).copied().unwrap_or(l as u32),
-                None => l as u32,
-            };
-            lock(&r.ring).waiting(*id, ranks.iter().map(|l| global(*l)));
-        }
-    });
+    let (id, key) = CURRENT.with(Cell::get);
+    let Some(id) = id.checked_sub(1) else {
+        return;
+    };
+    if let Some(live) = r.registry.get(key) {
+        r.ring.waiting(id, ranks.iter().map(|l| live.global(*l)));
+    }
 }
 
 /// A call of global rank `rank` timed out: dumps this rank's trace if the environment asks

@@ -1,60 +1,57 @@
-//! The ring: the last `capacity` calls of this process, oldest overwritten first, with the
-//! little the summary needs beside it (the calls in flight, the last completed call per rank
-//! and group, per-rank counts). Sans-IO: every method takes the time (ns on the recorder's
-//! monotonic clock), so the tests drive it with made-up clocks.
+//! The ring: the last `capacity` calls of this process, oldest overwritten first, with no
+//! lock. A call claims record id `n` with one `fetch_add` and owns slot `n % slots` (the
+//! capacity rounded up to a power of two) until call `n + slots` takes it; each slot is a sequence lock (`seqlock.rs`) whose writers
+//! check the slot still holds their call, so a late update of an overwritten call changes
+//! nothing and a reader never sees a torn entry. Slots come in chunks allocated as calls
+//! reach them. Sans-IO: every method takes the time (the recorder's ticks).
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use dt_rdzv_proto::native::CallState;
 use dt_rdzv_proto::native::progress::MAX_WAITING_FOR;
 
-use super::entry::{CallInfo, Slot};
+use super::entry::{
+    CallInfo, Slot, W_ENDED, W_ID, W_QUEUED, W_SEQ, W_STARTED, W_STATE, W_WAITING, WORDS, decode,
+    encode_info,
+};
+use super::seqlock::SeqCell;
 
-/// Most (rank, group) pairs whose last completed call is kept (the least recently active go
-/// first); a summary carries at most `MAX_GROUPS` of a rank's anyway.
-pub(crate) const MAX_TRACKED_GROUPS: usize = 256;
-
-/// The last completed call of one rank in one group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct GroupLast {
-    pub rank: u32,
-    pub group: u64,
-    pub group_size: u32,
-    pub seq: u64,
-    pub op: &'static str,
-    pub at: u64,
-}
-
-/// Per rank of this process: calls recorded, calls in flight, when the last one ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct RankStats {
-    pub rank: u32,
-    pub calls: u64,
-    pub in_flight: u64,
-    pub last_end: Option<u64>,
-}
+/// Slots per chunk.
+const CHUNK: usize = 256;
 
 /// The recorder's ring.
 #[derive(Debug)]
 pub(crate) struct Ring {
     cap: usize,
-    slots: Vec<Slot>,
-    next_id: u64,
-    /// Ids of the calls not finished, in submission order.
-    pending: Vec<u64>,
-    pub(crate) groups: Vec<GroupLast>,
-    pub(crate) ranks: Vec<RankStats>,
+    /// Slots - 1: `cap` rounded up to a power of two, so finding a slot is a mask, not a
+    /// division (readers still see only the last `cap` calls).
+    mask: u64,
+    next: AtomicU64,
+    chunks: Box<[OnceLock<Box<[SeqCell<WORDS>]>>]>,
+}
+
+pub(crate) fn state_code(s: CallState) -> u64 {
+    match s {
+        CallState::Queued => 1,
+        CallState::Started => 2,
+        CallState::Completed => 3,
+        CallState::Failed => 4,
+    }
 }
 
 impl Ring {
     /// An empty ring of `cap` slots (`cap > 0`); memory grows as calls come.
     pub(crate) fn new(cap: usize) -> Ring {
         assert!(cap > 0, "a ring has at least one slot");
+        let slots = cap.next_power_of_two();
         Ring {
             cap,
-            slots: Vec::with_capacity(cap.min(64)),
-            next_id: 0,
-            pending: Vec::new(),
-            groups: Vec::new(),
-            ranks: Vec::new(),
+            mask: slots as u64 - 1,
+            next: AtomicU64::new(0),
+            chunks: (0..slots.div_ceil(CHUNK))
+                .map(|_| OnceLock::new())
+                .collect(),
         }
     }
 
@@ -63,135 +60,123 @@ impl Ring {
         self.cap
     }
 
-    fn rank_mut(&mut self, rank: u32) -> &mut RankStats {
-        match self.ranks.iter().position(|r| r.rank == rank) {
-            Some(i) => &mut self.ranks[i],
-            None => {
-                self.ranks.push(RankStats {
-                    rank,
-                    calls: 0,
-                    in_flight: 0,
-                    last_end: None,
-                });
-                self.ranks.last_mut().expect("just pushed")
-            }
-        }
+    /// The next record id (how many calls were recorded).
+    pub(crate) fn next_id(&self) -> u64 {
+        self.next.load(Ordering::Acquire)
+    }
+
+    fn cell(&self, id: u64) -> &SeqCell<WORDS> {
+        let i = (id & self.mask) as usize;
+        let chunk = self.chunks[i / CHUNK].get_or_init(|| {
+            let n = CHUNK.min(self.mask as usize + 1 - i / CHUNK * CHUNK);
+            (0..n).map(|_| SeqCell::default()).collect()
+        });
+        &chunk[i % CHUNK]
     }
 
     /// Records a new call (queued, or started at once with its sequence number); returns its
     /// record id.
-    pub(crate) fn push(&mut self, info: CallInfo, seq: u64, state: CallState, now: u64) -> u64 {
-        let id = self.next_id;
-        self.next_id += 1;
-        let slot = Slot::new(id, info, seq, state, now);
-        if self.slots.len() < self.cap {
-            self.slots.push(slot);
-        } else {
-            let i = (id % self.cap as u64) as usize;
-            self.slots[i] = slot;
+    pub(crate) fn push(&self, info: &CallInfo, seq: u64, state: CallState, now: u64) -> u64 {
+        let id = self.next.fetch_add(1, Ordering::AcqRel);
+        let w = self.cell(id).write();
+        // A call `capacity` later wrote here first (this thread was preempted): it stays.
+        if w.get(W_ID) > id + 1 {
+            return id;
         }
-        self.pending.push(id);
-        let r = self.rank_mut(info.rank);
-        r.calls += 1;
-        r.in_flight += 1;
+        w.set(W_ID, id + 1);
+        for (i, v) in encode_info(info).into_iter().enumerate() {
+            w.set(1 + i, v);
+        }
+        w.set(W_SEQ, seq);
+        w.set(W_STATE, state_code(state));
+        w.set(W_QUEUED, now);
+        w.set(W_STARTED, if state == CallState::Queued { 0 } else { now });
+        w.set(W_ENDED, 0);
         id
     }
 
-    /// The slot of record `id`, if it was not overwritten.
-    pub(crate) fn slot(&self, id: u64) -> Option<&Slot> {
-        let s = self.slots.get((id % self.cap as u64) as usize)?;
-        (s.id == id).then_some(s)
-    }
-
-    fn slot_mut(&mut self, id: u64) -> Option<&mut Slot> {
-        let s = self.slots.get_mut((id % self.cap as u64) as usize)?;
-        (s.id == id).then_some(s)
+    /// Runs `f` on call `id`'s slot if it still holds it.
+    fn update(&self, id: u64, f: impl FnOnce(&super::seqlock::Write<'_, WORDS>)) {
+        let w = self.cell(id).write();
+        if w.get(W_ID) == id + 1 {
+            f(&w);
+        }
     }
 
     /// A queued call starts, with its sequence number.
-    pub(crate) fn start(&mut self, id: u64, seq: u64, now: u64) {
-        if let Some(s) = self.slot_mut(id) {
-            s.seq = seq;
-            s.state = CallState::Started;
-            s.started = Some(now);
-        }
+    pub(crate) fn start(&self, id: u64, seq: u64, now: u64) {
+        self.update(id, |w| {
+            w.set(W_SEQ, seq);
+            let st = w.get(W_STATE);
+            w.set(W_STATE, (st & !0xff) | state_code(CallState::Started));
+            w.set(W_STARTED, now);
+        });
     }
 
     /// The ranks (global) a started call waits for, as of now.
-    pub(crate) fn waiting(&mut self, id: u64, ranks: impl Iterator<Item = u32>) {
-        if let Some(s) = self.slot_mut(id) {
-            let mut n = 0usize;
-            for r in ranks {
-                if n < MAX_WAITING_FOR {
-                    s.waiting[n] = r;
-                }
-                n += 1;
+    pub(crate) fn waiting(&self, id: u64, ranks: impl Iterator<Item = u32>) {
+        let mut named = [0u32; MAX_WAITING_FOR];
+        let mut n = 0usize;
+        for r in ranks {
+            if n < MAX_WAITING_FOR {
+                named[n] = r;
             }
-            s.waiting_len = n.min(MAX_WAITING_FOR) as u8;
-            s.waiting_total = n as u32;
+            n += 1;
         }
+        let len = n.min(MAX_WAITING_FOR) as u64;
+        self.update(id, |w| {
+            for (k, pair) in named.chunks(2).enumerate() {
+                w.set(
+                    W_WAITING + k,
+                    u64::from(pair[0]) | (u64::from(pair[1]) << 32),
+                );
+            }
+            let st = w.get(W_STATE) & 0xff;
+            w.set(
+                W_STATE,
+                st | (len << 8) | ((n as u64).min(u64::from(u32::MAX)) << 32),
+            );
+        });
     }
 
-    /// Call `id` of `info` (sequence number `seq`) ended, successfully or not.
-    pub(crate) fn end(&mut self, id: u64, info: &CallInfo, seq: u64, ok: bool, now: u64) {
-        if let Some(s) = self.slot_mut(id) {
-            s.state = if ok {
+    /// Call `id` ended, successfully or not.
+    pub(crate) fn end(&self, id: u64, ok: bool, now: u64) {
+        self.update(id, |w| {
+            let st = w.get(W_STATE);
+            let state = if ok {
                 CallState::Completed
             } else {
                 CallState::Failed
             };
-            s.started.get_or_insert(now);
-            s.ended = Some(now);
-        }
-        if let Some(i) = self.pending.iter().rposition(|p| *p == id) {
-            self.pending.remove(i);
-        }
-        let r = self.rank_mut(info.rank);
-        r.in_flight = r.in_flight.saturating_sub(1);
-        r.last_end = Some(now);
-        if ok && !info.p2p {
-            self.completed(info, seq, now);
-        }
+            w.set(W_STATE, (st & !0xff) | state_code(state));
+            if w.get(W_STARTED) == 0 {
+                w.set(W_STARTED, now);
+            }
+            w.set(W_ENDED, now);
+        });
     }
 
-    fn completed(&mut self, info: &CallInfo, seq: u64, now: u64) {
-        let last = GroupLast {
-            rank: info.rank,
-            group: info.group,
-            group_size: info.group_size,
-            seq,
-            op: info.op,
-            at: now,
-        };
-        match self
-            .groups
-            .iter()
-            .position(|g| g.rank == info.rank && g.group == info.group)
-        {
-            Some(i) => self.groups[i] = last,
-            None if self.groups.len() < MAX_TRACKED_GROUPS => self.groups.push(last),
-            None => {
-                let oldest = (0..self.groups.len())
-                    .min_by_key(|&i| self.groups[i].at)
-                    .expect("full");
-                self.groups[oldest] = last;
+    /// A copy of call `id`'s slot, if it was not overwritten.
+    pub(crate) fn slot(&self, id: u64) -> Option<Slot> {
+        let next = self.next_id();
+        if id >= next || id + (self.cap as u64) < next {
+            return None;
+        }
+        let words = self.cell(id).read()?;
+        (words[W_ID] == id + 1).then(|| decode(&words)).flatten()
+    }
+
+    /// Every call still in the ring, oldest first.
+    pub(crate) fn slots(&self) -> Vec<Slot> {
+        let next = self.next_id();
+        let first = next.saturating_sub(self.cap as u64);
+        let mut out = Vec::with_capacity((next - first) as usize);
+        for id in first..next {
+            if let Some(s) = self.slot(id) {
+                out.push(s);
             }
         }
-    }
-
-    /// The calls in flight still in the ring, in submission order.
-    pub(crate) fn pending(&self) -> impl Iterator<Item = &Slot> {
-        self.pending.iter().filter_map(|id| self.slot(*id))
-    }
-
-    /// Every slot, oldest first.
-    pub(crate) fn slots(&self) -> impl Iterator<Item = &Slot> {
-        let split = if self.slots.len() < self.cap {
-            0
-        } else {
-            (self.next_id % self.cap as u64) as usize
-        };
-        self.slots[split..].iter().chain(&self.slots[..split])
+        out
     }
 }
 
@@ -219,80 +204,106 @@ pub(crate) mod tests {
 
     #[test]
     fn wraps_around_keeping_the_newest_in_order() {
-        let mut r = Ring::new(3);
+        let r = Ring::new(3);
         let i = info(0, 0, "all_reduce");
         for n in 0..5u64 {
-            let id = r.push(i, n + 1, CallState::Started, n);
-            r.end(id, &i, n + 1, true, n);
+            let id = r.push(&i, n + 1, CallState::Started, n + 1);
+            r.end(id, true, n + 1);
         }
-        let ids: Vec<u64> = r.slots().map(|s| s.id).collect();
+        let ids: Vec<u64> = r.slots().iter().map(|s| s.id).collect();
         assert_eq!(ids, vec![2, 3, 4]);
         assert!(r.slot(1).is_none());
         assert_eq!(r.slot(4).map(|s| s.seq), Some(5));
-        assert_eq!(r.ranks[0].calls, 5);
-        assert_eq!(r.ranks[0].in_flight, 0);
+        assert_eq!(r.slot(4).unwrap().info, i);
+        // A late update of an overwritten call changes nothing.
+        r.end(1, false, 99);
+        assert!(r.slots().iter().all(|s| s.state == CallState::Completed));
     }
 
     #[test]
     fn states_go_queued_started_completed_or_failed() {
-        let mut r = Ring::new(8);
-        let i = info(1, 0, "broadcast");
-        let a = r.push(i, 0, CallState::Queued, 10);
-        let b = r.push(i, 0, CallState::Queued, 11);
+        let r = Ring::new(8);
+        let mut i = info(1, 0, "recv");
+        i.p2p = true;
+        i.peer = Some(3);
+        i.group_peer = Some(2);
+        i.dtype = DType::I64;
+        let a = r.push(&i, 0, CallState::Queued, 10);
+        let b = r.push(&i, 0, CallState::Queued, 11);
         assert_eq!(r.slot(a).unwrap().state, CallState::Queued);
         assert_eq!(r.slot(a).unwrap().started, None);
         r.start(a, 7, 20);
         assert_eq!(r.slot(a).unwrap().state, CallState::Started);
         assert_eq!(r.slot(a).unwrap().seq, 7);
-        r.end(a, &i, 7, true, 30);
+        r.end(a, true, 30);
         r.start(b, 8, 31);
-        r.end(b, &i, 8, false, 40);
+        r.end(b, false, 40);
         let s = r.slot(b).unwrap();
         assert_eq!(
-            (s.state, s.started, s.ended),
-            (CallState::Failed, Some(31), Some(40))
+            (s.state, s.queued, s.started, s.ended),
+            (CallState::Failed, 11, Some(31), Some(40))
         );
-        assert_eq!(r.pending().count(), 0);
-        // The last completed call of the group is the successful one.
-        assert_eq!(r.groups[0].seq, 7);
+        assert_eq!(s.info, i);
     }
 
     #[test]
     fn waiting_for_is_bounded_and_counts_the_rest() {
-        let mut r = Ring::new(2);
+        let r = Ring::new(2);
         let i = info(0, 0, "all_reduce");
-        let id = r.push(i, 1, CallState::Started, 0);
+        let id = r.push(&i, 1, CallState::Started, 1);
         r.waiting(id, 1..41);
         let s = r.slot(id).unwrap();
         assert_eq!(s.waiting_for().len(), MAX_WAITING_FOR);
         assert_eq!(s.waiting_for()[0], 1);
+        assert_eq!(s.waiting_for()[15], 16);
         assert_eq!(s.waiting_total, 40);
+        r.end(id, true, 2);
+        assert_eq!(r.slot(id).unwrap().waiting_total, 40);
     }
 
     #[test]
-    fn a_pending_call_overwritten_leaves_no_trace_but_its_end_is_counted() {
-        let mut r = Ring::new(1);
-        let i = info(0, 0, "all_reduce");
-        let stuck = r.push(i, 1, CallState::Started, 0);
-        let j = info(0, 5, "barrier");
-        let other = r.push(j, 1, CallState::Started, 1);
-        r.end(other, &j, 1, true, 2);
-        assert_eq!(r.pending().count(), 0);
-        assert_eq!(r.ranks[0].in_flight, 1);
-        r.end(stuck, &i, 1, true, 3);
-        assert_eq!(r.ranks[0].in_flight, 0);
-        assert_eq!(r.groups.len(), 2);
-    }
-
-    #[test]
-    fn tracked_groups_are_bounded() {
-        let mut r = Ring::new(4);
-        for g in 0..(MAX_TRACKED_GROUPS as u64 + 10) {
-            let i = info(0, g, "barrier");
-            let id = r.push(i, 1, CallState::Started, g);
-            r.end(id, &i, 1, true, g);
-        }
-        assert_eq!(r.groups.len(), MAX_TRACKED_GROUPS);
-        assert!(r.groups.iter().all(|g| g.group >= 10));
+    fn writers_on_many_threads_and_a_reader_see_whole_entries() {
+        // Each thread's calls carry its number in every field a torn entry would mix up.
+        let r = Ring::new(64);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            for t in 0..4u32 {
+                let (r, stop) = (&r, &stop);
+                s.spawn(move || {
+                    let mut i = info(t, u64::from(t), "all_reduce");
+                    i.group_rank = t;
+                    i.in_count = u64::from(t);
+                    let mut n = 1;
+                    while !stop.load(Ordering::Relaxed) {
+                        let id = r.push(&i, n, CallState::Started, u64::from(t) + 1);
+                        r.waiting(id, std::iter::repeat_n(t, 3));
+                        r.end(id, true, u64::from(t) + 1);
+                        n += 1;
+                    }
+                });
+            }
+            let start = std::time::Instant::now();
+            let mut seen = 0usize;
+            while seen < 20_000 && start.elapsed() < std::time::Duration::from_secs(5) {
+                let all = r.slots();
+                assert!(all.windows(2).all(|w| w[0].id < w[1].id));
+                for e in &all {
+                    let t = e.info.rank;
+                    assert_eq!(
+                        (e.info.group, e.info.group_rank, e.info.in_count, e.queued),
+                        (u64::from(t), t, u64::from(t), u64::from(t) + 1),
+                        "{e:?}"
+                    );
+                    assert!(e.waiting_for().iter().all(|w| *w == t), "{e:?}");
+                    if e.state == CallState::Completed {
+                        assert_eq!(e.ended, Some(u64::from(t) + 1));
+                    }
+                }
+                seen += all.len();
+            }
+            stop.store(true, Ordering::Relaxed);
+            assert!(seen > 0);
+        });
+        assert!(r.next_id() > 64);
     }
 }
