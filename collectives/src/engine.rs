@@ -426,7 +426,10 @@ impl Engine {
                         (&[][..], &payload[t.written - HEADER_LEN..])
                     };
                     let total = HEADER_LEN + payload.len();
-                    let n = self.transport.try_send(t.id.0, t.id.1, ha, pa)?;
+                    let n = match self.transport.try_send(t.id.0, t.id.1, ha, pa) {
+                        Ok(n) => n,
+                        Err(e) => return Err(self.mismatch_first(rxs, call, e)),
+                    };
                     if n == 0 && total > t.written {
                         break;
                     }
