@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import weakref
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -45,18 +46,26 @@ class DtRdzvLighthouse:
         os.close(fd)
         self._proc, addr = serve(args, "torchft", Path(log))
         self._addr = f"http://{addr}"
+        # torchft's own tests drop some servers without shutdown() (its LighthouseServer stops
+        # when collected): stop ours then too, or at the latest when the interpreter exits.
+        weakref.finalize(self, _stop, self._proc)
 
     def address(self) -> str:
         return self._addr
 
     def shutdown(self) -> None:
-        if self._proc.poll() is None:
-            self._proc.send_signal(signal.SIGTERM)
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+        _stop(self._proc)
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    """Stops a server by its PID: SIGTERM, then SIGKILL after 10 s."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def _patch_process_group_test(mod: Any) -> None:
