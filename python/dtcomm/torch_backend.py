@@ -26,6 +26,7 @@ from torch._C._distributed_c10d import Backend as _C10dBackend
 from . import _dtcomm, _progress
 from . import _torch_lists as lists
 from ._threads import fit_torch_threads
+from ._torch_flight import name_group
 from ._torch_batch import P2pBatch
 from ._torch_monitored import monitored_barrier
 from ._torch_sparse import sparse_sum
@@ -98,6 +99,8 @@ class DtcommBackend(_C10dBackend):
             secs = None  # torch's default was not the user's choice: DTCOMM_TIMEOUT decides
         _dtcomm.init_logging()
         self._comm = _dtcomm.Communicator.from_store(store, rank, size, timeout=secs)
+        # A new_group records as itself, with global ranks, not as group 0.
+        name_group(self._comm, store, rank, size)
         fit_torch_threads(self._comm.host_ranks, rank)
         self._store = store
         self._timeout = timeout

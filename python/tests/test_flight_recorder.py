@@ -65,3 +65,21 @@ def test_torch_recorder_hook_on_a_dtcomm_group_still_records(tmp_path: Path,
         if "skip:" in r.out:
             pytest.skip(r.out.split("skip:", 1)[1].strip())
         assert f"ok {r.rank}" in r.out, r.out
+
+
+def test_torch_new_groups_are_recorded_as_themselves_with_global_ranks(
+        tmp_path: Path, server: dtcomm.RdzvServer) -> None:
+    res = run_group(tmp_path, 3, WORKERS / "flight_torch_groups.py", {
+        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(server.port),
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+    }, timeout=120)
+    check(res)
+    groups = {}
+    for r in res:
+        assert f"ok {r.rank}" in r.out, r.out
+        for line in r.out.splitlines():
+            if line.startswith("GROUPS "):
+                _, rank, a, b = line.split()
+                groups[int(rank)] = (a, b)
+    # Both members derived the same two ids.
+    assert set(groups) == {0, 2} and groups[0] == groups[2], groups
