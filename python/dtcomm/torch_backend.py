@@ -26,8 +26,8 @@ from torch._C._distributed_c10d import Backend as _C10dBackend
 from . import _dtcomm, _progress
 from . import _torch_lists as lists
 from ._threads import fit_torch_threads
-from ._torch_flight import name_group
 from ._torch_batch import P2pBatch
+from ._torch_flight import name_group
 from ._torch_monitored import monitored_barrier
 from ._torch_sparse import sparse_sum
 from ._torch_work import DtcommWork, patch_work_is_completed, set_source, torch_words
