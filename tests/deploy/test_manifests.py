@@ -88,11 +88,15 @@ def env_of(c: Doc) -> dict[str, Doc]:
 
 
 def default_ports() -> dict[str, tuple[int, str]]:
-    """The server's default ports as `dt-rdzv serve` declares them (rdzv/src/server/config.rs),
-    by port name in the manifests, with their protocols."""
+    """The server's default ports as `dt-rdzv serve` declares them (its flags in
+    rdzv/src/server/config.rs, whose values are the constants of rdzv/proto/src/ports.rs), by
+    port name in the manifests, with their protocols."""
     src = (ROOT / "rdzv/src/server/config.rs").read_text()
-    found = dict((field, int(value)) for value, field in re.findall(
-        r"default_value_t = (\d+)\)\]\s*pub (port|native_port|http_port): u16", src))
+    consts = dict(re.findall(r"pub const (\w+): u16 = (\d+);",
+                             (ROOT / "rdzv/proto/src/ports.rs").read_text()))
+    found = dict((field, int(consts[name])) for name, field in re.findall(
+        r"default_value_t = dt_rdzv_proto::ports::(\w+)\)\]\s*pub (port|native_port|http_port)"
+        r": u16", src))
     assert set(found) == {"port", "native_port", "http_port"}, found
     return {"tcpstore": (found["port"], "TCP"), "native": (found["native_port"], "UDP"),
             "http": (found["http_port"], "TCP")}
