@@ -109,6 +109,9 @@ def main() -> None:
         optimizer.zero_grad()
         loss = loss_fn(ddp(x), y)
         if fault and armed and mine > int(fault[0]) and fault[2] == "inside":
+            # In this step's quorum first, so that the others' allreduce waits for this
+            # replica (a replica that fails before its quorum request lands is just left out).
+            manager.wait_quorum()
             _fault(fault[1], log)
         loss.backward()
         if a.step_sleep:
@@ -118,7 +121,8 @@ def main() -> None:
         if fault and committed and len(fault) > 3 and manager.num_participants() >= int(fault[3]):
             armed = True
         rec = {"t": time.time(), "step": manager.current_step(), "committed": bool(committed),
-               "participants": manager.num_participants(), "loss": float(loss),
+               "participants": manager.num_participants(), "members": _members(manager),
+               "loss": float(loss),
                "pid": os.getpid(),
                # The parameters' sum: replicas at one committed step hold the same model.
                "psum": float(sum(float(p.double().sum()) for p in model.parameters()))}
@@ -129,6 +133,15 @@ def main() -> None:
         if fault and armed and mine > int(fault[0]) and fault[2] == "outside":
             _fault(fault[1], log)
     manager.shutdown()
+
+
+def _members(manager: Any) -> int | None:
+    """The quorum's size: every replica group the process group was configured with, healing
+    ones included (``num_participants`` leaves those out)."""
+    try:
+        return int(manager._pg.size())
+    except Exception:  # noqa: BLE001 - a group not configured yet has no size
+        return None
 
 
 def _fault(kind: str, log: Any) -> None:

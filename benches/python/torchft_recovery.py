@@ -6,7 +6,8 @@ Each trial starts a Lighthouse and N replica groups of ``examples/torchft_train.
 process each, CPU), lets them train together, then has the last replica kill (SIGKILL) or
 freeze (SIGSTOP) itself at a chosen step, inside a collective (after its forward pass, before
 the gradients' allreduce the others wait in) or outside one (after its commit). Recovery is
-the time from the fault to the first step a survivor commits with N-1 participants. Steady
+the time from the fault to the first step a survivor commits in a quorum of N-1 groups (the
+victim left out of the process group, not merely not participating while it heals). Steady
 state is the median time between committed steps of N before the fault.
 
     .venv/bin/python benches/python/torchft_recovery.py --replicas 2 4 --trials 5
@@ -50,6 +51,11 @@ def dt_rdzv_bin() -> str:
     raise SystemExit("dt-rdzv not built (cargo build --release -p dt-rdzv)")
 
 
+JOIN_TIMEOUT_MS = 100
+"""The Lighthouses' join timeout unless ``--join-timeout-ms`` says otherwise: torchft's
+``LighthouseServer`` default, what torchft's own tests run with."""
+
+
 @dataclass
 class Stack:
     """A Lighthouse and a process group."""
@@ -57,18 +63,25 @@ class Stack:
     name: str
     pg: str
 
-    def start(self, port: int, replicas: int, out: Path) -> subprocess.Popen[bytes]:
+    def start(self, port: int, out: Path,
+              join_timeout_ms: int = JOIN_TIMEOUT_MS) -> subprocess.Popen[bytes]:
+        """The Lighthouse on ``port``, min_replicas 1, with the join timeout given: both stacks
+        get the same one (torchft's ``LighthouseServer`` defaults to 100 ms, its
+        ``torchft_lighthouse`` command and dt-rdzv to 60 s; with 4 groups it decides whether a
+        replica that froze before asking for the next quorum is left out of it at once)."""
         log = open(out, "wb")
         if self.name == "torchft+gloo":
             code = ("import sys, time\nfrom torchft._torchft import LighthouseServer\n"
-                    f"l = LighthouseServer(bind='127.0.0.1:{port}', min_replicas=1)\n"
+                    f"l = LighthouseServer(bind='127.0.0.1:{port}', min_replicas=1, "
+                    f"join_timeout_ms={join_timeout_ms})\n"
                     "print('ready', l.address(), flush=True)\ntime.sleep(1e6)\n")
             return subprocess.Popen([sys.executable, "-c", code], stdout=log,
                                     stderr=subprocess.STDOUT)
         return subprocess.Popen(
             [dt_rdzv_bin(), "serve", "--host", "127.0.0.1", "--port", "0",
                 "--no-http", "--no-native",
-             "--torchft-port", str(port), "--torchft-min-replicas", "1"],
+             "--torchft-port", str(port), "--torchft-min-replicas", "1",
+             "--torchft-join-timeout-ms", str(join_timeout_ms)],
             stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -98,10 +111,18 @@ def wait_port(port: int, limit: float = 90.0) -> None:
     raise RuntimeError(f"no Lighthouse on port {port}")
 
 
+def quorum_size(rec: dict[str, object]) -> object:
+    """How many replica groups the step's quorum held: ``members`` (the process group's size,
+    healing groups included) where the example logs it. ``participants`` leaves out a group
+    that is healing, so a step "of N-1 participants" can still have waited for the victim."""
+    return rec.get("members", rec.get("participants"))
+
+
 def trial(stack: Stack, replicas: int, kind: str, where: str, fault_step: int,
-          timeout: float, limit: float, work: Path) -> dict[str, object]:
+          timeout: float, limit: float, work: Path,
+          join_timeout_ms: int = JOIN_TIMEOUT_MS) -> dict[str, object]:
     port = free_port()
-    lh = stack.start(port, replicas, work / "lighthouse.log")
+    lh = stack.start(port, work / "lighthouse.log", join_timeout_ms)
     procs: list[subprocess.Popen[bytes]] = []
     try:
         wait_port(port)
@@ -132,7 +153,7 @@ def trial(stack: Stack, replicas: int, kind: str, where: str, fault_step: int,
         while time.monotonic() < end and recovered is None:
             for r in range(replicas - 1):
                 for rec in read_log(work / f"r{r}.log"):
-                    if (rec.get("committed") and rec.get("participants") == replicas - 1
+                    if (rec.get("committed") and quorum_size(rec) == replicas - 1
                             and float(rec["t"]) > fault_t):  # type: ignore[arg-type]
                         t = float(rec["t"]) - fault_t  # type: ignore[arg-type]
                         recovered = t if recovered is None else min(recovered, t)
@@ -174,6 +195,8 @@ def main() -> None:
     ap.add_argument("--fault-step", type=int, default=30)
     ap.add_argument("--timeout", type=float, default=30.0,
                     help="the collective timeout both stacks run with (torchft's default 60)")
+    ap.add_argument("--join-timeout-ms", type=int, default=JOIN_TIMEOUT_MS,
+                    help="both Lighthouses' join timeout (torchft's LighthouseServer: 100)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     stacks = [s for s in STACKS if s.name in a.stacks]
@@ -187,12 +210,14 @@ def main() -> None:
                     with tempfile.TemporaryDirectory() as d:
                         try:
                             r = trial(st, n, kind, where, a.fault_step, a.timeout,
-                                      limit=a.timeout * 2 + 60, work=Path(d))
+                                      limit=a.timeout * 2 + 60, work=Path(d),
+                                      join_timeout_ms=a.join_timeout_ms)
                         except RuntimeError as e:  # a Lighthouse that never came up
                             r = {"error": str(e)}
                     rows.setdefault((st.name, n, f), []).append(r)
                     print(f"trial {t} {st.name} replicas={n} {f}: {r}", flush=True)
     print(f"\nload average at start {load[0]:.2f}; collective timeout {a.timeout:.0f} s; "
+          f"join timeout {a.join_timeout_ms} ms; "
           f"{a.trials} trials; medians (min-max)\n")
     print("| stack | replicas | fault | survivors commit without it after | steady step |")
     print("|---|---|---|---|---|")

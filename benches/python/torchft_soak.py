@@ -161,7 +161,7 @@ def main() -> None:
     work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="torchft-soak-"))
     work.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    lh = stack.start(port, a.groups, work / "lighthouse.log")
+    lh = stack.start(port, work / "lighthouse.log")
     env = dict(os.environ, TORCHFT_LIGHTHOUSE=f"http://127.0.0.1:{port}",
                OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     env.pop("MASTER_PORT", None)
