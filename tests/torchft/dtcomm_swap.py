@@ -35,13 +35,18 @@ class DtRdzvLighthouse:
     def __init__(self, bind: str, min_replicas: int, join_timeout_ms: int | None = None,
                  quorum_tick_ms: int | None = None,
                  heartbeat_timeout_ms: int | None = None) -> None:
+        # ``LighthouseServer``'s own defaults for what a test leaves out (100 ms, 100 ms, 5 s),
+        # not the server's (its ``torchft_lighthouse`` command's join timeout is 60 s; with it
+        # a test that holds one replica back at a barrier waits for that replica).
+        join_timeout_ms = 100 if join_timeout_ms is None else join_timeout_ms
+        quorum_tick_ms = 100 if quorum_tick_ms is None else quorum_tick_ms
+        heartbeat_timeout_ms = 5000 if heartbeat_timeout_ms is None else heartbeat_timeout_ms
         args = ["--host", "127.0.0.1", "--port", "0", "--no-http", "--no-native",
                 "--torchft-port", "0", "--torchft-min-replicas", str(min_replicas)]
         for flag, v in (("--torchft-join-timeout-ms", join_timeout_ms),
                         ("--torchft-quorum-tick-ms", quorum_tick_ms),
                         ("--torchft-heartbeat-timeout-ms", heartbeat_timeout_ms)):
-            if v is not None:
-                args += [flag, str(v)]
+            args += [flag, str(v)]
         fd, log = tempfile.mkstemp(prefix="dt-rdzv-torchft-", suffix=".log")
         os.close(fd)
         self._proc, addr = serve(args, "torchft", Path(log))
