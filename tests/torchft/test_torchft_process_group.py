@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -21,15 +22,27 @@ pytest.importorskip("torchft")
 pytest.importorskip("parameterized")
 
 
-def run_suite(module: str, expr: str, timeout: float = 600) -> tuple[dict[str, int], str]:
+def run_suite(module: str, expr: str, timeout: float = 270) -> tuple[dict[str, int], str]:
+    """torchft's ``module`` with the fixtures swapped: counts and output. Each of its tests
+    has 100 s, the whole run ``timeout`` (under this test's own 300 s, so that a hang is
+    reported with the inner run's output rather than cut off)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE),
                                                        os.environ.get("PYTHONPATH", "")]))
-    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "dtcomm_swap", "-p",
-                        "no:cacheprovider", "--pyargs", module, "-k", expr],
-                       capture_output=True, text=True, timeout=timeout, env=env, cwd=HERE)
-    tail = p.stdout.strip().splitlines()[-1] if p.stdout.strip() else ""
+    # Its own session, so that a run past the limit goes with every server it started.
+    p = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "dtcomm_swap", "-p",
+                          "no:cacheprovider", "--timeout", "100", "--pyargs", module,
+                          "-k", expr],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                         cwd=HERE, start_new_session=True)
+    try:
+        stdout, stderr = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        stdout, stderr = p.communicate()
+        pytest.fail(f"{module} ran past {timeout:.0f} s\n{stdout[-6000:]}{stderr[-2000:]}")
+    tail = stdout.strip().splitlines()[-1] if stdout.strip() else ""
     counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|error|skipped)", tail)}
-    return counts, p.stdout[-4000:] + p.stderr[-2000:]
+    return counts, stdout[-4000:] + stderr[-2000:]
 
 
 def test_torchft_process_group_suite_passes_with_dtcomm() -> None:
