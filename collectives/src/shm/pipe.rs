@@ -276,11 +276,19 @@ impl Pipes {
             .find_map(|i| self.peer_abort(i))
     }
 
-    /// The abort of local rank `i`, if it failed.
+    /// The abort of local rank `i`, if it failed. When the rank it lost is on this host and
+    /// closed its communicator, that goodbye is told first-hand instead (the segment shows it
+    /// to every host peer): "rank 2 closed its communicator", not "rank 1 failed".
     fn peer_abort(&self, i: usize) -> Option<LinkError> {
         let v = self
             .u32_at(self.layout.slot(i) + slot::ABORTED)
             .load(Ordering::Acquire);
+        if v >= 2
+            && let Some(j) = self.route((v - 2) as usize)
+            && self.closed(j)
+        {
+            return Some(self.gone(j, true));
+        }
         (v != 0).then(|| LinkError::Aborted {
             origin: self.ranks[i],
             lost: (v >= 2).then(|| (v - 2) as usize),
@@ -366,6 +374,38 @@ mod tests {
         assert_eq!(queued(PIPE as u64 + 6, 5), None, "more than the ring holds");
         assert_eq!(queued(4, 5), None, "the tail past the head");
         assert_eq!(queued(u64::MAX, 0), None);
+    }
+
+    #[test]
+    fn an_abort_for_a_host_peer_that_closed_is_told_as_that_goodbye() {
+        let layout = Layout::new(3, 4096);
+        let (_seg, map) =
+            super::super::segment::Created::new(layout.len(), None, "dtcomm-pipe-test").unwrap();
+        let map = Arc::new(map);
+        let end = |me| Pipes::new(map.clone(), layout, me, vec![5, 7, 9], 10, &[None; 3]);
+        let (a, b, c) = (end(0), end(1), end(2));
+        // Rank 9 failed (no goodbye): rank 7's abort naming it stays an abort.
+        b.abort(Some(9));
+        match a.aborted() {
+            Some(LinkError::Aborted { origin, lost, .. }) => {
+                assert_eq!((origin, lost), (7, Some(9)))
+            }
+            other => panic!("{other:?}"),
+        }
+        // Rank 9 closed its communicator: rank 5 says so itself.
+        c.u32_at(c.layout.slot(2) + slot::CLOSED)
+            .store(1, Ordering::SeqCst);
+        match a.aborted() {
+            Some(LinkError::Closed {
+                peer,
+                graceful,
+                detail,
+            }) => {
+                assert_eq!((peer, graceful), (9, true));
+                assert!(detail.contains("closed its communicator"), "{detail}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     /// Two ends of one host's pipes over one segment: local ranks 0 and 1 (global 5 and 7).
