@@ -32,6 +32,9 @@ MANIFESTS = sorted(K8S.glob("*.yaml"))
 #: kubernetes-validate carries (added at run time).
 OLDEST_K8S = "1.27"
 SECRET_KEYS = {"token", "tls.crt", "tls.key", "fingerprint"}
+"""The server's Secret `dt-rdzv` (deploy/make-secret.sh DIR)."""
+JOB_SECRET_KEYS = {"token", "fingerprint"}
+"""A training job's Secret `dt-rdzv-job-JOB` (deploy/make-secret.sh --job JOB DIR)."""
 SOURCE_DIRS = ("rdzv", "python/dtcomm", "python/src", "collectives/src")
 
 Doc = dict[str, Any]
@@ -419,8 +422,14 @@ def test_secret_references_name_what_make_secret_writes() -> None:
              for name, d in all_docs() for spec in pod_specs(d)
              for v in spec.get("volumes", []) if "secret" in v for i in v["secret"]["items"]]
     assert len(refs) > 10, refs
+    jobs = {name: d["metadata"]["name"] for name, d, _, _ in train_containers()}
     for name, ref in refs:
-        assert ref["name"] == "dt-rdzv" and ref["key"] in SECRET_KEYS, (name, ref)
+        if name in jobs:
+            # A training pod holds its job's own token, never the server's token or key.
+            assert ref["name"] == f"dt-rdzv-job-{jobs[name]}", (name, ref)
+            assert ref["key"] in JOB_SECRET_KEYS, (name, ref)
+        else:
+            assert ref["name"] == "dt-rdzv" and ref["key"] in SECRET_KEYS, (name, ref)
     script = (DEPLOY / "make-secret.sh").read_text()
     for key in SECRET_KEYS:
         assert f'"$dir/{key}"' in script, key
@@ -458,8 +467,11 @@ def test_training_pods_run_dtrun_against_the_dt_rdzv_service() -> None:
         assert a.rdzv_id == doc["metadata"]["name"], (name, "--rdzv-id is the job's name")
         assert a.nnodes == str(pods_of(doc)), (name, a.nnodes, pods_of(doc))
         env = env_of(c)
-        assert env["DTCOMM_RDZV_TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == "token", name
-        assert env["DTCOMM_RDZV_FINGERPRINT"]["valueFrom"]["secretKeyRef"]["key"] == "fingerprint"
+        job_secret = f"dt-rdzv-job-{a.rdzv_id}"
+        assert env["DTCOMM_RDZV_TOKEN"]["valueFrom"]["secretKeyRef"] == {
+            "name": job_secret, "key": "token"}, name
+        assert env["DTCOMM_RDZV_FINGERPRINT"]["valueFrom"]["secretKeyRef"] == {
+            "name": job_secret, "key": "fingerprint"}, name
 
 
 # --- running the containers' commands -----------------------------------------------------
@@ -476,7 +488,22 @@ def secret_dir(tmp_path: Path) -> Path:
     assert {p.name for p in out.iterdir()} == SECRET_KEYS
     for key in ("token", "fingerprint"):
         assert not (out / key).read_bytes().endswith(b"\n"), f"{key} ends in a newline"
+    # Each training manifest's job Secret, beside it (resolve_env finds it by name).
+    for job in sorted({d["metadata"]["name"] for _, d, _, _ in train_containers()}):
+        job_dir = tmp_path / f"dt-rdzv-job-{job}"
+        subprocess.run(["bash", str(DEPLOY / "make-secret.sh"), "--job", job, str(out),
+                        str(job_dir)], check=True, capture_output=True, text=True, timeout=60)
+        assert {p.name for p in job_dir.iterdir()} == JOB_SECRET_KEYS
+        assert (job_dir / "fingerprint").read_text() == (out / "fingerprint").read_text()
+        assert (job_dir / "token").read_text().startswith("dtj1_")
     return out
+
+
+def secret_file(secret: Path, ref: Doc) -> Path:
+    """The file of a secretKeyRef: the server's Secret is ``secret``, a job's Secret
+    (``dt-rdzv-job-JOB``) the folder of that name beside it."""
+    folder = secret if ref["name"] == "dt-rdzv" else secret.parent / ref["name"]
+    return folder / ref["key"]
 
 
 def resolve_env(spec: Doc, c: Doc, secret: Path, overrides: dict[str, str]) -> dict[str, str]:
@@ -494,7 +521,7 @@ def resolve_env(spec: Doc, c: Doc, secret: Path, overrides: dict[str, str]) -> d
         if "value" in e:
             value = re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), e["value"])
         elif "secretKeyRef" in e["valueFrom"]:
-            value = (secret / e["valueFrom"]["secretKeyRef"]["key"]).read_text()
+            value = secret_file(secret, e["valueFrom"]["secretKeyRef"]).read_text()
         else:
             field = e["valueFrom"]["fieldRef"]["fieldPath"]
             value = {"status.podIP": "127.0.0.1", "metadata.name": "pod-0"}[field]
@@ -591,6 +618,19 @@ def test_the_deployment_container_command_serves(secret_dir: Path, tmp_path: Pat
         bad = cli(binary, "jobs", "--native", ready["native"], "--fingerprint", other,
                   "--timeout", "3s", token=token)
         assert bad.returncode != 0 and "pinned" in bad.stderr, bad.stderr
+        # The Indexed Job's Secret holds the token `dt-rdzv token --job` derives: it reads its
+        # own job, not the server's list of jobs nor another job.
+        job = the("train-indexed-job.yaml", "Job")["metadata"]["name"]
+        job_token = (secret_dir.parent / f"dt-rdzv-job-{job}" / "token").read_text()
+        derived = cli(binary, "token", "--job", job, token=token)
+        assert derived.returncode == 0 and derived.stdout.strip() == job_token, derived
+        own = cli(binary, "status", job, "--native", ready["native"], "--fingerprint", fp,
+                  token=job_token)  # no such job yet: the token is taken, the job is not there
+        assert "UnknownJob" in own.stderr and "BadToken" not in own.stderr, own.stderr
+        for args in (["jobs"], ["status", "another-job"]):
+            r = cli(binary, *args, "--native", ready["native"], "--fingerprint", fp,
+                    "--timeout", "3s", token=job_token)
+            assert r.returncode != 0 and "BadToken" in r.stderr, (args, r.stderr)
         # Two dtruns with the Indexed Job's command and environment form one world of 2.
         train_on(ready["native"], secret_dir, tmp_path)
     finally:

@@ -7,8 +7,8 @@ first) and ``dtcomm-train-I.dtcomm-train`` (each pod).
   ``JOB_COMPLETION_INDEX``, the store at ``MASTER_ADDR=dtcomm-train``, a name whose first
   address is the pod that does not host it (the client tries each address).
 * The Indexed Job manifest's own container command (``deploy/k8s/train-indexed-job.yaml``:
-  ``dtrun`` on the native rendezvous at ``dt-rdzv``, token and fingerprint from the Secret
-  ``deploy/make-secret.sh`` writes) in each pod, against the server started as
+  ``dtrun`` on the native rendezvous at ``dt-rdzv``, the job's own token and the fingerprint from
+  the job's Secret, ``deploy/make-secret.sh --job``) in each pod, against the server started as
   ``deploy/k8s/dt-rdzv.yaml``'s container, training ``examples/train_ddp.py`` across the hosts.
 
 Skips without root, /dev/net/tun, iproute2, torch or openssl."""
@@ -82,6 +82,12 @@ def test_the_indexed_job_manifest_trains_across_two_pods(pods: None, tmp_path: P
     secret = tmp_path / "secret"
     subprocess.run(["bash", str(ROOT / "deploy" / "make-secret.sh"), str(secret)], check=True,
                    capture_output=True, text=True, timeout=60)
+    job = the("train-indexed-job.yaml", "Job")
+    # The job's own Secret beside the server's (test_manifests.resolve_env finds it by name).
+    subprocess.run(["bash", str(ROOT / "deploy" / "make-secret.sh"), "--job",
+                    job["metadata"]["name"], str(secret),
+                    str(tmp_path / f"dt-rdzv-job-{job['metadata']['name']}")],
+                   check=True, capture_output=True, text=True, timeout=60)
     server = the("dt-rdzv.yaml", "Deployment")["spec"]["template"]["spec"]
     binary = os.environ.get("DT_RDZV_BIN") or str(
         Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "debug" / "dt-rdzv")
@@ -90,7 +96,6 @@ def test_the_indexed_job_manifest_trains_across_two_pods(pods: None, tmp_path: P
                            {"DTRDZV_HOST": "10.77.0.254"})
     try:
         native_port = ready_lines(proc, log)["native"].rsplit(":", 1)[1]
-        job = the("train-indexed-job.yaml", "Job")
         spec = job["spec"]["template"]["spec"]
         c = spec["containers"][0]
         args = list(c["args"])
