@@ -13,6 +13,13 @@ rank's share of the usable cores (at least 1), unless the user chose a count
 (``DTCOMM_FIT_THREADS=0``). Either way the engine learns the count, so that its waits do not
 spin while threads outnumber cores (``collectives/src/spin.rs``). ``docs/waiting.md`` has the
 measurements.
+
+torch's count is per thread (OpenMP's ``nthreads-var`` belongs to the calling thread): set on a
+thread other than the main one it would change only that thread. A communicator built off the
+main thread (torchft's ``Manager`` reconfigures its process group on its quorum thread) defers
+the fit: the first collective the main thread calls applies it there
+(:func:`apply_deferred_fit`), and until then the engine is told the count the threads really
+have.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 from collections.abc import Mapping
 
 from . import _dtcomm
@@ -42,12 +50,23 @@ def fitted(threads: int, host_ranks: int, cores: int, env: Mapping[str, str]) ->
     return share if threads > share else None
 
 
+_deferred: tuple[int, int] | None = None
+"""(host ranks, rank) of the last communicator built off the main thread, not fitted yet."""
+
+
 def fit_torch_threads(host_ranks: int, rank: int) -> int | None:
     """Applies :func:`fitted` to torch (when imported) and tells the engine the thread count.
-    Returns the count set, or None when it was kept."""
+    Returns the count set, or None when it was kept (or deferred: called off the main thread,
+    see the module docs)."""
+    global _deferred
     torch = sys.modules.get("torch")
     if torch is None:
         return None
+    if threading.current_thread() is not threading.main_thread():
+        _deferred = (host_ranks, rank)
+        _dtcomm.set_compute_threads(int(torch.get_num_threads()))
+        return None
+    _deferred = None
     threads = int(torch.get_num_threads())
     cores = _dtcomm.usable_cores()
     new = fitted(threads, host_ranks, cores, os.environ)
@@ -62,3 +81,12 @@ def fit_torch_threads(host_ranks: int, rank: int) -> int | None:
         threads = new
     _dtcomm.set_compute_threads(threads)
     return new
+
+
+def apply_deferred_fit() -> int | None:
+    """On the main thread, applies a fit deferred by a communicator built on another thread
+    (once); elsewhere, or with none deferred, nothing. Cheap enough for every collective."""
+    d = _deferred
+    if d is None or threading.current_thread() is not threading.main_thread():
+        return None
+    return fit_torch_threads(*d)

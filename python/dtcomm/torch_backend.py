@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import Backend as _C10dBackend
 
-from . import _dtcomm, _progress
+from . import _dtcomm, _progress, _threads
 from . import _torch_lists as lists
 from ._threads import fit_torch_threads
 from ._torch_batch import P2pBatch
@@ -188,6 +188,8 @@ class DtcommBackend(_C10dBackend):
     # --- plumbing ----------------------------------------------------------------------------
     def _work(self, op: str, result: list[torch.Tensor], batched: bool = False) -> DtcommWork:
         self._seq += 1
+        if _threads._deferred is not None:
+            _threads.apply_deferred_fit()  # this group was built off the main thread
         w = DtcommWork(result, self._rank, op, cuda_stream(result))
         if self._batch is not None and not batched:
             # a collective inside a coalescing region (torch's functional collectives wait
