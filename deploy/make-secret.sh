@@ -22,7 +22,20 @@
 #       fingerprint  the server's, copied
 #       JOB is the job's --rdzv-id (the manifests use the Job's name).
 #
-# tests/deploy/test_manifests.py runs this script and starts dt-rdzv and dtrun with its output.
+#   make-secret.sh --etcd [DIR]
+#       The Secret `dt-rdzv-etcd` of dt-rdzv-ha.yaml's etcd (default DIR ./dt-rdzv-etcd-secret):
+#       etcd answers only TLS clients with a certificate of this CA (--client-cert-auth), and
+#       only dt-rdzv-ha's pods mount the client certificate. Its CA key goes to DIR.ca.key,
+#       beside DIR, not into the Secret (keep it offline; it signs new certificates).
+#       ca.crt       the CA (ECDSA P-256, self-signed)
+#       member.crt   each etcd member's certificate, for clients and peers alike: names
+#       member.key   dt-rdzv-etcd-{0,1,2}.dt-rdzv-etcd (DT_RDZV_ETCD_NAMES to change them),
+#                    localhost, 127.0.0.1
+#       client.crt   dt-rdzv's client certificate (CN dt-rdzv, clientAuth) ...
+#       client.key   ... and its key (dt-rdzv serve --backend-cert / --backend-key)
+#
+# tests/deploy/test_manifests.py runs this script and starts dt-rdzv, dtrun and etcd with its
+# output.
 set -euo pipefail
 umask 077
 
@@ -65,6 +78,39 @@ if [ "${1:-}" = "--job" ]; then
   cp "$server/fingerprint" "$dir/fingerprint"
   echo "make-secret.sh: wrote $dir/token (job $job) and fingerprint" >&2
   echo "next: kubectl create secret generic dt-rdzv-job-$job --from-file=$dir" >&2
+  exit 0
+fi
+
+if [ "${1:-}" = "--etcd" ]; then
+  dir=${2:-dt-rdzv-etcd-secret}
+  days=${DT_RDZV_CERT_DAYS:-3650}
+  names=${DT_RDZV_ETCD_NAMES:-dt-rdzv-etcd-0.dt-rdzv-etcd dt-rdzv-etcd-1.dt-rdzv-etcd dt-rdzv-etcd-2.dt-rdzv-etcd}
+  fresh "$dir" ca.crt member.crt member.key client.crt client.key
+  if [ -e "$dir.ca.key" ]; then
+    echo "make-secret.sh: $dir.ca.key exists; not overwriting it" >&2
+    exit 1
+  fi
+  ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+  openssl req -x509 "${ec[@]}" -days "$days" -subj /CN=dt-rdzv-etcd-ca \
+    -keyout "$dir.ca.key" -out "$dir/ca.crt" 2>/dev/null
+  san="DNS:localhost,IP:127.0.0.1"
+  for n in $names; do san="$san,DNS:$n"; done
+  sign() {  # name CN extensions
+    local ext
+    ext=$(mktemp)
+    printf '%s\n' "$3" >"$ext"
+    openssl req "${ec[@]}" -subj "/CN=$2" -keyout "$dir/$1.key" -out "$dir/$1.csr" 2>/dev/null
+    openssl x509 -req -in "$dir/$1.csr" -CA "$dir/ca.crt" -CAkey "$dir.ca.key" \
+      -set_serial "0x$(openssl rand -hex 16)" -days "$days" -extfile "$ext" \
+      -out "$dir/$1.crt" 2>/dev/null
+    rm -f "$dir/$1.csr" "$ext"
+  }
+  sign member dt-rdzv-etcd "subjectAltName=$san
+extendedKeyUsage=serverAuth,clientAuth"
+  sign client dt-rdzv "extendedKeyUsage=clientAuth"
+  echo "make-secret.sh: wrote $dir/ca.crt, member.crt, member.key, client.crt, client.key" \
+    "(the CA's key: $dir.ca.key, keep it out of the cluster)" >&2
+  echo "next: kubectl create secret generic dt-rdzv-etcd --from-file=$dir" >&2
   exit 0
 fi
 

@@ -35,6 +35,8 @@ SECRET_KEYS = {"token", "tls.crt", "tls.key", "fingerprint"}
 """The server's Secret `dt-rdzv` (deploy/make-secret.sh DIR)."""
 JOB_SECRET_KEYS = {"token", "fingerprint"}
 """A training job's Secret `dt-rdzv-job-JOB` (deploy/make-secret.sh --job JOB DIR)."""
+ETCD_SECRET_KEYS = {"ca.crt", "member.crt", "member.key", "client.crt", "client.key"}
+"""The HA manifest's etcd Secret `dt-rdzv-etcd` (deploy/make-secret.sh --etcd DIR)."""
 SOURCE_DIRS = ("rdzv", "python/dtcomm", "python/src", "collectives/src")
 
 Doc = dict[str, Any]
@@ -428,11 +430,15 @@ def test_secret_references_name_what_make_secret_writes() -> None:
             # A training pod holds its job's own token, never the server's token or key.
             assert ref["name"] == f"dt-rdzv-job-{jobs[name]}", (name, ref)
             assert ref["key"] in JOB_SECRET_KEYS, (name, ref)
+        elif ref["name"] == "dt-rdzv-etcd":
+            assert ref["key"] in ETCD_SECRET_KEYS, (name, ref)
         else:
             assert ref["name"] == "dt-rdzv" and ref["key"] in SECRET_KEYS, (name, ref)
     script = (DEPLOY / "make-secret.sh").read_text()
     for key in SECRET_KEYS:
         assert f'"$dir/{key}"' in script, key
+    for key in ETCD_SECRET_KEYS:
+        assert key.split(".")[0] in script, key
 
 
 def pods_of(doc: Doc) -> int:
@@ -496,6 +502,12 @@ def secret_dir(tmp_path: Path) -> Path:
         assert {p.name for p in job_dir.iterdir()} == JOB_SECRET_KEYS
         assert (job_dir / "fingerprint").read_text() == (out / "fingerprint").read_text()
         assert (job_dir / "token").read_text().startswith("dtj1_")
+    # The HA manifest's etcd Secret, beside it too.
+    etcd_dir = tmp_path / "dt-rdzv-etcd"
+    subprocess.run(["bash", str(DEPLOY / "make-secret.sh"), "--etcd", str(etcd_dir)],
+                   check=True, capture_output=True, text=True, timeout=60)
+    assert {p.name for p in etcd_dir.iterdir()} == ETCD_SECRET_KEYS
+    assert (tmp_path / "dt-rdzv-etcd.ca.key").exists(), "the CA's key is kept out of the Secret"
     return out
 
 
@@ -515,7 +527,8 @@ def resolve_env(spec: Doc, c: Doc, secret: Path, overrides: dict[str, str]) -> d
         vol = next(v for v in spec.get("volumes", []) if v["name"] == vm["name"])
         if "secret" in vol:
             for item in vol["secret"]["items"]:
-                mounts[f"{vm['mountPath']}/{item['path']}"] = secret / item["key"]
+                ref = {"name": vol["secret"]["secretName"], "key": item["key"]}
+                mounts[f"{vm['mountPath']}/{item['path']}"] = secret_file(secret, ref)
     env: dict[str, str] = {}
     for e in c.get("env", []):
         if "value" in e:
@@ -666,8 +679,10 @@ def train_on(native: str, secret: Path, tmp_path: Path) -> None:
     assert lines == [("0", "2"), ("1", "2")], "\n---\n".join(outs)
 
 
-def etcd_for_test(tmp_path: Path) -> Any:
-    """A one-member etcd (tests/interop/etcd_servers.py), or None without one."""
+def etcd_for_test(tmp_path: Path, tls: Path) -> Any:
+    """A one-member etcd (tests/interop/etcd_servers.py) as the HA manifest runs its members:
+    TLS with the member certificate of the ``dt-rdzv-etcd`` Secret in ``tls``, clients
+    checked against its CA; or None without etcd."""
     sys.path.insert(0, str(ROOT / "tests" / "interop"))
     try:
         import etcd_servers
@@ -675,7 +690,8 @@ def etcd_for_test(tmp_path: Path) -> Any:
         sys.path.pop(0)
     if etcd_servers.etcd_binary() is None:
         return None
-    return etcd_servers.start_etcd(tmp_path)
+    return etcd_servers.start_etcd_tls(tmp_path, tls / "ca.crt", tls / "member.crt",
+                                       tls / "member.key")
 
 
 def test_the_ha_container_command_serves_through_etcd(secret_dir: Path, tmp_path: Path) -> None:
@@ -694,7 +710,13 @@ def test_the_ha_container_command_serves_through_etcd(secret_dir: Path, tmp_path
     if "without the `etcd` feature" in text:
         pytest.skip("this dt-rdzv was built without the etcd feature (the image has it: "
                     "deploy/Dockerfile); the HA command parsed and reached --backend")
-    etcd = etcd_for_test(tmp_path)
+    # The members' certificate names every member the servers' DTRDZV_BACKEND lists.
+    tls = secret_dir.parent / "dt-rdzv-etcd"
+    sans = subprocess.run(["openssl", "x509", "-in", str(tls / "member.crt"), "-noout", "-ext",
+                           "subjectAltName"], capture_output=True, text=True, check=True).stdout
+    for member in env_of(c)["DTRDZV_BACKEND"]["value"].removeprefix("etcd://").split(","):
+        assert f"DNS:{member.rsplit(':', 1)[0]}" in sans, (member, sans)
+    etcd = etcd_for_test(tmp_path, tls)
     if etcd is None:
         pytest.skip("etcd is not installed (scripts/setup.sh installs etcd-server); the HA "
                     "command parsed and reached --backend")

@@ -91,6 +91,34 @@ def start_etcd(tmp_path: Path) -> V2Server:
     return V2Server("etcd", proc, "127.0.0.1", client, log_path)
 
 
+def start_etcd_tls(tmp_path: Path, ca: Path, cert: Path, key: Path,
+                   timeout: float = 30) -> V2Server:
+    """A one-member etcd 3.4 serving clients over TLS only (``cert``/``key``), asking every
+    client for a certificate of ``ca`` (``--client-cert-auth``), as dt-rdzv-ha.yaml runs its
+    members. Ready once etcd says it serves client requests."""
+    binary = etcd_binary()
+    assert binary, "etcd not installed (scripts/setup.sh installs Debian's etcd-server)"
+    client, peer = free_port(), free_port()
+    url = f"https://127.0.0.1:{client}"
+    log_path = tmp_path / f"etcd-tls-{client}.log"
+    proc = subprocess.Popen(
+        [binary, "--name", "tls", "--data-dir", str(tmp_path / f"etcd-tls-{client}"),
+         "--listen-client-urls", url, "--advertise-client-urls", url,
+         "--cert-file", str(cert), "--key-file", str(key), "--trusted-ca-file", str(ca),
+         "--client-cert-auth",
+         "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+         "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+         "--initial-cluster", f"tls=http://127.0.0.1:{peer}"],
+        stdout=subprocess.DEVNULL, stderr=open(log_path, "w"), text=True)
+    deadline = time.monotonic() + timeout
+    while "ready to serve client requests" not in log_path.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"etcd (TLS) did not start\n{log_path.read_text()}")
+        time.sleep(0.1)
+    return V2Server("etcd-tls", proc, "127.0.0.1", client, log_path)
+
+
 def start_door(tmp_path: Path, *extra: str) -> V2Server:
     """`dt-rdzv serve --etcd-v2-port 0` (TCPStore, native and HTTP on free ports)."""
     log_path = tmp_path / f"dt-rdzv-v2-{len(list(tmp_path.glob('dt-rdzv-v2-*.log')))}.log"

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use dt_rdzv_proto::rendezvous::MachineConfig;
+
+use super::ha::storage::Access;
 use dt_rdzv_proto::tcpstore::{
     DEFAULT_MAX_NAMESPACE_BYTES, DEFAULT_MAX_STORE_BYTES, EngineConfig, Limits,
 };
@@ -238,6 +240,44 @@ pub struct ServeConfig {
     /// With `--backend`: the deadline of every storage call (connecting included).
     #[arg(long, env = "DTRDZV_BACKEND_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
     pub backend_timeout: Duration,
+
+    /// With `--backend`: verify the storage's TLS certificate against this CA file (PEM);
+    /// endpoints written without a scheme are then `https://`.
+    #[arg(long, env = "DTRDZV_BACKEND_CACERT")]
+    pub backend_cacert: Option<PathBuf>,
+
+    /// With `--backend`: this server's client certificate (PEM), for an etcd started with
+    /// `--client-cert-auth` (with `--backend-key`).
+    #[arg(long, env = "DTRDZV_BACKEND_CERT", requires = "backend_key")]
+    pub backend_cert: Option<PathBuf>,
+
+    /// With `--backend-cert`: its private key (PEM).
+    #[arg(long, env = "DTRDZV_BACKEND_KEY", requires = "backend_cert")]
+    pub backend_key: Option<PathBuf>,
+
+    /// With `--backend`: the storage's user (etcd's `auth enable`), with
+    /// `--backend-password-file` or DTRDZV_BACKEND_PASSWORD.
+    #[arg(long, env = "DTRDZV_BACKEND_USER")]
+    pub backend_user: Option<String>,
+
+    /// The storage user's password (prefer DTRDZV_BACKEND_PASSWORD or
+    /// --backend-password-file: a command line is visible to every user of the host).
+    #[arg(
+        long,
+        env = "DTRDZV_BACKEND_PASSWORD",
+        hide_env_values = true,
+        requires = "backend_user"
+    )]
+    pub backend_password: Option<String>,
+
+    /// Read the storage user's password from this file (first line, trimmed).
+    #[arg(
+        long,
+        env = "DTRDZV_BACKEND_PASSWORD_FILE",
+        conflicts_with = "backend_password",
+        requires = "backend_user"
+    )]
+    pub backend_password_file: Option<PathBuf>,
 }
 
 /// Twice the value limit: one whole 8 MiB reply can always be queued behind another.
@@ -297,6 +337,12 @@ impl Default for ServeConfig {
             owner_ttl: Duration::from_secs(2),
             backend_prefix: "/dt-rdzv/".into(),
             backend_timeout: Duration::from_secs(2),
+            backend_cacert: None,
+            backend_cert: None,
+            backend_key: None,
+            backend_user: None,
+            backend_password: None,
+            backend_password_file: None,
         }
     }
 }
@@ -368,6 +414,40 @@ impl ServeConfig {
             return Ok((Some(t), false));
         }
         Ok((Some(random_token()?), true))
+    }
+
+    /// How `--backend` is reached: its CA, this server's client certificate, its user and
+    /// password (read from `--backend-password-file` now). A user without a password is
+    /// refused, naming the ways to give one.
+    pub fn backend_access(&self) -> std::io::Result<Access> {
+        let password = match (&self.backend_password, &self.backend_password_file) {
+            (Some(p), _) => Some(p.clone()),
+            (None, Some(path)) => {
+                let s = std::fs::read_to_string(path).map_err(|e| {
+                    std::io::Error::new(
+                        e.kind(),
+                        format!("--backend-password-file {}: {e}", path.display()),
+                    )
+                })?;
+                Some(s.lines().next().unwrap_or("").trim().to_string())
+            }
+            (None, None) => None,
+        };
+        let user = match (&self.backend_user, password) {
+            (Some(u), Some(p)) => Some((u.clone(), p)),
+            (Some(u), None) => {
+                return Err(std::io::Error::other(format!(
+                    "--backend-user {u} needs a password: DTRDZV_BACKEND_PASSWORD or \
+                     --backend-password-file"
+                )));
+            }
+            (None, _) => None,
+        };
+        Ok(Access {
+            cacert: self.backend_cacert.clone(),
+            cert: self.backend_cert.clone().zip(self.backend_key.clone()),
+            user,
+        })
     }
 
     /// The rendezvous machine's part of the settings, with the resolved token.

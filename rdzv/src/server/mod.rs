@@ -161,7 +161,7 @@ impl Server {
         let storage = match &config.backend {
             None => None,
             Some(b) => Some(
-                storage::open(b, config.backend_timeout)
+                storage::open(b, config.backend_timeout, &config.backend_access()?)
                     .await
                     .map_err(std::io::Error::other)?,
             ),

@@ -37,9 +37,17 @@ pub(crate) fn serve(config: ServeConfig) -> ExitCode {
         let server = match &config.backend {
             None => server,
             Some(b) => {
-                let shared = match dt_rdzv::server::storage::open(b, config.backend_timeout).await {
+                let opened = match config.backend_access() {
+                    Ok(access) => {
+                        dt_rdzv::server::storage::open(b, config.backend_timeout, &access)
+                            .await
+                            .map_err(std::io::Error::other)
+                    }
+                    Err(e) => Err(e),
+                };
+                let shared = match opened {
                     Ok(storage) => server.share(storage).await,
-                    Err(e) => Err(std::io::Error::other(e)),
+                    Err(e) => Err(e),
                 };
                 match shared {
                     Ok(s) => s,

@@ -1,16 +1,18 @@
 //! The shared storage on etcd v3 (`--backend etcd://h1:2379,h2:2379,h3:2379`), through
 //! `etcd-client`: a lease per server, claims as transactions (`create_revision == 0`), and
-//! plain keys. Every call is bounded by the server's storage timeout; an etcd that does not
+//! plain keys. TLS (a CA, a client certificate for `--client-cert-auth`) and etcd's own users
+//! (`auth enable`) as [`Access`] says. Every call is bounded by the server's storage timeout; an etcd that does not
 //! answer in time (down, partitioned, electing a leader) is [`StorageError::Unreachable`].
 
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
+    Certificate, Client, Compare, CompareOp, ConnectOptions, Identity, PutOptions, TlsOptions, Txn,
+    TxnOp, TxnOpResponse,
 };
 use futures_util::future::{BoxFuture, FutureExt};
 
-use super::{Claim, LeaseId, Storage, StorageError};
+use super::{Access, Claim, LeaseId, Storage, StorageError};
 
 /// See the module docs.
 pub(crate) struct EtcdStorage {
@@ -20,8 +22,18 @@ pub(crate) struct EtcdStorage {
 }
 
 impl EtcdStorage {
-    /// Connects to the comma-separated `host:port` list (`http://` optional).
-    pub(crate) async fn connect(list: &str, timeout: Duration) -> Result<Self, StorageError> {
+    /// Connects to the comma-separated `host:port` list (`http://` or `https://` optional;
+    /// `https://` by default with a CA in `access`), as `access` says.
+    pub(crate) async fn connect(
+        list: &str,
+        timeout: Duration,
+        access: &Access,
+    ) -> Result<Self, StorageError> {
+        let scheme = if access.cacert.is_some() || access.cert.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         let endpoints: Vec<String> = list
             .split(',')
             .map(str::trim)
@@ -30,7 +42,7 @@ impl EtcdStorage {
                 if e.contains("://") {
                     e.to_string()
                 } else {
-                    format!("http://{e}")
+                    format!("{scheme}://{e}")
                 }
             })
             .collect();
@@ -38,10 +50,25 @@ impl EtcdStorage {
         if endpoints.is_empty() {
             return Err(StorageError::Config(format!("{describe}: no endpoint")));
         }
-        let options = ConnectOptions::new()
+        let mut options = ConnectOptions::new()
             .with_connect_timeout(timeout)
             .with_timeout(timeout)
             .with_keep_alive(Duration::from_secs(1), timeout);
+        if let Some(tls) = tls_options(&describe, access)? {
+            if let Some(plain) = endpoints.iter().find(|e| e.starts_with("http://")) {
+                return Err(StorageError::Config(format!(
+                    "{describe}: {plain} is plaintext but a CA or client certificate is given: \
+                     write https:// or leave the scheme out"
+                )));
+            }
+            options = options.with_tls(tls);
+        }
+        if let Some((user, password)) = &access.user {
+            // etcd's tokens expire (`--auth-token-ttl`, 300 s): get a new one when told so.
+            options = options
+                .with_user(user.clone(), password.clone())
+                .with_auto_token_refresh(true);
+        }
         let client = tokio::time::timeout(timeout, Client::connect(&endpoints, Some(options)))
             .await
             .map_err(|_| StorageError::Unreachable {
@@ -73,6 +100,29 @@ impl EtcdStorage {
             }),
         }
     }
+}
+
+/// The TLS settings `access` asks for (`None`: plaintext), its files read now so that a
+/// missing or unreadable one is named at start.
+fn tls_options(describe: &str, access: &Access) -> Result<Option<TlsOptions>, StorageError> {
+    if access.cacert.is_none() && access.cert.is_none() {
+        return Ok(None);
+    }
+    let read = |what: &str, p: &std::path::Path| {
+        std::fs::read(p)
+            .map_err(|e| StorageError::Config(format!("{describe}: {what} {}: {e}", p.display())))
+    };
+    let mut tls = TlsOptions::new();
+    if let Some(ca) = &access.cacert {
+        tls = tls.ca_certificate(Certificate::from_pem(read("--backend-cacert", ca)?));
+    }
+    if let Some((cert, key)) = &access.cert {
+        tls = tls.identity(Identity::from_pem(
+            read("--backend-cert", cert)?,
+            read("--backend-key", key)?,
+        ));
+    }
+    Ok(Some(tls))
 }
 
 /// Transport failures and etcd's "unavailable" answers are outages; the rest are errors.

@@ -16,6 +16,7 @@ mod memory;
 #[cfg(feature = "etcd")]
 mod etcd;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -100,11 +101,40 @@ pub trait Storage: Send + Sync + 'static {
     fn delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), StorageError>>;
 }
 
-/// Opens the storage a `--backend` names: `etcd://host:port[,host:port...]` (feature `etcd`).
-/// `timeout` bounds every call, connecting included.
-pub async fn open(backend: &str, timeout: Duration) -> Result<Arc<dyn Storage>, StorageError> {
+/// How the storage is reached beyond its addresses: TLS and the storage's own user (etcd's
+/// `--client-cert-auth` and `auth enable`). The default is plaintext and no user.
+#[derive(Clone, Default)]
+pub struct Access {
+    /// Verify the storage's certificate against this CA file (PEM); the endpoints are then
+    /// `https://` (`--backend-cacert`).
+    pub cacert: Option<PathBuf>,
+    /// This server's client certificate and its key (PEM), for a storage that asks for one
+    /// (`--backend-cert`, `--backend-key`).
+    pub cert: Option<(PathBuf, PathBuf)>,
+    /// The storage's user and password (`--backend-user`, `--backend-password-file`).
+    pub user: Option<(String, String)>,
+}
+
+impl std::fmt::Debug for Access {
+    /// Never prints the password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Access")
+            .field("cacert", &self.cacert)
+            .field("cert", &self.cert)
+            .field("user", &self.user.as_ref().map(|(u, _)| u))
+            .finish()
+    }
+}
+
+/// Opens the storage a `--backend` names: `etcd://host:port[,host:port...]` (feature `etcd`),
+/// reached as `access` says. `timeout` bounds every call, connecting included.
+pub async fn open(
+    backend: &str,
+    timeout: Duration,
+    access: &Access,
+) -> Result<Arc<dyn Storage>, StorageError> {
     match backend.split_once("://") {
-        Some(("etcd", list)) => etcd_open(list, timeout).await,
+        Some(("etcd", list)) => etcd_open(list, timeout, access).await,
         _ => Err(StorageError::Config(format!(
             "{backend:?}: expected etcd://host:port[,host:port...]"
         ))),
@@ -112,12 +142,22 @@ pub async fn open(backend: &str, timeout: Duration) -> Result<Arc<dyn Storage>, 
 }
 
 #[cfg(feature = "etcd")]
-async fn etcd_open(list: &str, timeout: Duration) -> Result<Arc<dyn Storage>, StorageError> {
-    Ok(Arc::new(etcd::EtcdStorage::connect(list, timeout).await?))
+async fn etcd_open(
+    list: &str,
+    timeout: Duration,
+    access: &Access,
+) -> Result<Arc<dyn Storage>, StorageError> {
+    Ok(Arc::new(
+        etcd::EtcdStorage::connect(list, timeout, access).await?,
+    ))
 }
 
 #[cfg(not(feature = "etcd"))]
-async fn etcd_open(list: &str, _timeout: Duration) -> Result<Arc<dyn Storage>, StorageError> {
+async fn etcd_open(
+    list: &str,
+    _timeout: Duration,
+    _access: &Access,
+) -> Result<Arc<dyn Storage>, StorageError> {
     Err(StorageError::Config(format!(
         "etcd://{list}: this dt-rdzv was built without the `etcd` feature \
          (cargo build -p dt-rdzv --features etcd)"
