@@ -1,6 +1,7 @@
 //! Hardening round 3's attacks on the native QUIC door of a real `dt-rdzv serve` (issue 42,
 //! findings 6 and 7, the back-to-back publish deadlock, names in logs, a member that does
-//! not read), each beside a welcomed member and a TCPStore client doing set/get.
+//! not read, one address filling the door), each beside a welcomed member and (most) a
+//! TCPStore client doing set/get.
 
 mod adv;
 mod common;
@@ -218,6 +219,49 @@ fn a_member_that_does_not_read_is_closed_at_its_queue_bound() {
         peak / MIB
     );
     assert!(s.log().contains("reads too slowly"), "{}", s.log());
+}
+
+/// Round 3, Medium: idle connections of one token (one host) filled the native connection cap
+/// for every job. Now one source address holds at most its share of the door
+/// (`--max-native-connections-per-source`, half of the door by default): its newcomers past it
+/// are refused at the handshake, another host still gets in, and a closed connection gives its
+/// place back.
+#[test]
+fn one_address_cannot_fill_the_native_door() {
+    let s = Served::start(
+        "per-source",
+        &[
+            "--max-native-connections",
+            "64",
+            "--max-native-connections-per-source",
+            "8",
+        ],
+    );
+    rt().block_on(async {
+        let mut by = member_bystander(&s).await; // one of 127.0.0.1's eight
+        let ep = raw_endpoint(&s.fingerprint);
+        let mut held = Vec::new();
+        for i in 0..7 {
+            held.push(raw_member(&ep, &s, &format!("hog{i}")).await);
+        }
+        let refused = ep.connect(s.native, "localhost").unwrap().await;
+        assert!(refused.is_err(), "a ninth connection from 127.0.0.1 got in");
+        let other = raw_endpoint_from(&s.fingerprint, "127.0.0.2");
+        let (_c, _s, _r) = raw_member(&other, &s, "another-host").await;
+        let (conn, _, _) = held.pop().unwrap();
+        conn.close(0u32.into(), b"bye");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match ep.connect(s.native, "localhost").unwrap().await {
+                Ok(_) => break,
+                Err(e) if Instant::now() > deadline => panic!("the place never came back: {e}"),
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+        check_member(&mut by).await;
+    });
+    let log = s.log();
+    assert!(log.contains("--max-native-connections-per-source"), "{log}");
 }
 
 /// The server's CPU time (user and system) so far, in seconds.

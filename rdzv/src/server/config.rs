@@ -209,6 +209,12 @@ pub struct ServeConfig {
     #[arg(long, env = "DTRDZV_MAX_NATIVE_CONNECTIONS", default_value_t = 65536)]
     pub max_native_connections: usize,
 
+    /// Most native connections one source address may hold (connections in their handshake
+    /// included); its newcomers past it are refused while other addresses still get in.
+    /// Default: half of `--max-native-connections`.
+    #[arg(long, env = "DTRDZV_MAX_NATIVE_CONNECTIONS_PER_SOURCE")]
+    pub max_native_connections_per_source: Option<usize>,
+
     /// Most bytes of partly received frames held for all native connections together (each
     /// connection's frame in progress is charged to it; one that does not fit is closed,
     /// naming this budget). A connection not yet accepted may send frames of 64 KiB at most.
@@ -331,6 +337,7 @@ impl Default for ServeConfig {
             job_idle_ttl: Duration::from_secs(300),
             max_jobs: 4096,
             max_native_connections: 65536,
+            max_native_connections_per_source: None,
             max_partial_frame_bytes: 256 << 20,
             backend: None,
             advertise: None,
@@ -448,6 +455,14 @@ impl ServeConfig {
             cert: self.backend_cert.clone().zip(self.backend_key.clone()),
             user,
         })
+    }
+
+    /// Native connections one source address may hold: `--max-native-connections-per-source`,
+    /// else half of the door (at least one).
+    pub fn native_connections_per_source(&self) -> usize {
+        self.max_native_connections_per_source
+            .unwrap_or(self.max_native_connections / 2)
+            .max(1)
     }
 
     /// The rendezvous machine's part of the settings, with the resolved token.

@@ -171,11 +171,16 @@ pub fn member(job: &str, name: &str, addrs: Vec<String>) -> Membership {
 /// A raw QUIC client endpoint trusting `fingerprint`, with keep-alives every 200 ms (what an
 /// attacker uses to hold connections open).
 pub fn raw_endpoint(fingerprint: &str) -> quinn::Endpoint {
+    raw_endpoint_from(fingerprint, "127.0.0.1")
+}
+
+/// [`raw_endpoint`] from the loopback address `ip` (127.0.0.2: another host to the server).
+pub fn raw_endpoint_from(fingerprint: &str, ip: &str) -> quinn::Endpoint {
     let mut cfg = client_config(&Trust::Fingerprint(fingerprint.into())).unwrap();
     let mut transport = quinn::TransportConfig::default();
     transport.keep_alive_interval(Some(Duration::from_millis(200)));
     cfg.transport_config(Arc::new(transport));
-    let mut ep = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    let mut ep = quinn::Endpoint::client(format!("{ip}:0").parse().unwrap()).unwrap();
     ep.set_default_client_config(cfg);
     ep
 }

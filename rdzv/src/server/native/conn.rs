@@ -27,6 +27,7 @@ use super::outbox::{self, NativeOut, Outbox};
 use super::pace::Pace;
 use super::partial::{self, PartialBudget};
 use super::rendezvous::RdzvCore;
+use super::sources::{Slot, Sources};
 use super::writer::{Writer, WriterEnd};
 use crate::native::udp;
 use crate::server::config::ServeConfig;
@@ -82,6 +83,8 @@ pub(crate) async fn accept_loop(
     // Native connection ids count down from the top, away from the store's.
     let mut next_id: ConnId = u64::MAX;
     let budget = PartialBudget::new(config.max_partial_frame_bytes);
+    let sources = Sources::default();
+    let per_source = config.native_connections_per_source();
     loop {
         tokio::select! {
             _ = stop.changed() => break,
@@ -93,14 +96,32 @@ pub(crate) async fn accept_loop(
                     incoming.refuse();
                     continue;
                 }
+                let slot = match sources.take(incoming.remote_address().ip(), per_source) {
+                    Ok(slot) => slot,
+                    Err(held) => {
+                        limited!(warn, "native connection refused: its address holds its share \
+                            of the door (--max-native-connections-per-source)",
+                            peer = %incoming.remote_address(), held, limit = per_source);
+                        incoming.refuse();
+                        continue;
+                    }
+                };
                 next_id -= 1;
+                let charges = Charges { budget: budget.clone(), _slot: slot };
                 tokio::spawn(serve(next_id, incoming, core.clone(), owners.clone(),
-                    config.clone(), stop.clone(), budget.clone()));
+                    config.clone(), stop.clone(), charges));
             }
         }
     }
     endpoint.close(CLOSE_GOING_AWAY.into(), b"server shutting down");
     let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
+}
+
+/// What one connection is charged to while it lives: the server-wide budget of partly
+/// received frames, and its place in its source address's share of the door.
+struct Charges {
+    budget: Arc<PartialBudget>,
+    _slot: Slot,
 }
 
 async fn serve(
@@ -110,7 +131,7 @@ async fn serve(
     owners: Option<Arc<Owners>>,
     config: Arc<ServeConfig>,
     stop: watch::Receiver<bool>,
-    budget: Arc<PartialBudget>,
+    charges: Charges,
 ) {
     let peer = incoming.remote_address();
     let arrived = tokio::time::Instant::now();
@@ -158,7 +179,7 @@ async fn serve(
         own: tx,
         admitted,
         owners,
-        partial: partial::Charge::new(budget),
+        partial: partial::Charge::new(charges.budget),
         pace: Pace::new(std::time::Instant::now()),
     };
     let why = match c.run(&core, stop, arrived, &config, &mut writer).await {

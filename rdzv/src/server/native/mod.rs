@@ -3,7 +3,8 @@
 //!
 //! * `conn`: the QUIC endpoint, its accept loop and one task per member connection reading
 //!   it, `writer` a task writing to it from its `outbox` (bytes queued bounded), `partial` the
-//!   server-wide budget for partly received frames;
+//!   server-wide budget for partly received frames, `sources` the connections each source
+//!   address holds (its share of the door);
 //! * `rendezvous`: the rendezvous machine and the native connections' outboxes, behind the
 //!   server's one `Driver`;
 //! * `journal`: the rendezvous' recent events, kept by its core for the status page and
@@ -20,5 +21,6 @@ mod outbox;
 mod pace;
 mod partial;
 pub(super) mod rendezvous;
+mod sources;
 mod timeline;
 mod writer;
