@@ -23,6 +23,7 @@ use super::error::Refusal;
 use super::input::Input;
 use super::job::{self, Job, Removal};
 use super::probes::Probes;
+use super::progress_view::JobProgress;
 use crate::native::{JobEnd, JobStatus, ServerMsg};
 
 mod joins;
@@ -182,6 +183,13 @@ impl RendezvousMachine {
                 Ok(all)
             }
         }
+    }
+
+    /// Every job's ranks and latest summaries, borrowed (see [`JobProgress`]), by job name.
+    pub fn progress(&self) -> Vec<JobProgress<'_>> {
+        let mut all: Vec<JobProgress<'_>> = self.jobs.values().map(Job::progress).collect();
+        all.sort_by(|a, b| a.job.cmp(b.job));
+        all
     }
 
     fn forget(&mut self, name: &str) {

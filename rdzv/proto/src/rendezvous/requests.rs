@@ -7,6 +7,7 @@ use super::config::MachineConfig;
 use super::effects::Effects;
 use super::error::Refusal;
 use super::job::{Job, Member, Phase, Place};
+use super::progress_view::JobProgress;
 use crate::native::{JobStatus, MemberStatus, Peer, Role, ServerMsg};
 
 impl Job {
@@ -113,6 +114,24 @@ impl Job {
             });
         }
         Ok(distinct.into_iter().filter_map(|r| self.peer(r)).collect())
+    }
+
+    /// Its ranks and their latest summaries, borrowed (the timeline's sample).
+    pub(crate) fn progress(&self) -> JobProgress<'_> {
+        JobProgress {
+            job: &self.name,
+            round: self.round,
+            world: match self.phase {
+                Phase::Running { .. } => self.ranks.len() as u32,
+                _ => 0,
+            },
+            ranks: self
+                .members
+                .values()
+                .filter(|m| m.place == Place::Active)
+                .filter_map(|m| Some((m.rank?, m.progress.as_ref().map(|(p, _)| p))))
+                .collect(),
+        }
     }
 
     /// The job as `dt-rdzv status` shows it.

@@ -167,12 +167,11 @@ impl RdzvCore {
                 _ = stop.changed() => return,
                 _ = tick.tick() => {}
             }
-            let status = self
-                .driver
-                .read(|g| g.core.status(Instant::now(), None))
-                .unwrap_or_default();
-            let mut t = self.timelines.lock().unwrap_or_else(|p| p.into_inner());
-            t.sample(unix_ms(), &status);
+            // Under the read lock: the summaries are borrowed, not copied.
+            self.driver.read(|g| {
+                let mut t = self.timelines.lock().unwrap_or_else(|p| p.into_inner());
+                t.sample(unix_ms(), &g.core.progress());
+            });
         }
     }
 

@@ -11,14 +11,15 @@
 //! [`LAGGARDS`] ranks furthest behind (silent first, then the lowest sequence number, a rank in
 //! no call before one already waiting in the next), so that 1,000 ranks cost what 64 do.
 //!
-//! Sans-IO: the server's task (`RdzvCore::run_timeline`) feeds it the machine's status and the
-//! time; it never reads a clock.
+//! Sans-IO: the server's task (`RdzvCore::run_timeline`) feeds it each job's ranks and summaries
+//! as the machine holds them (borrowed under the driver's read lock, nothing copied but a
+//! rank and a pointer per member) and the time; it never reads a clock.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
-use dt_rdzv_proto::native::JobStatus;
 use dt_rdzv_proto::native::progress::WORLD_GROUP;
+use dt_rdzv_proto::rendezvous::JobProgress;
 use serde_json::{Value, json};
 
 /// How often the server samples.
@@ -69,16 +70,14 @@ struct Sample {
 }
 
 impl Sample {
-    fn of(at_ms: u64, j: &JobStatus) -> Sample {
+    fn of(at_ms: u64, j: &JobProgress<'_>) -> Sample {
         let world = j.world as usize;
         let mut places: Vec<(u32, Place)> = j
-            .members
+            .ranks
             .iter()
-            .filter_map(|m| {
-                let rank = m
-                    .rank
-                    .filter(|r| (*r as usize) < world && m.state == "active")?;
-                let p = m.progress.as_ref().filter(|p| p.round == j.round);
+            .filter(|(rank, _)| (*rank as usize) < world)
+            .map(|&(rank, progress)| {
+                let p = progress.filter(|p| p.round == j.round);
                 let seq = p.map(|p| {
                     p.groups
                         .iter()
@@ -86,7 +85,7 @@ impl Sample {
                         .map_or(0, |g| g.completed_seq)
                 });
                 let waiting = p.is_some_and(|p| p.pending.iter().any(|c| c.group == WORLD_GROUP));
-                Some((rank, Place { seq, waiting }))
+                (rank, Place { seq, waiting })
             })
             .collect();
         places.sort_by_key(|(r, _)| *r);
@@ -136,18 +135,19 @@ pub(crate) struct Timelines {
 }
 
 impl Timelines {
-    /// Takes one sample at `at_ms` (Unix ms) of `jobs` (the machine's status, every job):
-    /// jobs the machine forgot are dropped, new ones followed while there is room.
-    pub(crate) fn sample(&mut self, at_ms: u64, jobs: &[JobStatus]) {
-        let known: HashSet<&str> = jobs.iter().map(|j| j.job.as_str()).collect();
+    /// Takes one sample at `at_ms` (Unix ms) of `jobs` (every job's ranks and summaries,
+    /// borrowed from the machine): jobs the machine forgot are dropped, new ones followed
+    /// while there is room.
+    pub(crate) fn sample(&mut self, at_ms: u64, jobs: &[JobProgress<'_>]) {
+        let known: HashSet<&str> = jobs.iter().map(|j| j.job).collect();
         self.jobs.retain(|name, _| known.contains(name.as_str()));
         self.unfollowed = 0;
         for j in jobs {
-            if !self.jobs.contains_key(&j.job) && self.jobs.len() >= MAX_JOBS {
+            if !self.jobs.contains_key(j.job) && self.jobs.len() >= MAX_JOBS {
                 self.unfollowed += 1;
                 continue;
             }
-            let line = self.jobs.entry(j.job.clone()).or_default();
+            let line = self.jobs.entry(j.job.to_string()).or_default();
             if line.samples.len() == SAMPLES {
                 line.samples.pop_front();
             }

@@ -1,5 +1,5 @@
 use dt_rdzv_proto::native::progress::{CallState, GroupProgress, PendingCall, Progress};
-use dt_rdzv_proto::native::{JobSpec, MemberStatus, Role};
+use dt_rdzv_proto::native::{JobSpec, JobStatus, MemberStatus, Role};
 
 use super::*;
 
@@ -45,6 +45,24 @@ fn member(rank: u32, round: u64, seq: Option<u64>, waiting: bool) -> MemberStatu
     }
 }
 
+/// What the machine hands the sampler (`RendezvousMachine::progress`) for these statuses:
+/// the active members' ranks and summaries, borrowed.
+fn views(jobs: &[JobStatus]) -> Vec<JobProgress<'_>> {
+    jobs.iter()
+        .map(|j| JobProgress {
+            job: &j.job,
+            round: j.round,
+            world: j.world,
+            ranks: j
+                .members
+                .iter()
+                .filter(|m| m.state == "active")
+                .filter_map(|m| Some((m.rank?, m.progress.as_ref())))
+                .collect(),
+        })
+        .collect()
+}
+
 fn job(name: &str, members: Vec<MemberStatus>) -> JobStatus {
     JobStatus {
         job: name.into(),
@@ -77,7 +95,7 @@ fn small(t: u64) -> JobStatus {
 fn a_small_job_has_a_line_per_rank_bounded_to_the_window() {
     let mut t = Timelines::default();
     for i in 0..(SAMPLES as u64 + 25) {
-        t.sample(1_000 * i, &[small(i)]);
+        t.sample(1_000 * i, &views(&[small(i)]));
     }
     let v = t.json("small", 0, Vec::new());
     assert_eq!(v["followed"], true);
@@ -122,7 +140,7 @@ fn a_big_job_is_summarised_with_its_laggards() {
     let big = job("big", members);
     let mut t = Timelines::default();
     for i in 0..(SAMPLES as u64 * 2) {
-        t.sample(i, std::slice::from_ref(&big));
+        t.sample(i, &views(std::slice::from_ref(&big)));
     }
     let line = &t.jobs["big"];
     assert_eq!(line.samples.len(), SAMPLES);
@@ -155,7 +173,7 @@ fn laggard_lines_are_bounded_when_the_laggards_change() {
         let members = (0..100)
             .map(|r| member(r, 1, Some(if r == i { 1 } else { 9 }), true))
             .collect();
-        t.sample(u64::from(i), &[job("shifting", members)]);
+        t.sample(u64::from(i), &views(&[job("shifting", members)]));
     }
     let v = t.json("shifting", 0, Vec::new());
     let lines = v["laggards"].as_array().unwrap();
@@ -172,7 +190,7 @@ fn jobs_are_bounded_and_forgotten_ones_dropped() {
     let many: Vec<JobStatus> = (0..MAX_JOBS + 5)
         .map(|i| job(&format!("j{i:03}"), vec![member(0, 1, Some(1), false)]))
         .collect();
-    t.sample(0, &many);
+    t.sample(0, &views(&many));
     assert_eq!(t.followed(), MAX_JOBS);
     assert_eq!(t.unfollowed, 5);
     let last = format!("j{:03}", MAX_JOBS + 4);
@@ -180,7 +198,7 @@ fn jobs_are_bounded_and_forgotten_ones_dropped() {
     assert_eq!(v["followed"], false);
     assert!(v["why"].as_str().unwrap().contains("at most"));
     // The machine forgets the first job: its room goes to a job not followed so far.
-    t.sample(1, &many[1..]);
+    t.sample(1, &views(&many[1..]));
     assert_eq!(t.followed(), MAX_JOBS);
     assert!(!t.jobs.contains_key("j000"));
     let next = format!("j{MAX_JOBS:03}");
@@ -210,10 +228,10 @@ fn summaries_of_another_round_or_spares_do_not_count() {
     let mut t = Timelines::default();
     t.sample(
         0,
-        &[JobStatus {
+        &views(&[JobStatus {
             world: 2,
             ..job("r", members)
-        }],
+        }]),
     );
     let v = t.json("r", 0, Vec::new());
     assert_eq!(v["ranks"][0]["seq"][0], 7);
@@ -229,7 +247,7 @@ fn summaries_of_another_round_or_spares_do_not_count() {
 fn a_rank_in_no_call_is_dated_from_its_first_such_sample() {
     let mut t = Timelines::default();
     for i in 0..10 {
-        t.sample(1_000 * i, &[small(i)]);
+        t.sample(1_000 * i, &views(&[small(i)]));
     }
     let v = t.json("small", 0, Vec::new());
     assert_eq!(v["ranks"][2]["idle_since_ms"], 3_000);
