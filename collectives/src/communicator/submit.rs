@@ -203,7 +203,6 @@ impl Inner {
         device: bool,
     ) -> Result<MutexGuard<'_, State>, CommError> {
         let mut st = lock(&self.state);
-        let start = Instant::now();
         let ahead = || {
             let p = self.pending.load(Ordering::Acquire);
             if device {
@@ -212,6 +211,11 @@ impl Inner {
                 p
             }
         };
+        if ahead() == 0 {
+            // Nothing queued (the common case): no clock read on the call path.
+            return Ok(st);
+        }
+        let start = Instant::now();
         while ahead() > 0 {
             if let Some(reason) = crate::interrupt::requested() {
                 // The calls ahead of this one stop too: the caller gave up on the sequence.

@@ -189,7 +189,9 @@ impl ShmGroup {
         check: bool,
     ) -> Result<(), EngineError> {
         let target = self.posted;
-        let start = Instant::now();
+        // The clock is read once a peer is found not ready: a wait whose peers all posted
+        // already (the small-message common case) costs no clock read.
+        let mut start: Option<Instant> = None;
         let spin = self.spin.budget();
         let mut spins = 0u32;
         let mut next = 0;
@@ -204,7 +206,7 @@ impl ShmGroup {
                 continue;
             }
             spins += 1;
-            if start.elapsed() < spin {
+            if start.get_or_insert_with(Instant::now).elapsed() < spin {
                 std::hint::spin_loop();
                 if spins.is_multiple_of(128) {
                     std::thread::yield_now();
@@ -221,7 +223,7 @@ impl ShmGroup {
             }
             waiters.fetch_sub(1, Ordering::SeqCst);
         }
-        self.spin.record(start.elapsed());
+        self.spin.record(start.map_or(Duration::ZERO, |s| s.elapsed()));
         Ok(())
     }
 
