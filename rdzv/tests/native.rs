@@ -105,6 +105,27 @@ fn members_form_a_round_and_survivors_carry_on_after_losses() {
     });
 }
 
+/// A lookup of more ranks than one request may ask for (2,048) is sent in batches: a member
+/// of a big round with a partial peer table asks for every lower rank.
+#[test]
+fn a_lookup_of_any_size_is_answered_in_batches() {
+    let s = server();
+    rt().block_on(async {
+        let spec = JobSpec::fixed(1);
+        let mut m = members(&s, "lookups", 1, &spec).await.pop().unwrap();
+        m.wait_welcome(WAIT).await.expect("welcomed");
+        let many: Vec<u32> = (0..5000).chain(0..5000).collect();
+        match m.lookup(many.clone()).await {
+            Err(NativeError::Refused { message, .. }) => {
+                assert!(message.contains("max_lookup_ranks"), "{message}")
+            }
+            other => panic!("one lookup of 5,000 ranks was not refused: {other:?}"),
+        }
+        let peers = m.lookup_all(&many).await.expect("batched lookups");
+        assert_eq!(peers.iter().map(|p| p.rank).collect::<Vec<_>>(), vec![0]);
+    });
+}
+
 #[test]
 fn wrong_token_is_refused_and_nothing_else_is_disturbed() {
     let s = server();

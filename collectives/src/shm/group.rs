@@ -223,7 +223,8 @@ impl ShmGroup {
             }
             waiters.fetch_sub(1, Ordering::SeqCst);
         }
-        self.spin.record(start.map_or(Duration::ZERO, |s| s.elapsed()));
+        self.spin
+            .record(start.map_or(Duration::ZERO, |s| s.elapsed()));
         Ok(())
     }
 

@@ -134,6 +134,12 @@ impl BlockingNativeClient {
         self.rt.block_on(c.lookup(ranks))
     }
 
+    /// The peers at `ranks` however many they are ([`NativeClient::lookup_all`]).
+    pub fn lookup_all(&mut self, ranks: &[u32]) -> Result<Vec<Peer>, NativeError> {
+        let c = self.inner.as_mut().expect("client");
+        self.rt.block_on(c.lookup_all(ranks))
+    }
+
     /// Status of one job or all.
     pub fn status(&mut self, job: Option<&str>) -> Result<Vec<JobStatus>, NativeError> {
         let c = self.inner.as_mut().expect("client");

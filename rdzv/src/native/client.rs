@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use dt_rdzv_proto::native::{
     CLOSE_NORMAL, ClientMsg, JobSpec, JobStatus, Join, Peer, Role, ServerMsg, Welcome,
 };
+use dt_rdzv_proto::rendezvous::MAX_LOOKUP_RANKS;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -304,6 +305,19 @@ impl NativeClient {
                 _ => {}
             }
         }
+    }
+
+    /// The peers at `ranks` however many they are: repeated ranks asked for once, the rest in
+    /// batches of at most [`MAX_LOOKUP_RANKS`] (one `Lookup` of more is refused). A member of
+    /// a big round whose welcome lists only its neighbours needs every lower rank this way.
+    pub async fn lookup_all(&mut self, ranks: &[u32]) -> Result<Vec<Peer>, NativeError> {
+        let mut seen = std::collections::HashSet::with_capacity(ranks.len());
+        let distinct: Vec<u32> = ranks.iter().copied().filter(|r| seen.insert(*r)).collect();
+        let mut out = Vec::with_capacity(distinct.len());
+        for batch in distinct.chunks(MAX_LOOKUP_RANKS) {
+            out.extend(self.lookup(batch.to_vec()).await?);
+        }
+        Ok(out)
     }
 
     /// Status of one job or of all (operator; needs the token).

@@ -375,11 +375,19 @@ impl Member {
     fn peer_addrs(&mut self, w: &Welcome) -> Result<Vec<Option<SocketAddr>>, JoinError> {
         let world = w.world as usize;
         let mut peers: Vec<Peer> = w.peers.clone();
-        let known: Vec<u32> = peers.iter().map(|p| p.rank).collect();
-        let missing: Vec<u32> = (0..w.rank).filter(|r| !known.contains(r)).collect();
-        if !missing.is_empty() && !w.all_peers {
-            let more = self.client.lookup(missing).map_err(|e| self.rdzv_err(e))?;
-            peers.extend(more);
+        if !w.all_peers {
+            // Every lower rank this rank connects to, in as many lookups as the server's
+            // per-request bound takes (one lookup of more than 2,048 ranks was refused: no
+            // round past about 2,100 ranks could form).
+            let known: std::collections::HashSet<u32> = peers.iter().map(|p| p.rank).collect();
+            let missing: Vec<u32> = (0..w.rank).filter(|r| !known.contains(r)).collect();
+            if !missing.is_empty() {
+                let more = self
+                    .client
+                    .lookup_all(&missing)
+                    .map_err(|e| self.rdzv_err(e))?;
+                peers.extend(more);
+            }
         }
         let mut out = vec![None; world];
         for p in &peers {

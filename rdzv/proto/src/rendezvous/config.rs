@@ -3,6 +3,11 @@
 
 use std::time::Duration;
 
+/// Most distinct ranks one `Lookup` may ask for on a server with the default settings: what
+/// [`MachineConfig::max_lookup_ranks`] defaults to, and the size of the batches a client's
+/// lookup of more ranks is sent in.
+pub const MAX_LOOKUP_RANKS: usize = 2048;
+
 /// Server-wide rendezvous settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MachineConfig {
@@ -74,7 +79,7 @@ impl Default for MachineConfig {
             max_config_entries: 256,
             max_config_bytes: 4 << 20,
             max_welcome_config_bytes: 256 << 20,
-            max_lookup_ranks: 2048,
+            max_lookup_ranks: MAX_LOOKUP_RANKS,
             max_addrs: 16,
             max_addr_bytes: 256,
         }

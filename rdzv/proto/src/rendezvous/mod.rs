@@ -52,7 +52,7 @@ mod resume;
 
 pub use admission::MAX_NAME_BYTES;
 pub use auth::{JOB_TOKEN_PREFIX, Scope, authorized, job_token};
-pub use config::MachineConfig;
+pub use config::{MAX_LOOKUP_RANKS, MachineConfig};
 pub use effects::{Action, Event, RendezvousStats};
 
 /// A driver's name for one client connection.
