@@ -166,17 +166,23 @@ def trial(stack: Stack, replicas: int, kind: str, where: str, fault_step: int,
         return {"recovery_s": recovered, "step_ms": 1000 * statistics.median(gaps) if gaps
                 else None}
     finally:
-        for p in procs:
-            if p.poll() is None:
-                os.kill(p.pid, signal.SIGCONT)
-                p.kill()
-            p.wait()
-        lh.terminate()
-        try:
-            lh.wait(10)
-        except subprocess.TimeoutExpired:
-            lh.kill()
-            lh.wait()
+        stop_all(procs, lh)
+
+
+def stop_all(procs: list[subprocess.Popen[bytes]], lh: subprocess.Popen[bytes]) -> None:
+    """Kills the replicas (a frozen one is woken first, so that it dies now) and stops the
+    Lighthouse (SIGTERM, then SIGKILL past 10 s)."""
+    for p in procs:
+        if p.poll() is None:
+            os.kill(p.pid, signal.SIGCONT)
+            p.kill()
+        p.wait()
+    lh.terminate()
+    try:
+        lh.wait(10)
+    except subprocess.TimeoutExpired:
+        lh.kill()
+        lh.wait()
 
 
 def fmt(xs: list[float], unit: str) -> str:

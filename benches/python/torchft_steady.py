@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -31,7 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from torchft_recovery import STACKS, TRAIN, Stack, free_port, read_log, wait_port
+from torchft_recovery import (STACKS, TRAIN, Stack, free_port, read_log, stop_all,
+                              wait_port)
 
 
 def steady(stack: Stack, replicas: int, width: int, threads: str, warmup: int,
@@ -74,17 +74,7 @@ def steady(stack: Stack, replicas: int, width: int, threads: str, warmup: int,
             return {"error": f"{len(gaps)} steps in {seconds} s"}
         return {"step_ms": 1000 * statistics.median(gaps), "steps": len(gaps)}
     finally:
-        for p in procs:
-            if p.poll() is None:
-                os.kill(p.pid, signal.SIGCONT)
-                p.kill()
-            p.wait()
-        lh.terminate()
-        try:
-            lh.wait(10)
-        except subprocess.TimeoutExpired:
-            lh.kill()
-            lh.wait()
+        stop_all(procs, lh)
 
 
 def main() -> None:
