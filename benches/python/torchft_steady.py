@@ -30,8 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from torchft_recovery import (STACKS, TRAIN, Stack, free_port, read_log, stop_all,
-                              wait_port)
+from torchft_recovery import STACKS, TRAIN, Stack, free_port, read_log, stop_all, wait_port
 
 
 def steady(stack: Stack, replicas: int, width: int, threads: str, warmup: int,
