@@ -12,7 +12,6 @@ import socket
 import sys
 
 import pytest
-
 from dtgroup import base_env, run_all
 
 pytest.importorskip("torch")

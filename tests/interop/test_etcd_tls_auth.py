@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from etcd_servers import etcd_binary, start_etcd_tls
 from native_server import dt_rdzv_bin, stop_process
 
