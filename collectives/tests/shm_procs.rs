@@ -287,8 +287,8 @@ fn an_abort_reaches_a_host_peer_with_no_link_to_the_failed_rank() {
     println!("rank 2 after {took:?}:\n{out}");
     assert_eq!(code, Some(0), "rank 2:\n{out}\n{err}");
     assert!(
-        out.contains("rank 0 failed (said through shared memory") && out.contains("rank 4"),
-        "rank 2 names the failure's origin and its cause: {out}"
+        out.contains("because rank 0 failed") && out.contains("rank 0: rank 4 was lost"),
+        "rank 2 names the failure's origin, in the origin's own words, and its cause: {out}"
     );
     assert!(out.contains("(seq "), "names the op and seq: {out}");
     assert!(

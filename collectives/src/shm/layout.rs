@@ -6,8 +6,10 @@
 //!   +0           posted: u32 futex word (steps this rank has published), own cache line
 //!   +64          waiters: u32 (peers asleep on `posted`), pid: u32, closed: u32,
 //!                the call's input and output addresses (u64 each),
-//!                bell: u32 (rung by pipe peers), bell waiters: u32, aborted: u32
+//!                bell: u32 (rung by pipe peers), bell waiters: u32, aborted: u32,
+//!                reason length: u32
 //!   +128         call headers: 2 × 32 bytes (op, dtype, count, seq), one per buffer parity
+//!   +256         the failed rank's own error, UTF-8, at most 1024 bytes
 //!   +PAGE        buffer 0 (chunk bytes), then buffer 1
 //! PAGE + n*S + k*P   pipe k (P = PAGE + PIPE), one per ordered pair (from, to), from ≠ to:
 //!   +0           head: u64, bytes the writer has written (own cache line)
@@ -24,7 +26,7 @@ pub(crate) const PAGE: usize = 4096;
 /// `dtcommSH`: the first eight bytes of every segment.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"dtcommSH");
 /// Bumped whenever the layout or the protocol changes; a peer with another version is refused.
-pub(crate) const VERSION: u32 = 3;
+pub(crate) const VERSION: u32 = 4;
 /// Bytes of each pipe's ring.
 pub(crate) const PIPE: usize = 256 << 10;
 
@@ -55,6 +57,13 @@ pub(crate) mod slot {
     /// u32: 0 while the rank is well; once it failed, 1, or `2 + lost rank` when a lost peer
     /// was the cause (its abort, for host peers it holds no link to).
     pub const ABORTED: usize = 104;
+    /// u32: bytes of `REASON` once written (stored before `ABORTED`); `u32::MAX` while the
+    /// failing rank writes them.
+    pub const REASON_LEN: usize = 108;
+    /// The failing rank's own error, so a host peer told through memory says why.
+    pub const REASON: usize = 256;
+    /// Longest reason kept (a longer one is cut at a character boundary).
+    pub const REASON_MAX: usize = 1024;
 
     pub const DESC: usize = 128;
     pub const DATA: usize = super::PAGE;
@@ -130,9 +139,10 @@ mod tests {
         for i in 0..3 {
             assert_eq!(l.slot(i) % PAGE, 0);
             spans.push((l.slot(i), l.slot(i) + slot::DATA));
+            assert!(slot::REASON + slot::REASON_MAX <= slot::DATA);
             for p in 0..2 {
                 assert_eq!(l.buf(i, p) % PAGE, 0);
-                assert!(l.desc(i, p) + 32 <= l.slot(i) + slot::DATA);
+                assert!(l.desc(i, p) + 32 <= l.slot(i) + slot::REASON);
                 spans.push((l.buf(i, p), l.buf(i, p) + l.chunk));
             }
         }

@@ -256,14 +256,37 @@ impl Pipes {
         }
     }
 
-    /// Marks this rank failed in the segment (`lost`: the peer whose loss caused it) and wakes
-    /// every host peer, so one waiting on it with no link to it hears of the abort at once.
-    pub(crate) fn abort(&self, lost: Option<usize>) {
+    /// Marks this rank failed in the segment (`lost`: the peer whose loss caused it, `reason`:
+    /// its own error) and wakes every host peer, so one waiting on it with no link to it hears
+    /// of the abort, and why, at once.
+    pub(crate) fn abort(&self, lost: Option<usize>, reason: &str) {
+        let slot_at = self.layout.slot(self.me);
+        let len = self.u32_at(slot_at + slot::REASON_LEN);
+        if len
+            .compare_exchange(0, u32::MAX, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            let bytes = cut(reason, slot::REASON_MAX).as_bytes();
+            // SAFETY: `REASON..REASON + REASON_MAX` lies in this rank's own slot (layout test);
+            // only this rank writes it, once (the claim above), and readers copy it only after
+            // they saw the length stored below.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    bytes.as_ptr(),
+                    self.map.ptr().add(slot_at + slot::REASON),
+                    bytes.len(),
+                );
+            }
+            len.store(bytes.len() as u32, Ordering::Release);
+        }
         let v = lost.map_or(1, |l| l as u32 + 2);
-        let _ = self
-            .u32_at(self.layout.slot(self.me) + slot::ABORTED)
-            .compare_exchange(0, v, Ordering::SeqCst, Ordering::SeqCst);
-        futex::wake_all(self.u32_at(self.layout.slot(self.me) + slot::POSTED));
+        let _ = self.u32_at(slot_at + slot::ABORTED).compare_exchange(
+            0,
+            v,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
+        futex::wake_all(self.u32_at(slot_at + slot::POSTED));
         for i in (0..self.ranks.len()).filter(|&i| i != self.me) {
             self.ring_bell(i);
         }
@@ -292,11 +315,32 @@ impl Pipes {
         (v != 0).then(|| LinkError::Aborted {
             origin: self.ranks[i],
             lost: (v >= 2).then(|| (v - 2) as usize),
-            reason: format!(
-                "rank {} failed (said through shared memory; its own error says why)",
-                self.ranks[i]
-            ),
+            reason: self.reason(i).unwrap_or_else(|| {
+                format!(
+                    "rank {} failed (said through shared memory; its own error says why)",
+                    self.ranks[i]
+                )
+            }),
         })
+    }
+
+    /// The error local rank `i` wrote when it failed, if it finished writing it.
+    fn reason(&self, i: usize) -> Option<String> {
+        let at = self.layout.slot(i);
+        let n = self.u32_at(at + slot::REASON_LEN).load(Ordering::Acquire) as usize;
+        if n == 0 || n > slot::REASON_MAX {
+            return None;
+        }
+        let mut buf = vec![0u8; n];
+        // SAFETY: in bounds (n <= REASON_MAX, layout test); written once before the length.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.map.ptr().add(at + slot::REASON),
+                buf.as_mut_ptr(),
+                n,
+            );
+        }
+        Some(String::from_utf8_lossy(&buf).into_owned())
     }
 
     /// Sleeps (at most `timeout`, and a short nap) until a pipe to a local rank in `sends`
@@ -329,6 +373,18 @@ impl Pipes {
         waiters.fetch_sub(1, Ordering::SeqCst);
         r
     }
+}
+
+/// `s` cut to at most `max` bytes at a character boundary.
+fn cut(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
 }
 
 /// Bytes queued in a ring whose writer is at `head` and reader at `tail`, when the counters are
@@ -385,10 +441,18 @@ mod tests {
         let end = |me| Pipes::new(map.clone(), layout, me, vec![5, 7, 9], 10, &[None; 3]);
         let (a, b, c) = (end(0), end(1), end(2));
         // Rank 9 failed (no goodbye): rank 7's abort naming it stays an abort.
-        b.abort(Some(9));
+        b.abort(Some(9), "rank 7: all_reduce(seq 3) lost rank 9");
         match a.aborted() {
-            Some(LinkError::Aborted { origin, lost, .. }) => {
-                assert_eq!((origin, lost), (7, Some(9)))
+            Some(LinkError::Aborted {
+                origin,
+                lost,
+                reason,
+            }) => {
+                assert_eq!((origin, lost), (7, Some(9)));
+                assert_eq!(
+                    reason, "rank 7: all_reduce(seq 3) lost rank 9",
+                    "its own words"
+                );
             }
             other => panic!("{other:?}"),
         }
@@ -408,6 +472,19 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_long_reason_is_cut_at_a_character_boundary_and_only_the_first_abort_writes() {
+        let (a, b) = pair();
+        b.abort(None, &"é".repeat(600));
+        b.abort(None, "a second abort");
+        match a.aborted() {
+            Some(LinkError::Aborted { reason, .. }) => {
+                assert_eq!(reason, "é".repeat(slot::REASON_MAX / 2));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
     /// Two ends of one host's pipes over one segment: local ranks 0 and 1 (global 5 and 7).
     fn pair() -> (Pipes, Pipes) {
         let layout = Layout::new(2, 4096);
@@ -422,7 +499,7 @@ mod tests {
     fn a_writer_stops_at_once_when_its_reader_failed_or_closed() {
         let (a, b) = pair();
         assert_eq!(a.try_send(1, b"hello", b"").unwrap(), 5);
-        b.abort(Some(3));
+        b.abort(Some(3), "boom");
         match a.try_send(1, b"more", b"") {
             Err(LinkError::Aborted { origin, lost, .. }) => {
                 assert_eq!((origin, lost), (7, Some(3)));

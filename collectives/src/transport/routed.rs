@@ -154,7 +154,7 @@ impl ControlPlane for Routed {
     fn abort(&mut self, lost: Option<usize>, reason: &str) {
         self.inner.abort(lost, reason);
         if let Some(p) = self.pipes.get() {
-            p.abort(lost);
+            p.abort(lost, reason);
         }
     }
 
