@@ -69,6 +69,10 @@ pub(crate) mod slot {
     pub const DATA: usize = super::PAGE;
 }
 
+// A failed rank's reason fits between the call headers and the slot's buffers.
+const _: () =
+    assert!(slot::DESC + 64 <= slot::REASON && slot::REASON + slot::REASON_MAX <= slot::DATA);
+
 /// The geometry of one segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Layout {
@@ -139,7 +143,6 @@ mod tests {
         for i in 0..3 {
             assert_eq!(l.slot(i) % PAGE, 0);
             spans.push((l.slot(i), l.slot(i) + slot::DATA));
-            assert!(slot::REASON + slot::REASON_MAX <= slot::DATA);
             for p in 0..2 {
                 assert_eq!(l.buf(i, p) % PAGE, 0);
                 assert!(l.desc(i, p) + 32 <= l.slot(i) + slot::REASON);
