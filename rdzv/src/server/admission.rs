@@ -27,7 +27,7 @@
 
 mod gate;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
@@ -69,12 +69,25 @@ struct Entry {
     since: Instant,
 }
 
-/// The slot rule of one door. Ids grow, so the smallest unproven id is the oldest.
-#[derive(Debug)]
+/// The slot rule of one door. Ids grow, so the smallest unproven id of a source is its oldest.
+///
+/// Every decision is O(log n) in the door's connections: beside the connections themselves it
+/// keeps each source's unproven ids, the evictable ones by age, and each source's held ids with
+/// their counts, so a door of 100,000 torch ranks' store connections admits each in
+/// logarithmic time, not by a scan of all of them.
+#[derive(Debug, Default)]
 pub(crate) struct Admission {
     max: usize,
     per_source: usize,
-    conns: BTreeMap<u64, Entry>,
+    conns: HashMap<u64, Entry>,
+    /// Unproven ids per source (ascending: oldest first).
+    unproven: HashMap<IpAddr, BTreeSet<u64>>,
+    /// Unproven or idle connections, by (since, id): oldest first.
+    evictable: BTreeSet<(Instant, u64)>,
+    /// Held ids per source (ascending: newest last).
+    held: HashMap<IpAddr, BTreeSet<u64>>,
+    /// (held count, source) for every source holding any: the largest last.
+    held_counts: BTreeSet<(usize, IpAddr)>,
     next: u64,
 }
 
@@ -84,8 +97,7 @@ impl Admission {
         Self {
             max: max.max(1),
             per_source: per_source.max(1),
-            conns: BTreeMap::new(),
-            next: 0,
+            ..Self::default()
         }
     }
 
@@ -94,28 +106,82 @@ impl Admission {
         (max / 8).max(8)
     }
 
+    /// Files connection `id` under its state's indexes.
+    fn index(&mut self, id: u64, e: Entry) {
+        match e.state {
+            State::Unproven => {
+                self.unproven.entry(e.source).or_default().insert(id);
+                self.evictable.insert((e.since, id));
+            }
+            State::Idle => {
+                self.evictable.insert((e.since, id));
+            }
+            State::Held => {
+                let ids = self.held.entry(e.source).or_default();
+                self.held_counts.remove(&(ids.len(), e.source));
+                ids.insert(id);
+                self.held_counts.insert((ids.len(), e.source));
+            }
+        }
+    }
+
+    /// Takes connection `id` out of its state's indexes.
+    fn unindex(&mut self, id: u64, e: Entry) {
+        match e.state {
+            State::Unproven => {
+                if let Some(ids) = self.unproven.get_mut(&e.source) {
+                    ids.remove(&id);
+                    if ids.is_empty() {
+                        self.unproven.remove(&e.source);
+                    }
+                }
+                self.evictable.remove(&(e.since, id));
+            }
+            State::Idle => {
+                self.evictable.remove(&(e.since, id));
+            }
+            State::Held => {
+                if let Some(ids) = self.held.get_mut(&e.source) {
+                    self.held_counts.remove(&(ids.len(), e.source));
+                    ids.remove(&id);
+                    if ids.is_empty() {
+                        self.held.remove(&e.source);
+                    } else {
+                        self.held_counts.insert((ids.len(), e.source));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Moves connection `id` to `state` as of `since` (kept when `None`).
+    fn set(&mut self, id: u64, state: State, since: Option<Instant>) {
+        let Some(&old) = self.conns.get(&id) else {
+            return;
+        };
+        self.unindex(id, old);
+        let e = Entry {
+            state,
+            since: since.unwrap_or(old.since),
+            ..old
+        };
+        self.conns.insert(id, e);
+        self.index(id, e);
+    }
+
+    /// The oldest unproven connection of `from`, once it has had its grace (its oldest is
+    /// the first to have had it).
     fn oldest_unproven(&self, from: IpAddr, now: Instant) -> Option<u64> {
-        self.conns
-            .iter()
-            .find(|(_, e)| {
-                e.state == State::Unproven
-                    && e.source == from
-                    && now.saturating_duration_since(e.since) >= GRACE
-            })
-            .map(|(id, _)| *id)
+        let id = *self.unproven.get(&from)?.first()?;
+        let e = self.conns.get(&id)?;
+        (now.saturating_duration_since(e.since) >= GRACE).then_some(id)
     }
 
     /// The connection unproven or idle the longest: past its grace, or within it during a
     /// flood (evictable ones fill more than half the door).
     fn oldest_evictable(&self, now: Instant) -> Option<u64> {
-        let evictable = self.conns.iter().filter(|(_, e)| e.state != State::Held);
-        let (count, oldest) =
-            evictable.fold((0usize, None::<(u64, Instant)>), |(n, o), (id, e)| {
-                let older = o.is_none_or(|(_, t)| e.since < t);
-                (n + 1, if older { Some((*id, e.since)) } else { o })
-            });
-        let (id, since) = oldest?;
-        let flood = count * 2 > self.max;
+        let &(since, id) = self.evictable.first()?;
+        let flood = self.evictable.len() * 2 > self.max;
         (flood || now.saturating_duration_since(since) >= GRACE).then_some(id)
     }
 
@@ -124,23 +190,14 @@ impl Admission {
     /// of proven-then-silent connections must not lock every other host out. The newest, so
     /// that a long-lived client on that host (a torch rank's store connection) stays.
     fn hog(&self, newcomer: IpAddr) -> Option<u64> {
-        let mut held: HashMap<IpAddr, (usize, u64)> = HashMap::new();
-        for (id, e) in self.conns.iter().filter(|(_, e)| e.state == State::Held) {
-            // Ids grow: the last seen per source is its newest.
-            let h = held.entry(e.source).or_insert((0, *id));
-            *h = (h.0 + 1, *id);
-        }
-        let (source, (count, newest)) = held.into_iter().max_by_key(|(_, (n, _))| *n)?;
+        let &(count, source) = self.held_counts.last()?;
+        let newest = *self.held.get(&source)?.last()?;
         (source != newcomer && count > (self.max / 2).max(HOG_MIN)).then_some(newest)
     }
 
     /// A connection from `source` arrived at `now`.
     pub(crate) fn admit(&mut self, source: IpAddr, now: Instant) -> Decision {
-        let from_source = self
-            .conns
-            .values()
-            .filter(|e| e.state == State::Unproven && e.source == source)
-            .count();
+        let from_source = self.unproven.get(&source).map_or(0, BTreeSet::len);
         // Past its share, a source makes room from its own silent connections, if one has had
         // its grace (a burst of real clients from one host is never refused for it); a full
         // door makes room from anyone's.
@@ -158,54 +215,76 @@ impl Admission {
             None => None,
         };
         if let Some(old) = evict {
-            self.conns.remove(&old);
+            self.close(old);
         }
         self.next += 1;
         let id = self.next;
-        self.conns.insert(
-            id,
-            Entry {
-                source,
-                state: State::Unproven,
-                since: now,
-            },
-        );
+        let e = Entry {
+            source,
+            state: State::Unproven,
+            since: now,
+        };
+        self.conns.insert(id, e);
+        self.index(id, e);
         Decision::Admit { id, evict }
     }
 
     /// Connection `id` sent its first bytes at `now`: idle (`idle`: the door reports its
     /// activity) or held.
     pub(crate) fn prove(&mut self, id: u64, idle: bool, now: Instant) {
-        if let Some(e) = self.conns.get_mut(&id) {
-            e.state = if idle { State::Idle } else { State::Held };
-            e.since = now;
-        }
+        let state = if idle { State::Idle } else { State::Held };
+        self.set(id, state, Some(now));
     }
 
     /// Connection `id` started handling a request.
     pub(crate) fn busy(&mut self, id: u64) {
-        if let Some(e) = self.conns.get_mut(&id) {
-            e.state = State::Held;
-        }
+        self.set(id, State::Held, None);
     }
 
     /// Connection `id` finished handling a request at `now`.
     pub(crate) fn idle(&mut self, id: u64, now: Instant) {
-        if let Some(e) = self.conns.get_mut(&id) {
-            e.state = State::Idle;
-            e.since = now;
-        }
+        self.set(id, State::Idle, Some(now));
     }
 
     /// Connection `id` closed (or was evicted).
     pub(crate) fn close(&mut self, id: u64) {
-        self.conns.remove(&id);
+        if let Some(e) = self.conns.remove(&id) {
+            self.unindex(id, e);
+        }
     }
 
     /// Connections holding a slot.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.conns.len()
+    }
+
+    /// Every index agrees with the connections (tests).
+    #[cfg(test)]
+    pub(crate) fn check(&self) {
+        let mut evictable = 0;
+        for (id, e) in &self.conns {
+            match e.state {
+                State::Unproven => {
+                    assert!(self.unproven[&e.source].contains(id));
+                    assert!(self.evictable.contains(&(e.since, *id)));
+                    evictable += 1;
+                }
+                State::Idle => {
+                    assert!(self.evictable.contains(&(e.since, *id)));
+                    evictable += 1;
+                }
+                State::Held => assert!(self.held[&e.source].contains(id)),
+            }
+        }
+        assert_eq!(self.evictable.len(), evictable);
+        let unproven: usize = self.unproven.values().map(BTreeSet::len).sum();
+        let held: usize = self.held.values().map(BTreeSet::len).sum();
+        assert_eq!(unproven + held + (evictable - unproven), self.conns.len());
+        assert_eq!(self.held_counts.len(), self.held.len());
+        for (n, source) in &self.held_counts {
+            assert_eq!(self.held[source].len(), *n);
+        }
     }
 }
 
