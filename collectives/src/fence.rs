@@ -25,6 +25,10 @@ pub use dt_rdzv_proto::native::RoundEnd;
 /// Called with (peer rank, what the link said) when a link to a peer breaks without goodbye.
 pub type Reporter = Box<dyn Fn(usize, &str) + Send + Sync>;
 
+/// Called with what timed out when one of this rank's calls timed out and the environment asks
+/// for dumps on a timeout: asks the membership service to have every rank dump its trace.
+pub type DumpAsker = Box<dyn Fn(&str) + Send + Sync>;
+
 /// See the module docs. Shared by a communicator, its engine and whoever watches its round.
 #[derive(Default)]
 pub struct RoundFence {
@@ -32,6 +36,7 @@ pub struct RoundFence {
     armed: AtomicBool,
     end: Mutex<Option<RoundEnd>>,
     reporter: Mutex<Option<Reporter>>,
+    dump_asker: Mutex<Option<DumpAsker>>,
 }
 
 impl std::fmt::Debug for RoundFence {
@@ -80,6 +85,24 @@ impl RoundFence {
     pub fn set_reporter(&self, f: Reporter) {
         *self.reporter.lock().unwrap_or_else(|p| p.into_inner()) = Some(f);
         self.arm();
+    }
+
+    /// Sets who asks every rank of the round to dump its flight recorder when a call of this
+    /// rank's times out (`TORCH_FR_DUMP_ON_TIMEOUT`).
+    pub fn set_dump_asker(&self, f: DumpAsker) {
+        *self.dump_asker.lock().unwrap_or_else(|p| p.into_inner()) = Some(f);
+    }
+
+    /// A call of this rank's timed out (`why`): ask every rank to dump, if someone can.
+    pub(crate) fn ask_dump(&self, why: &str) {
+        if let Some(f) = self
+            .dump_asker
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            f(why);
+        }
     }
 
     /// A link to `peer` broke without goodbye: tell the reporter, if any.

@@ -1,7 +1,8 @@
 """The flight recorder from Python (``dtcomm.debug``): 3 ranks run collectives, rank 2 stops
 calling, ranks 0 and 1 time out and dump their traces on the timeout
-(``TORCH_FR_DUMP_ON_TIMEOUT``), rank 2 dumps its own; torch's analyzer (``torchfrtrace``)
-reads the directory unmodified and names rank 2. Also: torch's own recorder hook on a dtcomm
+(``TORCH_FR_DUMP_ON_TIMEOUT``), rank 2 dumps its own (in a native round, on the server's ask,
+without calling anything); torch's analyzer (``torchfrtrace``) reads the directory unmodified
+and names rank 2. Also: torch's own recorder hook on a dtcomm
 process group still records."""
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import native_server as native_server_mod
 import pytest
 from dtgroup import WORKERS, base_env, check, run_group, server  # noqa: F401 (fixture)
+from native_server import Procs, procs  # noqa: F401 (fixture)
 
 import dtcomm
 
@@ -29,6 +32,35 @@ def test_a_hang_is_dumped_in_flight_recorder_format_and_torchfrtrace_names_the_r
     }, timeout=90)
     check(res)
     assert all(f"ok {r.rank}" in r.out for r in res)
+    check_dumps_and_torchfrtrace(tmp_path, dumps)
+
+
+def test_in_a_native_round_the_rank_in_no_call_dumps_on_the_servers_ask(
+        tmp_path: Path, procs: Procs) -> None:  # noqa: F811 (fixture)
+    native = native_server_mod.start(tmp_path)
+    try:
+        dumps = tmp_path / "fr"
+        dumps.mkdir()
+        job = "fr-asked"
+        env = base_env(native.client_env(
+            job, DTCOMM_RDZV_MEMBERS="3", DTCOMM_TIMEOUT="3", TORCH_FR_DUMP_ON_TIMEOUT="1",
+            TORCH_FR_DUMP_TEMP_FILE=str(dumps / "trace_"), FR_ASKED="1"))
+        for i in range(3):
+            procs.start(f"{job}-m{i}", [sys.executable, str(WORKERS / "flight_hang.py")], env)
+        procs.wait_for("every member done",
+                       lambda: all("ok " in procs.out(f"{job}-m{i}") for i in range(3)), 90)
+        outs = [procs.out(f"{job}-m{i}") for i in range(3)]
+        asked = [o for o in outs if "ok 2" in o]
+        assert asked, outs
+        # Rank 2's trace was written by its rendezvous session on rank 0's or 1's ask.
+        assert "calls dumped to" in asked[0] and "asked: rank " in asked[0], asked[0]
+    finally:
+        native.stop()
+    check_dumps_and_torchfrtrace(tmp_path, dumps)
+
+
+def check_dumps_and_torchfrtrace(tmp_path: Path, dumps: Path) -> None:
+    """Three dumps in Flight Recorder's format; torch's analyzer names rank 2."""
     assert sorted(os.listdir(dumps)) == ["trace_0", "trace_1", "trace_2"]
     for r in range(3):
         with open(dumps / f"trace_{r}", "rb") as f:

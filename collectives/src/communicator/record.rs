@@ -124,8 +124,11 @@ impl Inner {
         flight::ended(live, rec, r.is_ok());
         if let Err(e) = r
             && is_timeout(e)
+            && flight::on_timeout(live.rank)
         {
-            flight::on_timeout(live.rank);
+            // The others dump too, those in no call included (torch's watchdog tells every
+            // rank through its store; here the rendezvous server does).
+            self.fence.ask_dump(&e.to_string());
         }
     }
 }

@@ -348,15 +348,50 @@ pub(crate) fn waiting(ranks: &[usize]) {
     }
 }
 
+/// How long after a dump of its own a rank ignores a peer's ask to dump: the same hang.
+const ASKED_DUMP_QUIET: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// When this process last dumped on a timeout (its own call's or a peer's ask).
+static LAST_TIMEOUT_DUMP: Mutex<Option<std::time::Instant>> = Mutex::new(None);
+
 /// A call of global rank `rank` timed out: dumps this rank's trace if the environment asks
 /// (`TORCH_FR_DUMP_ON_TIMEOUT`), to `TORCH_FR_DUMP_TEMP_FILE` + rank. Logs where it went.
-pub(crate) fn on_timeout(rank: u32) {
+/// Whether the environment asks (then the caller asks the other ranks to dump too).
+pub(crate) fn on_timeout(rank: u32) -> bool {
+    if !enabled() || !config::dump_on_timeout() {
+        return false;
+    }
+    timeout_dump(rank, "a call timed out");
+    true
+}
+
+/// Rank `asker` of this rank's round timed out (`why`) and asked every rank to dump: dumps
+/// global rank `rank`'s trace if the environment asks for dumps on a timeout, unless this
+/// process dumped on a timeout within the last 30 s (its own timeout in the same hang). The
+/// rank in no call, the usual culprit, leaves its trace this way.
+pub fn on_peer_timeout(rank: u32, asker: u32, why: &str) {
     if !enabled() || !config::dump_on_timeout() {
         return;
     }
+    let recent = LAST_TIMEOUT_DUMP
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .is_some_and(|t| t.elapsed() < ASKED_DUMP_QUIET);
+    if !recent {
+        timeout_dump(rank, &format!("rank {asker} asked: {why}"));
+    }
+}
+
+fn timeout_dump(rank: u32, cause: &str) {
+    *LAST_TIMEOUT_DUMP.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::time::Instant::now());
     let path = config::dump_file(rank);
     match dump(std::path::Path::new(&path), Some(rank)) {
-        Ok(n) => tracing::warn!(rank, "dtcomm: flight recorder: {n} calls dumped to {path}"),
+        Ok(n) => {
+            tracing::warn!(
+                rank,
+                "dtcomm: flight recorder: {n} calls dumped to {path} ({cause})"
+            )
+        }
         Err(e) => tracing::error!(rank, "dtcomm: flight recorder: cannot dump to {path}: {e}"),
     }
 }

@@ -30,6 +30,7 @@ struct Node {
     link: Option<(usize, ConnId)>,
     delivered: Vec<ServerMsg>,
     ends: Vec<RoundEnd>,
+    dumps: Vec<(u64, u32)>,
     ended: Option<String>,
     /// Every `Dial`: when, the redirect named, the first server and the deadline.
     dials: Vec<(Instant, Option<String>, usize, Duration)>,
@@ -91,6 +92,7 @@ impl World {
             link: None,
             delivered: Vec::new(),
             ends: Vec::new(),
+            dumps: Vec::new(),
             ended: None,
             dials: Vec::new(),
             rejoins: Vec::new(),
@@ -208,6 +210,7 @@ impl World {
                 }
                 MOut::Deliver(msg) => self.nodes[i].delivered.push(msg),
                 MOut::EndThrough(e) | MOut::EndAll(e) => self.nodes[i].ends.push(e),
+                MOut::Dump { round, rank, .. } => self.nodes[i].dumps.push((round, rank)),
                 MOut::Redirected { .. } | MOut::Rejoined => {}
                 MOut::Disconnect => self.drop_link(i),
                 MOut::Ended(why) => {
@@ -378,6 +381,31 @@ fn members_heartbeat_and_stay_in_their_round() {
         assert!(n.ends.is_empty(), "{:?}", n.ends);
         assert!(n.dials.is_empty());
     }
+}
+
+#[test]
+fn an_ask_to_dump_reaches_the_other_members_session_not_its_application() {
+    let mut w = formed(
+        vec![Server::Up(Box::new(machine()))],
+        Some(Duration::from_secs(60)),
+    );
+    let delivered = w.nodes[1].delivered.len();
+    w.app_send(
+        0,
+        ClientMsg::Dump {
+            round: 1,
+            why: "all_reduce timed out".into(),
+        },
+    );
+    w.advance(10 * MS);
+    let rank0 = w.welcome(0).map(|x| x.rank).unwrap();
+    assert_eq!(w.nodes[1].dumps, vec![(1, rank0)]);
+    assert!(w.nodes[0].dumps.is_empty(), "not back to the asker");
+    assert_eq!(
+        w.nodes[1].delivered.len(),
+        delivered,
+        "not the application's business"
+    );
 }
 
 #[test]

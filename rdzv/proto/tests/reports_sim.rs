@@ -179,3 +179,97 @@ fn a_report_arriving_after_the_loss_is_stale() {
     report(&mut sim, 0, 1, 2);
     assert_eq!(verdicts(&sim), [ReportVerdict::Stale]);
 }
+
+fn dumps(msgs: &[ServerMsg]) -> Vec<(u64, u32, String)> {
+    msgs.iter()
+        .filter_map(|m| match m {
+            ServerMsg::Dump {
+                round, rank, why, ..
+            } => Some((*round, *rank, why.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn an_ask_to_dump_reaches_every_other_member_of_the_round_once() {
+    let mut sim = running();
+    let why = |r: u64| format!("rank {r}: all_reduce(seq 6) timed out after 3 s");
+    sim.send(
+        0,
+        ClientMsg::Dump {
+            round: 1,
+            why: why(0),
+        },
+    );
+    assert!(dumps(&sim.take(0)).is_empty(), "not back to the asker");
+    for c in [1, 2] {
+        assert_eq!(dumps(&sim.take(c)), vec![(1, 0, why(0))], "member {c}");
+    }
+    // Rank 1 timed out too: the round was told already.
+    sim.send(
+        1,
+        ClientMsg::Dump {
+            round: 1,
+            why: why(1),
+        },
+    );
+    for c in 0..3 {
+        assert!(dumps(&sim.take(c)).is_empty(), "told once per round");
+    }
+    // An ask about another round is late news; a long reason is cut.
+    sim.send(
+        2,
+        ClientMsg::Dump {
+            round: 7,
+            why: why(2),
+        },
+    );
+    assert!((0..3).all(|c| dumps(&sim.take(c)).is_empty()));
+    assert!(
+        sim.closed.is_empty(),
+        "nobody refused or closed: {:?}",
+        sim.closed
+    );
+}
+
+#[test]
+fn an_ask_to_dump_is_cut_to_its_bound_and_a_stranger_is_refused() {
+    let mut sim = running();
+    sim.send(
+        1,
+        ClientMsg::Dump {
+            round: 1,
+            why: "x".repeat(100_000),
+        },
+    );
+    let got = dumps(&sim.take(0));
+    assert_eq!(got.len(), 1);
+    assert_eq!(dumps(&sim.take(2)).len(), 1);
+    assert!(
+        got[0].2.len() <= dt_rdzv_proto::native::MAX_DUMP_REASON_BYTES + 16,
+        "{}",
+        got[0].2.len()
+    );
+    // A connection that never joined.
+    sim.send(
+        9,
+        ClientMsg::Dump {
+            round: 1,
+            why: "hi".into(),
+        },
+    );
+    let refused = sim.take(9);
+    assert!(
+        matches!(
+            refused.as_slice(),
+            [ServerMsg::Refused {
+                code: RefusalCode::NotJoined,
+                ..
+            }]
+        ),
+        "{refused:?}"
+    );
+    assert!(sim.closed.contains_key(&9));
+    assert!((0..3).all(|c| dumps(&sim.take(c)).is_empty()));
+}

@@ -121,6 +121,7 @@ impl Session {
             }
             Output::EndThrough(end) => self.shared.watchers.end_through(end),
             Output::EndAll(end) => self.shared.watchers.end_all(end),
+            Output::Dump { round, rank, why } => self.shared.watchers.dump(round, rank, &why),
             Output::Redirected { to, why } => {
                 tracing::info!(from = %self.cfg.endpoint, %to, %why,
                     "dt-rdzv sent this member to its job's owner");

@@ -21,6 +21,9 @@ pub use dt_rdzv_proto::native::RoundEnd;
 
 type Callback = Box<dyn FnOnce(&RoundEnd) + Send>;
 
+/// What a dump watcher is told: the round, the asking rank, what timed out there.
+type DumpCallback = Arc<dyn Fn(u64, u32, &str) + Send + Sync>;
+
 #[derive(Default)]
 struct State {
     /// Every round up to this one has ended (0: none).
@@ -30,6 +33,8 @@ struct State {
     /// Every round ended (the job ended, or this member was removed).
     all: Option<RoundEnd>,
     waiting: Vec<(u64, Callback)>,
+    /// Called on every ask to dump (see [`MemberHandle::on_dump`]).
+    dumps: Vec<DumpCallback>,
 }
 
 /// The session's list of round watchers.
@@ -68,6 +73,14 @@ impl Watchers {
         };
         if let Some(e) = now {
             f(&e);
+        }
+    }
+
+    /// A peer asked every member of `round` to dump its flight recorder.
+    pub(crate) fn dump(&self, round: u64, rank: u32, why: &str) {
+        let due = self.lock().dumps.clone();
+        for f in due {
+            f(round, rank, why);
         }
     }
 
@@ -128,6 +141,21 @@ impl MemberHandle {
     /// block.
     pub fn on_round_end(&self, round: u64, f: impl FnOnce(&RoundEnd) + Send + 'static) {
         self.watchers.add(round, Box::new(f));
+    }
+
+    /// Calls `f(round, rank, why)` on the client's session task whenever a member of this
+    /// member's round asks every member to dump its flight recorder (rank `rank`'s call timed
+    /// out: `why`). `f` must not block for long.
+    pub fn on_dump(&self, f: impl Fn(u64, u32, &str) + Send + Sync + 'static) {
+        self.watchers.lock().dumps.push(Arc::new(f));
+    }
+
+    /// Asks the server to have every other member of `round` dump its flight recorder: this
+    /// member's call timed out (`why`). The server passes on the first ask of a round only.
+    pub fn ask_dump(&self, round: u64, why: String) -> Result<(), NativeError> {
+        self.out
+            .send(ClientMsg::Dump { round, why })
+            .map_err(|_| NativeError::Lost("connection closed".into()))
     }
 
     /// Tells the server this member's link to `rank` of `round` broke, and how (evidence; the

@@ -138,6 +138,19 @@ impl Member {
             None => Ok(()),
         };
         let mut client = BlockingNativeClient::connect_until(&cfg, stop)?.map_err(rdzv)?;
+        // A peer's call timed out and it asks every rank to dump (`TORCH_FR_DUMP_ON_TIMEOUT`):
+        // this rank does, on the session task, whether or not it is in a call.
+        if listener.is_some() {
+            let p = place.clone();
+            client.handle().on_dump(move |round, asker, why| {
+                let here = *p.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some((rank, r)) = here
+                    && r == round
+                {
+                    crate::flight::on_peer_timeout(rank, asker, why);
+                }
+            });
+        }
         let (min_members, max_members) = settings.members.value;
         let spec = JobSpec {
             min_members,
@@ -548,6 +561,10 @@ pub fn watch_round(h: &MemberHandle, comm: &Communicator, round: u64) {
     let reporter = h.clone();
     fence.set_reporter(Box::new(move |peer, detail| {
         let _ = reporter.report(round, peer as u32, detail.to_string());
+    }));
+    let asker = h.clone();
+    comm.fence().set_dump_asker(Box::new(move |why| {
+        let _ = asker.ask_dump(round, why.to_string());
     }));
     h.on_round_end(round, move |end| {
         if end.lost.is_some() || end.removed {

@@ -210,7 +210,20 @@ pub enum ClientMsg {
     /// [`ClientMsg::Heartbeat`] by members that record their calls); the server keeps the
     /// latest per member for `dt-rdzv status --hang`.
     Progress(Progress),
+    /// This member's call in `round` timed out: ask every other member of the round to dump
+    /// its flight recorder now (torch's watchdog tells every rank through its store; here the
+    /// server does, once per round), so that a rank in no call leaves its trace too.
+    Dump {
+        /// The round the call ran in.
+        round: u64,
+        /// What timed out, for the others' logs (truncated by the server to
+        /// [`MAX_DUMP_REASON_BYTES`]).
+        why: String,
+    },
 }
+
+/// The longest [`ClientMsg::Dump`] reason the server passes on, in bytes.
+pub const MAX_DUMP_REASON_BYTES: usize = 512;
 
 /// One member's addresses as a peer sees them.
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -528,6 +541,18 @@ pub enum ServerMsg {
         /// The owning server's native endpoint (`host:port`).
         endpoint: String,
         /// Why, for logs.
+        why: String,
+    },
+    /// A member of this member's round asked every member to dump its flight recorder
+    /// ([`ClientMsg::Dump`]: its call timed out). Sent once per round.
+    Dump {
+        /// The job.
+        job: String,
+        /// The round.
+        round: u64,
+        /// The asking member's rank.
+        rank: u32,
+        /// What timed out there.
         why: String,
     },
 }

@@ -25,8 +25,8 @@ pub use codec::{
     encode_server,
 };
 pub use messages::{
-    ClientMsg, JobEnd, JobSpec, JobStatus, Join, LateJoin, MAX_HOST_BYTES, MemberStatus, Peer,
-    RefusalCode, Resume, Role, RoundCause, ServerMsg, Welcome,
+    ClientMsg, JobEnd, JobSpec, JobStatus, Join, LateJoin, MAX_DUMP_REASON_BYTES, MAX_HOST_BYTES,
+    MemberStatus, Peer, RefusalCode, Resume, Role, RoundCause, ServerMsg, Welcome,
 };
 pub use progress::{CallState, GroupProgress, PendingCall, Progress, ProgressError};
 pub use round_end::RoundEnd;

@@ -108,6 +108,8 @@ pub(crate) struct Job {
     pub(crate) empty_since: Option<Instant>,
     /// Rebuilding a round after a server restart (see `resume`).
     pub(crate) adopting: Option<Adopting>,
+    /// The round whose members were asked to dump their flight recorders (once per round).
+    pub(crate) dumped: Option<u64>,
 }
 
 pub(crate) fn ms(d: Duration) -> u64 {
@@ -188,6 +190,7 @@ impl Job {
             next_arrival: 0,
             empty_since: Some(now),
             adopting: None,
+            dumped: None,
         }
     }
 

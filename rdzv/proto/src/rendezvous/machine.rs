@@ -26,6 +26,7 @@ use super::probes::Probes;
 use super::progress_view::JobProgress;
 use crate::native::{JobEnd, JobStatus, ServerMsg};
 
+mod dumps;
 mod joins;
 mod messages;
 mod reports;

@@ -32,6 +32,17 @@ impl Member {
                     }));
                 return false;
             }
+            // A peer's call timed out: the process's dump watchers act on it, on the session.
+            ServerMsg::Dump {
+                round, rank, why, ..
+            } => {
+                self.out.push_back(Output::Dump {
+                    round: *round,
+                    rank: *rank,
+                    why: why.clone(),
+                });
+                return false;
+            }
             // Another server owns the job: join there (not the application's business either;
             // the join, and the resume if any, are sent again).
             ServerMsg::Redirect { endpoint, why, .. } => {

@@ -64,6 +64,16 @@ pub enum Output {
     Deliver(ServerMsg),
     /// Every round up to `RoundEnd::round` ended: tell the watchers.
     EndThrough(RoundEnd),
+    /// Rank `rank` of `round` asked every member to dump its flight recorder (its call timed
+    /// out: `why`): tell the dump watchers.
+    Dump {
+        /// The round.
+        round: u64,
+        /// The asking rank.
+        rank: u32,
+        /// What timed out there.
+        why: String,
+    },
     /// Every round ended (the job ended, this member was removed): tell the watchers.
     EndAll(RoundEnd),
     /// The server sent this member to its job's owner, `to` (for logs; a

@@ -119,6 +119,9 @@ impl RendezvousMachine {
                 },
                 Some((job, id)),
             ) => self.report(now, conn, &job, &id, round, rank, evidence),
+            (ClientMsg::Dump { round, why }, Some((job, id))) => {
+                self.dump(conn, &job, &id, round, why)
+            }
             (ClientMsg::Alive { nonce }, Some(_)) => {
                 let quiet = now + self.config.heartbeat_timeout;
                 if let Some(p) = self.probes.answered(conn, nonce, quiet) {
@@ -135,6 +138,9 @@ impl RendezvousMachine {
             }
             (ClientMsg::Report { .. }, None) => {
                 self.refuse_and_close(conn, Refusal::NotJoined { what: "Report" })
+            }
+            (ClientMsg::Dump { .. }, None) => {
+                self.refuse_and_close(conn, Refusal::NotJoined { what: "Dump" })
             }
             (ClientMsg::Alive { .. }, None) => {
                 self.refuse_and_close(conn, Refusal::NotJoined { what: "Alive" })
