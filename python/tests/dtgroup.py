@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,15 +63,28 @@ def base_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 def run_all(cmds: list[tuple[list[str], dict[str, str]]],
             timeout: float = 120.0) -> list[tuple[int, str, str]]:
     """Starts every ``(argv, env)`` at once (processes that meet each other: none can finish
-    alone) and returns each one's ``(returncode, stdout, stderr)`` in order; past ``timeout``
-    all are killed and the timeout raised."""
+    alone) and returns each one's ``(returncode, stdout, stderr)`` in order. Past ``timeout``
+    (one deadline for all) every process is killed and the test fails with what each one had
+    printed, so that a hang says which process stopped where."""
     procs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for argv, env in cmds]
-    got = []
+    deadline = time.monotonic() + timeout
+    got: list[tuple[int, str, str]] = []
     try:
         for p in procs:
-            out, err = p.communicate(timeout=timeout)
+            out, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
             got.append((p.returncode, out, err))
+    except subprocess.TimeoutExpired:
+        said = []
+        for i, p in enumerate(procs):
+            running = p.poll() is None
+            if running:
+                p.kill()
+            out, err = p.communicate()
+            tail = "\n".join((out + err).splitlines()[-15:])
+            state = "killed at the deadline" if running else f"exited {p.returncode}"
+            said.append(f"--- process {i} ({state}):\n{tail}")
+        raise AssertionError(f"past {timeout:.0f} s:\n" + "\n".join(said)) from None
     finally:
         for p in procs:
             if p.poll() is None:
