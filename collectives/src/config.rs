@@ -135,6 +135,10 @@ impl FromStr for LinkSecret {
 pub struct Options {
     /// Deadline of every connect, handshake and call (`DTCOMM_TIMEOUT`, seconds; default 300).
     pub timeout: Option<Duration>,
+    /// Deadline of the set-up alone: meeting the other ranks, exchanging addresses, linking
+    /// (`DTCOMM_SETUP_TIMEOUT`, seconds; default: the timeout). A short call deadline that
+    /// catches a hang early need not fail a job whose ranks start a few seconds apart.
+    pub setup_timeout: Option<Duration>,
     /// Algorithm override (`DTCOMM_ALGO`: `auto`, `ring`, `doubling`, `tree`, `direct`).
     pub algo: Option<Algo>,
     /// Interfaces to bind and advertise, NCCL syntax (`DTCOMM_SOCKET_IFNAME`: `eth0,ib`,
@@ -218,6 +222,8 @@ pub struct Setting<T> {
 pub struct Config {
     /// See [`Options::timeout`].
     pub timeout: Setting<Duration>,
+    /// See [`Options::setup_timeout`].
+    pub setup_timeout: Setting<Duration>,
     /// See [`Options::algo`].
     pub algo: Setting<Algo>,
     /// See [`Options::socket_ifname`] (`None`: first non-loopback interface, else loopback).
@@ -285,6 +291,15 @@ fn flag(s: &str) -> Result<bool, String> {
     }
 }
 
+fn seconds(s: &str) -> Result<Duration, String> {
+    let secs: f64 = num(s)?;
+    if secs.is_finite() && secs > 0.0 {
+        crate::secs::limit(secs)
+    } else {
+        Err("must be a positive number of seconds".into())
+    }
+}
+
 fn num<T: FromStr>(s: &str) -> Result<T, String>
 where
     T::Err: fmt::Display,
@@ -298,22 +313,26 @@ impl Config {
         let timeout = pick(
             opts.timeout,
             "DTCOMM_TIMEOUT",
-            |s| {
-                let secs: f64 = num(s)?;
-                if secs.is_finite() && secs > 0.0 {
-                    crate::secs::limit(secs)
-                } else {
-                    Err("must be a positive number of seconds".into())
-                }
-            },
+            seconds,
             Duration::from_secs(300),
         )?;
+        let mut setup_timeout = pick(
+            opts.setup_timeout,
+            "DTCOMM_SETUP_TIMEOUT",
+            seconds,
+            timeout.value,
+        )?;
+        if setup_timeout.source == Source::Default {
+            // The set-up's deadline is the timeout unless told otherwise: say where that came from.
+            setup_timeout.source = timeout.source;
+        }
         let nsocks = pick(opts.nsocks_perpeer, "DTCOMM_NSOCKS_PERPEER", num, 1)?;
         if !(1..=16).contains(&nsocks.value) {
             return Err(format!("nsocks_perpeer {} is outside 1..=16", nsocks.value));
         }
         Ok(Config {
             timeout,
+            setup_timeout,
             algo: pick(opts.algo, "DTCOMM_ALGO", Algo::from_str, Algo::Auto)?,
             socket_ifname: pick(
                 opts.socket_ifname.clone().map(Some),
@@ -386,12 +405,14 @@ impl fmt::Display for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "timeout={:?} ({}) algo={} ({}) socket_ifname={} ({}) nsocks_perpeer={} ({}) \
+            "timeout={:?} ({}) setup_timeout={:?} ({}) algo={} ({}) socket_ifname={} ({}) nsocks_perpeer={} ({}) \
              socket_bufsize={} ({}) spin={:?} ({}) tree_threshold={} ({}) store_prefix={} ({}) \
              transport={} ({}) shm_chunk={} ({}) shm_dir={} ({}) host_id={} ({}) \
              shm_single_copy={} ({}) cuda={} ({}) nccl_check={} ({}) link_secret={} ({})",
             self.timeout.value,
             self.timeout.source,
+            self.setup_timeout.value,
+            self.setup_timeout.source,
             self.algo.value,
             self.algo.source,
             self.socket_ifname.value.as_deref().unwrap_or("auto"),
@@ -449,6 +470,16 @@ mod tests {
         assert_eq!(c.algo.value, Algo::Ring);
         let line = c.to_string();
         assert!(line.contains("timeout=7s (explicit)"), "{line}");
+        assert!(line.contains("setup_timeout=7s (explicit)"), "{line}");
+        assert_eq!(c.setup_timeout.value, Duration::from_secs(7));
+        let opts = Options {
+            timeout: Some(Duration::from_secs(3)),
+            setup_timeout: Some(Duration::from_secs(60)),
+            ..Options::default()
+        };
+        let c = Config::resolve(&opts).unwrap();
+        assert_eq!(c.timeout.value, Duration::from_secs(3));
+        assert_eq!(c.setup_timeout.value, Duration::from_secs(60));
         assert!("bogus".parse::<Algo>().is_err());
         assert!(line.contains("link_secret=store (default)"), "{line}");
     }

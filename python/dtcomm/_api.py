@@ -171,12 +171,10 @@ def rank_of(cfg: _config.Resolved, add: Callable[[str], int], base: str) -> int:
 
 
 def _setup_wait(cfg: _config.Resolved) -> float:
-    """Seconds a meeting before the engine's may wait: the explicit timeout, else the engine's
-    own (``DTCOMM_TIMEOUT`` as the engine resolves it, else 300)."""
-    if cfg.timeout.value is not None:
-        return cfg.timeout.value
+    """Seconds a meeting before the engine's may wait: the engine's set-up deadline
+    (``DTCOMM_SETUP_TIMEOUT``, else the explicit timeout, else ``DTCOMM_TIMEOUT``, else 300)."""
     try:
-        return _dtcomm.engine_timeout()
+        return _dtcomm.engine_setup_timeout(cfg.timeout.value)
     except ValueError as e:
         raise _config.ConfigError(str(e)) from None
 

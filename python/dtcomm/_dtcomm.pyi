@@ -10,7 +10,7 @@ __all__ = [
     "flight_dump", "flight_dump_bytes", "flight_capacity", "job_token", "store_link_secret",
     "resolve_launch",
     "native_settings", "slurm_step", "mpi_meet", "mpi_session_meet", "advertised_ip",
-    "engine_timeout", "DtcommError", "CommTimeoutError", "PeerLostError", "RoundEndedError",
+    "engine_setup_timeout", "DtcommError", "CommTimeoutError", "PeerLostError", "RoundEndedError",
     "MismatchError", "SetupError", "ShutdownError", "DeviceError", "RdzvError",
     "RdzvConnectError", "RdzvRefusedError", "RdzvJobEndedError", "RdzvTimeoutError",
     "RdzvLostError", "RdzvRoundChangedError", "__version__", "STORE_PORT", "NATIVE_PORT",
@@ -453,9 +453,10 @@ def advertised_ip(socket_ifname: str | None = None) -> str:
     first interface that is up and not loopback)."""
     ...
 
-def engine_timeout() -> float:
-    """The engine's deadline in seconds as it resolves it (``DTCOMM_TIMEOUT``, else 300).
-    Raises ValueError naming a bad value."""
+def engine_setup_timeout(timeout: float | None = None) -> float:
+    """The engine's set-up deadline in seconds as it resolves it (``DTCOMM_SETUP_TIMEOUT``,
+    else ``timeout`` when given, else ``DTCOMM_TIMEOUT``, else 300). Raises ValueError naming
+    a bad value."""
     ...
 
 def mpi_session_meet(dir: str, rank: int, run_id: str, n: int, mine: str | None,

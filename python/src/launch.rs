@@ -207,11 +207,14 @@ pub(crate) fn advertised_ip(socket_ifname: Option<String>) -> PyResult<String> {
         .map_err(pyo3::exceptions::PyRuntimeError::new_err)
 }
 
-/// The engine's deadline in seconds as it resolves it (`DTCOMM_TIMEOUT`, else 300): what a
-/// meeting before the engine's own waits takes too. Raises ValueError naming a bad value.
+/// The engine's set-up deadline in seconds as it resolves it (`DTCOMM_SETUP_TIMEOUT`, else
+/// `timeout` when given, else `DTCOMM_TIMEOUT`, else 300): what a meeting before the engine's
+/// own waits takes too. Raises ValueError naming a bad value.
 #[pyfunction]
-pub(crate) fn engine_timeout() -> PyResult<f64> {
-    dtcomm::Config::resolve(&dtcomm::Options::default())
-        .map(|c| c.timeout.value.as_secs_f64())
+#[pyo3(signature = (timeout=None))]
+pub(crate) fn engine_setup_timeout(timeout: Option<f64>) -> PyResult<f64> {
+    let opts = crate::options::options(timeout, None, None, None, None)?;
+    dtcomm::Config::resolve(&opts)
+        .map(|c| c.setup_timeout.value.as_secs_f64())
         .map_err(PyValueError::new_err)
 }

@@ -94,7 +94,7 @@ fn _dtcomm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(launch::mpi_meet, m)?)?;
     m.add_function(wrap_pyfunction!(launch::mpi_session_meet, m)?)?;
     m.add_function(wrap_pyfunction!(launch::advertised_ip, m)?)?;
-    m.add_function(wrap_pyfunction!(launch::engine_timeout, m)?)?;
+    m.add_function(wrap_pyfunction!(launch::engine_setup_timeout, m)?)?;
     errors::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     // The doors' default ports, from the one source the Rust crates use.

@@ -27,7 +27,7 @@ def test_a_hang_is_dumped_in_flight_recorder_format_and_torchfrtrace_names_the_r
     dumps.mkdir()
     prefix = str(dumps / "trace_")
     res = run_group(tmp_path, 3, WORKERS / "flight_hang.py", {
-        "DTCOMM_RDZV_ENDPOINT": server.endpoint, "DTCOMM_TIMEOUT": "3",
+        "DTCOMM_RDZV_ENDPOINT": server.endpoint, "DTCOMM_TIMEOUT": "3", "DTCOMM_SETUP_TIMEOUT": "60",
         "TORCH_FR_DUMP_ON_TIMEOUT": "1", "TORCH_FR_DUMP_TEMP_FILE": prefix,
     }, timeout=90)
     check(res)
@@ -43,7 +43,8 @@ def test_in_a_native_round_the_rank_in_no_call_dumps_on_the_servers_ask(
         dumps.mkdir()
         job = "fr-asked"
         env = base_env(native.client_env(
-            job, DTCOMM_RDZV_MEMBERS="3", DTCOMM_TIMEOUT="3", TORCH_FR_DUMP_ON_TIMEOUT="1",
+            job, DTCOMM_RDZV_MEMBERS="3", DTCOMM_TIMEOUT="3", DTCOMM_SETUP_TIMEOUT="60",
+            TORCH_FR_DUMP_ON_TIMEOUT="1",
             TORCH_FR_DUMP_TEMP_FILE=str(dumps / "trace_"), FR_ASKED="1"))
         for i in range(3):
             procs.start(f"{job}-m{i}", [sys.executable, str(WORKERS / "flight_hang.py")], env)

@@ -16,19 +16,16 @@ the culprit and the server's finding is shown in words above it. With
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 
 import native_server as native_server_mod
 from native_server import ROOT, Procs, procs  # noqa: F401 (fixture)
+from browser import NEEDS_CHROMIUM, launch
 from test_fast_failure import _start, _training
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = ROOT / "target" / "test-artifacts"
-NEEDS_CHROMIUM = pytest.mark.skipif(
-    CHROMIUM is None, reason="chromium not installed (scripts/setup.sh installs it as root)")
 
 
 @NEEDS_CHROMIUM
@@ -45,8 +42,7 @@ def test_status_page_follows_a_job_through_a_loss_in_a_real_browser(
         names = _start(procs, tmp_path, server, 3, "3:3", steps=100_000, job=job)
         ranks = _training(procs, names, 3, 1)
         with sync_api.sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                         args=["--no-sandbox", "--disable-gpu"])
+            browser = launch(pw)
             try:
                 page = browser.new_page()
                 # A wrong token: refused, nothing shown.
@@ -123,8 +119,7 @@ def test_status_page_draws_a_hung_job_with_its_culprit_in_a_real_browser(
                     env=dict(os.environ))
         procs.wait_for("every member has its rank", lambda: "ready" in procs.out("members"), 60)
         with sync_api.sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                         args=["--no-sandbox", "--disable-gpu"])
+            browser = launch(pw)
             try:
                 page = browser.new_page(viewport={"width": 1100, "height": 900})
                 errors: list[str] = []

@@ -161,7 +161,7 @@ pub(crate) fn find(
 ) -> Result<Found, CommError> {
     let rank = e.rank;
     let start = Instant::now();
-    let timeout = cfg.timeout.value;
+    let timeout = cfg.setup_timeout.value;
     let want = cfg.transport.value != LinkKind::Tcp;
     let id = HostId::current(cfg.host_id.value.as_deref());
     let rec = record(&id, want);

@@ -204,7 +204,7 @@ impl Inner {
                 ));
             }
         }
-        let mut init = Inflight::new(self, desc, self.config.timeout.value, Watch::Init);
+        let mut init = Inflight::new(self, desc, self.config.setup_timeout.value, Watch::Init);
         self.watch(st, &mut init)
             .inspect(|()| {
                 tracing::info!(

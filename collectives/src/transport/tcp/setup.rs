@@ -26,7 +26,7 @@ impl Setup {
             world,
             nsocks: cfg.nsocks_perpeer.value,
             start: Instant::now(),
-            timeout: cfg.timeout.value,
+            timeout: cfg.setup_timeout.value,
             bufsize: cfg.socket_bufsize.value,
         }
     }
