@@ -6,6 +6,7 @@ from typing import Any, Literal, final, overload
 __all__ = [
     "Communicator", "Work", "Negotiator", "RdzvServer", "StoreClient", "NativeClient", "Welcome",
     "Peer", "RdzvEvent", "DataListener", "NativeMember", "init_logging", "progress_record",
+    "flight_take_dump_ask", "flight_dumps_on_timeout", "flight_dump_asked",
     "set_compute_threads", "usable_cores", "cuda_status", "flight_entries", "flight_summary",
     "flight_dump", "flight_dump_bytes", "flight_capacity", "job_token", "store_link_secret",
     "resolve_launch",
@@ -402,6 +403,19 @@ class NativeClient:
 def init_logging() -> None: ...
 def progress_record(rank: int) -> bytes:
     """This rank's call summary as a store record (``dtcomm/progress/<rank>``)."""
+    ...
+
+def flight_take_dump_ask() -> tuple[int, str] | None:
+    """``(rank, why)`` of this process's last call that timed out and dumped, not yet taken."""
+    ...
+
+def flight_dumps_on_timeout() -> bool:
+    """Whether a timeout dumps the trace here (``TORCH_FR_DUMP_ON_TIMEOUT``, recorder on)."""
+    ...
+
+def flight_dump_asked(rank: int, asker: int | None, why: str) -> None:
+    """Rank ``asker`` (``None``: unknown) timed out and asked every rank to dump: dumps ``rank``'s trace unless
+    this process dumped on a timeout in the last 30 s."""
     ...
 def cuda_status(python_prefix: str | None = None) -> dict[str, Any]:
     """The engine's CUDA/NCCL probe as a dict (see ``dtcomm.cuda_status``)."""

@@ -6,11 +6,19 @@ Members of native rounds send the same summary on their heartbeats instead (``do
 
 One daemon thread per process, started with the world group; it stops at the group's
 shutdown, and at the first store error (a store that went away: nothing left to tell).
+
+With ``TORCH_FR_DUMP_ON_TIMEOUT`` set, the same thread carries asks to dump (:class:`DumpAsks`):
+a rank whose call timed out (and dumped its own trace) posts the ask to the store, and every
+rank that sees it dumps its trace too, the rank in no call, the usual culprit, included, as
+torch's watchdogs do through the same ``exception_dump`` key (so a job mixing torch's NCCL
+groups with dtcomm's answers either's ask). Members of native rounds hear asks from the
+rendezvous server instead.
 """
 
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 from typing import Any
 
@@ -19,6 +27,12 @@ from . import _dtcomm
 #: Seconds between two summaries.
 EVERY = 1.0
 WORLD_KEY = "dtcomm/progress/world"
+#: torch's key, at the store's root: a rank whose watchdog caught a timeout sets it (its rank,
+#: 4 bytes little-endian) and every rank's monitor that sees it dumps its flight recorder.
+TORCH_DUMP_KEY = "exception_dump"
+#: dtcomm's count of asks (``add``) and the last ask's asker and words (``<rank>\n<why>``).
+ASKS_KEY = "dtcomm/dump/asks"
+WHY_KEY = "dtcomm/dump/why"
 
 _log = logging.getLogger(__name__)
 
@@ -30,6 +44,45 @@ def _root_store(store: Any) -> Any:
     while hasattr(under, "underlying_store"):
         under = under.underlying_store
     return under
+
+
+class DumpAsks:
+    """One rank's side of the asks to dump that travel through ``store`` (its root): what
+    :meth:`step` does once a second on the publisher's thread. Asks made before this group
+    started (the same store, an earlier group) are not answered."""
+
+    def __init__(self, store: Any, rank: int) -> None:
+        self._store = store
+        self._rank = rank
+        self._seen = int(store.add(ASKS_KEY, 0))
+        self._torch_seen = bool(store.check([TORCH_DUMP_KEY]))
+
+    def step(self) -> None:
+        """Posts this process's ask if a call timed out; dumps on another rank's new ask."""
+        ask = _dtcomm.flight_take_dump_ask()
+        if ask is not None:
+            asker, why = ask
+            # The words first, then the count the others watch, then torch's key.
+            self._store.set(WHY_KEY, f"{asker}\n{why}")
+            self._store.add(ASKS_KEY, 1)
+            self._store.set(TORCH_DUMP_KEY, struct.pack("<i", asker))
+        n = int(self._store.add(ASKS_KEY, 0))
+        if n > self._seen:
+            self._seen = n
+            self._torch_seen = True  # set with ours; one ask, one dump
+            asker_s, _, why = self._store.get(WHY_KEY).decode(errors="replace").partition("\n")
+            self._dump(int(asker_s) if asker_s.isdigit() else None, why)
+        elif not self._torch_seen and self._store.check([TORCH_DUMP_KEY]):
+            self._torch_seen = True
+            raw = bytes(self._store.get(TORCH_DUMP_KEY))
+            asker = struct.unpack("<i", raw)[0] if len(raw) == 4 else -1
+            self._dump(asker if asker >= 0 else None,
+                       "a collective timed out (torch's exception_dump)")
+
+    def _dump(self, asker: int | None, why: str) -> None:
+        _log.debug("dtcomm: rank %d: rank %s asked every rank to dump: %s", self._rank, asker,
+                   why)
+        _dtcomm.flight_dump_asked(self._rank, asker, why)
 
 
 class Publisher:
@@ -57,8 +110,11 @@ class Publisher:
         try:
             if self._rank == 0:
                 self._store.set(WORLD_KEY, str(self._world))
+            asks = DumpAsks(self._store, self._rank) if _dtcomm.flight_dumps_on_timeout() else None
             while True:
                 self._publish()
+                if asks is not None:
+                    asks.step()
                 if self._stop.wait(EVERY):
                     return
         except Exception as e:  # noqa: BLE001 - the store went away: nothing left to tell

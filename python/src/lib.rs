@@ -78,6 +78,9 @@ fn _dtcomm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<member::PyNativeMember>()?;
     m.add_function(wrap_pyfunction!(init_logging, m)?)?;
     m.add_function(wrap_pyfunction!(progress::progress_record, m)?)?;
+    m.add_function(wrap_pyfunction!(progress::flight_take_dump_ask, m)?)?;
+    m.add_function(wrap_pyfunction!(progress::flight_dumps_on_timeout, m)?)?;
+    m.add_function(wrap_pyfunction!(progress::flight_dump_asked, m)?)?;
     m.add_function(wrap_pyfunction!(set_compute_threads, m)?)?;
     m.add_function(wrap_pyfunction!(usable_cores, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::cuda_status, m)?)?;

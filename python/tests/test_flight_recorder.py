@@ -1,7 +1,8 @@
 """The flight recorder from Python (``dtcomm.debug``): 3 ranks run collectives, rank 2 stops
 calling, ranks 0 and 1 time out and dump their traces on the timeout
-(``TORCH_FR_DUMP_ON_TIMEOUT``), rank 2 dumps its own (in a native round, on the server's ask,
-without calling anything); torch's analyzer (``torchfrtrace``) reads the directory unmodified
+(``TORCH_FR_DUMP_ON_TIMEOUT``), rank 2 dumps its own (in a native round, on the server's ask;
+under ``env://``, on the ask the others post to the store; in neither does it call anything);
+torch's analyzer (``torchfrtrace``) reads the directory unmodified
 and names rank 2. Also: torch's own recorder hook on a dtcomm
 process group still records."""
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +21,12 @@ from dtgroup import WORKERS, base_env, check, run_group, server  # noqa: F401 (f
 from native_server import Procs, procs  # noqa: F401 (fixture)
 
 import dtcomm
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def test_a_hang_is_dumped_in_flight_recorder_format_and_torchfrtrace_names_the_rank(
@@ -57,6 +65,25 @@ def test_in_a_native_round_the_rank_in_no_call_dumps_on_the_servers_ask(
         assert "calls dumped to" in asked[0] and "asked: rank " in asked[0], asked[0]
     finally:
         native.stop()
+    check_dumps_and_torchfrtrace(tmp_path, dumps)
+
+
+def test_under_env_init_the_rank_in_no_call_dumps_on_an_ask_through_the_store(
+        tmp_path: Path) -> None:
+    """torchrun's or ``mp.spawn``'s job: no rendezvous session, so the ask goes through the
+    store (torch's own TCPStore on rank 0 here, under torch's ``exception_dump`` key)."""
+    pytest.importorskip("torch")
+    dumps = tmp_path / "fr"
+    dumps.mkdir()
+    res = run_group(tmp_path, 3, WORKERS / "flight_store_asked.py", {
+        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
+        "DTCOMM_SETUP_TIMEOUT": "60", "TORCH_FR_DUMP_ON_TIMEOUT": "1",
+        "TORCH_FR_DUMP_TEMP_FILE": str(dumps / "trace_"),
+    }, timeout=120)
+    check(res)
+    assert all(f"ok {r.rank}" in r.out for r in res)
+    # Rank 2's trace was written on rank 0's or 1's ask, which it read from the store.
+    assert "calls dumped to" in res[2].out and " asked: " in res[2].out, res[2].out
     check_dumps_and_torchfrtrace(tmp_path, dumps)
 
 

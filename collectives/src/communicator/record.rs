@@ -127,8 +127,11 @@ impl Inner {
             && flight::on_timeout(live.rank)
         {
             // The others dump too, those in no call included (torch's watchdog tells every
-            // rank through its store; here the rendezvous server does).
-            self.fence.ask_dump(&e.to_string());
+            // rank through its store; here the rendezvous server does in a native round, and
+            // the front end's publisher through the store otherwise).
+            let why = e.to_string();
+            self.fence.ask_dump(&why);
+            flight::post_dump_ask(live.rank, &why);
         }
     }
 }

@@ -18,6 +18,7 @@
 //! that JSON readers keep it exact. Ranks are global ranks: a world communicator's own, or
 //! what [`Communicator::set_flight_group`](crate::Communicator::set_flight_group) says.
 
+mod asks;
 mod clock;
 pub mod config;
 mod entry;
@@ -34,6 +35,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use dt_rdzv_proto::native::progress::WORLD_GROUP;
 pub use dt_rdzv_proto::native::{CallState, Progress};
+pub use asks::{DumpAsk, take_dump_ask};
 pub use entry::{CallInfo, Entry};
 pub use fr::{MAX_DUMP_ENTRIES, dump, dump_bytes};
 pub(crate) use live::Live;
@@ -369,8 +371,8 @@ pub(crate) fn on_timeout(rank: u32) -> bool {
 /// global rank `rank`'s trace if the environment asks for dumps on a timeout, unless this
 /// process dumped on a timeout within the last 30 s (its own timeout in the same hang). The
 /// rank in no call, the usual culprit, leaves its trace this way.
-pub fn on_peer_timeout(rank: u32, asker: u32, why: &str) {
-    if !enabled() || !config::dump_on_timeout() {
+pub fn on_peer_timeout(rank: u32, asker: Option<u32>, why: &str) {
+    if !dumps_on_timeout() {
         return;
     }
     let recent = LAST_TIMEOUT_DUMP
@@ -378,8 +380,21 @@ pub fn on_peer_timeout(rank: u32, asker: u32, why: &str) {
         .unwrap_or_else(|p| p.into_inner())
         .is_some_and(|t| t.elapsed() < ASKED_DUMP_QUIET);
     if !recent {
-        timeout_dump(rank, &format!("rank {asker} asked: {why}"));
+        let who = asker.map_or_else(|| "a rank".to_owned(), |a| format!("rank {a}"));
+        timeout_dump(rank, &format!("{who} asked: {why}"));
     }
+}
+
+/// Whether a timeout dumps the trace (the recorder is on and `TORCH_FR_DUMP_ON_TIMEOUT` or
+/// its twins say so): a front end polls a store for the others' asks only then.
+pub fn dumps_on_timeout() -> bool {
+    enabled() && config::dump_on_timeout()
+}
+
+/// A call of global rank `rank` timed out and it dumped: leaves the ask for the others for a
+/// front end that meets through a store to post ([`take_dump_ask`]).
+pub(crate) fn post_dump_ask(rank: u32, why: &str) {
+    asks::OUTBOX.post(rank, why);
 }
 
 fn timeout_dump(rank: u32, cause: &str) {

@@ -147,7 +147,7 @@ impl Member {
                 if let Some((rank, r)) = here
                     && r == round
                 {
-                    crate::flight::on_peer_timeout(rank, asker, why);
+                    crate::flight::on_peer_timeout(rank, Some(asker), why);
                 }
             });
         }
