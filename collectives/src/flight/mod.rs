@@ -33,9 +33,9 @@ use std::cell::Cell;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+pub use asks::{DumpAsk, take_dump_ask};
 pub use dt_rdzv_proto::native::progress::WORLD_GROUP;
 pub use dt_rdzv_proto::native::{CallState, Progress};
-pub use asks::{DumpAsk, take_dump_ask};
 pub use entry::{CallInfo, Entry};
 pub use fr::{MAX_DUMP_ENTRIES, dump, dump_bytes};
 pub(crate) use live::Live;
