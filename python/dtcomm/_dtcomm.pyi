@@ -414,8 +414,8 @@ def flight_dumps_on_timeout() -> bool:
     ...
 
 def flight_dump_asked(rank: int, asker: int | None, why: str) -> None:
-    """Rank ``asker`` (``None``: unknown) timed out and asked every rank to dump: dumps ``rank``'s trace unless
-    this process dumped on a timeout in the last 30 s."""
+    """Rank ``asker`` (``None``: unknown) timed out and asked every rank to dump: dumps
+    ``rank``'s trace unless this process dumped on a timeout in the last 30 s."""
     ...
 def cuda_status(python_prefix: str | None = None) -> dict[str, Any]:
     """The engine's CUDA/NCCL probe as a dict (see ``dtcomm.cuda_status``)."""
