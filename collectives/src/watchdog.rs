@@ -9,7 +9,10 @@ use crate::interrupt::{Cancel, cancelled};
 
 pub(crate) struct Deadline {
     rank: usize,
-    start: Instant,
+    /// Read at the first [`check`](Self::check), not at the call's start: a call that never
+    /// waits (most small ones) reads no clock (~25 ns on a VM). A wait checks once its spin
+    /// is over, so the deadline counts from at most a spin (microseconds) after the start.
+    start: Option<Instant>,
     timeout: Duration,
     warned: bool,
     /// The communicator's cancel flag.
@@ -20,15 +23,23 @@ impl Deadline {
     pub(crate) fn new(rank: usize, timeout: Duration, cancel: &Cancel) -> Deadline {
         Deadline {
             rank,
-            start: Instant::now(),
+            start: None,
             timeout,
             warned: false,
             cancel: cancel.clone(),
         }
     }
 
+    /// The same deadline counted from now (a call that is watched, not waited for: a device
+    /// call the progress thread polls).
+    pub(crate) fn counting_now(mut self) -> Deadline {
+        self.start = Some(Instant::now());
+        self
+    }
+
+    /// Time since the first check (zero before it).
     pub(crate) fn elapsed(&self) -> Duration {
-        self.start.elapsed()
+        self.start.map_or(Duration::ZERO, |s| s.elapsed())
     }
 
     /// Checks the clock: warns once past half the deadline (naming `waiting_for`). Asks this
@@ -36,7 +47,9 @@ impl Deadline {
     /// callers come back at least every 100 ms, so a signal, or `dtcomm_comm_destroy` on
     /// another thread, stops the call within that.
     pub(crate) fn check(&mut self, call: &CallDesc, waiting_for: &[usize]) -> Phase {
-        let elapsed = self.start.elapsed();
+        // The call waits: the recorder reads the clock at its end.
+        crate::flight::note_wait();
+        let elapsed = self.start.get_or_insert_with(Instant::now).elapsed();
         if let Some(reason) = crate::interrupt::requested().or_else(|| cancelled(&self.cancel)) {
             return Phase::Interrupted(CommError::Interrupted {
                 rank: self.rank,

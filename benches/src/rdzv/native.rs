@@ -111,9 +111,9 @@ pub async fn run_native_herd(
         ..JobSpec::fixed(n as u32)
     };
     let start = Instant::now();
-    // Without `preconnect`, each member joins as soon as it is connected (the server closes a
-    // connection that opens no stream within its handshake timeout; the client opens its
-    // stream when connected, so members may idle in between).
+    // Without `preconnect`, each member joins as soon as it is connected; with it, each sends
+    // one status query once connected (the server closes a connection whose stream carries
+    // nothing within its handshake timeout), then waits for the others.
     let all_connected = std::sync::Arc::new(tokio::sync::Barrier::new(if preconnect {
         n + 1
     } else {
@@ -128,9 +128,20 @@ pub async fn run_native_herd(
             );
             let (gate, who) = (gate.clone(), who(job, i, &spec));
             let (all_connected, go) = (all_connected.clone(), go.clone());
+            let cfg_job = job.to_owned();
             tokio::spawn(async move {
                 let permit = gate.acquire().await;
-                let connecting = c.connect(&cfg).await;
+                let mut connecting = c.connect(&cfg).await;
+                if preconnect && let Ok(conn) = connecting.as_mut() {
+                    // The server closes a connection whose first stream carries nothing within
+                    // its handshake timeout (10 s), and a herd of 16,384 takes longer than that
+                    // to connect: one status query opens the stream at once.
+                    // (The job does not exist yet: refused as unknown, the connection kept.)
+                    match conn.status(Some(&cfg_job)).await {
+                        Ok(_) | Err(dt_rdzv::native::NativeError::Refused { .. }) => {}
+                        Err(e) => connecting = Err(e),
+                    }
+                }
                 drop(permit);
                 let mut c = if preconnect {
                     // Wait for everyone even after a failure, or the barrier never opens.

@@ -47,7 +47,7 @@ impl Inflight {
         Inflight {
             desc,
             what,
-            deadline: Deadline::new(inner.rank, timeout, &inner.cancel),
+            deadline: Deadline::new(inner.rank, timeout, &inner.cancel).counting_now(),
             others: (0..inner.world).filter(|&r| r != inner.rank).collect(),
             backoff: Backoff::default(),
         }
