@@ -128,18 +128,17 @@ pub async fn run_native_herd(
             );
             let (gate, who) = (gate.clone(), who(job, i, &spec));
             let (all_connected, go) = (all_connected.clone(), go.clone());
-            let cfg_job = job.to_owned();
             tokio::spawn(async move {
                 let permit = gate.acquire().await;
                 let mut connecting = c.connect(&cfg).await;
                 if preconnect && let Ok(conn) = connecting.as_mut() {
-                    // The server closes a connection whose first stream carries nothing within
-                    // its handshake timeout (10 s), and a herd of 16,384 takes longer than that
+                    // The server closes a connection that made no accepted request within its
+                    // handshake timeout (10 s), and a herd of 16,384 takes longer than that
                     // to connect: one status query opens the stream at once.
-                    // (The job does not exist yet: refused as unknown, the connection kept.)
-                    match conn.status(Some(&cfg_job)).await {
-                        Ok(_) | Err(dt_rdzv::native::NativeError::Refused { .. }) => {}
-                        Err(e) => connecting = Err(e),
+                    // (Every job's, under the server's token: a refusal, such as the job being
+                    // unknown before the first join, would not count as admitting it.)
+                    if let Err(e) = conn.status(None).await {
+                        connecting = Err(e);
                     }
                 }
                 drop(permit);
