@@ -36,7 +36,7 @@ use std::time::Duration;
 use clap::Parser;
 use dt_bench::rdzv::{
     BENCH_TOKEN, EtcdCluster, Fault, ServerProcess, client_config, run_cas_herd, run_herd,
-    run_kill_one, run_native_herd, start_dt_rdzv, start_group, start_torch_store,
+    run_kill_one, run_native_herd, run_node_herd, start_dt_rdzv, start_group, start_torch_store,
 };
 use dt_bench::stats::{median, median_range};
 use dt_rdzv::native::ClientConfig;
@@ -87,6 +87,10 @@ struct Args {
     /// sent to the last member holding its rank and peers.
     #[arg(long, requires = "native")]
     preconnect: bool,
+    /// With --native: ranks join through node agents, this many per node (one QUIC connection
+    /// and one heartbeat per node); 0: one connection per rank.
+    #[arg(long, requires = "native", conflicts_with_all = ["preconnect", "backend"], default_value_t = 0)]
+    ranks_per_node: usize,
     /// With --native: skip the torchelastic barrier above this many members (it takes minutes).
     #[arg(long, default_value_t = 1024)]
     torchelastic_max: usize,
@@ -378,14 +382,20 @@ fn native_main(
         let mut group_s = Vec::new();
         for round in 0..args.rounds {
             let (cpu0, herd0) = (ours.cpu_seconds(), own_cpu_seconds());
-            let r = rt.block_on(run_native_herd(
-                std::slice::from_ref(&cfg),
-                n,
-                &format!("native-n{n}-r{round}"),
-                timeout,
-                args.in_flight,
-                args.preconnect,
-            ))?;
+            let job = format!("native-n{n}-r{round}");
+            let r = if args.ranks_per_node > 0 {
+                let k = args.ranks_per_node;
+                rt.block_on(run_node_herd(&cfg, n, k, &job, timeout, args.in_flight))?
+            } else {
+                rt.block_on(run_native_herd(
+                    std::slice::from_ref(&cfg),
+                    n,
+                    &job,
+                    timeout,
+                    args.in_flight,
+                    args.preconnect,
+                ))?
+            };
             server_cpu.push(ours.cpu_seconds() - cpu0);
             herd_cpu.push(own_cpu_seconds() - herd0);
             ours_s.push(r.total.as_secs_f64());
@@ -445,6 +455,7 @@ fn native_main(
                     "herd_quic": quic,
                     "client_threads": args.client_threads.unwrap_or(2),
                     "preconnect": args.preconnect,
+                    "ranks_per_node": args.ranks_per_node,
                     "group_seconds": g, "group_seconds_all": group_s, "group_rotated": args.rotate, "group_affinity": !args.no_affinity,
                     "ratio_group_over_single": g.map(|g| g / s),
                     "etcd_rss_bytes": etcd.as_ref().map(EtcdCluster::rss),

@@ -44,7 +44,7 @@ pub struct QuicTotals {
 }
 
 impl QuicTotals {
-    fn add(&mut self, s: &quinn::ConnectionStats) {
+    pub(super) fn add(&mut self, s: &quinn::ConnectionStats) {
         self.datagrams_sent += s.udp_tx.datagrams;
         self.datagrams_received += s.udp_rx.datagrams;
         self.acks_sent += s.frame_tx.acks;

@@ -105,28 +105,44 @@ impl Connector {
     /// Opens a connection and its stream.
     pub async fn connect(&self, cfg: &ClientConfig) -> Result<NativeClient, NativeError> {
         let (conn, send, recv, server) = open(&self.endpoint, cfg, cfg.timeout, 0).await?;
+        Ok(self.start(cfg, conn, (send, recv), server, false))
+    }
+
+    /// The endpoint's QUIC socket.
+    pub(super) fn endpoint(&self) -> &quinn::Endpoint {
+        &self.endpoint
+    }
+
+    /// A client over `stream` of `conn`. On a node agent's connection (`on_agent`) it sends
+    /// no heartbeats (the agent's count for it), does not reconnect, and closing it ends only
+    /// its stream.
+    pub(super) fn start(
+        &self,
+        cfg: &ClientConfig,
+        conn: quinn::Connection,
+        (send, recv): (quinn::SendStream, quinn::RecvStream),
+        server: usize,
+        on_agent: bool,
+    ) -> NativeClient {
         let (out_tx, out_rx) = mpsc::unbounded_channel();
         let (ev_tx, ev_rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             conn: std::sync::Mutex::new(conn),
-            silent: AtomicBool::new(false),
+            silent: AtomicBool::new(on_agent),
             watchers: Default::default(),
         });
+        let reconnect = if on_agent { None } else { cfg.reconnect };
         let session = Session {
             endpoint: self.endpoint.clone(),
             cfg: cfg.clone(),
             shared: shared.clone(),
             out: out_rx,
             events: ev_tx,
-            member: Member::new(
-                tokio::time::Instant::now().into_std(),
-                server,
-                cfg.reconnect,
-            ),
+            member: Member::new(tokio::time::Instant::now().into_std(), server, reconnect),
             replies: Vec::new(),
         };
         let task = tokio::spawn(session.run(send, recv));
-        Ok(NativeClient {
+        NativeClient {
             shared,
             endpoint: self.endpoint.clone(),
             out: out_tx,
@@ -137,7 +153,8 @@ impl Connector {
             config: BTreeMap::new(),
             welcome: None,
             own_endpoint: false,
-        })
+            on_agent,
+        }
     }
 }
 
@@ -154,6 +171,8 @@ pub struct NativeClient {
     config: BTreeMap<String, Vec<u8>>,
     welcome: Option<Welcome>,
     own_endpoint: bool,
+    /// On a stream of a node agent's connection: closing ends the stream, not the connection.
+    on_agent: bool,
 }
 
 impl NativeClient {
@@ -377,6 +396,10 @@ impl NativeClient {
         if let Some(t) = self.task.as_mut() {
             let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
         }
+        if self.on_agent {
+            // The session finished its stream; the node's connection stays.
+            return;
+        }
         self.shared
             .conn()
             .close(CLOSE_NORMAL.into(), why.as_bytes());
@@ -411,8 +434,10 @@ impl Drop for NativeClient {
         if let Some(t) = self.task.take() {
             t.abort();
         }
-        self.shared
-            .conn()
-            .close(CLOSE_NORMAL.into(), b"client dropped");
+        if !self.on_agent {
+            self.shared
+                .conn()
+                .close(CLOSE_NORMAL.into(), b"client dropped");
+        }
     }
 }

@@ -5,6 +5,7 @@
 //!   whose connection is lost by a server restart reconnects and resumes its round;
 //! * [`BlockingNativeClient`]: the same with a private one-worker runtime, for callers without
 //!   tokio (the collective engine, Python);
+//! * [`NodeAgent`]: one connection for the ranks of a node, one heartbeat for all of them;
 //! * [`MemberHandle`]: for a communicator of the member's process: hear at once when the
 //!   server ends its round ([`RoundEnd`]), report a peer its links lost;
 //! * [`Trust`]: pin the server's certificate fingerprint, or verify it against a CA file;
@@ -12,6 +13,7 @@
 //!
 //! [`Welcome`]: dt_rdzv_proto::native::Welcome
 
+mod agent;
 mod blocking;
 mod client;
 mod config;
@@ -23,6 +25,7 @@ mod transport;
 pub(crate) mod udp;
 mod watch;
 
+pub use agent::{NodeAgent, NodeGrant};
 pub use blocking::BlockingNativeClient;
 pub use client::{
     ClientConfig, Connector, DEFAULT_NATIVE_PORT, Joined, Membership, NativeClient, ProgressSource,

@@ -220,6 +220,31 @@ pub enum ClientMsg {
         /// [`MAX_DUMP_REASON_BYTES`]).
         why: String,
     },
+    /// A node agent's hello, the first message of a connection that speaks for the ranks of
+    /// one node: each local rank then joins on a stream of its own on the same connection
+    /// (its [`Join`] naming the same job and node), and the agent's heartbeats on this stream
+    /// keep all of them alive (one heartbeat per node, not per rank). Answered by
+    /// [`ServerMsg::NodeAccepted`] or [`ServerMsg::Refused`] (and closed).
+    Node(NodeHello),
+    /// From a node agent: one of its local ranks is gone (its process exited, which the agent
+    /// saw). Only that rank is lost; the node's other ranks stay.
+    RankLost {
+        /// The lost rank's member id (it joined on this agent's connection).
+        member: String,
+        /// What the agent saw (an exit status), for the round's cause.
+        why: String,
+    },
+}
+
+/// A node agent's hello ([`ClientMsg::Node`]).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct NodeHello {
+    /// The job its ranks join.
+    pub job: String,
+    /// The job's join token.
+    pub token: String,
+    /// The node it speaks for: every rank joining through it must name this node.
+    pub node: String,
 }
 
 /// The longest [`ClientMsg::Dump`] reason the server passes on, in bytes.
@@ -554,5 +579,16 @@ pub enum ServerMsg {
         rank: u32,
         /// What timed out there.
         why: String,
+    },
+    /// A node agent's hello was accepted: open a stream per local rank and join on it.
+    NodeAccepted {
+        /// The job.
+        job: String,
+        /// Send a heartbeat on the hello stream at least this often.
+        heartbeat_interval_ms: u64,
+        /// The node's ranks are lost together after this long with no message from it.
+        heartbeat_timeout_ms: u64,
+        /// At most this many ranks may join through the agent.
+        max_ranks: u32,
     },
 }

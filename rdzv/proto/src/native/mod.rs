@@ -26,7 +26,7 @@ pub use codec::{
 };
 pub use messages::{
     ClientMsg, JobEnd, JobSpec, JobStatus, Join, LateJoin, MAX_DUMP_REASON_BYTES, MAX_HOST_BYTES,
-    MemberStatus, Peer, RefusalCode, Resume, Role, RoundCause, ServerMsg, Welcome,
+    MemberStatus, NodeHello, Peer, RefusalCode, Resume, Role, RoundCause, ServerMsg, Welcome,
 };
 pub use progress::{CallState, GroupProgress, PendingCall, Progress, ProgressError};
 pub use round_end::RoundEnd;

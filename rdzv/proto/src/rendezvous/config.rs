@@ -8,6 +8,9 @@ use std::time::Duration;
 /// lookup of more ranks is sent in.
 pub const MAX_LOOKUP_RANKS: usize = 2048;
 
+/// Most ranks one node agent may speak for by default ([`MachineConfig::max_node_ranks`]).
+pub const MAX_NODE_RANKS: usize = 256;
+
 /// Server-wide rendezvous settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MachineConfig {
@@ -54,6 +57,8 @@ pub struct MachineConfig {
     pub max_addrs: usize,
     /// Longest address a member may advertise, in bytes.
     pub max_addr_bytes: usize,
+    /// Most ranks one node agent may speak for (a join past it is refused, naming it).
+    pub max_node_ranks: usize,
 }
 
 impl Default for MachineConfig {
@@ -62,7 +67,7 @@ impl Default for MachineConfig {
     /// first round), ended jobs kept 60 s, empty jobs forgotten after 300 s, 4096 jobs, 1 MiB
     /// config values, 256 entries, 4 MiB of configuration per job and 256 MiB in one round's
     /// welcomes together, lookups of 2048 distinct ranks, 16 addresses of at most 256 bytes per
-    /// member.
+    /// member, 256 ranks per node agent.
     fn default() -> Self {
         Self {
             token: None,
@@ -82,6 +87,7 @@ impl Default for MachineConfig {
             max_lookup_ranks: MAX_LOOKUP_RANKS,
             max_addrs: 16,
             max_addr_bytes: 256,
+            max_node_ranks: MAX_NODE_RANKS,
         }
     }
 }

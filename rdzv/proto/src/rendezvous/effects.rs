@@ -82,6 +82,27 @@ pub enum Event {
         /// What the server saw.
         why: String,
     },
+    /// A node agent was accepted: ranks of `node` may join through its connection.
+    NodeAgent {
+        /// The job.
+        job: String,
+        /// The node.
+        node: String,
+        /// Its hello stream.
+        conn: ConnId,
+    },
+    /// A node agent was lost (silence or a closed connection), and every rank it spoke for
+    /// with it (each also told as [`Event::MemberLost`]).
+    NodeLost {
+        /// The job.
+        job: String,
+        /// The node.
+        node: String,
+        /// How many ranks it spoke for.
+        ranks: u32,
+        /// What the server saw.
+        why: String,
+    },
     /// A member left on purpose.
     MemberLeft {
         /// The job.
@@ -154,6 +175,10 @@ pub struct RendezvousStats {
     pub probes_confirmed: u64,
     /// Probes whose suspect answered (kept).
     pub probes_dismissed: u64,
+    /// Node agents accepted.
+    pub node_agents: u64,
+    /// Node agents lost (with every rank they spoke for).
+    pub nodes_lost: u64,
 }
 
 /// The machine's outbox, handed to jobs.
@@ -201,6 +226,8 @@ impl Effects {
                 ReportVerdict::Dismissed => s.probes_dismissed += 1,
                 _ => s.reports += 1,
             },
+            Event::NodeAgent { .. } => s.node_agents += 1,
+            Event::NodeLost { .. } => s.nodes_lost += 1,
             Event::RoundEnded { .. } | Event::JobForgotten { .. } => {}
         }
         self.actions.push_back(Action::Event(e));

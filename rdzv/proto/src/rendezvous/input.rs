@@ -16,6 +16,17 @@ pub enum Input {
         /// The client's source IP address, as seen by the server.
         observed_ip: String,
     },
+    /// Another stream was opened on the connection `carrier`, whose first stream is a node
+    /// agent's hello ([`ClientMsg::Node`]): a local rank of that node joins on it. Its
+    /// member's liveness is the agent's (see `machine/nodes`).
+    Stream {
+        /// The driver's id for the stream.
+        conn: ConnId,
+        /// The id of the connection's first stream (the agent's hello).
+        carrier: ConnId,
+        /// The client's source IP address, as seen by the server.
+        observed_ip: String,
+    },
     /// A decoded message arrived.
     Message {
         /// From whom.

@@ -9,6 +9,7 @@
 //!
 //! * `messages`: what each member or operator message does;
 //! * `joins`: a join, from the token check to the member's place in its job;
+//! * `nodes`: node agents, which speak for the ranks of a node on one connection;
 //! * `reports`: a member's data-plane report, and the probe it may start;
 //! * `timeouts`: the deadlines (heartbeats, probes, last calls, join timeouts, retention).
 
@@ -29,6 +30,7 @@ use crate::native::{JobEnd, JobStatus, ServerMsg};
 mod dumps;
 mod joins;
 mod messages;
+mod nodes;
 mod reports;
 mod timeouts;
 
@@ -39,6 +41,10 @@ struct Conn {
     observed_ip: String,
     /// (job, member) once joined.
     member: Option<(String, String)>,
+    /// A node agent's hello stream: the node it speaks for.
+    node: Option<nodes::NodeConn>,
+    /// A stream of a node agent's connection: the agent's hello stream.
+    carrier: Option<ConnId>,
 }
 
 /// The rendezvous state machine of one server. See the module docs.
@@ -47,7 +53,8 @@ pub struct RendezvousMachine {
     config: MachineConfig,
     jobs: BTreeMap<String, Job>,
     conns: BTreeMap<ConnId, Conn>,
-    /// (check at, connection): a member's heartbeat is checked at these times.
+    /// (check at, connection): a member's (or a node agent's) heartbeat is checked at these
+    /// times.
     liveness: BTreeSet<(Instant, ConnId)>,
     /// Liveness probes started by data-plane reports.
     probes: Probes,
@@ -112,6 +119,11 @@ impl RendezvousMachine {
                 // A repeated Connected keeps what the connection already is.
                 self.conns.entry(conn).or_default().observed_ip = observed_ip;
             }
+            Input::Stream {
+                conn,
+                carrier,
+                observed_ip,
+            } => self.stream(conn, carrier, observed_ip),
             Input::Message { conn, msg } => self.on_message(now, conn, msg),
             Input::Malformed { conn, error } => {
                 let r = Refusal::Codec(error);
@@ -146,7 +158,9 @@ impl RendezvousMachine {
         let Some(j) = self.jobs.remove(job) else {
             return Vec::new();
         };
-        let conns: Vec<ConnId> = j.members.values().map(|m| m.conn).collect();
+        let mut conns: Vec<ConnId> = j.members.values().map(|m| m.conn).collect();
+        // Its node agents go too (their members follow them to the owner).
+        conns.extend(self.nodes_of(job));
         self.fx.detached.extend(conns.iter().copied());
         self.fx.event(Event::JobForgotten { job: job.into() });
         self.settle();
@@ -172,6 +186,12 @@ impl RendezvousMachine {
 
     /// Status of one job or all (the driver has authenticated the caller).
     pub fn status(&self, now: Instant, job: Option<&str>) -> Result<Vec<JobStatus>, Refusal> {
+        let mut all = self.statuses(now, job)?;
+        self.agents_last_seen(now, &mut all);
+        Ok(all)
+    }
+
+    fn statuses(&self, now: Instant, job: Option<&str>) -> Result<Vec<JobStatus>, Refusal> {
         match job {
             Some(name) => self
                 .jobs
@@ -198,6 +218,9 @@ impl RendezvousMachine {
             for m in j.members.values() {
                 self.fx.close(m.conn, format!("job {name:?} forgotten"));
             }
+            for agent in self.nodes_of(name) {
+                self.fx.close(agent, format!("job {name:?} forgotten"));
+            }
             self.fx.event(Event::JobForgotten { job: name.into() });
         }
     }
@@ -207,10 +230,7 @@ impl RendezvousMachine {
     fn settle(&mut self) {
         for conn in std::mem::take(&mut self.fx.detached) {
             self.probes.forget(conn);
-            if let Some(c) = self.conns.get_mut(&conn) {
-                c.member = None;
-            }
-            self.conns.remove(&conn);
+            self.forget_conn(conn);
         }
         let done: Vec<String> = self
             .jobs
@@ -262,8 +282,13 @@ impl RendezvousMachine {
         self.fx.close(conn, why);
     }
 
-    /// The connection is going: a member on it is lost (or refused and lost, for garbage).
+    /// The connection is going: a member on it is lost (or refused and lost, for garbage); a
+    /// node agent's loses every rank it spoke for, at once.
     fn drop_conn(&mut self, now: Instant, conn: ConnId, why: String, close: bool) {
+        if self.conns.get(&conn).is_some_and(|c| c.node.is_some()) {
+            self.lose_node(now, conn, &format!("its node agent's {why}"));
+            return;
+        }
         let member = self.member_of(conn).map(|m| m.id.clone());
         let job = self.conns.get(&conn).and_then(|c| c.member.clone());
         match (member, job) {
@@ -281,7 +306,7 @@ impl RendezvousMachine {
             _ => {}
         }
         self.probes.forget(conn);
-        self.conns.remove(&conn);
+        self.forget_conn(conn);
     }
 }
 

@@ -24,6 +24,9 @@
 //! * A member silent for the heartbeat timeout, or whose connection closes, is lost: the round
 //!   ends for everyone at once with the reason, and the next one forms from the survivors at
 //!   once if they are at least `min_members`.
+//! * A node agent may speak for its node's ranks ([`ClientMsg::Node`](crate::native::ClientMsg)):
+//!   they join on streams of its connection, its heartbeats keep them all alive, its loss
+//!   loses them all at once (one round end), and it may report one of them gone.
 //! * A member may report a peer of its round gone (its link broke): the server probes that
 //!   peer and declares it lost if it does not answer within `probe_timeout` (see `probes`).
 //! * After a server restart, members join again with the place they held (`Join::resume`):
@@ -52,7 +55,7 @@ mod resume;
 
 pub use admission::MAX_NAME_BYTES;
 pub use auth::{JOB_TOKEN_PREFIX, Scope, authorized, job_token};
-pub use config::{MAX_LOOKUP_RANKS, MachineConfig};
+pub use config::{MAX_LOOKUP_RANKS, MAX_NODE_RANKS, MachineConfig};
 pub use effects::{Action, Event, RendezvousStats};
 
 /// A driver's name for one client connection.

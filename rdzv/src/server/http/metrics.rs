@@ -94,6 +94,20 @@ pub(crate) fn render(store: Option<&StoreCore>, rdzv: &RdzvCore) -> String {
     );
     metric(
         &mut o,
+        "dtrdzv_node_agents_total",
+        "counter",
+        "Node agents accepted (each speaks for the ranks of one node).",
+        &one(s.node_agents),
+    );
+    metric(
+        &mut o,
+        "dtrdzv_nodes_lost_total",
+        "counter",
+        "Node agents lost, each with every rank it spoke for.",
+        &one(s.nodes_lost),
+    );
+    metric(
+        &mut o,
         "dtrdzv_member_leaves_total",
         "counter",
         "Members that left on purpose.",

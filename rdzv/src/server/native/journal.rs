@@ -136,6 +136,27 @@ impl Journal {
                 None,
                 format!("{member} lost: {why}"),
             ),
+            Event::NodeAgent { job, node, .. } => entry(
+                job,
+                "node_agent",
+                None,
+                None,
+                None,
+                format!("node agent of {node} connected"),
+            ),
+            Event::NodeLost {
+                job,
+                node,
+                ranks,
+                why,
+            } => entry(
+                job,
+                "node_lost",
+                None,
+                None,
+                None,
+                format!("node {node} lost with its {ranks} ranks: {why}"),
+            ),
             Event::MemberLeft { job, member } => entry(
                 job,
                 "left",

@@ -1,10 +1,11 @@
 //! The native door (mirrors `dt_rdzv_proto::native` and `dt_rdzv_proto::rendezvous`): the QUIC
 //! port (29401) and the rendezvous machine behind it.
 //!
-//! * `conn`: the QUIC endpoint, its accept loop and one task per member connection reading
-//!   it, `writer` a task writing to it from its `outbox` (bytes queued bounded), `partial` the
+//! * `conn`: the QUIC endpoint, its accept loop and one task per member connection, `reader`
+//!   reading it, `writer` a task writing to it from its `outbox` (bytes queued bounded), `partial` the
 //!   server-wide budget for partly received frames, `sources` the connections each source
-//!   address holds (its share of the door);
+//!   address holds (its share of the door), `streams` the ranks' streams on a node agent's
+//!   connection;
 //! * `rendezvous`: the rendezvous machine and the native connections' outboxes, behind the
 //!   server's one `Driver`;
 //! * `journal`: the rendezvous' recent events, kept by its core for the status page and
@@ -20,7 +21,9 @@ pub(super) mod journal;
 mod outbox;
 mod pace;
 mod partial;
+mod reader;
 pub(super) mod rendezvous;
 mod sources;
+mod streams;
 mod timeline;
 mod writer;

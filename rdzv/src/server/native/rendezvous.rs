@@ -79,6 +79,25 @@ impl RdzvCore {
         });
     }
 
+    /// A rank's stream on the node agent's connection whose hello stream is `carrier`.
+    pub(crate) fn stream(
+        &self,
+        conn: ConnId,
+        carrier: ConnId,
+        observed_ip: String,
+        outbox: Outbox,
+    ) {
+        self.driver.with(|g| {
+            g.routes.outboxes.insert(conn, outbox);
+            let input = Input::Stream {
+                conn,
+                carrier,
+                observed_ip,
+            };
+            g.handle(Instant::now(), input);
+        });
+    }
+
     pub(crate) fn input(&self, input: Input) {
         let closed = match &input {
             Input::Closed { conn, .. } => Some(*conn),
@@ -292,6 +311,15 @@ fn log(e: Event) {
             why,
         } => tracing::warn!(?job, ?member, ?rank, ?why, "member lost"),
         Event::MemberLeft { job, member } => tracing::info!(?job, ?member, "member left"),
+        Event::NodeAgent { job, node, conn } => {
+            tracing::info!(?job, ?node, conn, "node agent connected")
+        }
+        Event::NodeLost {
+            job,
+            node,
+            ranks,
+            why,
+        } => tracing::warn!(?job, ?node, ranks, ?why, "node lost with its ranks"),
         Event::JobEnded { job, end } => tracing::info!(?job, %end, "job ended"),
         Event::JobForgotten { job } => tracing::debug!(?job, "job forgotten"),
         Event::Reported {

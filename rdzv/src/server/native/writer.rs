@@ -28,6 +28,11 @@ pub(super) struct Writer {
     pub(super) conn: quinn::Connection,
     /// Set once the machine sent anything but a refusal (the reader's admission deadline ends).
     pub(super) admitted: Arc<AtomicBool>,
+    /// Whether the stream is the connection's own (its close closes the connection), or one
+    /// rank's stream on a node agent's connection (its close ends only the stream).
+    pub(super) whole: bool,
+    /// Told the agent's rank limit when the machine accepts a node agent's hello.
+    pub(super) node: Option<tokio::sync::oneshot::Sender<u32>>,
 }
 
 impl Writer {
@@ -48,8 +53,13 @@ impl Writer {
         }
     }
 
-    /// Closes the connection at once (the member does not read what is written).
-    fn kill(&self, why: String) -> String {
+    /// Closes the connection (or the rank's stream) at once (the member does not read what is
+    /// written).
+    fn kill(&mut self, why: String) -> String {
+        if !self.whole {
+            let _ = self.send.reset(CLOSE_NORMAL.into());
+            return why;
+        }
         let mut r = why.clone().into_bytes();
         r.truncate(200);
         self.conn.close(CLOSE_NORMAL.into(), &r);
@@ -67,6 +77,11 @@ impl Writer {
                 NativeOut::Msg(m) => {
                     if !matches!(*m, ServerMsg::Refused { .. }) {
                         self.admitted.store(true, Ordering::Release);
+                    }
+                    if let ServerMsg::NodeAccepted { max_ranks, .. } = &*m
+                        && let Some(tx) = self.node.take()
+                    {
+                        let _ = tx.send(*max_ranks);
                     }
                     out.extend_from_slice(&encode_server(&m));
                     self.outbox.taken(&m);
@@ -97,6 +112,11 @@ impl Writer {
         }
         let (code, reason) = close?;
         let _ = self.send.finish();
+        if !self.whole {
+            // The rank's stream ends; its node's connection and other ranks go on.
+            let _ = tokio::time::timeout(Duration::from_secs(1), self.send.stopped()).await;
+            return Some(reason);
+        }
         let _ = tokio::time::timeout(Duration::from_secs(1), self.conn.closed()).await;
         let mut r = reason.clone().into_bytes();
         r.truncate(200);

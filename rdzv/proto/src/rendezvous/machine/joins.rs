@@ -25,6 +25,10 @@ impl RendezvousMachine {
             self.refuse_and_close(conn, e);
             return;
         }
+        if let Err(e) = self.through_agent(conn, &join) {
+            self.refuse_and_close(conn, e);
+            return;
+        }
         if !self.jobs.contains_key(&join.job) {
             if let Err(e) = job::validate(&join.job, &join.spec) {
                 self.refuse_and_close(conn, e);
@@ -62,7 +66,9 @@ impl RendezvousMachine {
         let j = self.jobs.get_mut(&job).expect("job exists");
         match j.join(now, conn, join, observed, &self.config, &mut self.fx) {
             Ok(()) => {
-                if self.member_of(conn).is_some() {
+                // A rank joined through its node's agent lives as long as the agent does.
+                let own_liveness = self.conns.get(&conn).is_some_and(|c| c.carrier.is_none());
+                if own_liveness && self.member_of(conn).is_some() {
                     self.liveness
                         .insert((now + self.config.heartbeat_timeout, conn));
                 }
@@ -73,6 +79,29 @@ impl RendezvousMachine {
                 }
                 self.refuse_and_close(conn, e);
             }
+        }
+    }
+
+    /// A join on a stream of a node agent's connection must name the agent's job and node.
+    fn through_agent(&self, conn: ConnId, join: &Join) -> Result<(), Refusal> {
+        let Some(carrier) = self.conns.get(&conn).and_then(|c| c.carrier) else {
+            return Ok(());
+        };
+        let bad = |why: String| Refusal::BadRequest {
+            job: admission::clip(&join.job),
+            member: admission::clip(&join.member),
+            why,
+        };
+        match self.conns.get(&carrier).and_then(|c| c.node.as_ref()) {
+            None => Err(bad("joined through a node agent that is gone".into())),
+            Some(n) if n.job != join.job || n.node != join.node => Err(bad(format!(
+                "joined through the agent of node {:?} of job {:?} but names node {:?} of job {:?}",
+                n.node,
+                n.job,
+                admission::clip(&join.node),
+                admission::clip(&join.job)
+            ))),
+            Some(_) => Ok(()),
         }
     }
 }

@@ -16,6 +16,11 @@ use crate::native::{ClientMsg, JobEnd, ServerMsg};
 
 impl RendezvousMachine {
     pub(super) fn on_message(&mut self, now: Instant, conn: ConnId, msg: ClientMsg) {
+        if self.conns.get(&conn).is_some_and(|c| c.node.is_some()) {
+            self.on_agent_message(now, conn, msg);
+            return;
+        }
+        self.node_seen(now, conn);
         let conn_state = self.conns.entry(conn).or_default();
         let joined = conn_state.member.clone();
         if let Some((job, id)) = &joined
@@ -33,6 +38,17 @@ impl RendezvousMachine {
                 self.refuse(conn, Refusal::AlreadyJoined { job, member });
             }
             (ClientMsg::Join(join), None) => self.join(now, conn, join),
+            (ClientMsg::Node(_), Some((job, member))) => {
+                self.refuse(conn, Refusal::AlreadyJoined { job, member })
+            }
+            (ClientMsg::Node(hello), None) => self.node_hello(now, conn, hello),
+            (ClientMsg::RankLost { .. }, Some((job, member))) => {
+                let why = "only a node agent reports its ranks lost, on its hello stream".into();
+                self.refuse(conn, Refusal::BadRequest { job, member, why })
+            }
+            (ClientMsg::RankLost { .. }, None) => {
+                self.refuse_and_close(conn, Refusal::NotJoined { what: "RankLost" })
+            }
             (ClientMsg::Heartbeat { .. }, Some(_)) => {}
             (ClientMsg::Progress(p), Some((job, id))) => {
                 if let Err(e) = p.check() {

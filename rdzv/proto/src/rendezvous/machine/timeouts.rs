@@ -15,12 +15,16 @@ impl RendezvousMachine {
     /// last calls close, join timeouts fail their jobs, ended and idle jobs are forgotten.
     pub fn handle_timeout(&mut self, now: Instant) {
         let mut lost: BTreeMap<String, Vec<(String, Removal)>> = BTreeMap::new();
+        let mut agents = Vec::new();
         while let Some(&(t, conn)) = self.liveness.first() {
             if t > now {
                 break;
             }
             self.liveness.pop_first();
             let Some(m) = self.member_of(conn) else {
+                if let Some(why) = self.agent_due(now, conn) {
+                    agents.push((conn, why));
+                }
                 continue;
             };
             let (timeout, note) = m.liveness_timeout(&self.config);
@@ -64,6 +68,9 @@ impl RendezvousMachine {
             lost.entry(p.job)
                 .or_default()
                 .push((p.member, Removal::Lost(why)));
+        }
+        for (conn, why) in agents {
+            self.lose_node(now, conn, &why);
         }
         for (job, gone) in lost {
             if let Some(j) = self.jobs.get_mut(&job) {
