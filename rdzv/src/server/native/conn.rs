@@ -89,7 +89,8 @@ pub(crate) async fn accept_loop(
             _ = stop.changed() => break,
             incoming = endpoint.accept() => {
                 let Some(incoming) = incoming else { break };
-                if core.open_connections() >= config.max_native_connections {
+                // QUIC connections, not streams: a node agent's counts once.
+                if sources.total() >= config.max_native_connections {
                     limited!(warn, "native connection refused: at the connection limit",
                         peer = %incoming.remote_address(), limit = config.max_native_connections);
                     incoming.refuse();

@@ -194,10 +194,6 @@ impl RdzvCore {
         }
     }
 
-    pub(crate) fn open_connections(&self) -> usize {
-        self.driver.read(|g| g.routes.outboxes.len())
-    }
-
     /// Runs the machine's deadlines (heartbeats, last calls, join timeouts, TTLs) until `stop`.
     pub(crate) async fn run_timers(&self, stop: watch::Receiver<bool>) {
         self.driver.run_timers(stop).await;

@@ -10,10 +10,16 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
-/// Open native connections per source address. Cheap to clone (shared).
+/// Open native connections per source address, and in all. Cheap to clone (shared).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Sources {
-    open: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    open: Arc<Mutex<Open>>,
+}
+
+#[derive(Debug, Default)]
+struct Open {
+    by_ip: HashMap<IpAddr, usize>,
+    total: usize,
 }
 
 /// One connection's place in its source's count; given back on drop.
@@ -29,38 +35,50 @@ impl Sources {
     pub(crate) fn take(&self, ip: IpAddr, limit: usize) -> Result<Slot, usize> {
         let ip = ip.to_canonical();
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        let n = open.entry(ip).or_insert(0);
+        let n = open.by_ip.entry(ip).or_insert(0);
         if *n >= limit {
             return Err(*n);
         }
         *n += 1;
+        open.total += 1;
         Ok(Slot {
             sources: self.clone(),
             ip,
         })
     }
 
+    /// Connections open now (in their handshake too), from every source. A node agent's
+    /// connection counts once, however many ranks' streams it carries.
+    pub(crate) fn total(&self) -> usize {
+        self.open.lock().unwrap_or_else(|p| p.into_inner()).total
+    }
+
     /// Connections `ip` holds now.
     #[cfg(test)]
     pub(crate) fn held(&self, ip: IpAddr) -> usize {
         let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        open.get(&ip.to_canonical()).copied().unwrap_or(0)
+        open.by_ip.get(&ip.to_canonical()).copied().unwrap_or(0)
     }
 
     /// Sources with at least one connection (the map never keeps an empty entry).
     #[cfg(test)]
     pub(crate) fn sources(&self) -> usize {
-        self.open.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.open
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .by_ip
+            .len()
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
         let mut open = self.sources.open.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = open.get_mut(&self.ip) {
+        open.total -= 1;
+        if let Some(n) = open.by_ip.get_mut(&self.ip) {
             *n -= 1;
             if *n == 0 {
-                open.remove(&self.ip);
+                open.by_ip.remove(&self.ip);
             }
         }
     }
@@ -81,9 +99,11 @@ mod tests {
         assert_eq!(s.take(ip("10.0.0.1"), 3).unwrap_err(), 3);
         let other = s.take(ip("10.0.0.2"), 3).unwrap();
         assert_eq!((s.held(ip("10.0.0.1")), s.held(ip("10.0.0.2"))), (3, 1));
+        assert_eq!(s.total(), 4);
         drop(mine);
         drop(other);
         assert_eq!(s.sources(), 0, "no empty entry is kept");
+        assert_eq!(s.total(), 0);
     }
 
     #[test]
