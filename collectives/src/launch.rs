@@ -245,35 +245,13 @@ fn indexed_job(
     Ok(Some((i, n, wvar)))
 }
 
-/// `host[:port]` (IPv6 in brackets) as (host without brackets, port).
+/// `host[:port]` (IPv6 in brackets) as (host without brackets, port): the one reading of
+/// [`dt_rdzv_proto::endpoint::split`], its error in words.
 pub fn split_host_port(endpoint: &str, default_port: u16) -> Result<(String, u16), String> {
-    let ep = endpoint.trim();
-    let (host, port) = if let Some(rest) = ep.strip_prefix('[') {
-        let (h, r) = rest.split_once(']').unwrap_or((rest, ""));
-        (h, r.strip_prefix(':').unwrap_or(""))
-    } else if ep.matches(':').count() == 1 {
-        ep.split_once(':').expect("one colon")
-    } else {
-        (ep, "")
-    };
-    let port = if port.is_empty() {
-        default_port
-    } else {
-        port.parse().map_err(|_| {
-            format!("rendezvous endpoint {endpoint:?}: port {port:?} is not a number")
-        })?
-    };
-    Ok((host.to_owned(), port))
+    dt_rdzv_proto::endpoint::split(endpoint, default_port).map_err(|e| format!("rendezvous {e}"))
 }
 
-/// `host:port`, with brackets around an IPv6 host.
-pub fn join_host_port(host: &str, port: u16) -> String {
-    if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    }
-}
+pub use dt_rdzv_proto::endpoint::join as join_host_port;
 
 fn is_native(env: &dyn Fn(&str) -> Option<String>, ep: &str) -> Result<Sourced<bool>, String> {
     match var(env, "DTCOMM_RDZV_BACKEND")

@@ -7,7 +7,8 @@ __all__ = [
     "Communicator", "Work", "Negotiator", "RdzvServer", "StoreClient", "NativeClient", "Welcome",
     "Peer", "RdzvEvent", "DataListener", "NativeMember", "init_logging", "progress_record",
     "flight_take_dump_ask", "flight_dumps_on_timeout", "flight_dump_asked",
-    "set_compute_threads", "usable_cores", "cuda_status", "flight_entries", "flight_summary",
+    "set_compute_threads", "usable_cores", "split_host_port", "join_host_port", "cuda_status",
+    "flight_entries", "flight_summary",
     "flight_dump", "flight_dump_bytes", "flight_capacity", "job_token", "store_link_secret",
     "resolve_launch",
     "native_settings", "slurm_step", "mpi_meet", "mpi_session_meet", "advertised_ip",
@@ -23,6 +24,13 @@ __version__: str
 STORE_PORT: int
 NATIVE_PORT: int
 HTTP_PORT: int
+
+def split_host_port(endpoint: str, default_port: int) -> tuple[str, int]:
+    """``host[:port]`` (IPv6 in brackets) as (host without brackets, port), ``default_port``
+    where none is given; ``ValueError`` names what does not read."""
+
+def join_host_port(host: str, port: int) -> str:
+    """``host:port``, with brackets around an IPv6 host."""
 
 class DtcommError(RuntimeError):
     # Set on errors of the collective engine (not on the Rdzv* errors):

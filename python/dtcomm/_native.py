@@ -69,22 +69,16 @@ def _set(env: Mapping[str, str], var: str) -> str | None:
 
 
 def split_host_port(endpoint: str, default_port: int) -> tuple[str, int]:
-    """``host[:port]`` (IPv6 in brackets) as (host without brackets, port)."""
-    ep = endpoint.strip()
-    if ep.startswith("["):
-        host, _, rest = ep[1:].partition("]")
-        port = rest[1:] if rest.startswith(":") else ""
-    elif ep.count(":") == 1:
-        host, port = ep.split(":")
-    else:
-        host, port = ep, ""
-    if port and not port.isdigit():
-        raise ConfigError(f"rendezvous endpoint {endpoint!r}: port {port!r} is not a number")
-    return host, int(port) if port else default_port
+    """``host[:port]`` (IPv6 in brackets) as (host without brackets, port): the Rust crates'
+    one reading (``dt_rdzv_proto::endpoint``)."""
+    try:
+        return _dtcomm.split_host_port(endpoint, default_port)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def join_host_port(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return _dtcomm.join_host_port(host, port)
 
 
 def own_ip(w: _dtcomm.Welcome) -> str:

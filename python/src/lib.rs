@@ -62,6 +62,21 @@ fn usable_cores() -> usize {
     dtcomm::spin::usable_cores()
 }
 
+/// `host[:port]` (IPv6 in brackets) as (host without brackets, port), `default_port` where none
+/// is given: the one reading every crate uses (`dt_rdzv_proto::endpoint`). `ValueError` names
+/// what does not read.
+#[pyfunction]
+fn split_host_port(endpoint: &str, default_port: u16) -> PyResult<(String, u16)> {
+    dt_rdzv_proto::endpoint::split(endpoint, default_port)
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("rendezvous {e}")))
+}
+
+/// `host:port`, with brackets around an IPv6 host.
+#[pyfunction]
+fn join_host_port(host: &str, port: u16) -> String {
+    dt_rdzv_proto::endpoint::join(host, port)
+}
+
 /// The module `dtcomm._dtcomm`.
 #[pymodule]
 fn _dtcomm(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -83,6 +98,8 @@ fn _dtcomm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(progress::flight_dump_asked, m)?)?;
     m.add_function(wrap_pyfunction!(set_compute_threads, m)?)?;
     m.add_function(wrap_pyfunction!(usable_cores, m)?)?;
+    m.add_function(wrap_pyfunction!(split_host_port, m)?)?;
+    m.add_function(wrap_pyfunction!(join_host_port, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::cuda_status, m)?)?;
     m.add_function(wrap_pyfunction!(flight::flight_entries, m)?)?;
     m.add_function(wrap_pyfunction!(flight::flight_summary, m)?)?;

@@ -63,10 +63,14 @@ class Rendezvous:
 
 
 def _split(endpoint: str) -> tuple[str, int]:
-    host, sep, port = endpoint.rpartition(":")
-    if not sep or not port.isdigit():
+    """``host:port`` (the port is not optional here)."""
+    try:
+        host, port = _dtcomm.split_host_port(endpoint, 0)
+    except ValueError as e:
+        raise SystemExit(f"dtrun: --rdzv-endpoint: {e}") from None
+    if port == 0:
         raise SystemExit(f"dtrun: --rdzv-endpoint {endpoint!r} is not host:port")
-    return host.strip("[]"), int(port)
+    return host, port
 
 
 def setup(

@@ -14,7 +14,7 @@
 //!   that serves the native protocol.
 //! * [`torchft`]: torchft's Lighthouse (quorums of replica groups, heartbeats), for many
 //!   jobs, with bounded memory.
-//! * [`ports`]: the doors' default ports.
+//! * [`ports`]: the doors' default ports; [`endpoint`]: `host[:port]`, read one way everywhere.
 //!
 //! The cores, [`tcpstore::Engine`], [`etcd_v2::V2Store`], [`rendezvous::RendezvousMachine`]
 //! and the client side's [`native::member::Member`], have one shape ([`sans_io::Core`]): drivers (the tokio
@@ -23,6 +23,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod endpoint;
 pub mod etcd_v2;
 pub mod native;
 pub mod ports;

@@ -3,34 +3,10 @@
 /// torchrun's default rendezvous port, which `dt-rdzv serve` listens on.
 pub const DEFAULT_PORT: u16 = dt_rdzv_proto::ports::STORE;
 
-/// Splits `host[:port]` (IPv6 as `[addr]:port`) into host and port, defaulting to 29400.
+/// Splits `host[:port]` (IPv6 as `[addr]:port`) into host and port, defaulting to 29400 (see
+/// [`dt_rdzv_proto::endpoint::split`]).
 pub fn parse_endpoint(endpoint: &str) -> Result<(String, u16), String> {
-    let e = endpoint.trim();
-    if e.is_empty() {
-        return Err("empty endpoint".into());
-    }
-    if let Some(rest) = e.strip_prefix('[') {
-        let (host, tail) = rest
-            .split_once(']')
-            .ok_or_else(|| format!("unclosed '[' in endpoint {endpoint:?}"))?;
-        let port = match tail.strip_prefix(':') {
-            Some(p) => parse_port(p, endpoint)?,
-            None if tail.is_empty() => DEFAULT_PORT,
-            None => return Err(format!("junk after ']' in endpoint {endpoint:?}")),
-        };
-        return Ok((host.to_owned(), port));
-    }
-    match e.rsplit_once(':') {
-        // a bare IPv6 address has several colons and no port
-        Some((host, _)) if host.contains(':') => Ok((e.to_owned(), DEFAULT_PORT)),
-        Some((host, port)) => Ok((host.to_owned(), parse_port(port, endpoint)?)),
-        None => Ok((e.to_owned(), DEFAULT_PORT)),
-    }
-}
-
-fn parse_port(p: &str, endpoint: &str) -> Result<u16, String> {
-    p.parse()
-        .map_err(|_| format!("bad port {p:?} in endpoint {endpoint:?}"))
+    dt_rdzv_proto::endpoint::split(endpoint, DEFAULT_PORT).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
