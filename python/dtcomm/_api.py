@@ -150,8 +150,8 @@ def meet(cfg: _config.Resolved, wait: float,
                                       "variable")
         return meet_mpi(endpoint, cfg.rank.value, cfg.run_id.value, wait, socket_ifname)
     if cfg.host_store.value:
-        host, port = endpoint.rsplit(":", 1)
-        server = _dtcomm.RdzvServer("::" if not host.startswith("127.") else host, int(port))
+        host, port = _dtcomm.split_host_port(endpoint, _dtcomm.STORE_PORT)
+        server = _dtcomm.RdzvServer("::" if not host.startswith("127.") else host, port)
     return endpoint, server
 
 
@@ -185,9 +185,9 @@ def _init_horovod_kv(cfg: _config.Resolved, endpoint: str, *, algo: str | None,
     (``dtcomm._horovod_kv``); ranks are ``HOROVOD_RANK`` / ``HOROVOD_SIZE``."""
     from ._horovod_kv import HorovodKVStore
 
-    addr, port = endpoint[len(_config.HOROVOD_KV):].rsplit(":", 1)
+    addr, port = _dtcomm.split_host_port(endpoint[len(_config.HOROVOD_KV):], 0)
     wait = _setup_wait(cfg)
-    store = HorovodKVStore(addr.strip("[]"), int(port), wait)
+    store = HorovodKVStore(addr, port, wait)
     me = cfg.rank.value
     if me is None:
         raise _config.ConfigError("horovodrun's rendezvous needs HOROVOD_RANK")

@@ -60,9 +60,9 @@ def handler(url: str, timeout: timedelta = timedelta(minutes=30),
         endpoint, server = _api.meet(cfg, wait)
         if server is not None:
             _hosted[asked or endpoint] = server
-    host, port = endpoint.rsplit(":", 1)
-    met_ports.add(int(port))
-    store = TCPStore(host.strip("[]"), int(port), is_master=False, timeout=timeout)
+    host, port = _dtcomm.split_host_port(endpoint, _dtcomm.STORE_PORT)
+    met_ports.add(port)
+    store = TCPStore(host, port, is_master=False, timeout=timeout)
     base = f"{cfg.run_id.value}/torch"
     me = _api.rank_of(cfg, lambda key: store.add(key, 1), base)
     # The n-th rendezvous of every rank meets under generation n: an earlier process group's
