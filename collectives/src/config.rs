@@ -136,8 +136,10 @@ pub struct Options {
     /// Deadline of every connect, handshake and call (`DTCOMM_TIMEOUT`, seconds; default 300).
     pub timeout: Option<Duration>,
     /// Deadline of the set-up alone: meeting the other ranks, exchanging addresses, linking
-    /// (`DTCOMM_SETUP_TIMEOUT`, seconds; default: the timeout). A short call deadline that
-    /// catches a hang early need not fail a job whose ranks start a few seconds apart.
+    /// (`DTCOMM_SETUP_TIMEOUT`, seconds; else `horovodrun`'s `HOROVOD_GLOO_TIMEOUT_SECONDS`,
+    /// what its `--gloo-timeout-seconds` sets: how long gloo waits for every rank to connect;
+    /// default: the timeout). A short call deadline that catches a hang early need not fail a
+    /// job whose ranks start a few seconds apart.
     pub setup_timeout: Option<Duration>,
     /// Algorithm override (`DTCOMM_ALGO`: `auto`, `ring`, `doubling`, `tree`, `direct`).
     pub algo: Option<Algo>,
@@ -322,6 +324,15 @@ impl Config {
             seconds,
             timeout.value,
         )?;
+        if setup_timeout.source == Source::Default {
+            // Horovod's knob for the same wait (its gloo context's connect), where set.
+            setup_timeout = pick(
+                None,
+                "HOROVOD_GLOO_TIMEOUT_SECONDS",
+                seconds,
+                timeout.value,
+            )?;
+        }
         if setup_timeout.source == Source::Default {
             // The set-up's deadline is the timeout unless told otherwise: say where that came from.
             setup_timeout.source = timeout.source;

@@ -65,3 +65,30 @@ def test_oci_main_hosts_and_workers_are_assigned() -> None:
     c = resolve(env={"OCI__MODE": "WORKER", "OCI__WORKER_COUNT": "3",
                      "DTCOMM_RDZV_ENDPOINT": "main:29400"})
     assert c.rank.value is None and c.world_size.value == 4 and c.host_store.value is False
+
+
+def test_the_setup_deadline_follows_horovodruns_gloo_timeout_unless_dtcomm_says() -> None:
+    """``horovodrun --gloo-timeout-seconds`` (``HOROVOD_GLOO_TIMEOUT_SECONDS``: how long gloo
+    waits for every rank to connect) sets dtcomm's set-up deadline; ``DTCOMM_SETUP_TIMEOUT``
+    and an explicit timeout still win, and the call deadline is not touched. In a child: the
+    engine reads its own environment."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from dtcomm import _dtcomm; import sys; "
+            "print(_dtcomm.engine_setup_timeout(float(sys.argv[1]) if sys.argv[1] else None))")
+
+    def setup(extra: dict[str, str], timeout: str = "") -> float:
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("DTCOMM_", "HOROVOD_"))}
+        env.update(extra)
+        out = subprocess.run([sys.executable, "-c", code, timeout], env=env, check=True,
+                             capture_output=True, text=True, timeout=120)
+        return float(out.stdout.strip())
+
+    assert setup({}) == 300.0
+    assert setup({"HOROVOD_GLOO_TIMEOUT_SECONDS": "2000"}) == 2000.0
+    assert setup({"HOROVOD_GLOO_TIMEOUT_SECONDS": "2000", "DTCOMM_SETUP_TIMEOUT": "7"}) == 7.0
+    assert setup({"HOROVOD_GLOO_TIMEOUT_SECONDS": "2000", "DTCOMM_TIMEOUT": "9"}) == 2000.0
+    assert setup({"DTCOMM_TIMEOUT": "9"}) == 9.0
