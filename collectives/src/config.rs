@@ -326,12 +326,7 @@ impl Config {
         )?;
         if setup_timeout.source == Source::Default {
             // Horovod's knob for the same wait (its gloo context's connect), where set.
-            setup_timeout = pick(
-                None,
-                "HOROVOD_GLOO_TIMEOUT_SECONDS",
-                seconds,
-                timeout.value,
-            )?;
+            setup_timeout = pick(None, "HOROVOD_GLOO_TIMEOUT_SECONDS", seconds, timeout.value)?;
         }
         if setup_timeout.source == Source::Default {
             // The set-up's deadline is the timeout unless told otherwise: say where that came from.

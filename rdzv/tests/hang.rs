@@ -3,7 +3,7 @@
 //! its refusals (no token, another job's token, an unknown job).
 
 mod common;
-use common::{http_get, members_with_progress, rt};
+use common::{http_get, members_reporting, rt};
 
 use std::time::{Duration, Instant};
 
@@ -46,6 +46,17 @@ fn summary(rank: u32, round: u64, started: Instant) -> Option<Progress> {
 
 #[test]
 fn the_server_names_the_rank_the_others_wait_for() {
+    names_the_rank_the_others_wait_for(None);
+}
+
+/// The same job with its four ranks on one node, joined through the node's agent: their
+/// summaries still reach the server (the agent's heartbeats keep them alive).
+#[test]
+fn the_server_names_the_rank_the_others_wait_for_among_a_node_agents_ranks() {
+    names_the_rank_the_others_wait_for(Some("node-a"));
+}
+
+fn names_the_rank_the_others_wait_for(agent_node: Option<&str>) {
     let s = BackgroundServer::start(ServeConfig {
         token: Some(TOKEN.into()),
         ..ServeConfig::loopback_ephemeral()
@@ -54,7 +65,7 @@ fn the_server_names_the_rank_the_others_wait_for() {
     let h = s.http_endpoint().unwrap();
     rt().block_on(async {
         let started = Instant::now();
-        let _members = members_with_progress(&s, TOKEN, "stuck", 4, move |rank, round| {
+        let _members = members_reporting(&s, TOKEN, "stuck", 4, agent_node, move |rank, round| {
             summary(rank, round, started)
         })
         .await;

@@ -19,7 +19,7 @@ use dt_rdzv_proto::native::{
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::client::{ClientConfig, Connector, NativeClient};
+use super::client::{ClientConfig, Connector, NativeClient, ProgressSource};
 use super::dial::open;
 use super::error::NativeError;
 
@@ -127,6 +127,17 @@ impl NodeAgent {
     /// A client for one local rank, on a new stream of the agent's connection: join with it
     /// as with any [`NativeClient`] (naming the agent's job and node).
     pub async fn rank(&self) -> Result<NativeClient, NativeError> {
+        self.rank_reporting(None).await
+    }
+
+    /// As [`NodeAgent::rank`], for a rank whose summaries of its calls `progress` gives: they
+    /// go at the heartbeat interval ([`ClientConfig::progress`]), so that
+    /// `dt-rdzv status --hang` sees the rank's calls as it sees a member's on its own
+    /// connection.
+    pub async fn rank_reporting(
+        &self,
+        progress: Option<ProgressSource>,
+    ) -> Result<NativeClient, NativeError> {
         let stream = tokio::time::timeout(self.cfg.timeout, self.conn.open_bi())
             .await
             .map_err(|_| NativeError::Timeout {
@@ -134,9 +145,13 @@ impl NodeAgent {
                 waited: self.cfg.timeout,
             })?
             .map_err(|e| NativeError::Lost(e.to_string()))?;
+        let cfg = ClientConfig {
+            progress,
+            ..self.cfg.clone()
+        };
         Ok(self
             .connector
-            .start(&self.cfg, self.conn.clone(), stream, self.server, true))
+            .start(&cfg, self.conn.clone(), stream, self.server, true))
     }
 
     /// Tells the server one local rank is gone (its process exited): only it is lost.

@@ -114,8 +114,8 @@ impl Connector {
     }
 
     /// A client over `stream` of `conn`. On a node agent's connection (`on_agent`) it sends
-    /// no heartbeats (the agent's count for it), does not reconnect, and closing it ends only
-    /// its stream.
+    /// no plain heartbeats (the agent's count for it; those carrying a summary of its calls
+    /// still go), does not reconnect, and closing it ends only its stream.
     pub(super) fn start(
         &self,
         cfg: &ClientConfig,
@@ -128,7 +128,8 @@ impl Connector {
         let (ev_tx, ev_rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             conn: std::sync::Mutex::new(conn),
-            silent: AtomicBool::new(on_agent),
+            silent: AtomicBool::new(false),
+            on_agent,
             watchers: Default::default(),
         });
         let reconnect = if on_agent { None } else { cfg.reconnect };

@@ -33,6 +33,9 @@ pub(crate) struct Shared {
     pub(crate) conn: Mutex<quinn::Connection>,
     /// No heartbeats (tests of the server's liveness detection).
     pub(crate) silent: AtomicBool,
+    /// A rank on a node agent's connection: the agent's heartbeats count for it, so it sends
+    /// only those that carry a summary of its calls ([`ClientMsg::Progress`]).
+    pub(crate) on_agent: bool,
     /// Who hears of the end of a round (see `watch`).
     pub(crate) watchers: Arc<Watchers>,
 }
@@ -159,6 +162,9 @@ impl Session {
             match o {
                 Output::Send(msg) => {
                     let msg = self.with_progress(msg);
+                    if self.shared.on_agent && matches!(msg, ClientMsg::Heartbeat { .. }) {
+                        continue;
+                    }
                     // On failure the read side says why.
                     if send.write_all(&encode_client(&msg)).await.is_ok() {
                         self.member.handle(now(), Input::Sent);

@@ -43,31 +43,64 @@ pub async fn members_with_progress(
     + Sync
     + 'static,
 ) -> Vec<dt_rdzv::native::NativeClient> {
+    members_reporting(s, token, job, n, None, summary).await.0
+}
+
+/// As [`members_with_progress`]; with `agent_node`, every member joins as a rank of that node
+/// through one node agent (returned too, to keep it alive).
+pub async fn members_reporting(
+    s: &dt_rdzv::server::BackgroundServer,
+    token: &str,
+    job: &str,
+    n: u32,
+    agent_node: Option<&str>,
+    summary: impl Fn(u32, u64) -> Option<dt_rdzv_proto::native::Progress>
+    + Clone
+    + Send
+    + Sync
+    + 'static,
+) -> (
+    Vec<dt_rdzv::native::NativeClient>,
+    Option<dt_rdzv::native::NodeAgent>,
+) {
     use std::sync::{Arc, Mutex};
 
     use dt_rdzv::native::{ClientConfig, Connector, Membership, ProgressSource, Trust};
     use dt_rdzv_proto::native::{JobSpec, Role};
 
     let wait = std::time::Duration::from_secs(60);
+    let cfg = ClientConfig::new(
+        s.native_endpoint().unwrap(),
+        token,
+        Trust::Fingerprint(s.fingerprint().unwrap().into()),
+    );
+    let connector = Connector::new(&cfg.trust).unwrap();
+    let agent = match agent_node {
+        Some(node) => Some(connector.node_agent(&cfg, job, node).await.expect("agent")),
+        None => None,
+    };
     let mut members = Vec::new();
     for i in 0..n {
         let place: Arc<Mutex<Option<(u32, u64)>>> = Arc::default();
-        let mut cfg = ClientConfig::new(
-            s.native_endpoint().unwrap(),
-            token,
-            Trust::Fingerprint(s.fingerprint().unwrap().into()),
-        );
         let (p, f) = (place.clone(), summary.clone());
-        cfg.progress = Some(ProgressSource::new(move || {
+        let progress = Some(ProgressSource::new(move || {
             let (rank, round) = (*p.lock().unwrap())?;
             f(rank, round)
         }));
-        let connector = Connector::new(&cfg.trust).unwrap();
-        let mut m = connector.connect(&cfg).await.expect("connect");
+        let mut m = match &agent {
+            Some(a) => a.rank_reporting(progress).await.expect("a stream"),
+            None => {
+                let cfg = ClientConfig {
+                    progress,
+                    ..cfg.clone()
+                };
+                connector.connect(&cfg).await.expect("connect")
+            }
+        };
         m.join(Membership {
             job: job.into(),
             member: format!("m{i}"),
-            node: "n0".into(),
+            node: agent_node.unwrap_or("n0").into(),
             addrs: vec![format!("127.0.0.1:{}", 40000 + i)],
             host: Vec::new(),
             role: Role::Worker,
@@ -83,5 +116,5 @@ pub async fn members_with_progress(
         *place.lock().unwrap() = Some((w.rank, w.round));
         out.push(m);
     }
-    out
+    (out, agent)
 }
