@@ -18,19 +18,11 @@ const TOKEN: &str = "test-token";
 const WAIT: Duration = Duration::from_secs(60);
 
 fn server() -> BackgroundServer {
-    BackgroundServer::start(ServeConfig {
-        token: Some(TOKEN.into()),
-        ..ServeConfig::loopback_ephemeral()
-    })
-    .expect("server starts")
+    common::server_with_token(TOKEN)
 }
 
 fn cfg(s: &BackgroundServer, token: &str) -> ClientConfig {
-    ClientConfig::new(
-        s.native_endpoint().unwrap(),
-        token,
-        Trust::Fingerprint(s.fingerprint().unwrap().into()),
-    )
+    common::client_cfg(s, token)
 }
 
 fn who(job: &str, i: usize, spec: &JobSpec) -> Membership {

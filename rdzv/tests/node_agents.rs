@@ -9,10 +9,8 @@ use common::rt;
 
 use std::time::Duration;
 
-use dt_rdzv::native::{
-    ClientConfig, Connector, Membership, NativeClient, NativeError, NodeAgent, Trust,
-};
-use dt_rdzv::server::{BackgroundServer, ServeConfig};
+use dt_rdzv::native::{ClientConfig, Connector, Membership, NativeClient, NativeError, NodeAgent};
+use dt_rdzv::server::BackgroundServer;
 use dt_rdzv_proto::native::{JobSpec, RefusalCode, Role, RoundCause, Welcome};
 
 const TOKEN: &str = "test-token";
@@ -20,19 +18,11 @@ const TOKEN: &str = "test-token";
 const WAIT: Duration = Duration::from_secs(60);
 
 fn server() -> BackgroundServer {
-    BackgroundServer::start(ServeConfig {
-        token: Some(TOKEN.into()),
-        ..ServeConfig::loopback_ephemeral()
-    })
-    .expect("server starts")
+    common::server_with_token(TOKEN)
 }
 
 fn cfg(s: &BackgroundServer, token: &str) -> ClientConfig {
-    ClientConfig::new(
-        s.native_endpoint().unwrap(),
-        token,
-        Trust::Fingerprint(s.fingerprint().unwrap().into()),
-    )
+    common::client_cfg(s, token)
 }
 
 fn who(job: &str, member: &str, node: &str, spec: &JobSpec) -> Membership {

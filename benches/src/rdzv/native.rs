@@ -64,11 +64,12 @@ pub fn client_config(endpoint: &str, fingerprint: &str, token: &str) -> ClientCo
     c
 }
 
-fn who(job: &str, i: usize, spec: &JobSpec) -> Membership {
+/// Member `i` of `job` on `node`, advertising an address of its own.
+pub(super) fn who(job: &str, i: usize, node: String, spec: &JobSpec) -> Membership {
     Membership {
         job: job.into(),
         member: format!("m{i:05}"),
-        node: format!("node{:04}", i / 8),
+        node,
         addrs: vec![format!(
             "10.{}.{}.{}:29500",
             i / 65536,
@@ -126,7 +127,10 @@ pub async fn run_native_herd(
                 connectors[i % connectors.len()].clone(),
                 cfgs[i % cfgs.len()].clone(),
             );
-            let (gate, who) = (gate.clone(), who(job, i, &spec));
+            let (gate, who) = (
+                gate.clone(),
+                who(job, i, format!("node{:04}", i / 8), &spec),
+            );
             let (all_connected, go) = (all_connected.clone(), go.clone());
             tokio::spawn(async move {
                 let permit = gate.acquire().await;
@@ -260,7 +264,9 @@ pub async fn run_kill_one(
     let mut survivors: Vec<NativeClient> = Vec::new();
     for i in 0..n - 1 {
         let mut c = connector.connect(cfg).await.map_err(err)?;
-        c.join(who(job, i, &spec)).await.map_err(err)?;
+        c.join(who(job, i, format!("node{:04}", i / 8), &spec))
+            .await
+            .map_err(err)?;
         survivors.push(c);
     }
     let mut child = spawn_member(bin, &cfg.endpoint, fingerprint, token, job, n)?;

@@ -4,27 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use dt_rdzv::native::{ClientConfig, Connector, Membership, NativeError};
-use dt_rdzv_proto::native::{JobSpec, Role};
+use dt_rdzv::native::{ClientConfig, Connector, NativeError};
+use dt_rdzv_proto::native::JobSpec;
 
-use super::native::{NativeResult, QuicTotals};
-
-fn who(job: &str, node: usize, i: usize, spec: &JobSpec) -> Membership {
-    Membership {
-        job: job.into(),
-        member: format!("m{i:06}"),
-        node: format!("node{node:05}"),
-        addrs: vec![format!(
-            "10.{}.{}.{}:29500",
-            i / 65536,
-            (i / 256) % 256,
-            i % 256
-        )],
-        host: Vec::new(),
-        role: Role::Worker,
-        spec: spec.clone(),
-    }
-}
+use super::native::{NativeResult, QuicTotals, who};
 
 /// `n` ranks join job `job` (min = max = n) through `n / per_node` node agents, with at most
 /// `in_flight` agents' QUIC handshakes under way at once. `connect_all` is the last agent
@@ -68,7 +51,8 @@ pub async fn run_node_herd(
                 let mut ranks = Vec::new();
                 for i in first..(first + per_node).min(n) {
                     let mut r = agent.rank().await?;
-                    r.join(who(&job, node, i, &spec)).await?;
+                    r.join(who(&job, i, format!("node{node:05}"), &spec))
+                        .await?;
                     ranks.push(r);
                 }
                 let mut last = connected;

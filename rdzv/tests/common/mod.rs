@@ -1,5 +1,28 @@
 //! What the native-protocol test binaries share.
 
+/// A loopback server on ephemeral ports whose token is `token`.
+#[allow(dead_code)] // not every test binary starts its own
+pub fn server_with_token(token: &str) -> dt_rdzv::server::BackgroundServer {
+    dt_rdzv::server::BackgroundServer::start(dt_rdzv::server::ServeConfig {
+        token: Some(token.into()),
+        ..dt_rdzv::server::ServeConfig::loopback_ephemeral()
+    })
+    .expect("server starts")
+}
+
+/// Client settings for `s`'s native port, trusting its certificate, with `token`.
+#[allow(dead_code)]
+pub fn client_cfg(
+    s: &dt_rdzv::server::BackgroundServer,
+    token: &str,
+) -> dt_rdzv::native::ClientConfig {
+    dt_rdzv::native::ClientConfig::new(
+        s.native_endpoint().unwrap(),
+        token,
+        dt_rdzv::native::Trust::Fingerprint(s.fingerprint().unwrap().into()),
+    )
+}
+
 /// A two-thread runtime for the clients of one test (each server runs its own).
 pub fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
