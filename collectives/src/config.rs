@@ -183,6 +183,11 @@ pub struct Options {
     /// links, since NCCL hangs on a mismatch (`DTCOMM_NCCL_CHECK=1`; default off: it costs
     /// one small all-gather per call).
     pub nccl_check: Option<bool>,
+    /// Ranks per NCCL bootstrap root (`DTCOMM_NCCL_RANKS_PER_ROOT`, else torch's
+    /// `TORCH_NCCL_RANKS_PER_ROOT`; default 128, as torch's): a device communicator of more
+    /// ranks is set up from one unique id per this many ranks (`ncclCommInitRankScalable`,
+    /// NCCL 2.23) instead of one root for all; 0: always one.
+    pub nccl_ranks_per_root: Option<usize>,
     /// The store path's link secret from the launcher (`DTCOMM_LINK_SECRET`; `dtrun` and the
     /// torchrun handler derive it from the job token and round); default: rank 0 draws one
     /// and publishes it in the store.
@@ -254,6 +259,8 @@ pub struct Config {
     pub cuda: Setting<CudaMode>,
     /// See [`Options::nccl_check`].
     pub nccl_check: Setting<bool>,
+    /// See [`Options::nccl_ranks_per_root`].
+    pub nccl_ranks_per_root: Setting<usize>,
     /// See [`Options::link_secret`].
     pub link_secret: Setting<Option<LinkSecret>>,
 }
@@ -397,6 +404,17 @@ impl Config {
             shm_single_copy: pick(opts.shm_single_copy, "DTCOMM_SHM_SINGLE_COPY", flag, false)?,
             cuda: pick(opts.cuda, "DTCOMM_CUDA", CudaMode::from_str, CudaMode::Auto)?,
             nccl_check: pick(opts.nccl_check, "DTCOMM_NCCL_CHECK", flag, false)?,
+            nccl_ranks_per_root: match pick(
+                opts.nccl_ranks_per_root,
+                "DTCOMM_NCCL_RANKS_PER_ROOT",
+                num,
+                128,
+            )? {
+                s if s.source == Source::Default => {
+                    pick(None, "TORCH_NCCL_RANKS_PER_ROOT", num, 128)?
+                }
+                s => s,
+            },
             link_secret: pick(
                 opts.link_secret.clone().map(Some),
                 "DTCOMM_LINK_SECRET",
@@ -414,7 +432,8 @@ impl fmt::Display for Config {
             "timeout={:?} ({}) setup_timeout={:?} ({}) algo={} ({}) socket_ifname={} ({}) nsocks_perpeer={} ({}) \
              socket_bufsize={} ({}) spin={:?} ({}) tree_threshold={} ({}) store_prefix={} ({}) \
              transport={} ({}) shm_chunk={} ({}) shm_dir={} ({}) host_id={} ({}) \
-             shm_single_copy={} ({}) cuda={} ({}) nccl_check={} ({}) link_secret={} ({})",
+             shm_single_copy={} ({}) cuda={} ({}) nccl_check={} ({}) nccl_ranks_per_root={} ({}) \
+             link_secret={} ({})",
             self.timeout.value,
             self.timeout.source,
             self.setup_timeout.value,
@@ -449,6 +468,8 @@ impl fmt::Display for Config {
             self.cuda.source,
             u8::from(self.nccl_check.value),
             self.nccl_check.source,
+            self.nccl_ranks_per_root.value,
+            self.nccl_ranks_per_root.source,
             if self.link_secret.value.is_some() {
                 "launcher"
             } else {

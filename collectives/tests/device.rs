@@ -7,39 +7,14 @@
 
 use std::time::{Duration, Instant};
 
+mod common;
+use common::device::{dev, group};
+
 use dtcomm::device::twin::{self, MemGpu, MemNccl};
 use dtcomm::device::{CudaMode, DevPtr, DeviceApi, StreamHandle};
 use dtcomm::{
     Call, Collective, CommError, Communicator, DType, ErrorCode, Options, RawBuf, ReduceOp,
 };
-
-/// Runs `body` on every rank of an in-memory group of `world` whose ranks use `rt(rank)`.
-fn group<R: Send>(
-    world: usize,
-    opts: Options,
-    rt: impl Fn(usize) -> dtcomm::device::DeviceRuntime,
-    body: impl Fn(usize, &Communicator) -> R + Sync,
-) -> Vec<R> {
-    let comms = Communicator::in_memory(world, opts).unwrap();
-    for (r, c) in comms.iter().enumerate() {
-        assert!(c.set_device_runtime(rt(r)));
-    }
-    std::thread::scope(|s| {
-        let hs: Vec<_> = comms
-            .iter()
-            .enumerate()
-            .map(|(r, c)| {
-                let body = &body;
-                s.spawn(move || body(r, c))
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    })
-}
-
-fn dev(p: DevPtr, n: usize, dtype: DType, device: i32, stream: StreamHandle) -> RawBuf {
-    RawBuf::device(p.0 as *mut u8, n, dtype, device, stream.0)
-}
 
 fn quick() -> Options {
     Options {

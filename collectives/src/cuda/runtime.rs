@@ -365,9 +365,13 @@ impl NcclApi for NcclLib {
         Ok(UniqueId(dtcomm_nccl_sys::unique_id_to_bytes(&id)))
     }
 
+    fn has_scalable_init(&self) -> bool {
+        self.0.has("ncclCommInitRankScalable")
+    }
+
     fn init(
         &self,
-        id: &UniqueId,
+        ids: &[UniqueId],
         world: usize,
         rank: usize,
         device: i32,
@@ -395,15 +399,29 @@ impl NcclApi for NcclLib {
         let mut config = dtcomm_nccl_sys::config_initializer();
         config.blocking = 0;
         let mut comm: ncclComm_t = std::ptr::null_mut();
-        // SAFETY: the id is the same on every rank (carried by dtcomm); config initialised.
+        let mut raw: Vec<_> = ids
+            .iter()
+            .map(|id| dtcomm_nccl_sys::unique_id_from_bytes(&id.0))
+            .collect();
+        // SAFETY: the ids are the same, in the same order, on every rank (carried by dtcomm);
+        // config initialised.
         unsafe {
-            self.0.comm_init_rank_config(
-                &mut comm,
-                world as i32,
-                dtcomm_nccl_sys::unique_id_from_bytes(&id.0),
-                rank as i32,
-                &mut config,
-            )
+            match raw.as_mut_slice() {
+                [one] => self.0.comm_init_rank_config(
+                    &mut comm,
+                    world as i32,
+                    *one,
+                    rank as i32,
+                    &mut config,
+                ),
+                many => self.0.comm_init_rank_scalable(
+                    &mut comm,
+                    world as i32,
+                    rank as i32,
+                    many,
+                    &mut config,
+                ),
+            }
         }
         .map_err(nccl_error)?;
         Ok(Box::new(RealComm {

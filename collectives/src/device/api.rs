@@ -274,14 +274,19 @@ pub trait NcclApi: Send + Sync {
     /// A new unique id (`ncclGetUniqueId`).
     fn unique_id(&self) -> Result<UniqueId, NcclError>;
     /// Starts a non-blocking communicator set-up of `world` ranks on `device`
-    /// (`ncclCommInitRankConfig` with `blocking = 0`); poll [`NcclComm::state`] until ready.
+    /// (`ncclCommInitRankConfig` with `blocking = 0` for one id; `ncclCommInitRankScalable`
+    /// for several, one per bootstrap root, the same ids in the same order on every rank);
+    /// poll [`NcclComm::state`] until ready.
     fn init(
         &self,
-        id: &UniqueId,
+        ids: &[UniqueId],
         world: usize,
         rank: usize,
         device: i32,
     ) -> Result<Box<dyn NcclComm>, NcclError>;
+    /// Whether this library can bootstrap from several roots (`ncclCommInitRankScalable`,
+    /// NCCL 2.23 and later).
+    fn has_scalable_init(&self) -> bool;
     /// Whether this library has point-to-point calls (`ncclSend`, `ncclRecv`, the group calls;
     /// NCCL 2.7 and later), which [`NcclOp::Exchange`] needs. Every rank reports it in the
     /// path agreement; where any rank lacks them, the calls that would be exchanges are staged

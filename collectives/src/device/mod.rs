@@ -18,6 +18,7 @@ pub mod api;
 pub mod path;
 pub(crate) mod plan;
 pub(crate) mod pool;
+pub(crate) mod roots;
 pub mod settle;
 pub mod twin;
 

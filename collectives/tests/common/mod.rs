@@ -4,6 +4,7 @@
 
 use dtcomm::{Communicator, DType, Element, ReduceOp};
 
+pub mod device;
 pub mod procs;
 use half::{bf16, f16};
 

@@ -79,6 +79,49 @@ impl Nccl {
         self.check(NAME, rc)
     }
 
+    /// `ncclCommInitRankScalable` (NCCL 2.23): as [`Nccl::comm_init_rank_config`] with several
+    /// unique ids (one per bootstrap root, e.g. one per 128 ranks), the same ids in the same
+    /// order on every rank, so that no single root bootstraps every rank.
+    ///
+    /// # Safety
+    /// As [`Nccl::comm_init_rank_config`].
+    pub unsafe fn comm_init_rank_scalable(
+        &self,
+        comm: &mut ncclComm_t,
+        nranks: c_int,
+        rank: c_int,
+        ids: &mut [ncclUniqueId],
+        config: &mut ncclConfig_t,
+    ) -> NcclResult<Status> {
+        const NAME: &str = "ncclCommInitRankScalable";
+        let init = self.optional(NAME, self.symbols().comm_init_rank_scalable)?;
+        let bad = |message: String| NcclError::Failed {
+            function: NAME,
+            code: ncclResult_t::ncclInvalidArgument,
+            message,
+            last_error: String::new(),
+        };
+        if !is_initialized(config) {
+            return Err(bad(
+                "ncclConfig_t not set up by config_initializer() (size, magic or \
+                            version changed)"
+                    .into(),
+            ));
+        }
+        let n = c_int::try_from(ids.len())
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| bad(format!("{} unique ids", ids.len())))?;
+        // SAFETY: `init` is `ncclCommInitRankScalable`, present in this library (`optional`
+        // checked). `comm` and `config` are `&mut`s, valid and exclusive for the call; `ids`
+        // points to `n` ids that live across it (NCCL copies them before it returns: its
+        // non-blocking set-up goes on after); `config`
+        // carries this header's size, magic and version (checked above); the same ids on every
+        // rank is this function's contract.
+        let rc = unsafe { init(comm, nranks, rank, n, ids.as_mut_ptr(), config) };
+        self.check(NAME, rc)
+    }
+
     /// `ncclCommSplit`: a new communicator of the ranks passing the same `color`, ordered by
     /// `key` (`NCCL_SPLIT_NOCOLOR` to stay out). `config: None` inherits the parent's.
     ///

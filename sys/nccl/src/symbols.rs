@@ -36,6 +36,15 @@ pub type CommInitRankConfigFn = unsafe extern "C" fn(
     c_int,
     *mut ncclConfig_t,
 ) -> ncclResult_t;
+/// `ncclCommInitRankScalable(comm*, nranks, rank, nId, ids*, config*)`.
+pub type CommInitRankScalableFn = unsafe extern "C" fn(
+    *mut ncclComm_t,
+    c_int,
+    c_int,
+    c_int,
+    *mut ncclUniqueId,
+    *mut ncclConfig_t,
+) -> ncclResult_t;
 /// `ncclCommFinalize`, `ncclCommDestroy`, `ncclCommAbort`: `(ncclComm_t)`.
 pub type CommFn = unsafe extern "C" fn(ncclComm_t) -> ncclResult_t;
 /// `ncclCommGetAsyncError(comm, ncclResult_t* asyncError)`.
@@ -228,6 +237,7 @@ symbol_table! {
         get_last_error: GetLastErrorFn = "ncclGetLastError" since (2, 13),
         comm_init_rank_config: CommInitRankConfigFn = "ncclCommInitRankConfig" since (2, 14),
         comm_finalize: CommFn = "ncclCommFinalize" since (2, 14),
+        comm_init_rank_scalable: CommInitRankScalableFn = "ncclCommInitRankScalable" since (2, 23),
         comm_split: CommSplitFn = "ncclCommSplit" since (2, 18),
         mem_alloc: MemAllocFn = "ncclMemAlloc" since (2, 19),
         mem_free: MemFreeFn = "ncclMemFree" since (2, 19),

@@ -11,11 +11,15 @@ use std::time::{Duration, Instant};
 
 use crate::call::{Call, CallDesc, Collective, RawBuf};
 use crate::communicator::{Inner, State};
-use crate::device::api::{DeviceEvent, DeviceRuntime, InitState, NcclComm, NcclOp, StreamHandle};
+use crate::device::api::{
+    DeviceEvent, DeviceRuntime, InitState, NcclComm, NcclOp, StreamHandle, UniqueId,
+};
 use crate::device::plan::{self, CHECK_WORDS};
+use crate::device::roots;
 use crate::device::settle::Backoff;
 use crate::engine::error::EngineError;
 use crate::error::CommError;
+use crate::op::ReduceOp;
 use crate::watchdog::{Deadline, Phase, suspects};
 
 /// This rank's NCCL communicator, its device and its own stream.
@@ -144,7 +148,8 @@ impl Inner {
         Ok(Inflight::new(self, desc, timeout, Watch::Done(done)))
     }
 
-    /// Makes the NCCL communicator: rank 0's unique id over the host links, then the
+    /// Makes the NCCL communicator: the unique ids over the host links (rank 0's, or past
+    /// `nccl_ranks_per_root` ranks one per block of them, see [`roots`]), then the
     /// non-blocking set-up on every rank, watched to its end.
     fn open_nccl(
         &self,
@@ -159,33 +164,21 @@ impl Inner {
             Ok(n) => n.clone(),
             Err(why) => return Err(self.device_failure(st, desc, started, why.clone())),
         };
-        // 128 bytes of id and a flag saying rank 0 has one.
-        let mut id = [0u8; 129];
-        let mut made = None;
-        if self.rank == 0 {
-            match nccl.unique_id() {
-                Ok(u) => {
-                    id[..128].copy_from_slice(&u.0);
-                    id[128] = 1;
-                }
-                Err(e) => made = Some(e.to_string()),
+        let ids = match self.nccl_ids(st, &*nccl, call) {
+            Ok(ids) => ids,
+            Err(IdsFailed::Call(e)) => return Err(e),
+            Err(IdsFailed::Missing(detail)) => {
+                let desc = call.desc(st.seq);
+                return Err(self.device_failure(st, desc, started, detail));
             }
-        }
-        let bcast = Call::new(Collective::Broadcast { root: 0 }).recv(RawBuf::of_mut(&mut id[..]));
-        // SAFETY: a host buffer of this frame.
-        unsafe { self.execute(st, &bcast)? };
+        };
         let desc = call.desc(st.seq);
-        if id[128] != 1 {
-            let detail = made.unwrap_or_else(|| "rank 0 could not make an NCCL unique id".into());
-            return Err(self.device_failure(st, desc, started, detail));
-        }
-        let uid = crate::device::api::UniqueId(id[..128].try_into().expect("128 bytes"));
         let opened = rt
             .api
             .new_stream(device)
             .map_err(|e| e.to_string())
             .and_then(|stream| {
-                nccl.init(&uid, self.world, self.rank, device)
+                nccl.init(&ids, self.world, self.rank, device)
                     .map(|comm| Session {
                         comm,
                         device,
@@ -216,6 +209,56 @@ impl Inner {
                 );
             })
             .inspect_err(|_| st.device.nccl = None)
+    }
+
+    /// The unique ids every rank sets up from, the same on all: each root ([`roots`]) makes
+    /// one and one host all-reduce (max over bytes: a slot is zero but at its root) hands them
+    /// to every rank, no rank-0 broadcast at scale. The buffer's first byte says whether some
+    /// rank's library cannot bootstrap from several roots: then all set up from rank 0's id.
+    fn nccl_ids(
+        &self,
+        st: &mut State,
+        nccl: &dyn crate::device::NcclApi,
+        call: &Call,
+    ) -> Result<Vec<UniqueId>, IdsFailed> {
+        let roots = roots::roots(self.world, self.config.nccl_ranks_per_root.value);
+        let mut buf = vec![0u8; 1 + roots.len() * roots::SLOT];
+        buf[0] = u8::from(roots.len() > 1 && !nccl.has_scalable_init());
+        let mut made = None;
+        if let Some(i) = roots.iter().position(|&r| r == self.rank) {
+            match nccl.unique_id() {
+                Ok(u) => {
+                    let slot = &mut buf[1 + i * roots::SLOT..][..roots::SLOT];
+                    slot[..128].copy_from_slice(&u.0);
+                    slot[128] = 1;
+                }
+                Err(e) => made = Some(e.to_string()),
+            }
+        }
+        let exchange = Call::new(Collective::AllReduce { op: ReduceOp::Max })
+            .recv(RawBuf::of_mut(&mut buf[..]))
+            .deadline(call.deadline.unwrap_or(self.config.setup_timeout.value));
+        // SAFETY: a host buffer of this frame.
+        unsafe { self.execute(st, &exchange) }.map_err(IdsFailed::Call)?;
+        let one_root = buf[0] != 0;
+        let mut ids = Vec::with_capacity(roots.len());
+        for (i, root) in roots.iter().enumerate() {
+            let slot = &buf[1 + i * roots::SLOT..][..roots::SLOT];
+            if slot[128] != 1 {
+                let why = match (&made, *root == self.rank) {
+                    (Some(e), true) => e.clone(),
+                    _ => "it could not make one".into(),
+                };
+                return Err(IdsFailed::Missing(format!(
+                    "no NCCL unique id from rank {root} ({why})"
+                )));
+            }
+            ids.push(UniqueId(slot[..128].try_into().expect("128 bytes")));
+            if one_root {
+                break;
+            }
+        }
+        Ok(ids)
     }
 
     /// Watches `f` to its end holding the state lock (the set-up, and calls run by a thread
@@ -311,4 +354,12 @@ impl Inner {
         }
         None
     }
+}
+
+/// Why the unique ids did not reach every rank.
+enum IdsFailed {
+    /// The exchange itself failed (a peer lost, a mismatch): the communicator has failed.
+    Call(CommError),
+    /// A root could not make its id.
+    Missing(String),
 }

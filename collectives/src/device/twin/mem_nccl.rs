@@ -105,6 +105,8 @@ struct GroupState {
 
 struct Group {
     world: usize,
+    /// The unique ids it was made from (several: a scalable set-up), as the first rank gave them.
+    ids: Vec<[u8; 128]>,
     state: Mutex<GroupState>,
     cv: Condvar,
 }
@@ -114,6 +116,9 @@ struct Faults {
     fail_init: Vec<usize>,
     async_error_after: HashMap<usize, usize>,
     no_p2p: bool,
+    no_scalable: bool,
+    /// Each set-up's rank and number of ids, in order.
+    inits: Vec<(usize, usize)>,
 }
 
 /// The in-memory twin of NCCL for the ranks of one process. Clones share the groups.
@@ -140,6 +145,17 @@ impl MemNccl {
     /// says so, and an exchange enqueued anyway fails as the real calls would.
     pub fn without_p2p(&self) {
         lock(&self.faults).no_p2p = true;
+    }
+
+    /// The library has no `ncclCommInitRankScalable` (an NCCL older than 2.23):
+    /// [`NcclApi::has_scalable_init`] says so, and a set-up with several ids fails as it would.
+    pub fn without_scalable_init(&self) {
+        lock(&self.faults).no_scalable = true;
+    }
+
+    /// Every set-up so far: the rank and how many unique ids it was given.
+    pub fn inits(&self) -> Vec<(usize, usize)> {
+        lock(&self.faults).inits.clone()
     }
 
     /// How many calls of kind `name` ([`NcclOp::name`]: `ncclAllReduce`, ...,
@@ -177,14 +193,43 @@ impl NcclApi for MemNccl {
         Ok(UniqueId(id))
     }
 
+    fn has_scalable_init(&self) -> bool {
+        !lock(&self.faults).no_scalable
+    }
+
     fn init(
         &self,
-        id: &UniqueId,
+        ids: &[UniqueId],
         world: usize,
         rank: usize,
         device: i32,
     ) -> Result<Box<dyn NcclComm>, NcclError> {
-        let call = "ncclCommInitRankConfig";
+        let call = if ids.len() == 1 {
+            "ncclCommInitRankConfig"
+        } else {
+            "ncclCommInitRankScalable"
+        };
+        let Some(id) = ids.first() else {
+            return Err(twin_error(call, 4, "no unique id"));
+        };
+        {
+            let mut f = lock(&self.faults);
+            if ids.len() > 1 && f.no_scalable {
+                return Err(twin_error(
+                    call,
+                    2,
+                    "ncclCommInitRankScalable: not in this library (NCCL 2.23 and later)",
+                ));
+            }
+            if ids.len() > world {
+                return Err(twin_error(
+                    call,
+                    4,
+                    &format!("{} unique ids for {world} ranks", ids.len()),
+                ));
+            }
+            f.inits.push((rank, ids.len()));
+        }
         if lock(&self.faults).fail_init.contains(&rank) {
             return Err(twin_error(
                 call,
@@ -200,6 +245,7 @@ impl NcclApi for MemNccl {
             .or_insert_with(|| {
                 Arc::new(Group {
                     world,
+                    ids: ids.iter().map(|i| i.0).collect(),
                     state: Mutex::new(GroupState {
                         joined: vec![None; world],
                         slots: HashMap::new(),
@@ -215,6 +261,19 @@ impl NcclApi for MemNccl {
                     call,
                     5,
                     &format!("world {world} but the id's group has {}", group.world),
+                ));
+            }
+            if group.ids.len() != ids.len() || group.ids.iter().zip(ids).any(|(a, b)| *a != b.0) {
+                // NCCL: "the number of ncclUniqueIds and their order must be the same for
+                // every rank".
+                return Err(twin_error(
+                    call,
+                    5,
+                    &format!(
+                        "rank {rank} gave {} unique ids that are not the group's {}",
+                        ids.len(),
+                        group.ids.len()
+                    ),
                 ));
             }
             if let Some(other) = st.joined.iter().position(|d| *d == Some(device)) {
