@@ -5,25 +5,13 @@
 //! do is refused with the reason.
 
 mod common;
-use common::rt;
+use common::{TOKEN, WAIT, client_cfg as cfg, rt, server_with_token};
 
 use std::time::Duration;
 
-use dt_rdzv::native::{ClientConfig, Connector, Membership, NativeClient, NativeError, NodeAgent};
+use dt_rdzv::native::{Connector, Membership, NativeClient, NativeError, NodeAgent};
 use dt_rdzv::server::BackgroundServer;
 use dt_rdzv_proto::native::{JobSpec, RefusalCode, Role, RoundCause, Welcome};
-
-const TOKEN: &str = "test-token";
-/// Generous: the machine is shared and slow.
-const WAIT: Duration = Duration::from_secs(60);
-
-fn server() -> BackgroundServer {
-    common::server_with_token(TOKEN)
-}
-
-fn cfg(s: &BackgroundServer, token: &str) -> ClientConfig {
-    common::client_cfg(s, token)
-}
 
 fn who(job: &str, member: &str, node: &str, spec: &JobSpec) -> Membership {
     Membership {
@@ -80,7 +68,7 @@ fn lost_why(w: &Welcome) -> &str {
 
 #[test]
 fn a_nodes_ranks_live_on_its_agents_heartbeats_and_go_together_or_alone() {
-    let s = server();
+    let s = server_with_token(TOKEN);
     rt().block_on(async {
         let job = "nodes";
         let spec = JobSpec::elastic(1, 7);
@@ -179,7 +167,7 @@ fn a_nodes_ranks_live_on_its_agents_heartbeats_and_go_together_or_alone() {
 
 #[test]
 fn what_an_agent_may_not_do_is_refused_with_the_reason() {
-    let s = server();
+    let s = server_with_token(TOKEN);
     rt().block_on(async {
         let spec = JobSpec::elastic(1, 4);
         let c = Connector::new(&cfg(&s, TOKEN).trust).unwrap();

@@ -2,10 +2,12 @@
 //! holds its rank and peers; and the kill-one recovery measurement.
 
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dt_rdzv::native::{ClientConfig, Connector, Membership, NativeClient, Trust};
 use dt_rdzv_proto::native::{JobSpec, Role};
+use tokio::sync::Semaphore;
 
 /// Timings of one native herd.
 #[derive(Debug, Clone)]
@@ -64,6 +66,27 @@ pub fn client_config(endpoint: &str, fingerprint: &str, token: &str) -> ClientCo
     c
 }
 
+/// What a herd of `n` shares: 32 client endpoints, a gate of `in_flight` handshakes under way
+/// at once (as a launcher starting hosts would spread them; the herd shares two cores with
+/// the server it measures), and the job's spec (min = max = `n`).
+pub(super) fn herd(
+    trust: &Trust,
+    n: usize,
+    in_flight: usize,
+    timeout: Duration,
+) -> std::io::Result<(Vec<Connector>, Arc<Semaphore>, JobSpec)> {
+    let connectors: Vec<Connector> = (0..32)
+        .map(|_| Connector::new(trust))
+        .collect::<Result<_, _>>()
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let gate = Arc::new(Semaphore::new(in_flight.max(1)));
+    let spec = JobSpec {
+        join_timeout_ms: timeout.as_millis() as u64,
+        ..JobSpec::fixed(n as u32)
+    };
+    Ok((connectors, gate, spec))
+}
+
 /// Member `i` of `job` on `node`, advertising an address of its own.
 pub(super) fn who(job: &str, i: usize, node: String, spec: &JobSpec) -> Membership {
     Membership {
@@ -100,17 +123,7 @@ pub async fn run_native_herd(
     // the herd, not the server, is what falls behind on a shared machine, and a client
     // socket's receive buffer (capped by net.core.rmem_max) overflowed with 8 at 4096 members,
     // which measured the herd's packet losses instead of the server.
-    let connectors: Vec<Connector> = (0..32)
-        .map(|_| Connector::new(&cfgs[0].trust))
-        .collect::<Result<_, _>>()
-        .map_err(err)?;
-    // A bounded number of handshakes in flight, as a launcher starting hosts would spread
-    // them (and the herd shares two cores with the server it measures).
-    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(in_flight.max(1)));
-    let spec = JobSpec {
-        join_timeout_ms: timeout.as_millis() as u64,
-        ..JobSpec::fixed(n as u32)
-    };
+    let (connectors, gate, spec) = herd(&cfgs[0].trust, n, in_flight, timeout)?;
     let start = Instant::now();
     // Without `preconnect`, each member joins as soon as it is connected; with it, each sends
     // one status query once connected (the server closes a connection whose stream carries

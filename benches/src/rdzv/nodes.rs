@@ -4,10 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use dt_rdzv::native::{ClientConfig, Connector, NativeError};
-use dt_rdzv_proto::native::JobSpec;
+use dt_rdzv::native::{ClientConfig, NativeError};
 
-use super::native::{NativeResult, QuicTotals, who};
+use super::native::{NativeResult, QuicTotals, herd, who};
 
 /// `n` ranks join job `job` (min = max = n) through `n / per_node` node agents, with at most
 /// `in_flight` agents' QUIC handshakes under way at once. `connect_all` is the last agent
@@ -23,15 +22,7 @@ pub async fn run_node_herd(
     let err = |e: NativeError| std::io::Error::other(e.to_string());
     let per_node = per_node.max(1);
     let nodes = n.div_ceil(per_node);
-    let connectors: Vec<Connector> = (0..32)
-        .map(|_| Connector::new(&cfg.trust))
-        .collect::<Result<_, _>>()
-        .map_err(err)?;
-    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(in_flight.max(1)));
-    let spec = JobSpec {
-        join_timeout_ms: timeout.as_millis() as u64,
-        ..JobSpec::fixed(n as u32)
-    };
+    let (connectors, gate, spec) = herd(&cfg.trust, n, in_flight, timeout)?;
     let start = Instant::now();
     let tasks: Vec<_> = (0..nodes)
         .map(|node| {

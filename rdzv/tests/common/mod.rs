@@ -1,5 +1,12 @@
 //! What the native-protocol test binaries share.
 
+/// The server token the native tests use.
+#[allow(dead_code)]
+pub const TOKEN: &str = "test-token";
+/// How long a test waits for a round: generous, the machine is shared and slow.
+#[allow(dead_code)]
+pub const WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// A loopback server on ephemeral ports whose token is `token`.
 #[allow(dead_code)] // not every test binary starts its own
 pub fn server_with_token(token: &str) -> dt_rdzv::server::BackgroundServer {
