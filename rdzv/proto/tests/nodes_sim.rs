@@ -121,10 +121,25 @@ fn an_agents_heartbeats_keep_its_ranks_alive_and_its_silence_loses_them_all_in_o
         sim.closed.contains_key(&200),
         "the agent's connection is closed"
     );
+    // What it sent before the close reached it is dropped, not refused (no warning per beat).
+    sim.take(200);
+    sim.take(201);
+    let refusals = sim.m.stats().refusals;
+    sim.send(200, ClientMsg::Heartbeat { seq: 9 });
+    sim.send(201, ClientMsg::Heartbeat { seq: 9 });
+    assert!(sim.take(200).is_empty() && sim.take(201).is_empty());
+    assert_eq!(sim.m.stats().refusals, refusals);
     // Node a's ranks, silent themselves, are welcomed into the next round.
     let ws = sim.welcomes(101..=104);
     assert_eq!(ws.len(), 4);
     assert!(ws.values().all(|w| w.world == 4));
+    // Once the driver reports the closes, nothing is kept of them.
+    assert!(sim.m.pending_closes() >= 5, "the agent and its ranks");
+    let closed: Vec<ConnId> = sim.closed.keys().copied().collect();
+    for c in closed {
+        sim.close(c);
+    }
+    assert_eq!(sim.m.pending_closes(), 0);
     assert!(
         beats < 200,
         "one heartbeat per node per interval, not per rank: {beats}"

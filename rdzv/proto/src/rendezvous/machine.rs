@@ -58,6 +58,9 @@ pub struct RendezvousMachine {
     liveness: BTreeSet<(Instant, ConnId)>,
     /// Liveness probes started by data-plane reports.
     probes: Probes,
+    /// Connections this machine let go of (closed or handed off) that the driver has not yet
+    /// reported closed: what they still send was in flight and is dropped, not refused.
+    closing: BTreeSet<ConnId>,
     fx: Effects,
 }
 
@@ -98,6 +101,12 @@ impl RendezvousMachine {
         )
     }
 
+    /// Connections this machine let go of whose close the driver has not reported yet
+    /// ([`Input::Closed`]); what they still send is dropped.
+    pub fn pending_closes(&self) -> usize {
+        self.closing.len()
+    }
+
     /// When [`RendezvousMachine::handle_timeout`] should next run.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let jobs = self
@@ -133,6 +142,10 @@ impl RendezvousMachine {
             }
             Input::Closed { conn, why } => {
                 self.drop_conn(now, conn, format!("connection closed: {why}"), false);
+                self.settle();
+                // Gone for good: nothing more comes from it (and its id may come back).
+                self.closing.remove(&conn);
+                return;
             }
         }
         self.settle();
@@ -231,6 +244,7 @@ impl RendezvousMachine {
         for conn in std::mem::take(&mut self.fx.detached) {
             self.probes.forget(conn);
             self.forget_conn(conn);
+            self.closing.insert(conn);
         }
         let done: Vec<String> = self
             .jobs

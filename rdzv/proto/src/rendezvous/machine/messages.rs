@@ -1,7 +1,7 @@
 //! What each message does: a member's requests (join, heartbeat, leave, finish, publish, next
 //! round, lookup, report, alive) and an operator's (status, stop, which need a token); a
 //! member's request from a connection that has not joined is refused and the connection
-//! closed.
+//! closed; what a connection the machine already closed still sends is dropped.
 
 use std::time::Instant;
 
@@ -16,13 +16,19 @@ use crate::native::{ClientMsg, JobEnd, ServerMsg};
 
 impl RendezvousMachine {
     pub(super) fn on_message(&mut self, now: Instant, conn: ConnId, msg: ClientMsg) {
-        if self.conns.get(&conn).is_some_and(|c| c.node.is_some()) {
+        if self.closing.contains(&conn) {
+            // Sent before our close reached it (a late heartbeat of a member declared lost).
+            return;
+        }
+        let conn_state = self.conns.entry(conn).or_default();
+        if conn_state.node.is_some() {
             self.on_agent_message(now, conn, msg);
             return;
         }
-        self.node_seen(now, conn);
-        let conn_state = self.conns.entry(conn).or_default();
-        let joined = conn_state.member.clone();
+        let (joined, carrier) = (conn_state.member.clone(), conn_state.carrier);
+        if let Some(carrier) = carrier {
+            self.node_seen(now, carrier);
+        }
         if let Some((job, id)) = &joined
             && let Some(j) = self.jobs.get_mut(job)
             && let Some(m) = j.members.get_mut(id)

@@ -76,11 +76,9 @@ impl RendezvousMachine {
         Some((carrier, n))
     }
 
-    /// A message on `conn` shows its node agent (if any) alive.
-    pub(super) fn node_seen(&mut self, now: Instant, conn: ConnId) {
-        if let Some(carrier) = self.conns.get(&conn).and_then(|c| c.carrier)
-            && let Some(n) = self.agent_mut(carrier)
-        {
+    /// A message on a stream of the agent whose hello stream is `carrier` shows it alive.
+    pub(super) fn node_seen(&mut self, now: Instant, carrier: ConnId) {
+        if let Some(n) = self.agent_mut(carrier) {
             n.last_seen = now;
         }
     }
