@@ -22,7 +22,7 @@ use tokio::sync::watch;
 use super::outbox;
 use super::pace::Pace;
 use super::partial::{self, PartialBudget};
-use super::reader::Conn;
+use super::reader::{Conn, OnNode};
 use super::rendezvous::RdzvCore;
 use super::sources::{Slot, Sources};
 use super::streams::{self, next_id};
@@ -187,7 +187,6 @@ async fn serve(
         stop: stop.clone(),
         budget: charges.budget.clone(),
     };
-    let ranks = tokio::spawn(agent.serve(node_rx));
     let mut c = Conn {
         id,
         recv,
@@ -196,6 +195,12 @@ async fn serve(
         owners,
         partial: partial::Charge::new(charges.budget),
         pace: Pace::new(std::time::Instant::now()),
+        on_node: Some(OnNode {
+            accepted: node_rx,
+            start: Box::new(move |max| {
+                tokio::spawn(agent.serve(max));
+            }),
+        }),
     };
     let why = match c.run(&core, stop, arrived, &config, &mut writer).await {
         Ok(why) => why,
@@ -212,7 +217,6 @@ async fn serve(
         // and tell the members whose connections are still open (their writers run on their
         // own), who would then fail their collectives instead of resuming.
         writer.abort();
-        ranks.abort();
         conn.close(CLOSE_GOING_AWAY.into(), b"server shutting down");
         return;
     }
@@ -229,5 +233,4 @@ async fn serve(
         writer.abort();
     }
     conn.close(CLOSE_NORMAL.into(), b"closed");
-    let _ = ranks.await;
 }

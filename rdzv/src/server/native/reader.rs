@@ -14,7 +14,7 @@ use dt_rdzv_proto::native::{
     decode_client,
 };
 use dt_rdzv_proto::rendezvous::{ConnId, Input};
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::outbox::{NativeOut, Outbox};
@@ -43,6 +43,18 @@ pub(super) struct Conn {
     pub(super) partial: partial::Charge,
     /// How fast its messages are read.
     pub(super) pace: Pace,
+    /// For a connection's first stream: what to start if the machine accepts it as a node
+    /// agent's hello (its ranks' streams are served from then on).
+    pub(super) on_node: Option<OnNode>,
+}
+
+/// Told (by the writer) the agent's rank limit when the machine accepts a node agent's hello,
+/// and what to start then. Nothing runs for the other connections.
+pub(super) struct OnNode {
+    /// The writer's word; dropped unsent when the connection is not an agent's.
+    pub(super) accepted: oneshot::Receiver<u32>,
+    /// Starts serving the ranks' streams, given the rank limit.
+    pub(super) start: Box<dyn FnOnce(u32) + Send>,
 }
 
 /// How reading a connection's frames ended it.
@@ -75,11 +87,20 @@ impl Conn {
         let mut reader = FrameReader::new(MAX_UNADMITTED_PAYLOAD);
         let mut frame_started: Option<tokio::time::Instant> = None;
         let mut writing = true;
+        let (mut accepted, mut start) = match self.on_node.take() {
+            Some(n) => (n.accepted, Some(n.start)),
+            None => (oneshot::channel().1, None),
+        };
         loop {
             let deadline = self.deadline(arrived, frame_started, &reader, config);
             let (at, why) = deadline.clone().unzip();
             tokio::select! {
                 _ = stop.changed() => return Ok("server shutting down".into()),
+                got = &mut accepted, if start.is_some() => {
+                    if let (Ok(max), Some(start)) = (got, start.take()) {
+                        start(max);
+                    }
+                }
                 _ = sleep_until(at) => {
                     // Admitted meanwhile: the admission deadline no longer applies.
                     if self.deadline(arrived, frame_started, &reader, config).map(|d| d.0) == at {

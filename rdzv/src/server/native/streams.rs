@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use dt_rdzv_proto::rendezvous::{ConnId, Input};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::outbox;
@@ -44,13 +44,9 @@ pub(super) struct Agent {
 }
 
 impl Agent {
-    /// Once `accepted` says the connection is a node agent's (with its rank limit), serves
-    /// every stream its ranks open until the connection ends. Returns at once for any other
-    /// connection (the writer drops the sender).
-    pub(super) async fn serve(self, accepted: oneshot::Receiver<u32>) {
-        let Ok(max) = accepted.await else {
-            return;
-        };
+    /// The machine accepted the connection as a node agent's, whose rank limit is `max`:
+    /// serves every stream its ranks open until the connection ends (or the server stops).
+    pub(super) async fn serve(self, max: u32) {
         self.conn
             .set_max_concurrent_bi_streams(quinn::VarInt::from_u32(max.saturating_add(1)));
         let this = Arc::new(self);
@@ -97,6 +93,7 @@ impl Agent {
             owners: self.owners.clone(),
             partial: partial::Charge::new(self.budget.clone()),
             pace: Pace::new(std::time::Instant::now()),
+            on_node: None,
         };
         let run = c.run(
             &self.core,

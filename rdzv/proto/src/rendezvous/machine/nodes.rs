@@ -25,6 +25,7 @@ use super::super::auth::Scope;
 use super::super::effects::Event;
 use super::super::error::Refusal;
 use super::super::job::{self, Removal};
+use super::super::probes;
 use super::{Conn, RendezvousMachine};
 use crate::native::{ClientMsg, JobStatus, MAX_DUMP_REASON_BYTES, NodeHello, ServerMsg};
 
@@ -194,7 +195,7 @@ impl RendezvousMachine {
     }
 
     /// The agent says one of its ranks is gone: only that rank is lost.
-    fn rank_lost(&mut self, now: Instant, conn: ConnId, member: String, mut why: String) {
+    fn rank_lost(&mut self, now: Instant, conn: ConnId, member: String, why: String) {
         let Some((_, n)) = self.agent_of(conn) else {
             return;
         };
@@ -210,13 +211,7 @@ impl RendezvousMachine {
             self.refuse(conn, Refusal::BadRequest { job, member, why });
             return;
         }
-        if why.len() > MAX_DUMP_REASON_BYTES {
-            let mut end = MAX_DUMP_REASON_BYTES;
-            while !why.is_char_boundary(end) {
-                end -= 1;
-            }
-            why.truncate(end);
-        }
+        let why = probes::truncate(why, MAX_DUMP_REASON_BYTES);
         let why = format!("its node agent (node {node:?}) reports it gone: {why}");
         if let Some(j) = self.jobs.get_mut(&job) {
             j.remove(
