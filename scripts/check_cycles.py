@@ -12,6 +12,12 @@ Python: every .py under python/dtcomm/, imports anywhere (function-local ones to
 module P.n if it is a file, else at P's file; compiled modules (`_dtcomm`, a .pyi) are skipped.
 Each strongly connected set of 2+ files is printed with one shortest cycle through it, each
 edge with the first line that made it; exit status 1 then, else 0.
+
+Folders too (Rust): within each module that has submodules, every child module is one room
+(a file, or a folder with everything under it); an edge between two files makes an edge
+between their rooms at the deepest level where they differ (a module and its own descendants
+make none). A cycle between rooms (`engine/` -> `shm/` -> `engine/`) fails the check like a
+cycle between files, even when no two files form one.
 """
 
 import argparse
@@ -193,8 +199,13 @@ def rust_modules(crate: Path) -> dict[Path, tuple[Module, Module]]:
     return out
 
 
-def rust_graph(root: Path, graph: Graph) -> int:
-    """Add the edges between the Rust files under `root`; return how many files count."""
+# A Rust file's place: (crate folder, target, module path), by its path relative to the root.
+Places = dict[str, tuple[str, Module, Module]]
+
+
+def rust_graph(root: Path, graph: Graph, places: Places | None = None) -> int:
+    """Add the edges between the Rust files under `root`; return how many files count. Each
+    counted file's place goes into `places`."""
     count = 0
     for dirpath, dirnames, filenames in os.walk(root):  # crates: a Cargo.toml beside a src/
         dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
@@ -216,6 +227,9 @@ def rust_graph(root: Path, graph: Graph) -> int:
         for target, modules in by_target.items():
             for mod, f in modules.items():
                 count += 1
+                if places is not None:
+                    rel = Path(dirpath).relative_to(root).as_posix()
+                    places[f.relative_to(root).as_posix()] = (rel, target, mod)
                 newlines = [m.start() for m in re.finditer("\n", texts[f])]
                 for segs, off, shown, inner in rust_references(texts[f]):
                     if dst := resolve_rust(segs, mod + inner, modules):
@@ -330,12 +344,60 @@ def shortest_cycle(graph: Graph, comp: list[str]) -> list[str]:
     raise AssertionError(f"no cycle through {start}")
 
 
+def room_graph(graph: Graph, places: Places) -> Graph:
+    """The edges between rooms (see the module docs), each with the first file edge that made
+    it. A room is named by its folder's path with a trailing `/`, or by its file's path for a
+    module without children."""
+    rooms: Graph = {}
+    parents = {(c, t, m[:k]) for c, t, m in places.values() for k in range(len(m))}
+
+    def name(crate: str, target: Module, mod: Module) -> str:
+        prefix = f"{crate}/src" if crate != "." else "src"
+        bin_part = f"/bin/{target[1]}" if target[0] == "bin" else ""
+        folder = "/".join([prefix + bin_part, *mod])
+        return folder + "/" if (crate, target, mod) in parents else folder + ".rs"
+
+    for src, dsts in graph.items():
+        for dst, edge in dsts.items():
+            if src not in places or dst not in places:
+                continue
+            (c1, t1, m1), (c2, t2, m2) = places[src], places[dst]
+            if (c1, t1) != (c2, t2):
+                continue
+            k = 0
+            while k < min(len(m1), len(m2)) and m1[k] == m2[k]:
+                k += 1
+            if k in (len(m1), len(m2)):
+                continue  # a module and its own descendant
+            a, b = name(c1, t1, m1[: k + 1]), name(c2, t2, m2[: k + 1])
+            old = rooms.setdefault(a, {}).get(b)
+            if old is None or (edge.src, edge.line) < (old.src, old.line):
+                rooms[a][b] = edge
+    return rooms
+
+
 def find_cycles(root: Path) -> tuple[Graph, list[tuple[list[str], list[str]]], int, int]:
-    """The edges, each component of 2+ files with a cycle through it, and the file counts."""
+    """The edges, each component of 2+ files (or rooms) with a cycle through it, and the file
+    counts. A cycle between rooms whose every edge joins two files of one file cycle is that
+    file cycle seen from afar, and is not listed again."""
     graph: Graph = {}
-    n_rust, n_python = rust_graph(root, graph), python_graph(root, graph)
-    comps = sorted(c for c in strongly_connected(graph) if len(c) > 1)
-    return graph, [(c, shortest_cycle(graph, c)) for c in comps], n_rust, n_python
+    places: Places = {}
+    n_rust, n_python = rust_graph(root, graph, places), python_graph(root, graph)
+    file_comps = sorted(c for c in strongly_connected(graph) if len(c) > 1)
+    comp_of = {f: i for i, c in enumerate(file_comps) for f in c}
+    cycles = [(c, shortest_cycle(graph, c)) for c in file_comps]
+    rooms = room_graph(graph, places)
+    for comp in sorted(c for c in strongly_connected(rooms) if len(c) > 1):
+        cycle = shortest_cycle(rooms, comp)
+        edges = [rooms[a][b] for a, b in zip(cycle, cycle[1:])]
+        seen = [comp_of.get(e.src) is not None and comp_of.get(e.src) == comp_of.get(e.dst)
+                for e in edges]
+        if not all(seen):
+            cycles.append((comp, cycle))
+    merged: Graph = {k: dict(v) for k, v in graph.items()}
+    for k, v in rooms.items():
+        merged[k] = {**v, **merged.get(k, {})}
+    return merged, cycles, n_rust, n_python
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -349,9 +411,12 @@ def main(argv: list[str] | None = None) -> int:
     for comp, cycle in cycles:
         print("import cycle: " + " -> ".join(cycle))
         for src, dst in zip(cycle, cycle[1:]):
-            print(f"    {src}:{graph[src][dst].line}: {graph[src][dst].text}")
+            e = graph[src][dst]
+            via = f" ({e.src})" if e.src != src else ""
+            print(f"    {src}:{e.line}: {e.text}{via}")
         if len(comp) > len(cycle) - 1:
-            print(f"    (one strongly connected set of {len(comp)} files: {', '.join(comp)})")
+            kind = "folders and files" if any(c.endswith("/") for c in comp) else "files"
+            print(f"    (one strongly connected set of {len(comp)} {kind}: {', '.join(comp)})")
     print(f"{len(cycles)} import cycle(s) between files ({counts})")
     return 1
 

@@ -14,13 +14,10 @@ use crate::fence::RoundFence;
 use crate::op::ReduceOp;
 use crate::reduce::reduce_bytes;
 use crate::schedule::{Buf, Region, Schedule};
-use crate::shm::ShmGroup;
-use crate::shm::ctx::Ctx as ShmOps;
 use crate::spin::SpinPolicy;
-use crate::transport::fenced::Fenced;
 use crate::transport::frame::{self, FRAME_BYTES, HEADER_LEN};
-use crate::transport::routed::{PipeSlot, Routed};
-use crate::transport::{StreamId, Transport};
+use crate::transport::links::Links;
+use crate::transport::{ControlPlane, DataPlane, StreamId, Transport};
 use crate::watchdog::{Deadline, Phase, suspects};
 
 pub(crate) mod error;
@@ -64,19 +61,15 @@ struct Rx {
     stage: Vec<u64>,
 }
 
-/// One rank's engine: its transport plus reusable scratch.
+/// One rank's engine: its links plus reusable scratch.
 pub(crate) struct Engine {
     pub rank: usize,
-    pub transport: Box<dyn Transport>,
+    /// Each peer's link, behind the round's fence (`transport/links.rs`).
+    pub links: Links,
     /// How long this rank's waits on the links spin before they park (`spin.rs`).
     pub spin: SpinPolicy,
-    /// This rank's host group, when its ranks share memory (`shm/`).
-    pub shm: Option<ShmGroup>,
-    /// The round's fence (the transport sits behind it; see `fence`).
+    /// The round's fence (the links read it; see `fence`).
     pub fence: Arc<RoundFence>,
-    /// Where shared-memory set-up installs the host's pipes (the transport routes host peers
-    /// to them from then on; see `transport/routed.rs`).
-    pub pipes: PipeSlot,
     /// The communicator's cancel flag (`interrupt.rs`): every deadline of this engine reads it.
     pub cancel: crate::interrupt::Cancel,
     scratch: Vec<u64>,
@@ -139,14 +132,11 @@ impl Ctx<'_, '_> {
 impl Engine {
     pub(crate) fn new(rank: usize, transport: Box<dyn Transport>, spin: Duration) -> Engine {
         let fence = RoundFence::new();
-        let (routed, pipes) = Routed::new(transport);
         Engine {
             rank,
-            transport: Box::new(Fenced::new(Box::new(routed), fence.clone())),
+            links: Links::new(transport, fence.clone()),
             spin: SpinPolicy::new(spin, 1, crate::spin::usable_cores()),
-            shm: None,
             fence,
-            pipes,
             cancel: Default::default(),
             scratch: Vec::new(),
             stages: Vec::new(),
@@ -187,7 +177,7 @@ impl Engine {
         let r = (|| loop {
             for &(p, s) in &peers {
                 let mut h = [0u8; HEADER_LEN];
-                if self.transport.peek(p, s, &mut h)? == HEADER_LEN
+                if self.links.peek(p, s, &mut h)? == HEADER_LEN
                     && let Ok((theirs, _)) = frame::decode(&h)
                     && theirs.op == crate::call::OpKind::SendRecv
                     && theirs.seq == recv_seq[p]
@@ -195,7 +185,7 @@ impl Engine {
                     return Ok(p);
                 }
             }
-            self.transport.check()?;
+            self.links.check()?;
             if std::time::Instant::now() < spin_until {
                 std::hint::spin_loop();
                 continue;
@@ -209,10 +199,10 @@ impl Engine {
                         elapsed,
                         waiting_for: everyone,
                         suspects: Box::default(),
-                        strangers: Box::new(self.transport.strangers()),
+                        strangers: Box::new(self.links.strangers()),
                     }));
                 }
-                Phase::Wait(t) | Phase::Half(t) => self.transport.park(&[], &peers, t)?,
+                Phase::Wait(t) | Phase::Half(t) => self.links.park(&[], &peers, t)?,
                 Phase::Interrupted(e) => return Err(EngineError::Comm(e)),
             }
         })();
@@ -258,53 +248,6 @@ impl Engine {
         result
     }
 
-    /// Runs `f` with this engine and its host group apart (a collective that uses both
-    /// shared memory and the links), failing like [`run_local`](Self::run_local).
-    pub(crate) fn run_split(
-        &mut self,
-        call: &CallDesc,
-        timeout: Duration,
-        f: impl FnOnce(&mut Engine, &mut ShmGroup, &mut Deadline) -> Result<(), EngineError>,
-    ) -> Result<(), CommError> {
-        let mut deadline = Deadline::new(self.rank, timeout, &self.cancel);
-        let mut g = self.shm.take().expect("caller checked the host group");
-        let r = f(self, &mut g, &mut deadline);
-        self.shm = Some(g);
-        r.map_err(|e| {
-            let err = self.fail(e, call, &deadline);
-            if let Some(g) = &self.shm {
-                g.wake_everyone();
-            }
-            err
-        })
-    }
-
-    /// Runs a shared-memory collective `f` for `call` within `timeout`, failing like a
-    /// schedule does (the abort goes out on the control plane, sleeping host peers are woken).
-    /// The caller checked that this engine has a host group.
-    pub(crate) fn run_local(
-        &mut self,
-        call: &CallDesc,
-        timeout: Duration,
-        f: impl FnOnce(&mut ShmOps<'_>) -> Result<(), EngineError>,
-    ) -> Result<(), CommError> {
-        let mut deadline = Deadline::new(self.rank, timeout, &self.cancel);
-        let g = self.shm.as_mut().expect("caller checked the host group");
-        let r = f(&mut ShmOps {
-            g,
-            t: &mut *self.transport,
-            call,
-            deadline: &mut deadline,
-        });
-        r.map_err(|e| {
-            let err = self.fail(e, call, &deadline);
-            if let Some(g) = &self.shm {
-                g.wake_everyone();
-            }
-            err
-        })
-    }
-
     fn run_step(
         &mut self,
         step: &crate::schedule::Step,
@@ -333,7 +276,7 @@ impl Engine {
             for (fa, fb) in frame::split(b - a) {
                 let id = (
                     s.peer,
-                    next_stream(s.peer, &mut counters, self.transport.streams(s.peer)),
+                    next_stream(s.peer, &mut counters, self.links.streams(s.peer)),
                 );
                 let f = TxFrame {
                     src: s.src,
@@ -357,7 +300,7 @@ impl Engine {
             for (fa, fb) in frame::split(b - a) {
                 let id = (
                     r.peer,
-                    next_stream(r.peer, &mut counters, self.transport.streams(r.peer)),
+                    next_stream(r.peer, &mut counters, self.links.streams(r.peer)),
                 );
                 let f = RxFrame {
                     dst: r.dst,
@@ -426,7 +369,7 @@ impl Engine {
                         (&[][..], &payload[t.written - HEADER_LEN..])
                     };
                     let total = HEADER_LEN + payload.len();
-                    let n = match self.transport.try_send(t.id.0, t.id.1, ha, pa) {
+                    let n = match self.links.try_send(t.id.0, t.id.1, ha, pa) {
                         Ok(n) => n,
                         Err(e) => return Err(self.mismatch_first(rxs, call, e)),
                     };
@@ -461,10 +404,10 @@ impl Engine {
                             &mut ctx.dst(&dst_region, es)[range.0..range.1]
                         };
                         if r.got < HEADER_LEN {
-                            self.transport
+                            self.links
                                 .try_recv(r.id.0, r.id.1, &mut r.hdr[r.got..], target)?
                         } else {
-                            self.transport.try_recv(
+                            self.links.try_recv(
                                 r.id.0,
                                 r.id.1,
                                 &mut [],
@@ -514,12 +457,12 @@ impl Engine {
             idle_rounds = idle_rounds.wrapping_add(1);
             if now - since < spin_for {
                 if idle_rounds.is_multiple_of(256) {
-                    self.transport.check()?;
+                    self.links.check()?;
                 }
                 std::thread::yield_now();
                 continue;
             }
-            self.transport.check()?;
+            self.links.check()?;
             let mut waiting: Vec<usize> = rxs
                 .iter()
                 .filter(|r| !r.frames.is_empty())
@@ -532,15 +475,14 @@ impl Engine {
                 Phase::Wait(d) => d,
                 Phase::Interrupted(e) => return Err(EngineError::Comm(e)),
                 Phase::Half(d) => {
-                    self.transport
-                        .report_stall(call.op as u8, call.seq, &waiting);
+                    self.links.report_stall(call.op as u8, call.seq, &waiting);
                     d
                 }
                 Phase::Expired(elapsed) => {
                     // Peers may be failing at this moment too, with a better diagnosis: take a
                     // last look at the control plane first.
-                    self.transport.check()?;
-                    let reports = self.transport.stalls(call.op as u8, call.seq);
+                    self.links.check()?;
+                    let reports = self.links.stalls(call.op as u8, call.seq);
                     let suspects = suspects(self.rank, &waiting, &reports);
                     return Err(EngineError::Comm(CommError::Timeout {
                         rank: self.rank,
@@ -548,7 +490,7 @@ impl Engine {
                         elapsed,
                         waiting_for: waiting,
                         suspects: suspects.into(),
-                        strangers: Box::new(self.transport.strangers()),
+                        strangers: Box::new(self.links.strangers()),
                     }));
                 }
             };
@@ -562,7 +504,7 @@ impl Engine {
                 .filter(|r| !r.frames.is_empty())
                 .map(|r| r.id)
                 .collect();
-            self.transport.park(&sends, &recvs, wait)?;
+            self.links.park(&sends, &recvs, wait)?;
         }
     }
 }

@@ -9,8 +9,8 @@
 //! their deadlines. The other way, when this rank's link to a peer breaks without a goodbye,
 //! the fence's reporter (if one was set) hears of it, to pass it on to the server as evidence.
 //!
-//! A fence nobody arms costs one relaxed atomic load per control-plane check. The transport
-//! behind it is `transport/fenced.rs`.
+//! A fence nobody arms costs one relaxed atomic load per control-plane check. The engine's
+//! links read it (`transport/links.rs`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

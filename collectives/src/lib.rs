@@ -16,12 +16,15 @@
 //! * [`Communicator`] (`communicator/`): construction, [`Communicator::run`] and
 //!   [`Communicator::submit`] through the one progress executor (`progress.rs`, [`Work`]),
 //!   `route.rs` (the one routing decision) and `backend/` (a file per backend: links,
-//!   shared memory, hierarchical, staged, NCCL), `typed.rs` (the safe typed API on top);
+//!   hierarchical, staged, NCCL; `shm/` the shared-memory collectives, their host group and
+//!   set-up), `typed.rs` (the safe typed API on top);
 //! * `schedule/`: pure schedules (`ring.rs`, `doubling.rs`, `tree.rs`, `direct.rs`);
-//! * `engine.rs`: runs a schedule over a transport; `watchdog.rs`: deadlines and warnings;
-//! * `transport/`: the `DataPlane` and `ControlPlane` traits, `control.rs` (the control
-//!   messages' codec), `mem.rs` (the in-memory twin), `tcp.rs`, `fenced.rs` (the round fence),
-//!   `frame.rs` (data frame headers), `iface.rs` (`DTCOMM_SOCKET_IFNAME`);
+//! * `engine.rs`: runs a schedule over its links; `watchdog.rs`: deadlines and warnings;
+//! * `transport/`: the `DataPlane` and `ControlPlane` traits, `links.rs` (each peer's link,
+//!   behind the round's fence: what the engine holds), `control.rs` (the control messages'
+//!   codec), `mem.rs` (the in-memory twin), `tcp/`, `shm/` (shared memory between a host's
+//!   ranks: segments, futexes, pipes), `frame.rs` (data frame headers), `iface.rs`
+//!   (`DTCOMM_SOCKET_IFNAME`);
 //! * `bootstrap/`: the TCP mesh (its links and authenticated handshake are `transport/tcp/`); peers'
 //!   addresses through a store (`store.rs`) or a native round's `Welcome` (`welcome.rs`);
 //! * [`launch`]: rank, world and rendezvous from launchers' variables (as `dtcomm.init()`);
@@ -61,7 +64,6 @@ mod progress;
 mod reduce;
 mod schedule;
 pub mod secs;
-mod shm;
 pub mod spin;
 mod transport;
 mod watchdog;

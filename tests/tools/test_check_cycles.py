@@ -182,6 +182,41 @@ def test_script_exits_1_listing_each_cycle(tree: Path) -> None:
     )
 
 
+# No two files form a cycle, but the folders do: engine/ holds shm's group, shm/ runs on the
+# engine (the loop the folder pass exists for). A file's own parent module is no room.
+FOLDERS = {
+    "Cargo.toml": '[package]\nname = "folders"\n',
+    "src/lib.rs": "mod engine;\nmod shm;\nmod leaf;\n",
+    "src/engine.rs": "mod run;\npub struct Engine;\npub fn group() -> crate::shm::group::G {\n"
+    "    todo!()\n}\n",
+    "src/engine/run.rs": "use super::Engine;\npub fn go(_: Engine) {}\n",
+    "src/shm/mod.rs": "pub mod group;\npub mod ops;\n",
+    "src/shm/group.rs": "pub struct G;\n",
+    "src/shm/ops.rs": "use crate::engine::run::go;\nuse crate::leaf::L;\n",
+    "src/leaf.rs": "pub struct L;\n",
+}
+
+
+def test_a_loop_between_folders_is_a_cycle_though_no_two_files_make_one(tmp_path: Path) -> None:
+    _write(tmp_path / "folders", FOLDERS)
+    _graph, cycles, n_rust, _ = cc.find_cycles(tmp_path)
+    assert n_rust == 7
+    assert [cycle for _, cycle in cycles] == [
+        ["folders/src/engine/", "folders/src/shm/", "folders/src/engine/"]
+    ]
+    out = _run(tmp_path).stdout
+    assert "import cycle: folders/src/engine/ -> folders/src/shm/ -> folders/src/engine/" in out
+    assert "folders/src/engine/:3: crate::shm::group::G (folders/src/engine.rs)" in out
+    assert "folders/src/shm/:1: use crate::engine::run::go (folders/src/shm/ops.rs)" in out
+    # The leaf is a file room; the child's edge to its own parent (run.rs -> engine.rs) none.
+    places: dict = {}
+    file_graph: dict = {}
+    cc.rust_graph(tmp_path, file_graph, places)
+    rooms = cc.room_graph(file_graph, places)
+    assert set(rooms["folders/src/shm/"]) == {"folders/src/engine/", "folders/src/leaf.rs"}
+    assert "folders/src/engine/" not in rooms.get("folders/src/engine/", {})
+
+
 def test_script_exits_0_without_cycles(tree: Path) -> None:
     (tree / "cyclic" / "src" / "b.rs").write_text("pub struct X;\n")
     (tree / "python" / "dtcomm" / "helpers.py").write_text("def f() -> None: ...\n")

@@ -162,7 +162,7 @@ pub(crate) fn tcp_mesh(
         "{me}\n{host}\n{}\n{world}\n{}\n{}",
         bound.iface,
         mine.as_ref().map(Secret::line).unwrap_or_default(),
-        hex(&crate::shm::host::own_record(cfg))
+        hex(&crate::transport::shm::host::own_record(cfg))
     );
     // Publish under this rank's generation; a rank that finds another's counter ahead of its
     // own (a run interrupted during set-up on this store and prefix) moves up to it and

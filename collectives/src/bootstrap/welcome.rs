@@ -109,7 +109,7 @@ impl DataListener {
     /// What this process advertises about its host beside [`addr`](Self::addr) (the native
     /// `Join`'s `host`): peers with an equal host part share memory with it.
     pub fn host_record(&self) -> Vec<u8> {
-        crate::shm::host::own_record(&self.config).to_vec()
+        crate::transport::shm::host::own_record(&self.config).to_vec()
     }
 
     /// Another handle on the same listening socket.

@@ -75,11 +75,11 @@ impl Communicator {
     ) -> Communicator {
         let describe = t.describe();
         let engine = Engine::new(rank, t, config.spin.value);
-        Communicator::from_engine(world, config, engine, describe)
+        Communicator::from_engine(world, config, engine, None, describe)
     }
 
     /// [`from_transport`](Self::from_transport), then the host's peers found and joined in
-    /// shared memory (`DTCOMM_TRANSPORT`; see `shm/setup.rs`), and the start-up line saying
+    /// shared memory (`DTCOMM_TRANSPORT`; see `backend/shm/setup.rs`), and the start-up line saying
     /// which link each peer got. `hosts`: every rank's host record from the address book, when
     /// it has them all.
     pub(crate) fn connected(
@@ -91,12 +91,11 @@ impl Communicator {
     ) -> Result<Communicator, CommError> {
         let describe = t.describe();
         let mut engine = Engine::new(rank, t, config.spin.value);
-        let found = crate::shm::setup::find(&mut engine, world, &config, hosts.as_deref())?;
+        let found = backend::shm::setup::find(&mut engine, world, &config, hosts.as_deref())?;
         tracing::info!(rank, "dtcomm links: {}", found.describe);
-        engine.shm = found.group;
         engine.spin.set_host_ranks(found.host_ranks);
         let describe = format!("{describe}; {}", found.describe);
-        let comm = Communicator::from_engine(world, config, engine, describe);
+        let comm = Communicator::from_engine(world, config, engine, found.group, describe);
         comm.inner
             .host_ranks
             .store(found.host_ranks, Ordering::Relaxed);
@@ -107,6 +106,7 @@ impl Communicator {
         world: usize,
         config: Config,
         engine: Engine,
+        shm: Option<backend::shm::ShmGroup>,
         describe: String,
     ) -> Communicator {
         let rank = engine.rank;
@@ -114,6 +114,7 @@ impl Communicator {
         let cancel = engine.cancel.clone();
         let state = State {
             engine,
+            shm,
             seq: 0,
             send_seq: vec![0; world],
             recv_seq: vec![0; world],
@@ -147,7 +148,7 @@ impl Communicator {
     /// links to the peers at their `Welcome` addresses open when a call first needs them (this
     /// rank dials lower ranks and is dialed by higher ones), every link proving it holds
     /// `secret` for this job and round ([`round_secret`](crate::bootstrap::welcome::round_secret)).
-    /// Returns once this host's ranks have found each other (`shm/setup.rs`: a few ring
+    /// Returns once this host's ranks have found each other (`backend/shm/setup.rs`: a few ring
     /// exchanges, so ring neighbours are linked) or the deadline passes.
     pub fn from_welcome(
         listener: DataListener,

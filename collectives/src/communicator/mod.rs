@@ -32,12 +32,15 @@ use crate::engine::Engine;
 use crate::error::CommError;
 use crate::fence::RoundFence;
 use crate::progress::Progress;
+use crate::transport::ControlPlane;
 
 pub(crate) use backend::links::allreduce_algo;
 
 /// The engine and the counters of one communicator, behind its lock.
 pub(crate) struct State {
     engine: Engine,
+    /// This rank's host group, when its ranks share memory (the shared-memory backend's).
+    shm: Option<backend::shm::ShmGroup>,
     seq: u64,
     send_seq: Vec<u64>,
     recv_seq: Vec<u64>,
@@ -159,7 +162,7 @@ impl Communicator {
     /// partners (O(log world)), not every peer; host peers in shared memory need none.
     /// Waits for a call in progress on another thread.
     pub fn linked_peers(&self) -> Vec<usize> {
-        lock(&self.inner.state).engine.transport.linked()
+        lock(&self.inner.state).engine.links.linked()
     }
 
     /// Uses `runtime` for device buffers instead of the CUDA and NCCL found in this process
@@ -186,10 +189,10 @@ impl Communicator {
         }
         let mut st = lock(&self.inner.state);
         if !matches!(st.failed, Some(CommError::Shutdown { .. })) {
-            if let Some(g) = &st.engine.shm {
+            if let Some(g) = &st.shm {
                 g.close();
             }
-            st.engine.transport.shutdown();
+            st.engine.links.shutdown();
             st.failed = Some(CommError::Shutdown {
                 rank: self.inner.rank,
                 op: "call",

@@ -56,7 +56,7 @@ pub(super) enum DeviceRoute {
 impl Inner {
     /// The route of a checked call on host memory.
     pub(super) fn route(&self, st: &State, call: &Call) -> Route {
-        let Some(g) = st.engine.shm.as_ref() else {
+        let Some(g) = st.shm.as_ref() else {
             return Route::Links;
         };
         if g.size() == self.world {

@@ -5,6 +5,7 @@
 use super::{Engine, EngineError};
 use crate::call::CallDesc;
 use crate::error::CommError;
+use crate::transport::ControlPlane;
 use crate::transport::LinkError;
 use crate::watchdog::Deadline;
 
@@ -28,7 +29,7 @@ impl Engine {
             }) => {
                 // Pass the abort on, naming the same lost rank: this rank may be about to exit,
                 // and a peer that sees it vanish must still learn the root cause.
-                self.transport.abort(lost, &reason);
+                self.links.abort(lost, &reason);
                 return CommError::Aborted {
                     rank,
                     origin,
@@ -43,12 +44,12 @@ impl Engine {
                     origin,
                     lost: Some(lost),
                     reason,
-                }) = self.transport.check()
+                }) = self.links.check()
                     && lost != peer =>
             {
                 // `peer` is gone, but another rank already reported an earlier loss: name the
                 // root cause, not the rank that left because of it.
-                self.transport.abort(Some(lost), &reason);
+                self.links.abort(Some(lost), &reason);
                 return CommError::Aborted {
                     rank,
                     origin,
@@ -70,7 +71,7 @@ impl Engine {
                 };
                 // Peers hear it from the server too; this covers one whose server connection
                 // is down at the moment.
-                self.transport
+                self.links
                     .abort(end.lost.map(|r| r as usize), &err.to_string());
                 return err;
             }
@@ -105,7 +106,7 @@ impl Engine {
             CommError::PeerLost { peer, .. } => Some(*peer),
             _ => None,
         };
-        self.transport.abort(lost, &err.to_string());
+        self.links.abort(lost, &err.to_string());
         err
     }
 }

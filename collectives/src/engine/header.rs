@@ -4,8 +4,8 @@
 use super::{Engine, EngineError, Rx};
 use crate::call::CallDesc;
 use crate::error::CommError;
-use crate::transport::LinkError;
 use crate::transport::frame::{self, HEADER_LEN};
+use crate::transport::{DataPlane, LinkError};
 
 impl Engine {
     /// `e` (a send that failed: typically the peer aborted after it saw a mismatch in what
@@ -22,7 +22,7 @@ impl Engine {
             let Some(f) = r.frames.front() else { continue };
             let mut hdr = r.hdr;
             let need = HEADER_LEN - r.got;
-            let peeked = self.transport.peek(r.id.0, r.id.1, &mut hdr[r.got..]);
+            let peeked = self.links.peek(r.id.0, r.id.1, &mut hdr[r.got..]);
             if peeked.is_ok_and(|n| n >= need)
                 && let Err(m @ EngineError::Comm(CommError::Mismatch { .. })) =
                     self.check_header(r.id.0, &hdr, call, f.range.1 - f.range.0)

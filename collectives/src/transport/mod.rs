@@ -1,20 +1,21 @@
 //! The narrow transport interface the engine drives, and its implementations: [`mem`] (the
 //! in-memory twin, for tests) and [`tcp`] (sockets, socket2).
 //!
-//! [`routed`] picks each peer's link: the host's shared-memory pipes or the inner transport.
+//! [`links`] is what the engine holds: each peer's link (the host's shared-memory pipes of
+//! [`shm`], or the inner transport) and the round's fence in front of them.
 //!
 //! A transport moves bytes on numbered streams to and from each peer, without blocking, and
 //! parks the caller until one of the streams it cares about may progress ([`DataPlane`]); and
 //! it carries a control plane beside the data ([`ControlPlane`]): goodbyes, aborts, stall
-//! reports and the loss of a peer, as [`control`]'s messages. [`fenced`] puts the round's
-//! fence in front of any transport (a decorator); [`frame`] is the data frames' header codec.
+//! reports and the loss of a peer, as [`control`]'s messages. [`frame`] is the data frames'
+//! header codec.
 
 pub(crate) mod control;
-pub(crate) mod fenced;
 pub(crate) mod frame;
 pub(crate) mod iface;
+pub(crate) mod links;
 pub(crate) mod mem;
-pub(crate) mod routed;
+pub(crate) mod shm;
 pub(crate) mod tcp;
 pub(crate) mod waker;
 

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use dt_rdzv_proto::rendezvous::MachineConfig;
 
-use super::ha::storage::Access;
 use dt_rdzv_proto::tcpstore::{
     DEFAULT_MAX_NAMESPACE_BYTES, DEFAULT_MAX_STORE_BYTES, EngineConfig, Limits,
 };
@@ -533,6 +532,31 @@ fn parse_ttl(s: &str) -> Result<Ttl, String> {
 /// 24 random bytes in hex.
 fn random_token() -> std::io::Result<String> {
     random_hex::<24>("a token")
+}
+
+/// How the storage is reached beyond its addresses: TLS and the storage's own user (etcd's
+/// `--client-cert-auth` and `auth enable`). The default is plaintext and no user.
+#[derive(Clone, Default)]
+pub struct Access {
+    /// Verify the storage's certificate against this CA file (PEM); the endpoints are then
+    /// `https://` (`--backend-cacert`).
+    pub cacert: Option<PathBuf>,
+    /// This server's client certificate and its key (PEM), for a storage that asks for one
+    /// (`--backend-cert`, `--backend-key`).
+    pub cert: Option<(PathBuf, PathBuf)>,
+    /// The storage's user and password (`--backend-user`, `--backend-password-file`).
+    pub user: Option<(String, String)>,
+}
+
+impl std::fmt::Debug for Access {
+    /// Never prints the password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Access")
+            .field("cacert", &self.cacert)
+            .field("cert", &self.cert)
+            .field("user", &self.user.as_ref().map(|(u, _)| u))
+            .finish()
+    }
 }
 
 /// `N` random bytes in hex (`what` names the use in the error).

@@ -217,10 +217,13 @@ fn jobs(s: &HttpState, job: Option<&str>, headers: &HeaderMap) -> Response {
     if !s.rdzv.authorized(scope, token(headers)) {
         return refused("/v1/jobs");
     }
-    match s.rdzv.status_json(job) {
-        Ok(list) => match job {
-            Some(_) => json_response(StatusCode::OK, &list[0]),
-            None => json_response(StatusCode::OK, &json!({ "jobs": list })),
+    match s.rdzv.status_views(job) {
+        Ok(views) => match job {
+            Some(_) => json_response(StatusCode::OK, &json::job_view_json(&views[0])),
+            None => {
+                let list: Vec<_> = views.iter().map(json::job_view_json).collect();
+                json_response(StatusCode::OK, &json!({ "jobs": list }))
+            }
         },
         Err(e) => json_response(StatusCode::NOT_FOUND, &json!({ "error": e.to_string() })),
     }

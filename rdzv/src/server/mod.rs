@@ -288,7 +288,7 @@ impl Server {
             tokio::spawn(native_conn::accept_loop(
                 e,
                 self.rdzv.clone(),
-                owners.clone(),
+                owners.clone().map(|o| o as Arc<dyn native::claims::Claims>),
                 config.clone(),
                 stop_rx.clone(),
             ))

@@ -2,13 +2,14 @@
 //! within: shared memory within each host, the links between one rank per host.
 
 use super::links::allreduce_schedule;
+use super::shm::ctx::run_split;
+use super::shm::ops;
 use crate::call::Call;
 use crate::communicator::buffers::{bytes_mut, input};
 use crate::communicator::{Inner, State};
 use crate::error::CommError;
 use crate::op::ReduceOp;
 use crate::reduce::divide_bytes;
-use crate::shm::ops;
 
 impl Inner {
     /// An allreduce over ranks of several hosts that all share memory within: shared memory
@@ -45,17 +46,16 @@ impl Inner {
         };
         // SAFETY: as above.
         let w = unsafe { bytes_mut(recv) };
-        let result = st
-            .engine
-            .run_split(&desc, timeout, |e, g, d| {
-                ops::allreduce_across(e, g, &desc, d, dtype, op.combine(), w, i, small, &cross)
-            })
-            .map(|()| {
-                if op == ReduceOp::Avg {
-                    // SAFETY: as above.
-                    divide_bytes(dtype, unsafe { bytes_mut(recv) }, self.world);
-                }
-            });
+        let g = st.shm.as_mut().expect("route.rs checked the host group");
+        let result = run_split(&mut st.engine, g, &desc, timeout, |e, g, d| {
+            ops::allreduce_across(e, g, &desc, d, dtype, op.combine(), w, i, small, &cross)
+        })
+        .map(|()| {
+            if op == ReduceOp::Avg {
+                // SAFETY: as above.
+                divide_bytes(dtype, unsafe { bytes_mut(recv) }, self.world);
+            }
+        });
         self.failed_if(st, result)
     }
 }

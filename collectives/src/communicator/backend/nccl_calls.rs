@@ -20,6 +20,7 @@ use crate::device::settle::Backoff;
 use crate::engine::error::EngineError;
 use crate::error::CommError;
 use crate::op::ReduceOp;
+use crate::transport::ControlPlane;
 use crate::watchdog::{Deadline, Phase, suspects};
 
 /// This rank's NCCL communicator, its device and its own stream.
@@ -314,7 +315,7 @@ impl Inner {
             s.comm.abort();
             return Some(Err(self.device_failure(st, desc, start, detail)));
         }
-        if let Err(link) = st.engine.transport.check() {
+        if let Err(link) = st.engine.links.check() {
             s.comm.abort();
             let e = st.engine.fail(EngineError::Link(link), &desc, &f.deadline);
             tracing::error!(rank = self.rank, "dtcomm: {e}");
@@ -324,29 +325,29 @@ impl Inner {
         match f.deadline.check(&desc, &f.others) {
             Phase::Half(_) => {
                 st.engine
-                    .transport
+                    .links
                     .report_stall(desc.op as u8, desc.seq, &f.others);
             }
             Phase::Expired(elapsed) => {
                 s.comm.abort();
-                let reports = st.engine.transport.stalls(desc.op as u8, desc.seq);
+                let reports = st.engine.links.stalls(desc.op as u8, desc.seq);
                 let e = CommError::Timeout {
                     rank: self.rank,
                     call: desc,
                     elapsed,
                     waiting_for: f.others.clone(),
                     suspects: suspects(self.rank, &f.others, &reports).into(),
-                    strangers: Box::new(st.engine.transport.strangers()),
+                    strangers: Box::new(st.engine.links.strangers()),
                 };
                 tracing::error!(rank = self.rank, "dtcomm: {e} (NCCL communicator aborted)");
-                st.engine.transport.abort(None, &e.to_string());
+                st.engine.links.abort(None, &e.to_string());
                 st.failed = Some(e.clone());
                 return Some(Err(e));
             }
             Phase::Interrupted(e) => {
                 s.comm.abort();
                 tracing::error!(rank = self.rank, "dtcomm: {e} (NCCL communicator aborted)");
-                st.engine.transport.abort(None, &e.to_string());
+                st.engine.links.abort(None, &e.to_string());
                 st.failed = Some(e.clone());
                 return Some(Err(e));
             }

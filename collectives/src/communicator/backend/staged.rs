@@ -13,6 +13,7 @@ use crate::device::plan;
 use crate::device::pool::StagingPool;
 use crate::device::settle::settle;
 use crate::error::CommError;
+use crate::transport::ControlPlane;
 
 /// A device buffer of a call and the host memory staging it.
 type Staged = Option<(RawBuf, Box<dyn HostMemory>)>;
@@ -58,7 +59,8 @@ impl Inner {
             (Ok(n), _) => (true, n.has_p2p(), n.describe()),
             (Err(why), _) => (false, false, why.clone()),
         };
-        let host = crate::shm::host::HostId::current(self.config.host_id.value.as_deref());
+        let host =
+            crate::transport::shm::host::HostId::current(self.config.host_id.value.as_deref());
         let mine = Probe {
             mode: self.config.cuda.value,
             nccl,
@@ -118,7 +120,7 @@ impl Inner {
             detail,
         };
         tracing::error!(rank = self.rank, "dtcomm: {e}");
-        st.engine.transport.abort(None, &e.to_string());
+        st.engine.links.abort(None, &e.to_string());
         st.failed = Some(e.clone());
         e
     }

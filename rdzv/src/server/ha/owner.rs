@@ -36,24 +36,12 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
 use super::storage::{Claim, LeaseId, Storage, StorageError};
+use crate::server::native::claims::Claims;
 use crate::server::native::rendezvous::{Note, RdzvCore};
 
-/// The answer to [`Owners::claim`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Verdict {
-    /// This server owns the job.
-    Mine,
-    /// Another server does: its native endpoint, its TCPStore and torchft endpoints and its
-    /// id.
-    Elsewhere {
-        endpoint: String,
-        store: String,
-        torchft: String,
-        server: String,
-    },
-    /// The storage did not answer: nobody can say.
-    Unknown(String),
-}
+/// The answer to [`Owners::claim`] (the native door's type: it asks through
+/// [`Claims`]).
+pub(crate) use crate::server::native::claims::Verdict;
 
 /// See the module docs.
 pub(crate) struct Owners {
@@ -428,6 +416,15 @@ impl Owners {
 /// A job name as one key segment (`/` and `%` escaped).
 fn escape(job: &str) -> String {
     job.replace('%', "%25").replace('/', "%2F")
+}
+
+impl Claims for Owners {
+    fn claim_job<'a>(
+        &'a self,
+        job: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Verdict> + Send + 'a>> {
+        Box::pin(self.claim(job))
+    }
 }
 
 #[cfg(test)]

@@ -3,6 +3,8 @@
 use dt_rdzv_proto::native::{JobStatus, LateJoin, Role};
 use serde_json::{Value, json};
 
+use crate::server::native::rendezvous::JobView;
+
 /// One job as a JSON object.
 pub fn job_json(j: &JobStatus) -> Value {
     let s = &j.spec;
@@ -40,4 +42,24 @@ pub fn job_json(j: &JobStatus) -> Value {
             "progress_seconds_ago": m.progress.as_ref().map(|_| m.progress_age_ms as f64 / 1000.0),
         })).collect::<Vec<_>>(),
     })
+}
+
+/// One job as the status page's JSON: [`job_json`] and, for each missing member, when it was
+/// lost or left (Unix ms, `missing_since_ms`) and how (`missing_why`), `null` where the journal
+/// no longer knows.
+pub(crate) fn job_view_json(view: &JobView) -> Value {
+    let mut v = job_json(&view.status);
+    let since: serde_json::Map<String, Value> = view
+        .gone
+        .iter()
+        .map(|(m, g)| (m.clone(), g.as_ref().map(|g| g.0).into()))
+        .collect();
+    let why: serde_json::Map<String, Value> = view
+        .gone
+        .iter()
+        .map(|(m, g)| (m.clone(), g.as_ref().map(|g| g.1.clone()).into()))
+        .collect();
+    v["missing_since_ms"] = since.into();
+    v["missing_why"] = why.into();
+    v
 }

@@ -19,6 +19,7 @@ use dt_rdzv_proto::native::{CLOSE_GOING_AWAY, CLOSE_NO_STREAM, CLOSE_NORMAL};
 use dt_rdzv_proto::rendezvous::Input;
 use tokio::sync::watch;
 
+use super::claims::Claims;
 use super::outbox;
 use super::pace::Pace;
 use super::partial::{self, PartialBudget};
@@ -29,7 +30,6 @@ use super::streams::{self, next_id};
 use super::writer::Writer;
 use crate::native::udp;
 use crate::server::config::ServeConfig;
-use crate::server::ha::owner::Owners;
 use crate::server::ratelog::limited;
 
 /// Binds the UDP socket of the QUIC port, with buffers that hold a join burst.
@@ -74,7 +74,7 @@ fn open(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
 pub(crate) async fn accept_loop(
     endpoint: quinn::Endpoint,
     core: Arc<RdzvCore>,
-    owners: Option<Arc<Owners>>,
+    owners: Option<Arc<dyn Claims>>,
     config: Arc<ServeConfig>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -127,7 +127,7 @@ async fn serve(
     ids: Arc<AtomicU64>,
     incoming: quinn::Incoming,
     core: Arc<RdzvCore>,
-    owners: Option<Arc<Owners>>,
+    owners: Option<Arc<dyn Claims>>,
     config: Arc<ServeConfig>,
     stop: watch::Receiver<bool>,
     charges: Charges,

@@ -5,7 +5,7 @@
 //!   reading it, `writer` a task writing to it from its `outbox` (bytes queued bounded), `partial` the
 //!   server-wide budget for partly received frames, `sources` the connections each source
 //!   address holds (its share of the door), `streams` the ranks' streams on a node agent's
-//!   connection;
+//!   connection, `claims` who owns a job (asked of a group's owners before a join is let in);
 //! * `rendezvous`: the rendezvous machine and the native connections' outboxes, behind the
 //!   server's one `Driver`;
 //! * `journal`: the rendezvous' recent events, kept by its core for the status page and
@@ -15,6 +15,7 @@
 //! * [`Identity`](identity::Identity): the port's TLS certificate, from files or generated
 //!   (fingerprint printed).
 
+pub(super) mod claims;
 pub(super) mod conn;
 pub(super) mod identity;
 pub(super) mod journal;

@@ -17,13 +17,13 @@ use dt_rdzv_proto::rendezvous::{ConnId, Input};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
+use super::claims::{Claims, Verdict};
 use super::outbox::{NativeOut, Outbox};
 use super::pace::Pace;
 use super::partial;
 use super::rendezvous::RdzvCore;
 use super::writer::WriterEnd;
 use crate::server::config::ServeConfig;
-use crate::server::ha::owner::{Owners, Verdict};
 use crate::server::ratelog::limited;
 
 /// One member's connection (or one rank's stream on its node agent's) as read: its stream's
@@ -38,7 +38,7 @@ pub(super) struct Conn {
     /// Whether the machine accepted a request (it sent anything but a refusal).
     pub(super) admitted: Arc<AtomicBool>,
     /// Who owns which job, when jobs are shared with other servers (`--backend`).
-    pub(super) owners: Option<Arc<Owners>>,
+    pub(super) owners: Option<Arc<dyn Claims>>,
     /// This connection's share of the server-wide budget for partly received frames.
     pub(super) partial: partial::Charge,
     /// How fast its messages are read.
@@ -214,7 +214,7 @@ async fn feed(
     id: ConnId,
     reader: &mut FrameReader,
     core: &RdzvCore,
-    owners: Option<&Owners>,
+    owners: Option<&dyn Claims>,
     pace: &mut Pace,
 ) -> Option<Ending> {
     loop {
@@ -234,7 +234,7 @@ async fn feed(
         match decode_client(&payload) {
             Ok(msg) => {
                 if let (Some(o), ClientMsg::Join(j)) = (owners, &msg) {
-                    match o.claim(&j.job).await {
+                    match o.claim_job(&j.job).await {
                         Verdict::Mine => {}
                         Verdict::Elsewhere {
                             endpoint, server, ..

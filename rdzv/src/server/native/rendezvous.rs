@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use dt_rdzv_proto::native::ServerMsg;
 use dt_rdzv_proto::native::hang::{HangOptions, HangReport, diagnose};
+use dt_rdzv_proto::native::{JobStatus, ServerMsg};
 use dt_rdzv_proto::rendezvous::{
     Action, ConnId, Event, Input, MachineConfig, Refusal, RendezvousMachine, RendezvousStats, Scope,
 };
@@ -18,6 +18,14 @@ use super::outbox::NativeOut;
 use super::outbox::{MAX_QUEUED, Outbox};
 use super::timeline::{self, Timelines};
 use crate::server::driver::{Driven, Driver, Route};
+
+/// A job's status and what the journal knows of its missing members.
+pub(crate) struct JobView {
+    /// The machine's status of the job.
+    pub status: JobStatus,
+    /// Each missing member: when it was lost or left (Unix ms) and how, if the journal knows.
+    pub gone: Vec<(String, Option<(u64, String)>)>,
+}
 
 /// The machine and where its actions go.
 pub(crate) struct RdzvCore {
@@ -150,10 +158,10 @@ impl RdzvCore {
         Ok(diagnose(&status?[0], &opts))
     }
 
-    /// The status of `job` (or every job) as JSON, each missing member with the time it was
-    /// lost or left (Unix ms) and how, when the journal still knows.
-    pub(crate) fn status_json(&self, job: Option<&str>) -> Result<Vec<serde_json::Value>, Refusal> {
-        self.driver.read(|g| status_json(g, job))
+    /// The status of `job` (or every job), each missing member with the time it was lost or
+    /// left (Unix ms) and how, when the journal still knows (`http/json.rs` writes it out).
+    pub(crate) fn status_views(&self, job: Option<&str>) -> Result<Vec<JobView>, Refusal> {
+        self.driver.read(|g| status_gone(g, job))
     }
 
     /// `job`'s timeline (`/v1/jobs/{job}/timeline`): its ranks' progress over the last
@@ -248,33 +256,25 @@ impl Route<Action> for Routes {
     }
 }
 
-/// The status of `job` (or every job) as JSON, each missing member with the time it was lost
-/// or left (Unix ms) and how, when the journal still knows.
-fn status_json(
+/// The status of `job` (or every job), each missing member with the time it was lost or left
+/// (Unix ms) and how, when the journal still knows.
+fn status_gone(
     g: &Driven<RendezvousMachine, Routes>,
     job: Option<&str>,
-) -> Result<Vec<serde_json::Value>, Refusal> {
+) -> Result<Vec<JobView>, Refusal> {
     let list = g.core.status(Instant::now(), job)?;
     Ok(list
-        .iter()
-        .map(|j| {
-            let mut v = crate::server::http::json::job_json(j);
-            let gone: Vec<_> = j
+        .into_iter()
+        .map(|status| {
+            let gone = status
                 .missing
                 .iter()
-                .map(|m| (m, g.routes.journal.gone(&j.job, m)))
+                .map(|m| {
+                    let seen = g.routes.journal.gone(&status.job, m);
+                    (m.clone(), seen.map(|(at, why)| (at, why.to_string())))
+                })
                 .collect();
-            let since: serde_json::Map<String, serde_json::Value> = gone
-                .iter()
-                .map(|(m, g)| ((*m).clone(), g.map(|g| g.0).into()))
-                .collect();
-            let why: serde_json::Map<String, serde_json::Value> = gone
-                .iter()
-                .map(|(m, g)| ((*m).clone(), g.map(|g| g.1).into()))
-                .collect();
-            v["missing_since_ms"] = since.into();
-            v["missing_why"] = why.into();
-            v
+            JobView { status, gone }
         })
         .collect())
 }

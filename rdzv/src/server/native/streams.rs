@@ -16,6 +16,7 @@ use dt_rdzv_proto::rendezvous::{ConnId, Input};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use super::claims::Claims;
 use super::outbox;
 use super::pace::Pace;
 use super::partial::{self, PartialBudget};
@@ -23,7 +24,6 @@ use super::reader::Conn;
 use super::rendezvous::RdzvCore;
 use super::writer::Writer;
 use crate::server::config::ServeConfig;
-use crate::server::ha::owner::Owners;
 
 /// Takes the next connection (or stream) id.
 pub(super) fn next_id(ids: &AtomicU64) -> ConnId {
@@ -37,7 +37,7 @@ pub(super) struct Agent {
     pub(super) carrier: ConnId,
     pub(super) ids: Arc<AtomicU64>,
     pub(super) core: Arc<RdzvCore>,
-    pub(super) owners: Option<Arc<Owners>>,
+    pub(super) owners: Option<Arc<dyn Claims>>,
     pub(super) config: Arc<ServeConfig>,
     pub(super) stop: watch::Receiver<bool>,
     pub(super) budget: Arc<PartialBudget>,

@@ -16,7 +16,6 @@ mod memory;
 #[cfg(feature = "etcd")]
 mod etcd;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -101,30 +100,8 @@ pub trait Storage: Send + Sync + 'static {
     fn delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), StorageError>>;
 }
 
-/// How the storage is reached beyond its addresses: TLS and the storage's own user (etcd's
-/// `--client-cert-auth` and `auth enable`). The default is plaintext and no user.
-#[derive(Clone, Default)]
-pub struct Access {
-    /// Verify the storage's certificate against this CA file (PEM); the endpoints are then
-    /// `https://` (`--backend-cacert`).
-    pub cacert: Option<PathBuf>,
-    /// This server's client certificate and its key (PEM), for a storage that asks for one
-    /// (`--backend-cert`, `--backend-key`).
-    pub cert: Option<(PathBuf, PathBuf)>,
-    /// The storage's user and password (`--backend-user`, `--backend-password-file`).
-    pub user: Option<(String, String)>,
-}
-
-impl std::fmt::Debug for Access {
-    /// Never prints the password.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Access")
-            .field("cacert", &self.cacert)
-            .field("cert", &self.cert)
-            .field("user", &self.user.as_ref().map(|(u, _)| u))
-            .finish()
-    }
-}
+/// How the storage is reached beyond its addresses (the server's settings say it).
+pub use crate::server::config::Access;
 
 /// Opens the storage a `--backend` names: `etcd://host:port[,host:port...]` (feature `etcd`),
 /// reached as `access` says. `timeout` bounds every call, connecting included.

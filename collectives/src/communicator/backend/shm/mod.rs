@@ -1,6 +1,13 @@
-//! The shared-memory backend: a checked [`Call`] run over shared memory (`shm/ops.rs`), where
-//! `route.rs` sends it: every rank of the communicator on this host and a collective with a
-//! shared-memory algorithm (all but point to point).
+//! The shared-memory backend: a checked [`Call`] run over shared memory, where `route.rs` sends
+//! it: every rank of the communicator on this host and a collective with a shared-memory
+//! algorithm (all but point to point). The segment, its layout, futexes, pipes and peers'
+//! liveness are links (`transport/shm/`); what this backend adds:
+//!
+//! * `group.rs`: the host's ranks and the epoch protocol every collective uses;
+//! * `ctx.rs`: what every shared-memory collective gets (the group, the links, the deadline);
+//! * `allreduce.rs`: allreduce reading every peer's segment, and across hosts;
+//! * `ops.rs`: broadcast, allgather, reduce-scatter, all-to-all, gather, scatter, barrier;
+//! * `setup.rs`: finding host peers over the links already up and joining them.
 
 use crate::call::{Call, CallDesc, Collective, OpKind};
 use crate::communicator::buffers::{as_bytes, bytes_mut, copy_over, input, staged};
@@ -9,7 +16,22 @@ use crate::dtype::DType;
 use crate::error::CommError;
 use crate::op::ReduceOp;
 use crate::reduce::divide_bytes;
-use crate::shm::ops;
+mod allreduce;
+pub(in crate::communicator) mod ctx;
+pub(in crate::communicator) mod group;
+pub(in crate::communicator) mod ops;
+pub(in crate::communicator) mod setup;
+
+pub(crate) use group::ShmGroup;
+
+use self::ctx::run_local;
+
+/// The host group of a state `route.rs` sent here (it checked there is one).
+macro_rules! group {
+    ($st:expr) => {
+        $st.shm.as_mut().expect("route.rs checked the host group")
+    };
+}
 
 /// Whether shared memory has an algorithm for `call`: every collective but point to point and
 /// the uneven forms (`allgatherv`, `alltoallv`).
@@ -66,16 +88,15 @@ impl Inner {
                 // SAFETY: checked buffers, valid for the call (`run`'s contract).
                 let w = unsafe { bytes_mut(recv) };
                 st.seq += 1;
-                st.engine
-                    .run_local(&desc, timeout, |cx| {
-                        ops::allreduce(cx, dtype, op.combine(), w, i, small)
-                    })
-                    .map(|()| {
-                        if *op == ReduceOp::Avg {
-                            // SAFETY: checked buffers, valid for the call (`run`'s contract).
-                            divide_bytes(dtype, unsafe { bytes_mut(recv) }, self.world);
-                        }
-                    })
+                run_local(&mut st.engine, group!(st), &desc, timeout, |cx| {
+                    ops::allreduce(cx, dtype, op.combine(), w, i, small)
+                })
+                .map(|()| {
+                    if *op == ReduceOp::Avg {
+                        // SAFETY: checked buffers, valid for the call (`run`'s contract).
+                        divide_bytes(dtype, unsafe { bytes_mut(recv) }, self.world);
+                    }
+                })
             }
             Collective::Reduce { op, root } => {
                 // An allreduce whose result only the root keeps: the non-roots reduce a copy
@@ -99,16 +120,15 @@ impl Inner {
                 };
                 st.seq += 1;
                 let is_root = self.rank == *root;
-                st.engine
-                    .run_local(&desc, timeout, |cx| {
-                        ops::allreduce(cx, dtype, op.combine(), w, None, small)
-                    })
-                    .map(|()| {
-                        if is_root && *op == ReduceOp::Avg {
-                            // SAFETY: checked buffers, valid for the call (`run`'s contract).
-                            divide_bytes(dtype, unsafe { bytes_mut(recv) }, self.world);
-                        }
-                    })
+                run_local(&mut st.engine, group!(st), &desc, timeout, |cx| {
+                    ops::allreduce(cx, dtype, op.combine(), w, None, small)
+                })
+                .map(|()| {
+                    if is_root && *op == ReduceOp::Avg {
+                        // SAFETY: checked buffers, valid for the call (`run`'s contract).
+                        divide_bytes(dtype, unsafe { bytes_mut(recv) }, self.world);
+                    }
+                })
             }
             Collective::Broadcast { root } => {
                 let r = recv.expect("checked");
@@ -121,8 +141,9 @@ impl Inner {
                 // SAFETY: checked buffers, valid for the call (`run`'s contract).
                 let w = unsafe { bytes_mut(recv) };
                 st.seq += 1;
-                st.engine
-                    .run_local(&desc, timeout, |cx| ops::broadcast(cx, *root, w))
+                run_local(&mut st.engine, group!(st), &desc, timeout, |cx| {
+                    ops::broadcast(cx, *root, w)
+                })
             }
             Collective::AllGather { .. } => {
                 let s = send.expect("checked");
@@ -136,8 +157,9 @@ impl Inner {
                 // SAFETY: checked buffers, valid for the call (`run`'s contract).
                 let w = unsafe { bytes_mut(recv) };
                 st.seq += 1;
-                st.engine
-                    .run_local(&desc, timeout, |cx| ops::allgather(cx, i, w))
+                run_local(&mut st.engine, group!(st), &desc, timeout, |cx| {
+                    ops::allgather(cx, i, w)
+                })
             }
             Collective::ReduceScatter { op } => {
                 desc.redop = Some(*op);
@@ -147,16 +169,15 @@ impl Inner {
                 // SAFETY: checked buffers, valid for the call (`run`'s contract).
                 let w = unsafe { bytes_mut(recv) };
                 st.seq += 1;
-                st.engine
-                    .run_local(&desc, timeout, |cx| {
-                        ops::reduce_scatter(cx, dtype, op.combine(), i, w)
-                    })
-                    .map(|()| {
-                        if *op == ReduceOp::Avg {
-                            // SAFETY: checked buffers, valid for the call (`run`'s contract).
-                            divide_bytes(dtype, unsafe { bytes_mut(recv) }, self.world);
-                        }
-                    })
+                run_local(&mut st.engine, group!(st), &desc, timeout, |cx| {
+                    ops::reduce_scatter(cx, dtype, op.combine(), i, w)
+                })
+                .map(|()| {
+                    if *op == ReduceOp::Avg {
+                        // SAFETY: checked buffers, valid for the call (`run`'s contract).
+                        divide_bytes(dtype, unsafe { bytes_mut(recv) }, self.world);
+                    }
+                })
             }
             Collective::AllToAll {
                 send_counts: None,
@@ -168,8 +189,9 @@ impl Inner {
                 // SAFETY: checked buffers, valid for the call (`run`'s contract).
                 let w = unsafe { bytes_mut(recv) };
                 st.seq += 1;
-                st.engine
-                    .run_local(&desc, timeout, |cx| ops::all_to_all(cx, dtype.size(), i, w))
+                run_local(&mut st.engine, group!(st), &desc, timeout, |cx| {
+                    ops::all_to_all(cx, dtype.size(), i, w)
+                })
             }
             Collective::Gather { root } => {
                 desc.count = send.expect("checked").count() as u64;
@@ -182,8 +204,9 @@ impl Inner {
                     (unsafe { bytes_mut(send) } as &[u8], &mut [][..])
                 };
                 st.seq += 1;
-                st.engine
-                    .run_local(&desc, timeout, |cx| ops::gather(cx, *root, i, w))
+                run_local(&mut st.engine, group!(st), &desc, timeout, |cx| {
+                    ops::gather(cx, *root, i, w)
+                })
             }
             Collective::Scatter { root } => {
                 desc.count = recv.expect("checked").count() as u64;
@@ -197,14 +220,14 @@ impl Inner {
                 // SAFETY: checked buffers, valid for the call (`run`'s contract).
                 let w = unsafe { bytes_mut(recv) };
                 st.seq += 1;
-                st.engine.run_local(&desc, timeout, |cx| {
+                run_local(&mut st.engine, group!(st), &desc, timeout, |cx| {
                     ops::scatter(cx, dtype.size(), *root, i, w)
                 })
             }
             Collective::Barrier => {
                 debug_assert_eq!(desc.op, OpKind::Barrier);
                 st.seq += 1;
-                st.engine.run_local(&desc, timeout, ops::barrier)
+                run_local(&mut st.engine, group!(st), &desc, timeout, ops::barrier)
             }
             _ => unreachable!("route.rs sends what has no shared-memory algorithm over the links"),
         };

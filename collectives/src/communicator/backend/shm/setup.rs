@@ -20,10 +20,6 @@ use std::time::{Duration, Instant};
 use std::sync::Arc;
 
 use super::group::ShmGroup;
-use super::host::{HostId, RECORD_LEN, pid_ns, record};
-use super::layout::{Layout, MAGIC, VERSION, hdr};
-use super::pipe::Pipes;
-use super::segment::{Created, Mapping, attach};
 use crate::call::{CallDesc, OpKind};
 use crate::config::{Config, LinkKind};
 use crate::dtype::DType;
@@ -31,6 +27,10 @@ use crate::engine::{Bufs, Engine};
 use crate::error::CommError;
 use crate::op::ReduceOp;
 use crate::schedule::ring;
+use crate::transport::shm::host::{HostId, RECORD_LEN, pid_ns, record};
+use crate::transport::shm::layout::{Layout, MAGIC, VERSION, hdr};
+use crate::transport::shm::pipe::Pipes;
+use crate::transport::shm::segment::{Created, Mapping, attach};
 
 const ID_LEN: usize = RECORD_LEN;
 const SEG_LEN: usize = 256;
@@ -289,7 +289,7 @@ pub(crate) fn find(
                 let addr = u64_at(&acks[r * ACK_LEN..(r + 1) * ACK_LEN], 16);
                 let mut magic = [0u8; 8];
                 pid_of(r).is_some_and(|pid| {
-                    super::cma::read(pid, addr, &mut magic).is_ok()
+                    crate::transport::shm::cma::read(pid, addr, &mut magic).is_ok()
                         && u64::from_le_bytes(magic) == MAGIC
                 })
             });
@@ -355,9 +355,7 @@ pub(crate) fn find(
             }
             let map = Arc::new(map.expect("attached"));
             let pipes = Pipes::new(map.clone(), layout, me, host_ranks.clone(), world, &pids);
-            if e.pipes.set(pipes).is_err() {
-                unreachable!("set-up runs once per engine");
-            }
+            e.links.install_pipes(pipes, world);
             let mut g = ShmGroup::new(map, layout, me, host_ranks.clone(), &pids, cfg.spin.value);
             g.across = across;
             if single_copy {

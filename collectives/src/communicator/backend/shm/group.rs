@@ -20,16 +20,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::futex;
-use super::layout::{Layout, slot};
-use super::segment::Mapping;
-use super::watch::Watch;
 use crate::call::CallDesc;
 use crate::engine::error::EngineError;
 use crate::error::CommError;
 use crate::spin::SpinPolicy;
 use crate::transport::frame::{self, HEADER_LEN};
-use crate::transport::{LinkError, Transport};
+use crate::transport::links::Links;
+use crate::transport::shm::futex;
+use crate::transport::shm::layout::{Layout, slot};
+use crate::transport::shm::segment::Mapping;
+use crate::transport::shm::watch::Watch;
+use crate::transport::{ControlPlane, LinkError};
 use crate::watchdog::{Deadline, Phase};
 
 /// How long one nap on a futex lasts before the liveness checks run again.
@@ -183,7 +184,7 @@ impl ShmGroup {
     /// headers when `check` (the epoch's first wait).
     pub(crate) fn wait_all(
         &mut self,
-        t: &mut dyn Transport,
+        t: &mut Links,
         call: &CallDesc,
         deadline: &mut Deadline,
         check: bool,
@@ -265,7 +266,7 @@ impl ShmGroup {
     /// The checks between naps: the control plane, the peers' processes, the deadline.
     fn watch(
         &mut self,
-        t: &mut dyn Transport,
+        t: &mut Links,
         call: &CallDesc,
         deadline: &mut Deadline,
         target: u32,

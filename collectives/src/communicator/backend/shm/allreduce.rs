@@ -112,7 +112,10 @@ fn gather_out(
             let r = c.bytes(p);
             let n = r.len();
             if stream {
-                super::stream::copy(&mut work[r], cx.peer(p, c.slices[p].0 * c.es, n));
+                crate::transport::shm::stream::copy(
+                    &mut work[r],
+                    cx.peer(p, c.slices[p].0 * c.es, n),
+                );
             } else {
                 work[r].copy_from_slice(cx.peer(p, c.slices[p].0 * c.es, n));
             }
@@ -199,7 +202,7 @@ fn allreduce_single_copy(
     cx.sync(true)?;
     let rank = cx.g.ranks[me];
     let read = |cx: &Ctx<'_>, p: usize, addr: u64, dst: &mut [u8]| {
-        super::cma::read(pids[p], addr, dst).map_err(|e| {
+        crate::transport::shm::cma::read(pids[p], addr, dst).map_err(|e| {
             let peer = cx.g.ranks[p];
             if e.raw_os_error() == Some(libc::ESRCH) {
                 EngineError::Link(crate::transport::LinkError::Closed {
@@ -281,7 +284,7 @@ pub(crate) fn allreduce_across(
         }
         let mut cx = Ctx {
             g: &mut *g,
-            t: &mut *e.transport,
+            t: &mut e.links,
             call,
             deadline: &mut *deadline,
         };
@@ -294,7 +297,7 @@ pub(crate) fn allreduce_across(
         {
             let mut cx = Ctx {
                 g: &mut *g,
-                t: &mut *e.transport,
+                t: &mut e.links,
                 call,
                 deadline: &mut *deadline,
             };
@@ -305,7 +308,7 @@ pub(crate) fn allreduce_across(
         run_cross(e, &mut work[r], deadline)?;
         let mut cx = Ctx {
             g: &mut *g,
-            t: &mut *e.transport,
+            t: &mut e.links,
             call,
             deadline: &mut *deadline,
         };
