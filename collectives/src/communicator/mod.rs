@@ -6,9 +6,15 @@
 //! * `submit.rs`: the byte-level entry ([`Communicator::run`], [`Communicator::submit`])
 //!   through the one progress executor;
 //! * `args.rs`: a [`Call`]'s arguments checked before anything is sent;
-//! * `route.rs`: which backend runs a checked call, decided in one place, and the dispatch;
-//! * `backend/`: the backends, a file each (links and their schedules, shared memory,
-//!   hierarchical, host staging of device buffers, NCCL; see `crate::device`);
+//! * `route.rs`: which backend runs a checked call, a pure function of the call and the
+//!   communicator's shape, tested as a table;
+//! * `lower.rs`: a host call lowered once for any backend (its description and sequence
+//!   counter, the bytes it works in and reads, the copy before and `Avg`'s division after);
+//! * `execute.rs`: refusing a call on a communicator that is over, the dispatch to the
+//!   backend, and the one place a backend's error fails the communicator;
+//! * `backend/`: the backends, a file (or folder) each, holding only what they use (links and
+//!   their schedules, shared memory, hierarchical, host staging of device buffers, NCCL; see
+//!   `crate::device`);
 //! * `buffers.rs`: byte views of a checked call's buffers, shared by the backends;
 //! * `typed.rs`: the safe typed API (`all_reduce<T>` and friends), a thin layer over `run`.
 
@@ -16,6 +22,8 @@ mod args;
 mod backend;
 mod buffers;
 mod construct;
+mod execute;
+mod lower;
 mod record;
 mod route;
 mod submit;

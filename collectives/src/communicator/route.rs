@@ -1,7 +1,8 @@
-//! Which backend runs a checked call, decided in one place, and the dispatch to it. The
-//! backends (`backend/`, a file each) only run what they are given:
+//! Which backend runs a checked call, decided in one place, as a pure function of the call and
+//! the communicator's shape ([`route`]; `execute.rs` dispatches). The backends (`backend/`)
+//! only run what they are given:
 //!
-//! * [`Route::SharedMemory`] (`shm.rs`): every rank on this host and a collective shared
+//! * [`Route::SharedMemory`] (`shm/`): every rank on this host and a collective shared
 //!   memory has (all but point to point and the uneven forms);
 //! * [`Route::Hierarchical`] (`hierarchical.rs`): an allreduce over hosts that each share
 //!   memory within;
@@ -9,21 +10,9 @@
 //! * [`DeviceRoute::Nccl`] (`nccl_calls.rs`): device buffers, the agreed path NCCL and the
 //!   call one NCCL has;
 //! * [`DeviceRoute::Staged`] (`staged.rs`): other device buffers (point to point always).
-//!
-//! Before any of them, a call on a communicator whose round ended, that failed or was shut down
-//! is refused ([`Inner::refuse_if_over`]).
 
-use std::time::{Duration, Instant};
-
-use super::backend::nccl_calls::Inflight;
-use super::backend::shm;
-use super::{Inner, State};
 use crate::call::{Call, Collective};
-use crate::device::api::{DeviceRuntime, NcclOp, StreamHandle};
-use crate::device::path::DevicePath;
-use crate::device::plan;
-use crate::error::CommError;
-use crate::op::ReduceOp;
+use crate::device::api::NcclOp;
 
 /// Where a call on host memory runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,8 +22,6 @@ pub(super) enum Route {
     /// Shared memory within each host, the links between `peers` (one rank per host; this
     /// rank is `peers[host]`'s host's).
     Hierarchical {
-        /// The reduction.
-        op: ReduceOp,
         /// This host's index among `peers`.
         host: usize,
         /// The rank that carries each host's part over the links.
@@ -53,158 +40,137 @@ pub(super) enum DeviceRoute {
     Staged,
 }
 
-impl Inner {
-    /// The route of a checked call on host memory.
-    pub(super) fn route(&self, st: &State, call: &Call) -> Route {
-        let Some(g) = st.shm.as_ref() else {
-            return Route::Links;
+/// This rank's host group, when its ranks share memory.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct HostShape<'a> {
+    /// The ranks of the communicator on this host, this one included.
+    pub ranks: usize,
+    /// When every host shares memory within: this host's index among `peers` and the rank
+    /// of each host that carries its part over the links.
+    pub across: Option<(usize, &'a [usize])>,
+}
+
+/// What routing looks at besides the call.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Topology<'a> {
+    /// The communicator's size.
+    pub world: usize,
+    /// This rank's host group, if its ranks share memory.
+    pub host: Option<HostShape<'a>>,
+}
+
+/// Whether shared memory has an algorithm for `call`: every collective but point to point and
+/// the uneven forms (`allgatherv`, `alltoallv`).
+pub(super) fn has_shm_algorithm(call: &Call) -> bool {
+    match &call.collective {
+        Collective::Send { .. } | Collective::Recv { .. } | Collective::RecvAny { .. } => false,
+        Collective::AllToAll {
+            send_counts,
+            recv_counts,
+        } => send_counts.is_none() && recv_counts.is_none(),
+        Collective::AllGather { counts } => {
+            let sent = call.send.as_ref().map_or(0, |s| s.count());
+            counts.as_ref().is_none_or(|c| c.iter().all(|&n| n == sent))
+        }
+        _ => true,
+    }
+}
+
+/// The route of a checked call on host memory: shared memory when every rank is on this
+/// host and it has the algorithm; an allreduce across hosts that each share memory goes
+/// hierarchical; everything else over the links.
+pub(super) fn route(call: &Call, topo: &Topology<'_>) -> Route {
+    let Some(host) = topo.host else {
+        return Route::Links;
+    };
+    if host.ranks == topo.world {
+        return if has_shm_algorithm(call) {
+            Route::SharedMemory
+        } else {
+            Route::Links
         };
-        if g.size() == self.world {
-            return if shm::has_algorithm(call) {
-                Route::SharedMemory
-            } else {
-                Route::Links
-            };
-        }
-        match (&call.collective, &g.across) {
-            (Collective::AllReduce { op }, Some((host, peers))) => Route::Hierarchical {
-                op: *op,
-                host: *host,
-                peers: peers.clone(),
-            },
-            _ => Route::Links,
-        }
+    }
+    match (&call.collective, host.across) {
+        (Collective::AllReduce { .. }, Some((host, peers))) => Route::Hierarchical {
+            host,
+            peers: peers.to_vec(),
+        },
+        _ => Route::Links,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::call::RawBuf;
+    use crate::dtype::DType;
+    use crate::op::ReduceOp;
+
+    fn call(c: Collective) -> Call {
+        let b = RawBuf::host(std::ptr::dangling_mut(), 4, DType::F32);
+        Call::new(c).send(b).recv(b)
     }
 
-    /// The route of a checked call on `device` memory: point to point is staged (only two
-    /// ranks make it, so no all-rank agreement or NCCL set-up can run); otherwise the path
-    /// every rank agrees on at the first such call, and NCCL where it has the call.
-    pub(super) fn device_route(
-        &self,
-        st: &mut State,
-        rt: &DeviceRuntime,
-        call: &Call,
-        device: i32,
-    ) -> Result<DeviceRoute, CommError> {
-        if plan::point_to_point(call) {
-            return Ok(DeviceRoute::Staged);
+    /// Every collective against every shape: (call, lone rank, one host, two hosts sharing
+    /// memory within, a host group of some ranks only).
+    #[test]
+    fn the_routing_table() {
+        use Collective as C;
+        let peers = [0usize, 4];
+        let lone = Topology {
+            world: 8,
+            host: None,
+        };
+        let one_host = Topology {
+            world: 8,
+            host: Some(HostShape {
+                ranks: 8,
+                across: None,
+            }),
+        };
+        let hosts = Topology {
+            world: 8,
+            host: Some(HostShape {
+                ranks: 4,
+                across: Some((1, &peers)),
+            }),
+        };
+        let uneven = Topology {
+            world: 8,
+            host: Some(HostShape {
+                ranks: 3,
+                across: None,
+            }),
+        };
+        let (shm, links) = (Route::SharedMemory, Route::Links);
+        let hier = Route::Hierarchical {
+            host: 1,
+            peers: peers.to_vec(),
+        };
+        let sum = ReduceOp::Sum;
+        #[rustfmt::skip]
+        let table: Vec<(Collective, [Route; 4])> = vec![
+            (C::AllReduce { op: sum }, [links.clone(), shm.clone(), hier, links.clone()]),
+            (C::Broadcast { root: 1 }, [links.clone(), shm.clone(), links.clone(), links.clone()]),
+            (C::Reduce { op: sum, root: 0 }, [links.clone(), shm.clone(), links.clone(), links.clone()]),
+            (C::AllGather { counts: None }, [links.clone(), shm.clone(), links.clone(), links.clone()]),
+            (C::AllGather { counts: Some(vec![4; 8]) }, [links.clone(), shm.clone(), links.clone(), links.clone()]),
+            (C::AllGather { counts: Some(vec![3; 8]) }, [links.clone(), links.clone(), links.clone(), links.clone()]),
+            (C::ReduceScatter { op: sum }, [links.clone(), shm.clone(), links.clone(), links.clone()]),
+            (C::AllToAll { send_counts: None, recv_counts: None }, [links.clone(), shm.clone(), links.clone(), links.clone()]),
+            (C::AllToAll { send_counts: Some(vec![1; 8]), recv_counts: None }, [links.clone(), links.clone(), links.clone(), links.clone()]),
+            (C::Gather { root: 2 }, [links.clone(), shm.clone(), links.clone(), links.clone()]),
+            (C::Scatter { root: 2 }, [links.clone(), shm.clone(), links.clone(), links.clone()]),
+            (C::Barrier, [links.clone(), shm.clone(), links.clone(), links.clone()]),
+            (C::Send { peer: 1 }, [links.clone(), links.clone(), links.clone(), links.clone()]),
+            (C::Recv { peer: 1 }, [links.clone(), links.clone(), links.clone(), links.clone()]),
+            (C::RecvAny { source: crate::call::Source::new() }, [links.clone(), links.clone(), links.clone(), links.clone()]),
+        ];
+        for (c, want) in table {
+            let name = c.name();
+            let call = call(c);
+            let got = [lone, one_host, hosts, uneven].map(|t| route(&call, &t));
+            assert_eq!(got, want, "{name}");
         }
-        if st.device.path.is_none() {
-            let agreed = self.agree(st, rt, device)?;
-            st.device.path = Some(agreed);
-        }
-        let path = st.device.path.clone().expect("agreed above");
-        let (path, p2p) = path.map_err(|detail| CommError::Device {
-            rank: self.rank,
-            call: call.desc(st.seq),
-            elapsed: Duration::ZERO,
-            detail,
-        })?;
-        Ok(
-            match (path, plan::nccl_op(call, self.rank, self.world, p2p)) {
-                (DevicePath::Nccl, Some(op)) => DeviceRoute::Nccl(op),
-                _ => DeviceRoute::Staged,
-            },
-        )
-    }
-
-    /// Runs a checked call under the state lock, on its route.
-    ///
-    /// # Safety
-    /// `call` passed [`check`](Self::check); its buffers are valid as `Communicator::run`
-    /// requires.
-    pub(super) unsafe fn execute(&self, st: &mut State, call: &Call) -> Result<(), CommError> {
-        self.refuse_if_over(st, call)?;
-        if let Some((device, stream)) = plan::device_of(call) {
-            // SAFETY: as for this function.
-            return match unsafe { self.enqueue_device(st, call, device, stream) }? {
-                None => Ok(()),
-                Some(mut f) => self.watch(st, &mut f),
-            };
-        }
-        match self.route(st, call) {
-            // SAFETY: as for this function (checked call, valid buffers).
-            Route::SharedMemory => unsafe { self.run_shm(st, call) },
-            // SAFETY: as for this function (checked call, valid buffers).
-            Route::Hierarchical { op, host, peers } => unsafe {
-                self.run_hierarchical(st, call, op, host, &peers)
-            },
-            // SAFETY: as for this function (checked call, valid buffers).
-            Route::Links => unsafe { self.run_links(st, call) },
-        }
-    }
-
-    /// Starts a checked device call on its route: a staged call runs to its end here
-    /// (`None`), an NCCL call is queued on the device and returned to be watched (the caller's
-    /// stream is ordered after it already).
-    ///
-    /// # Safety
-    /// As for [`execute`](Self::execute): the buffers are valid device memory for their
-    /// counts until the call is over.
-    pub(super) unsafe fn enqueue_device(
-        &self,
-        st: &mut State,
-        call: &Call,
-        device: i32,
-        stream: StreamHandle,
-    ) -> Result<Option<Inflight>, CommError> {
-        let rt = self
-            .device_runtime()
-            .map_err(|why| self.invalid(call.collective.name(), why))?;
-        match self.device_route(st, rt, call, device)? {
-            DeviceRoute::Nccl(op) => {
-                let size = call.send.or(call.recv).map_or(1, |b| b.dtype().size());
-                if let Some((s, r)) = plan::overlap(&op, size) {
-                    // The other ranks are entering NCCL: fail them too, at once.
-                    let detail = format!(
-                        "send and recv overlap ({} elements at {:#x} to rank {} and {} from rank \
-                         {} at {:#x}): NCCL's grouped sends and receives may overwrite data \
-                         before it is sent; use separate buffers (or DTCOMM_CUDA=stage)",
-                        s.count, s.ptr.0, s.peer, r.count, r.peer, r.ptr.0
-                    );
-                    let desc = call.desc(st.seq);
-                    return Err(self.device_failure(st, desc, Instant::now(), detail));
-                }
-                // SAFETY: the caller's contract.
-                unsafe { self.enqueue_nccl(st, rt, call, op, device, stream) }.map(Some)
-            }
-            DeviceRoute::Staged => {
-                // SAFETY: the caller's contract: valid device buffers until the call is over.
-                unsafe { self.stage(st, rt, call, device, stream) }.map(|()| None)
-            }
-        }
-    }
-
-    /// Fails a call before it starts when the round ended or the communicator failed or was
-    /// shut down.
-    pub(super) fn refuse_if_over(&self, st: &mut State, call: &Call) -> Result<(), CommError> {
-        if st.failed.is_none()
-            && let Some(end) = st.engine.fence.ended()
-        {
-            // The round ended between calls: this one fails before sending anything.
-            let e = CommError::RoundEnded {
-                rank: self.rank,
-                call: call.desc(st.seq),
-                elapsed: Duration::ZERO,
-                round: end.round,
-                lost: end.lost.map(|r| r as usize),
-                cause: end.why,
-                removed: end.removed,
-            };
-            tracing::error!(rank = self.rank, "dtcomm: {e}");
-            st.failed = Some(e.clone());
-            return Err(e);
-        }
-        if let Some(e) = &st.failed {
-            return Err(match e {
-                CommError::Shutdown { detail, .. } => CommError::Shutdown {
-                    rank: self.rank,
-                    op: call.collective.name(),
-                    detail: detail.clone(),
-                },
-                e => CommError::Failed(Box::new(e.clone())),
-            });
-        }
-        Ok(())
     }
 }
