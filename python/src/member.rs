@@ -144,7 +144,9 @@ impl PyNativeMember {
     ) -> PyResult<PyWelcome> {
         let t = timeout.map(|t| dur("timeout", t)).transpose()?;
         let a = ask_after.map(|t| dur("ask_after", t)).transpose()?;
-        self.with(py, move |m| m.next_welcome(t, a).map(PyWelcome::from))
+        self.with(py, move |m| {
+            m.next_welcome(t, a).map(|w| PyWelcome::from(&w))
+        })
     }
 
     /// Takes the messages already received; True when the current round is over.
@@ -208,28 +210,32 @@ impl PyNativeMember {
     /// The current round's welcome.
     #[getter]
     fn welcome(&self) -> PyResult<Option<PyWelcome>> {
-        self.read(|m| m.welcome().map(PyWelcome::from))
+        self.read(|m| m.rounds(|r| r.welcome().map(PyWelcome::from)))
     }
 
     /// Why the current round is over, if it is.
     #[getter]
     fn ended(&self) -> PyResult<Option<String>> {
-        self.read(|m| m.state().ended().map(str::to_owned))
+        self.read(|m| m.rounds(|r| r.ended().map(str::to_owned)))
     }
 
     /// Members waiting to join, as the server last said.
     #[getter]
     fn waiting(&self) -> PyResult<u32> {
-        self.read(|m| m.state().waiting())
+        self.read(|m| m.rounds(|r| r.waiting()))
     }
 
     /// The job's end (or this member's removal), in words, once the server said so.
     #[getter]
     fn job_end(&self) -> PyResult<Option<String>> {
         self.read(|m| {
-            m.state().stop().map(|s| match s {
-                Stop::JobEnded { job, why, .. } => format!("job {job:?} ended: {why}"),
-                Stop::Removed { round, why, .. } => format!("removed from round {round}: {why}"),
+            m.rounds(|r| {
+                r.stop().map(|s| match s {
+                    Stop::JobEnded { job, why, .. } => format!("job {job:?} ended: {why}"),
+                    Stop::Removed { round, why, .. } => {
+                        format!("removed from round {round}: {why}")
+                    }
+                })
             })
         })
     }

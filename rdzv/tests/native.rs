@@ -11,6 +11,7 @@ use dt_rdzv::native::{
     BlockingNativeClient, ClientConfig, Connector, Membership, NativeClient, NativeError, Trust,
 };
 use dt_rdzv::server::{BackgroundServer, ServeConfig};
+use dt_rdzv_proto::native::member::{Rounds, Stop};
 use dt_rdzv_proto::native::{JobEnd, JobSpec, RefusalCode, Role, RoundCause, ServerMsg};
 
 const TOKEN: &str = "test-token";
@@ -210,6 +211,42 @@ fn stop_ends_the_job_for_every_member_and_later_joins_are_told() {
                 assert!(message.contains("stopped"), "{message}")
             }
             other => panic!("{other:?}"),
+        }
+    });
+}
+
+/// Until `f` holds for every member's rounds (read by its session, its messages unread).
+async fn until_rounds(ms: &[NativeClient], f: impl Fn(&mut Rounds) -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !ms.iter().all(|m| m.rounds(&f)) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "rounds never got there"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[test]
+fn the_session_keeps_each_members_rounds_whether_or_not_it_reads_its_messages() {
+    let s = server();
+    rt().block_on(async {
+        let ms = members(&s, "kept", 2, &JobSpec::fixed(2)).await;
+        until_rounds(&ms, |r| r.changed()).await;
+        for m in &ms {
+            let w = m.rounds(|r| r.advance().cloned()).expect("round 1");
+            assert_eq!((w.round, w.world), (1, 2));
+            assert!(m.rounds(|r| !r.changed() && r.stop().is_none()));
+        }
+        let mut op = NativeClient::connect(&cfg(&s, TOKEN)).await.unwrap();
+        op.stop("kept", "operator said so").await.unwrap();
+        until_rounds(&ms, |r| r.stop().is_some()).await;
+        for m in &ms {
+            let stop = m.rounds(|r| r.stop().cloned());
+            assert!(
+                matches!(&stop, Some(Stop::JobEnded { job, how, .. }) if job == "kept" && how == "stopped"),
+                "{stop:?}"
+            );
         }
     });
 }

@@ -4,12 +4,11 @@
 
 #[cfg(feature = "native")]
 pub mod member;
-#[cfg(feature = "native")]
-pub mod round_state;
 pub mod settings;
 
+/// What a member knows of its rounds, kept by its session's machine (dt-rdzv-proto's).
+#[cfg(feature = "native")]
+pub use dt_rdzv_proto::native::member::{Rounds, Stop};
 #[cfg(feature = "native")]
 pub use member::{JoinError, Member, watch_round};
-#[cfg(feature = "native")]
-pub use round_state::{RoundState, Stop};
 pub use settings::{NativeExplicit, NativeSettings, loose_bool, parse_members};

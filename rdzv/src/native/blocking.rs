@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use dt_rdzv_proto::native::member::Rounds;
 use dt_rdzv_proto::native::{JobStatus, Peer, ServerMsg, Welcome};
 
 use super::client::{Joined, Membership, NativeClient};
@@ -106,6 +107,14 @@ impl BlockingNativeClient {
     /// what a training loop checks between steps.
     pub fn try_message(&mut self) -> Option<Result<ServerMsg, NativeError>> {
         self.client().try_message()
+    }
+
+    /// What this member knows of its rounds. See [`NativeClient::rounds`].
+    pub fn rounds<T>(&self, f: impl FnOnce(&mut Rounds) -> T) -> T {
+        self.inner
+            .as_ref()
+            .expect("client present until dropped")
+            .rounds(f)
     }
 
     /// The latest welcome.

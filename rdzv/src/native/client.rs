@@ -21,7 +21,7 @@ use super::error::NativeError;
 use super::session::{Session, Shared};
 use super::tls::{Trust, client_config};
 use super::watch::MemberHandle;
-use dt_rdzv_proto::native::member::Member;
+use dt_rdzv_proto::native::member::{Member, Rounds};
 
 pub use super::config::{ClientConfig, DEFAULT_NATIVE_PORT, ProgressSource};
 
@@ -126,20 +126,21 @@ impl Connector {
     ) -> NativeClient {
         let (out_tx, out_rx) = mpsc::unbounded_channel();
         let (ev_tx, ev_rx) = mpsc::unbounded_channel();
+        let reconnect = if on_agent { None } else { cfg.reconnect };
+        let member = Member::new(tokio::time::Instant::now().into_std(), server, reconnect);
         let shared = Arc::new(Shared {
             conn: std::sync::Mutex::new(conn),
             silent: AtomicBool::new(false),
             on_agent,
             watchers: Default::default(),
+            member: std::sync::Mutex::new(member),
         });
-        let reconnect = if on_agent { None } else { cfg.reconnect };
         let session = Session {
             endpoint: self.endpoint.clone(),
             cfg: cfg.clone(),
             shared: shared.clone(),
             out: out_rx,
             events: ev_tx,
-            member: Member::new(tokio::time::Instant::now().into_std(), server, reconnect),
             replies: Vec::new(),
         };
         let task = tokio::spawn(session.run(send, recv));
@@ -277,6 +278,14 @@ impl NativeClient {
                 _ => {}
             }
         }
+    }
+
+    /// What this member knows of its rounds, as its session read the server's messages (each
+    /// once, as it handed it on: a message is in them before [`NativeClient::next_message`]
+    /// returns it, and whether or not anyone reads it): `f` runs with them locked, so keep it
+    /// short (the session waits). Move to the next round with [`Rounds::advance`].
+    pub fn rounds<T>(&self, f: impl FnOnce(&mut Rounds) -> T) -> T {
+        f(self.shared.member().rounds_mut())
     }
 
     /// The latest welcome received.

@@ -1,13 +1,17 @@
 //! One client connection's task, a thin driver of the sans-IO [`Member`] machine (which holds
 //! the rules: heartbeats, probes, round ends, when and how to reconnect and resume, what ends
 //! the session): it writes what the machine asks to send, reads what the server pushes, runs
-//! the machine's timers with tokio, and opens the connections it asks for (`dial`).
+//! the machine's timers with tokio, and opens the connections it asks for (`dial`). The
+//! machine also keeps what the member knows of its rounds
+//! ([`Rounds`](dt_rdzv_proto::native::member::Rounds)); it is shared with the
+//! client handle, which reads it and moves to the next round ([`Shared::member`]), so each
+//! message is read once, here.
 //!
 //! One task per connection rather than a reader, a writer and a heartbeat task: a launcher or
 //! a benchmark herd holds thousands of these.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use dt_rdzv_proto::native::member::{Input, Loss, Member, Output};
@@ -38,11 +42,19 @@ pub(crate) struct Shared {
     pub(crate) on_agent: bool,
     /// Who hears of the end of a round (see `watch`).
     pub(crate) watchers: Arc<Watchers>,
+    /// The session's rules and the member's rounds: the session task feeds it; the client
+    /// reads its rounds (never held across an await).
+    pub(crate) member: Mutex<Member>,
 }
 
 impl Shared {
     pub(crate) fn conn(&self) -> quinn::Connection {
         self.conn.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The session's machine, locked.
+    pub(crate) fn member(&self) -> MutexGuard<'_, Member> {
+        self.member.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -61,8 +73,6 @@ pub(crate) struct Session {
     pub(crate) shared: Arc<Shared>,
     pub(crate) out: mpsc::UnboundedReceiver<ClientMsg>,
     pub(crate) events: mpsc::UnboundedSender<Result<ServerMsg, NativeError>>,
-    /// The session's rules.
-    pub(crate) member: Member,
     /// Answers to send (to the server's probes), written after the messages that asked.
     pub(crate) replies: Vec<ClientMsg>,
 }
@@ -110,8 +120,19 @@ impl Session {
     }
 
     fn feed(&mut self, input: Input) {
-        self.member.set_listening(!self.events.is_closed());
-        self.member.handle(now(), input);
+        let mut m = self.shared.member();
+        m.set_listening(!self.events.is_closed());
+        m.handle(now(), input);
+    }
+
+    /// Tells the machine `input` now.
+    fn tell(&self, input: Input) {
+        self.shared.member().handle(now(), input);
+    }
+
+    /// The machine's next output (the lock is let go at once).
+    fn next_output(&self) -> Option<Output> {
+        self.shared.member().poll_output()
     }
 
     /// Carries out an output that needs no connection; `Some` when serving must stop.
@@ -158,7 +179,7 @@ impl Session {
 
     /// Writes what the machine asks to send (telling it what was written).
     async fn flush(&mut self, send: &mut quinn::SendStream) -> Option<End> {
-        while let Some(o) = self.member.poll_output() {
+        while let Some(o) = self.next_output() {
             match o {
                 Output::Send(msg) => {
                     let msg = self.with_progress(msg);
@@ -167,7 +188,7 @@ impl Session {
                     }
                     // On failure the read side says why.
                     if send.write_all(&encode_client(&msg)).await.is_ok() {
-                        self.member.handle(now(), Input::Sent);
+                        self.tell(Input::Sent);
                     }
                 }
                 other => {
@@ -184,7 +205,7 @@ impl Session {
     async fn serve(&mut self, send: &mut quinn::SendStream, recv: &mut quinn::RecvStream) -> End {
         let mut reader = FrameReader::new(MAX_SERVER_FRAME);
         loop {
-            let due = self.member.poll_timeout();
+            let due = self.shared.member().poll_timeout();
             let lost = tokio::select! {
                 msg = self.out.recv() => {
                     let Some(msg) = msg else { return End::Done };
@@ -208,8 +229,9 @@ impl Session {
                     Err(e) => Some((e.to_string(), Loss::Stream)),
                 },
                 _ = sleep_until(due.unwrap_or_else(now)), if due.is_some() => {
-                    self.member.set_silent(self.shared.silent.load(Ordering::Relaxed));
-                    self.member.handle_timeout(now());
+                    let mut m = self.shared.member();
+                    m.set_silent(self.shared.silent.load(Ordering::Relaxed));
+                    m.handle_timeout(now());
                     None
                 }
             };
@@ -242,7 +264,7 @@ impl Session {
                 }
             };
             self.feed(Input::Message(msg));
-            while let Some(o) = self.member.poll_output() {
+            while let Some(o) = self.next_output() {
                 if let Some(end) = self.apply(o) {
                     return Some(end);
                 }
@@ -255,10 +277,11 @@ impl Session {
     async fn reconnect(&mut self) -> Option<(quinn::SendStream, quinn::RecvStream)> {
         let mut opened: Option<(quinn::SendStream, quinn::RecvStream)> = None;
         loop {
-            let Some(o) = self.member.poll_output() else {
+            let Some(o) = self.next_output() else {
                 // The next attempt, after its pause (none: the session is over).
-                sleep_until(self.member.poll_timeout()?).await;
-                self.member.handle_timeout(now());
+                let due = self.shared.member().poll_timeout();
+                sleep_until(due?).await;
+                self.shared.member().handle_timeout(now());
                 continue;
             };
             match o {
@@ -296,11 +319,11 @@ impl Session {
                             }
                             *self.shared.conn.lock().unwrap_or_else(|p| p.into_inner()) = conn;
                             opened = Some((send, recv));
-                            self.member.handle(now(), Input::Connected { server });
+                            self.tell(Input::Connected { server });
                         }
                         Err(e) => {
                             let why = e.to_string();
-                            self.member.handle(now(), Input::DialFailed { why });
+                            self.tell(Input::DialFailed { why });
                         }
                     }
                 }
@@ -308,11 +331,11 @@ impl Session {
                     let (mut send, recv) = opened.take()?;
                     let join = encode_client(&ClientMsg::Join(join));
                     if send.write_all(&join).await.is_ok() {
-                        self.member.handle(now(), Input::RejoinSent);
+                        self.tell(Input::RejoinSent);
                         return Some((send, recv));
                     }
                     let why = "the new connection closed at once".to_string();
-                    self.member.handle(now(), Input::DialFailed { why });
+                    self.tell(Input::DialFailed { why });
                 }
                 Output::Ended(why) => {
                     let _ = self.events.send(Err(NativeError::Lost(why)));

@@ -2,6 +2,10 @@
 //! `dtcomm.init()`: connect, join with the data listener's address and host record, wait for
 //! a round, build its communicator from the welcome (no store), and fence it when the server
 //! ends the round (the communicator's calls then fail with `RoundEnded`). Feature `native`.
+//!
+//! What it knows of its rounds is its session's: the client's member machine reads each
+//! message the server pushes once and keeps the rounds ([`Rounds`]); this member moves to the
+//! next round there and waits on the messages only to know when to look again.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -11,10 +15,10 @@ use dt_rdzv::native::{
     BlockingNativeClient, ClientConfig, MemberHandle, Membership, NativeError, ProgressSource,
     Trust,
 };
-use dt_rdzv_proto::native::{JobSpec, LateJoin, Peer, Role, ServerMsg, Welcome};
+use dt_rdzv_proto::native::member::{Rounds, Stop};
+use dt_rdzv_proto::native::{JobSpec, LateJoin, Peer, Role, Welcome};
 
 use super::super::{join_host_port, split_host_port};
-use super::round_state::{RoundState, Stop};
 use super::settings::NativeSettings;
 use crate::bootstrap::welcome::{DataListener, RoundPeers, round_secret};
 use crate::communicator::Communicator;
@@ -70,7 +74,6 @@ pub struct Member {
     /// This member's data listener (bound before joining; serves every round), when it
     /// builds communicators (a launcher's agent does not).
     listener: Option<DataListener>,
-    state: RoundState,
     /// Its rank and round once welcomed: what its heartbeats' summaries say of it.
     place: Place,
 }
@@ -187,7 +190,6 @@ impl Member {
             settings,
             client,
             listener,
-            state: RoundState::default(),
             place,
         })
     }
@@ -195,9 +197,8 @@ impl Member {
     /// The job and member (and round and rank, once in one), for errors.
     pub fn who(&self) -> String {
         let r = self
-            .state
-            .welcome()
-            .map(|w| format!(" round {} rank {}", w.round, w.rank))
+            .rounds(|r| r.welcome().map(|w| (w.round, w.rank)))
+            .map(|(round, rank)| format!(" round {round} rank {rank}"))
             .unwrap_or_default();
         format!(
             "job {:?} member {:?}{r}",
@@ -211,35 +212,58 @@ impl Member {
     }
 
     /// What this member knows of its rounds (welcome, why it ended, waiting joiners, the
-    /// job's end).
-    pub fn state(&self) -> &RoundState {
-        &self.state
+    /// job's end), as its session read the server's messages: `f` runs with them locked (keep
+    /// it short: the session waits).
+    pub fn rounds<T>(&self, f: impl FnOnce(&Rounds) -> T) -> T {
+        self.client.rounds(|r| f(r))
     }
 
     /// The current round's welcome.
-    pub fn welcome(&self) -> Option<&Welcome> {
-        self.state.welcome()
+    pub fn welcome(&self) -> Option<Welcome> {
+        self.rounds(|r| r.welcome().cloned())
+    }
+
+    /// The current round's heartbeat timeout in seconds (2 before the first round).
+    fn heartbeat_timeout(&self) -> f64 {
+        self.rounds(|r| r.welcome().map(|w| w.heartbeat_timeout_ms))
+            .map_or(2.0, |ms| ms as f64 / 1000.0)
     }
 
     /// What the heartbeats' summaries say of this member: the current round's rank and round.
     fn sync_place(&self) {
         *self.place.lock().unwrap_or_else(|e| e.into_inner()) =
-            self.state.welcome().map(|w| (w.rank, w.round));
+            self.rounds(|r| r.welcome().map(|w| (w.rank, w.round)));
     }
 
-    fn take(&mut self, m: ServerMsg) -> Result<(), JoinError> {
-        let taken = self.state.take(m);
-        self.sync_place();
-        match taken {
-            Ok(None) => Ok(()),
-            Ok(Some(refused)) => {
-                tracing::warn!("dtcomm: {}: {refused}", self.who());
-                Ok(())
-            }
-            Err(stop) => Err(JoinError::Stopped {
+    /// What the session read that is this member's business now: refusals are logged; the
+    /// job's end or this member's removal is an error (every time, once the server said so).
+    fn check(&self) -> Result<(), JoinError> {
+        let (refused, stop) = self
+            .client
+            .rounds(|r| (r.take_refused(), r.stop().cloned()));
+        for refused in refused {
+            tracing::warn!("dtcomm: {}: {refused}", self.who());
+        }
+        match stop {
+            Some(stop) => Err(JoinError::Stopped {
                 who: self.who(),
                 stop,
             }),
+            None => Ok(()),
+        }
+    }
+
+    /// The client's error, unless the server ended the job (or removed this member) first.
+    fn failed(&self, e: NativeError) -> JoinError {
+        self.check().err().unwrap_or_else(|| self.rdzv_err(e))
+    }
+
+    /// Waits at most `step` for the session to hand on a message (the rounds are up to date
+    /// with it by then); `Ok` as well when none came.
+    fn wait(&mut self, step: Duration) -> Result<(), JoinError> {
+        match self.client.next_message(step) {
+            Ok(_) | Err(NativeError::Timeout { .. }) => Ok(()),
+            Err(e) => Err(self.failed(e)),
         }
     }
 
@@ -247,10 +271,12 @@ impl Member {
     /// was lost, left or joined). `Err` when the job ended or this member was removed.
     pub fn poll(&mut self) -> Result<bool, JoinError> {
         while let Some(m) = self.client.try_message() {
-            let m = m.map_err(|e| self.rdzv_err(e))?;
-            self.take(m)?;
+            if let Err(e) = m {
+                return Err(self.failed(e));
+            }
         }
-        Ok(self.state.ended().is_some())
+        self.check()?;
+        Ok(self.rounds(|r| r.ended().is_some()))
     }
 
     /// Waits for the next round (the first one, or one after the current), at most
@@ -261,20 +287,18 @@ impl Member {
         &mut self,
         timeout: Option<Duration>,
         ask_after: Option<Duration>,
-    ) -> Result<&Welcome, JoinError> {
-        let hb = self
-            .state
-            .welcome()
-            .map_or(2.0, |w| w.heartbeat_timeout_ms as f64 / 1000.0);
+    ) -> Result<Welcome, JoinError> {
+        let hb = self.heartbeat_timeout();
         let limit =
             timeout.unwrap_or_else(|| secs(self.settings.join_timeout.value + 2.0 * hb + 5.0));
         let start = Instant::now();
         let mut asked = false;
         loop {
-            if self.state.advance().is_some() {
+            if let Some(w) = self.client.rounds(|r| r.advance().cloned()) {
                 self.sync_place();
-                return Ok(self.state.welcome().expect("advanced"));
+                return Ok(w);
             }
+            self.check()?;
             self.interrupted("waiting for a round")?;
             let waited = start.elapsed();
             if waited >= limit {
@@ -283,13 +307,13 @@ impl Member {
                      missing",
                     self.who(),
                     limit.as_secs_f64(),
-                    self.state.ended().unwrap_or("the round did not end"),
+                    self.rounds(|r| r.ended().unwrap_or("the round did not end").to_owned()),
                     self.settings.job.value
                 )));
             }
             if let Some(after) = ask_after
                 && !asked
-                && self.state.ended().is_none()
+                && self.rounds(|r| r.ended().is_none())
                 && waited >= after
             {
                 self.client.next_round().map_err(|e| self.rdzv_err(e))?;
@@ -297,11 +321,7 @@ impl Member {
             }
             let step =
                 (limit - waited).clamp(Duration::from_millis(10), Duration::from_millis(500));
-            match self.client.next_message(step) {
-                Ok(m) => self.take(m)?,
-                Err(NativeError::Timeout { .. }) => {}
-                Err(e) => return Err(self.rdzv_err(e)),
-            }
+            self.wait(step)?;
         }
     }
 
@@ -309,9 +329,7 @@ impl Member {
     /// other members read it with [`Member::round_value`]).
     pub fn publish_round_value(&mut self, key: &str, value: &str) -> Result<(), JoinError> {
         let round = self
-            .state
-            .welcome()
-            .map(|w| w.round)
+            .rounds(|r| r.welcome().map(|w| w.round))
             .expect("publish_round_value() after next_welcome()");
         self.client
             .publish(key, format!("{round} {value}").into_bytes())
@@ -328,22 +346,15 @@ impl Member {
         what: &str,
     ) -> Result<String, JoinError> {
         let round = self
-            .state
-            .welcome()
-            .map(|w| w.round)
+            .rounds(|r| r.welcome().map(|w| w.round))
             .expect("round_value() after next_welcome()");
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(v) = self.state.round_value(key) {
+            if let Some(v) = self.rounds(|r| r.round_value(key)) {
                 return Ok(v);
             }
-            if self.state.changed() {
-                return Err(JoinError::RoundChanged(format!(
-                    "{}: {}",
-                    self.who(),
-                    self.state.ended().unwrap_or("a new round formed")
-                )));
-            }
+            self.check()?;
+            self.round_unchanged()?;
             self.interrupted(what)?;
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -353,14 +364,19 @@ impl Member {
                     timeout.as_secs_f64()
                 )));
             }
-            match self
-                .client
-                .next_message(left.min(Duration::from_millis(500)))
-            {
-                Ok(m) => self.take(m)?,
-                Err(NativeError::Timeout { .. }) => {}
-                Err(e) => return Err(self.rdzv_err(e)),
-            }
+            self.wait(left.min(Duration::from_millis(500)))?;
+        }
+    }
+
+    /// [`JoinError::RoundChanged`] when the current round is over or a later one formed.
+    fn round_unchanged(&self) -> Result<(), JoinError> {
+        match self.rounds(|r| r.changed().then(|| r.ended().map(str::to_owned))) {
+            None => Ok(()),
+            Some(ended) => Err(JoinError::RoundChanged(format!(
+                "{}: {}",
+                self.who(),
+                ended.as_deref().unwrap_or("a new round formed")
+            ))),
         }
     }
 
@@ -436,18 +452,8 @@ impl Member {
     /// table, fenced by the round: when the server ends it for a lost or removed member, its
     /// calls fail with [`CommError::RoundEnded`] at once.
     pub fn communicator(&mut self) -> Result<Communicator, JoinError> {
-        if self.state.changed() {
-            return Err(JoinError::RoundChanged(format!(
-                "{}: {}",
-                self.who(),
-                self.state.ended().unwrap_or("a new round formed")
-            )));
-        }
-        let w = self
-            .state
-            .welcome()
-            .cloned()
-            .expect("communicator() after next_welcome()");
+        self.round_unchanged()?;
+        let w = self.welcome().expect("communicator() after next_welcome()");
         let peers = RoundPeers {
             job: w.job.clone(),
             round: w.round,
@@ -499,10 +505,7 @@ impl Member {
     /// After a failed set-up: whether the server ends the round within twice its heartbeat
     /// timeout and a second.
     fn wait_round_end(&mut self) -> Result<bool, JoinError> {
-        let hb = self
-            .state
-            .welcome()
-            .map_or(2.0, |w| w.heartbeat_timeout_ms as f64 / 1000.0);
+        let hb = self.heartbeat_timeout();
         let deadline = crate::secs::deadline(Instant::now(), secs(2.0 * hb + 1.0));
         loop {
             if self.poll()? {
@@ -513,14 +516,7 @@ impl Member {
             if left.is_zero() {
                 return Ok(false);
             }
-            match self
-                .client
-                .next_message(left.min(Duration::from_millis(200)))
-            {
-                Ok(m) => self.take(m)?,
-                Err(NativeError::Timeout { .. }) => {}
-                Err(e) => return Err(self.rdzv_err(e)),
-            }
+            self.wait(left.min(Duration::from_millis(200)))?;
         }
     }
 

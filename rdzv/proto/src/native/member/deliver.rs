@@ -8,21 +8,24 @@ use super::io::Output;
 use super::{FIRST_PAUSE, Member};
 
 impl Member {
-    /// Notes what the session needs of `msg` and hands it to the application (or answers it).
+    /// Notes what the session needs of `msg` and hands it to the application (or answers it);
+    /// what the application gets also updates its [`Rounds`](super::Rounds) (read once, here).
     pub(super) fn message(&mut self, now: Instant, msg: ServerMsg) {
         let before = self.every;
-        let deliver = self.note(now, msg.clone());
+        let deliver = self.note(now, &msg);
         if self.every != before {
             self.restart_heartbeats(now);
         }
         if deliver {
+            // A refusal and the job's end are kept in the rounds for the application.
+            let _ = self.rounds.take(&msg);
             self.out.push_back(Output::Deliver(msg));
         }
     }
 
     /// Whether the message goes on to the application.
-    fn note(&mut self, now: Instant, msg: ServerMsg) -> bool {
-        match &msg {
+    fn note(&mut self, now: Instant, msg: &ServerMsg) -> bool {
+        match msg {
             ServerMsg::Probe { nonce } => {
                 // A peer reported this member gone: say otherwise at once. Not the
                 // application's business.

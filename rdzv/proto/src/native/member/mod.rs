@@ -9,18 +9,22 @@
 //! joins again asking for the place it held ([`Resume`]), within the reconnect window, with
 //! backoff between attempts. What ends a session: the application closing it, the window
 //! running out, the server closing this member's connection on purpose, or this member's own
-//! silence past its round's heartbeat timeout ([`Output::Ended`] says why).
+//! silence past its round's heartbeat timeout ([`Output::Ended`] says why). It also keeps
+//! what the member knows of its rounds ([`Rounds`]), reading each message it hands to the
+//! application once.
 //!
 //! The driver (`dt-rdzv`'s session task: QUIC, tokio timers) feeds [`Input`]s with the time
 //! and carries out the [`Output`]s in order ([`Core`]).
 
 mod deliver;
 mod io;
+mod rounds;
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 pub use io::{Input, Loss, Output};
+pub use rounds::{KEPT_REFUSALS, Rounds, Stop};
 
 use crate::native::{ClientMsg, Join, Resume, RoundEnd};
 use crate::sans_io::Core;
@@ -96,6 +100,8 @@ pub struct Member {
     silent: bool,
     /// The application still listens for events.
     listening: bool,
+    /// What the messages handed to the application said of its rounds.
+    rounds: Rounds,
     phase: Phase,
     out: VecDeque<Output>,
 }
@@ -120,6 +126,7 @@ impl Member {
             silence: None,
             silent: false,
             listening: true,
+            rounds: Rounds::default(),
             phase: Phase::Serving { next: None, seq: 0 },
             out: VecDeque::new(),
         }
@@ -149,6 +156,18 @@ impl Member {
     /// This member's place in its last round, if it was welcomed into one.
     pub fn resume(&self) -> Option<Resume> {
         self.resume
+    }
+
+    /// What this member knows of its rounds, from every message handed to the application
+    /// ([`Output::Deliver`]).
+    pub fn rounds(&self) -> &Rounds {
+        &self.rounds
+    }
+
+    /// The same, for the application to move to the next round ([`Rounds::advance`]) and to
+    /// read the refusals ([`Rounds::take_refused`]).
+    pub fn rounds_mut(&mut self) -> &mut Rounds {
+        &mut self.rounds
     }
 
     fn restart_heartbeats(&mut self, now: Instant) {

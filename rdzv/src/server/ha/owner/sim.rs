@@ -1,15 +1,19 @@
 //! Simulation: two servers sharing one in-memory storage, the owner vanishing at every step of
 //! a job's life, the members resuming on the other server.
 //!
-//! Each server is a sans-IO [`RendezvousMachine`] with its [`Owners`] on a handle of one
-//! [`MemoryStorage`]; one thread drives both on a virtual clock and plays the members the way
-//! the native client's session behaves: a join goes to the first live server of the member's
-//! endpoint list (or where a `Redirect` sends it), every welcome is remembered as the place to
-//! resume, and a member whose server is gone joins the next one again with that place. The
-//! server's own routing is replayed too: a join is fed to the machine only when
-//! [`Owners::claim`] says the job is this server's, completed rounds are written as
-//! [`Note::Round`]. The owner vanishing is a crash: its machine is dropped and its lease
-//! revoked (what the lease's expiry does in etcd, without waiting for it).
+//! Each server is a sans-IO [`RendezvousMachine`](dt_rdzv_proto::rendezvous::RendezvousMachine)
+//! with its [`Owners`](super::Owners) on a handle of one
+//! [`MemoryStorage`](crate::server::ha::storage::MemoryStorage); one thread drives both on a
+//! virtual clock, and each member is the native client's own session machine
+//! ([`dt_rdzv_proto::native::member::Member`], the rules the real client follows): a join goes
+//! to the first live server of the member's endpoint list (or where a `Redirect` sends it),
+//! the machine remembers every welcome as the place to resume, and a member whose server is
+//! gone rejoins the next one with that place (see `world`). The server's own routing is
+//! replayed too: a join is fed to the machine only when [`Owners::claim`](super::Owners::claim)
+//! says the job is this server's, completed rounds are written as
+//! [`Note::Round`](super::Note::Round). The owner vanishing is a crash: its machine is dropped
+//! and its lease revoked (what the lease's expiry does in etcd, without waiting for it), and
+//! its members' connections go silent.
 //!
 //! The script (a job of 2..=3 members): three members form round 1, it runs, one member leaves
 //! (round 2 with two, at once), a late joiner arrives and waits for the last call (round 3 with
@@ -17,68 +21,19 @@
 //! the owner vanishes there, and the job must end as it does without a fault: the same members
 //! in one round with ranks 0..3, at most one round more than the fault-free run, and a round
 //! that was running when the owner vanished comes back as it was (same round, ranks, peers).
+//! No member's session ends, and every member's rounds (the machine's) are its last welcome's.
+
+mod world;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use dt_rdzv_proto::native::{
-    ClientMsg, JobSpec, Join, Resume, Role, RoundCause, ServerMsg, Welcome,
-};
-use dt_rdzv_proto::rendezvous::{Action, ConnId, Event, Input, MachineConfig, RendezvousMachine};
+use dt_rdzv_proto::native::RoundCause;
 
-use super::{Note, Owners, Verdict};
-use crate::server::ha::storage::{MemoryStorage, Storage};
-
-const JOB: &str = "sim";
-const TOKEN: &str = "sim-token";
-const PREFIX: &str = "/dt-rdzv/";
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime")
-}
-
-struct Server {
-    endpoint: String,
-    owners: Arc<Owners>,
-    machine: Option<RendezvousMachine>,
-}
-
-#[derive(Default)]
-struct Member {
-    name: String,
-    /// Its endpoint list, as server indices.
-    order: Vec<usize>,
-    /// (server, connection) while connected.
-    conn: Option<(usize, ConnId)>,
-    /// Where it resumes (the session's `resume`).
-    resume: Option<Resume>,
-    /// Its welcomes, in order.
-    welcomes: Vec<Welcome>,
-    left: bool,
-}
+use world::{JOB, PREFIX, Sim};
 
 /// A member's place in its last round: (round, rank, world, peers as (rank, member)).
 type Place = (u64, u32, u32, Vec<(u32, String)>);
-
-struct Sim {
-    rt: tokio::runtime::Runtime,
-    storage: MemoryStorage,
-    servers: Vec<Server>,
-    members: Vec<Member>,
-    spec: JobSpec,
-    config: MachineConfig,
-    now: Instant,
-    next_conn: ConnId,
-    /// Who holds each connection.
-    conns: BTreeMap<ConnId, usize>,
-    redirects: usize,
-    /// (server, round, cause) of every completed round.
-    rounds: Vec<(usize, u64, RoundCause)>,
-}
 
 /// One step of the script.
 #[derive(Debug, Clone, Copy)]
@@ -100,263 +55,11 @@ const SCRIPT: &[Step] = &[
 ];
 
 impl Sim {
-    fn new() -> Self {
-        let rt = rt();
-        let storage = MemoryStorage::new();
-        let config = MachineConfig {
-            token: Some(TOKEN.into()),
-            ..MachineConfig::default()
-        };
-        let servers = ["A", "B"]
-            .into_iter()
-            .map(|name| {
-                let endpoint = format!("{name}:29401");
-                let owners = rt
-                    .block_on(Owners::start(
-                        Arc::new(storage.handle()),
-                        PREFIX.into(),
-                        Duration::from_secs(3600),
-                        endpoint.clone(),
-                        format!("{name}:29400"),
-                        format!("{name}:29510"),
-                    ))
-                    .expect("the lease");
-                Server {
-                    endpoint,
-                    owners,
-                    machine: Some(RendezvousMachine::new(config.clone())),
-                }
-            })
-            .collect();
-        // Members 1 and 3 reach B first (B sends them to the owner while it lives).
-        let members = (0..4)
-            .map(|i| Member {
-                name: format!("m{i}"),
-                order: if i % 2 == 1 { vec![1, 0] } else { vec![0, 1] },
-                ..Member::default()
-            })
-            .collect();
-        let spec = JobSpec {
-            last_call_ms: 500,
-            ..JobSpec::elastic(2, 3)
-        };
-        Self {
-            rt,
-            storage,
-            servers,
-            members,
-            spec,
-            config,
-            now: Instant::now(),
-            next_conn: 1,
-            conns: BTreeMap::new(),
-            redirects: 0,
-            rounds: Vec::new(),
-        }
-    }
-
-    /// Member `i` joins (again, with its resume if it has one), through its endpoint list.
-    fn join(&mut self, i: usize) {
-        let order = self.members[i].order.clone();
-        let mut at = order
-            .into_iter()
-            .find(|&s| self.servers[s].machine.is_some());
-        for _ in 0..4 {
-            let Some(s) = at else {
-                panic!("{}: no server is up", self.members[i].name);
-            };
-            let verdict = self.rt.block_on(self.servers[s].owners.claim(JOB));
-            match verdict {
-                Verdict::Mine => return self.connect(i, s),
-                Verdict::Elsewhere { endpoint, .. } => {
-                    self.redirects += 1;
-                    at = self.servers.iter().position(|x| x.endpoint == endpoint);
-                    assert!(
-                        at.is_some_and(|s| self.servers[s].machine.is_some()),
-                        "{} sent to {endpoint}, which is down: a dead owner's claim outlived \
-                         its lease",
-                        self.members[i].name
-                    );
-                }
-                Verdict::Unknown(why) => panic!("the storage did not answer: {why}"),
-            }
-        }
-        panic!("{}: redirected in a loop", self.members[i].name);
-    }
-
-    fn connect(&mut self, i: usize, s: usize) {
-        let conn = self.next_conn;
-        self.next_conn += 1;
-        self.conns.insert(conn, i);
-        let m = &mut self.members[i];
-        m.conn = Some((s, conn));
-        let join = Join {
-            job: JOB.into(),
-            token: TOKEN.into(),
-            member: m.name.clone(),
-            node: format!("node-{}", m.name),
-            addrs: vec![format!("10.0.0.{i}:40000")],
-            host: Vec::new(),
-            role: Role::Worker,
-            spec: self.spec.clone(),
-            resume: m.resume,
-        };
-        self.input(
-            s,
-            Input::Connected {
-                conn,
-                observed_ip: format!("10.0.0.{i}"),
-            },
-        );
-        self.input(
-            s,
-            Input::Message {
-                conn,
-                msg: ClientMsg::Join(join),
-            },
-        );
-    }
-
-    fn input(&mut self, s: usize, input: Input) {
-        let now = self.now;
-        if let Some(m) = self.servers[s].machine.as_mut() {
-            m.handle(now, input);
-        }
-        self.drain(s);
-    }
-
-    /// Carries out server `s`'s actions: messages to the members, notes to the storage.
-    fn drain(&mut self, s: usize) {
-        loop {
-            let Some(a) = self.servers[s]
-                .machine
-                .as_mut()
-                .and_then(|m| m.poll_action())
-            else {
-                return;
-            };
-            match a {
-                Action::Send { conn, msg } => self.deliver(conn, msg),
-                Action::Close { conn, .. } => {
-                    if let Some(i) = self.conns.remove(&conn) {
-                        self.members[i].conn = None;
-                    }
-                }
-                Action::Event(Event::RoundComplete {
-                    job,
-                    round,
-                    world,
-                    cause,
-                    ..
-                }) => {
-                    self.rounds.push((s, round, cause));
-                    let owners = self.servers[s].owners.clone();
-                    self.rt
-                        .block_on(owners.apply(Note::Round { job, round, world }));
-                }
-                Action::Event(_) => {}
-            }
-        }
-    }
-
-    fn deliver(&mut self, conn: ConnId, msg: ServerMsg) {
-        let Some(&i) = self.conns.get(&conn) else {
-            return;
-        };
-        let m = &mut self.members[i];
-        if let ServerMsg::Welcome(w) = msg {
-            m.resume = Some(Resume {
-                round: w.round,
-                rank: w.rank,
-                world: w.world,
-                restarts: w.restarts,
-            });
-            m.welcomes.push(w);
-        }
-    }
-
-    fn leave(&mut self, i: usize) {
-        let (s, conn) = self.members[i]
-            .conn
-            .expect("a member that leaves is connected");
-        self.members[i].left = true;
-        self.input(
-            s,
-            Input::Message {
-                conn,
-                msg: ClientMsg::Leave,
-            },
-        );
-        self.input(
-            s,
-            Input::Closed {
-                conn,
-                why: "left".into(),
-            },
-        );
-        self.conns.remove(&conn);
-        self.members[i].conn = None;
-    }
-
-    /// Runs the clock `d` on, connected members sending heartbeats at the machine's rate.
-    fn run(&mut self, d: Duration) {
-        let end = self.now + d;
-        let step = self.config.heartbeat_interval;
-        while self.now < end {
-            for i in 0..self.members.len() {
-                if let Some((s, conn)) = self.members[i].conn {
-                    let msg = ClientMsg::Heartbeat { seq: 0 };
-                    self.input(s, Input::Message { conn, msg });
-                }
-            }
-            let next = (self.now + step).min(end);
-            for s in 0..self.servers.len() {
-                while let Some(t) = self.servers[s]
-                    .machine
-                    .as_ref()
-                    .and_then(|m| m.poll_timeout())
-                {
-                    if t > next {
-                        break;
-                    }
-                    self.now = self.now.max(t);
-                    let now = self.now;
-                    if let Some(m) = self.servers[s].machine.as_mut() {
-                        m.handle_timeout(now);
-                    }
-                    self.drain(s);
-                }
-            }
-            self.now = next;
-        }
-    }
-
     fn step(&mut self, step: Step) {
         match step {
             Step::Join(i) => self.join(i),
             Step::Leave(i) => self.leave(i),
             Step::Run(d) => self.run(d),
-        }
-    }
-
-    /// Server `s` crashes: its machine is gone, its lease with it; its members notice and join
-    /// the next server of their lists with the place they held.
-    fn vanish(&mut self, s: usize) {
-        self.servers[s].machine = None;
-        let lease = self.servers[s].owners.lock().lease;
-        self.rt
-            .block_on(self.storage.revoke(lease))
-            .expect("the in-memory storage answers");
-        let lost: Vec<usize> = (0..self.members.len())
-            .filter(|&i| matches!(self.members[i].conn, Some((x, _)) if x == s))
-            .collect();
-        for &i in &lost {
-            if let Some((_, conn)) = self.members[i].conn.take() {
-                self.conns.remove(&conn);
-            }
-        }
-        for i in lost {
-            self.join(i);
         }
     }
 
@@ -460,6 +163,23 @@ fn check_final(sim: &Sim, k: Option<usize>) -> u64 {
         assert!(
             p.contains(&(*rank, name.clone())),
             "cut {k:?}: {name}'s own entry"
+        );
+    }
+    for m in sim.members.iter().filter(|m| !m.left) {
+        assert_eq!(m.ended, None, "cut {k:?}: {}'s session ended", m.name);
+        let rounds = m.m.as_ref().expect("joined").rounds();
+        let taken = rounds.welcome().map(|w| (w.round, w.rank, w.world));
+        let (r, rank, w, _) = &places[&m.name];
+        assert_eq!(
+            taken,
+            Some((*r, *rank, *w)),
+            "cut {k:?}: {}'s rounds",
+            m.name
+        );
+        assert!(
+            !rounds.changed() && rounds.stop().is_none(),
+            "cut {k:?}: {}'s rounds: {rounds:?}",
+            m.name
         );
     }
     let record = sim.record().expect("the round record");
