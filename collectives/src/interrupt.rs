@@ -44,7 +44,7 @@ pub fn with_check<R>(check: Check, body: impl FnOnce() -> R) -> R {
 }
 
 /// Asks this thread's check, if one is installed: `Some(why)` means stop.
-pub(crate) fn requested() -> Option<String> {
+pub fn requested() -> Option<String> {
     CHECK.with(|c| match c.try_borrow_mut() {
         Ok(mut c) => c.as_mut().and_then(|f| f()),
         // The check itself is running (it called back into a wait): no nested answer.

@@ -27,7 +27,6 @@
 //!   (`DTCOMM_SOCKET_IFNAME`);
 //! * `bootstrap/`: the TCP mesh (its links and authenticated handshake are `transport/tcp/`); peers'
 //!   addresses through a store (`store.rs`) or a native round's `Welcome` (`welcome.rs`);
-//! * [`launch`]: rank, world and rendezvous from launchers' variables (as `dtcomm.init()`);
 //! * [`device`]: device buffers (path agreement, staging, NCCL calls) over two narrow
 //!   interfaces with in-memory twins; [`cuda`]: whether CUDA and NCCL (loaded at run time,
 //!   feature `cuda`) are usable here ([`cuda::cuda_status`]), and with the feature the real
@@ -57,7 +56,6 @@ mod fork;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod interrupt;
-pub mod launch;
 pub mod negotiate;
 pub mod op;
 mod progress;
@@ -78,3 +76,4 @@ pub use fence::{RoundEnd, RoundFence};
 pub use op::ReduceOp;
 pub use progress::{OnDone, Work};
 pub use reduce::reduce_local;
+pub use transport::iface::advertised_ip;

@@ -2,15 +2,11 @@
 //! arguments), destroying it, and its topology.
 
 use std::ffi::{CStr, c_char, c_int};
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dt_rdzv::server::{BackgroundServer, ServeConfig};
-use dt_rdzv::store::{PrefixStore, Store};
-use dtcomm::launch::native::{JoinError, Member, NativeExplicit, NativeSettings};
-use dtcomm::launch::{self, Explicit, Launch, STORE_PORT, hosted, mpi_hosts, mpi_session};
-use dtcomm::{CommError, Communicator, Config, DataListener, Options};
+use dtcomm::{CommError, Options};
+use dtcomm_launch::Explicit;
 
 use crate::handles::{self, Comm};
 use crate::status::{Fail, guard, invalid};
@@ -64,192 +60,6 @@ fn setup_since(start: Option<Instant>, detail: impl Into<String>) -> Fail {
     })
 }
 
-/// Joins the native rendezvous at `l`'s endpoint: the server assigns the ranks, the welcome's
-/// peer table gives the addresses, and when the server ends the round (a member lost) the
-/// communicator's calls fail with `DTCOMM_ROUND_ENDED`.
-fn join_native(l: &Launch, ex: &Explicit) -> Result<(Comm, String), Fail> {
-    let env = |k: &str| std::env::var(k).ok();
-    let nex = NativeExplicit {
-        endpoint: l.endpoint.value.clone(),
-        job: ex.run_id.clone(),
-        ..NativeExplicit::default()
-    };
-    let settings = NativeSettings::resolve(&nex, &env).map_err(setup)?;
-    let line = settings.log_line();
-    let listener = DataListener::bind(&Options::default())?;
-    let start = Instant::now();
-    let joined = |e: JoinError| match e {
-        JoinError::Comm(c) => Fail::from(c),
-        e => setup_since(Some(start), e.to_string()),
-    };
-    let mut member = Member::join(settings, Some(listener)).map_err(joined)?;
-    // Takes the next round when one ends during set-up, as every front end does.
-    let comm = member.connect_round(None).map_err(joined)?;
-    let w = member.welcome().expect("connect_round took a round");
-    let (round, local_rank) = (w.round, w.local_rank as usize);
-    Ok((
-        Comm {
-            comm: Arc::new(comm),
-            local_rank,
-            _server: None,
-            member: std::sync::Mutex::new(Some(member)),
-        },
-        format!("{line} round={round}"),
-    ))
-}
-
-/// Joins the group the launcher environment describes (the precedence of Python's
-/// `dtcomm.init()`); the native rendezvous is [`join_native`].
-fn join(l: Launch) -> Result<Comm, Fail> {
-    let cfg = Config::resolve(&Options::default()).map_err(setup)?;
-    let wait = cfg.timeout.value;
-    let Some(endpoint) = l.endpoint.value.clone() else {
-        // A world of one: no store needed.
-        let c = Communicator::in_memory(1, Options::default())?;
-        let comm = c.into_iter().next().expect("one rank");
-        return Ok(Comm {
-            comm: Arc::new(comm),
-            local_rank: l.local_rank.value,
-            _server: None,
-            member: Default::default(),
-        });
-    };
-    if endpoint.starts_with(launch::HOROVOD_KV) {
-        return Err(setup(format!(
-            "horovodrun's key-value rendezvous ({}) is joined from Python only: set \
-             DTCOMM_RDZV_ENDPOINT or MASTER_ADDR/MASTER_PORT",
-            l.endpoint.source
-        )));
-    }
-    let (endpoint, session_server) = if let Some(dir) =
-        endpoint.strip_prefix(mpi_session::MPI_SESSION)
-    {
-        meet_in_session(dir, &l, wait)?
-    } else if endpoint.starts_with(mpi_hosts::MPI_PMIX) || endpoint.starts_with(mpi_hosts::MPI_PMI1)
-    {
-        meet_through_mpi(&endpoint, &l, &cfg, wait)?
-    } else {
-        (endpoint, None)
-    };
-    let server = if session_server.is_some() {
-        session_server
-    } else if l.host_store.value {
-        let (host, port) = launch::split_host_port(&endpoint, STORE_PORT).map_err(setup)?;
-        let bind = if host.starts_with("127.") {
-            host.as_str()
-        } else {
-            "::"
-        };
-        let ip: IpAddr = bind
-            .parse()
-            .map_err(|e| setup(format!("store host {bind:?}: {e}")))?;
-        let cfg = ServeConfig::embedded_store(ip, port);
-        Some(BackgroundServer::start(cfg).map_err(|e| {
-            setup(format!(
-                "hosting the store on {bind}:{port} ({}): {e}",
-                l.host_store.source
-            ))
-        })?)
-    } else {
-        None
-    };
-    // Rank 0's store is a new server at every init: meet at the one of this init.
-    let role = hosted::Role::of(server.is_some(), l.rank0_hosts.value);
-    let client =
-        hosted::connect(&endpoint, &l.run_id.value, role, l.rank.value, wait).map_err(setup)?;
-    let base = format!("{}/dtcomm", l.run_id.value);
-    let store_err = |e: dt_rdzv::store::StoreError| setup(format!("store {endpoint}: {e}"));
-    let me = match l.rank.value {
-        Some(r) => r,
-        None => {
-            // OCI workers: ranks 1.. in order of arrival.
-            let r = client
-                .add(&format!("{base}/oci-rank"), 1)
-                .map_err(store_err)? as usize;
-            if r >= l.world.value {
-                return Err(setup(format!(
-                    "OCI worker joined as number {r} but the world has {} ranks",
-                    l.world.value
-                )));
-            }
-            r
-        }
-    };
-    // The n-th init of every rank meets under generation n, so an earlier run's keys (same
-    // run id, long-lived server) are never read.
-    let generation = client
-        .add(&format!("{base}/gen/{me}"), 1)
-        .map_err(store_err)?;
-    let store: Arc<dyn Store> = Arc::new(PrefixStore::new(format!("{base}/g{generation}"), client));
-    let comm = Communicator::new(store, me, l.world.value, Options::default())?;
-    Ok(Comm {
-        comm: Arc::new(comm),
-        local_rank: l.local_rank.value,
-        _server: server,
-        member: Default::default(),
-    })
-}
-
-/// How many times this process has met its peers under `mpirun` (the n-th init meets under
-/// the n-th name, never an address an earlier init already shut down).
-fn next_meeting() -> u64 {
-    static INITS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    INITS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1
-}
-
-/// Under `mpirun` across hosts (PMIx) or `mpiexec.hydra` (PMI-1): rank 0 hosts the store on
-/// the address its data plane advertises and passes it to the others through the process
-/// manager ([`mpi_hosts`]).
-fn meet_through_mpi(
-    endpoint: &str,
-    l: &Launch,
-    cfg: &Config,
-    wait: std::time::Duration,
-) -> Result<(String, Option<BackgroundServer>), Fail> {
-    let n = next_meeting();
-    let rank = l
-        .rank
-        .value
-        .ok_or_else(|| setup("meeting through the MPI process manager needs a rank variable"))?;
-    if rank != 0 {
-        let ep = mpi_hosts::meet(endpoint, rank, &l.run_id.value, n, None, wait)
-            .map_err(|e| setup(e.to_string()))?;
-        return Ok((ep, None));
-    }
-    let ip = mpi_hosts::advertised_ip(cfg.socket_ifname.value.as_deref()).map_err(setup)?;
-    let server = BackgroundServer::start(ServeConfig::embedded_store(ip, 0))
-        .map_err(|e| setup(format!("hosting the store on {ip}: {e}")))?;
-    let mine = server.endpoint();
-    mpi_hosts::meet(endpoint, 0, &l.run_id.value, n, Some(&mine), wait)
-        .map_err(|e| setup(e.to_string()))?;
-    Ok((mine, Some(server)))
-}
-
-/// Under `mpirun` on one host: rank 0 hosts the store on loopback and leaves its address in
-/// Open MPI's session directory; the others read it there ([`mpi_session`]).
-fn meet_in_session(
-    dir: &str,
-    l: &Launch,
-    wait: std::time::Duration,
-) -> Result<(String, Option<BackgroundServer>), Fail> {
-    let n = next_meeting();
-    let path = mpi_session::endpoint_file(dir, &l.run_id.value, n);
-    match l.rank.value {
-        Some(0) => {
-            let cfg = ServeConfig::embedded_store(IpAddr::from([127, 0, 0, 1]), 0);
-            let server = BackgroundServer::start(cfg)
-                .map_err(|e| setup(format!("hosting the store on 127.0.0.1: {e}")))?;
-            let endpoint = server.endpoint();
-            mpi_session::publish(&path, &endpoint).map_err(setup)?;
-            Ok((endpoint, Some(server)))
-        }
-        Some(r) => Ok((mpi_session::read(&path, r, wait).map_err(setup)?, None)),
-        None => Err(setup(
-            "Open MPI's session directory needs OMPI_COMM_WORLD_RANK",
-        )),
-    }
-}
-
 fn cstr(func: &str, what: &str, p: *const c_char) -> Result<Option<String>, Fail> {
     if p.is_null() {
         return Ok(None);
@@ -265,19 +75,21 @@ fn cstr(func: &str, what: &str, p: *const c_char) -> Result<Option<String>, Fail
 }
 
 fn finish(func: &str, out: *mut dtcomm_comm_t, ex: Explicit) -> Result<(), Fail> {
-    let l = launch::from_env(&ex).map_err(setup)?;
-    let mut line = l.to_string();
-    let c = if l.native.value {
-        let (c, native) = join_native(&l, &ex)?;
-        line = format!("{line}; {native}");
-        c
-    } else {
-        join(l)?
-    };
+    let l = dtcomm_launch::from_env(&ex).map_err(setup)?;
+    // The one join every front end shares: the store path, or the native rendezvous (taking
+    // the next round when one ends during set-up).
+    let j = dtcomm_launch::join(&l, &Options::default())?;
     tracing_line(&format!(
-        "dtcomm ({func}): {line}; {}",
-        c.comm.transport_description()
+        "dtcomm ({func}): {}; {}",
+        j.line,
+        j.comm.transport_description()
     ));
+    let c = Comm {
+        comm: Arc::new(j.comm),
+        local_rank: j.local_rank,
+        _server: j.server,
+        member: std::sync::Mutex::new(j.member),
+    };
     let h = handles::add_comm(c);
     // SAFETY: both callers, `dtcomm_comm_init` and `dtcomm_comm_init_rank`, refuse a NULL `out`
     // before calling `finish`, and their contracts make it valid for a write of one

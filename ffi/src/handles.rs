@@ -16,7 +16,7 @@ pub(crate) struct Comm {
     /// The store this rank hosts (rank 0 of env://), kept until destroy.
     pub _server: Option<BackgroundServer>,
     /// The native rendezvous member whose round this communicator is (it leaves on destroy).
-    pub member: Mutex<Option<dtcomm::launch::native::Member>>,
+    pub member: Mutex<Option<dtcomm_launch::native::Member>>,
 }
 
 static NEXT: AtomicU64 = AtomicU64::new(1);
@@ -47,7 +47,7 @@ pub(crate) fn comm(h: u64) -> Option<Arc<Comm>> {
 }
 
 /// The native member of `c`, taken out (once) to leave its job.
-pub(crate) fn take_member(c: &Comm) -> Option<dtcomm::launch::native::Member> {
+pub(crate) fn take_member(c: &Comm) -> Option<dtcomm_launch::native::Member> {
     c.member.lock().unwrap_or_else(|p| p.into_inner()).take()
 }
 

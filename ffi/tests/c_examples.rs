@@ -372,7 +372,7 @@ fn a_c_program_refused_by_the_native_server_says_why_and_after_how_long() {
 
 #[test]
 fn a_c_program_takes_the_next_round_when_one_ends_during_set_up() {
-    use dtcomm::launch::native::{Member, NativeExplicit, NativeSettings};
+    use dtcomm_launch::native::{Member, NativeExplicit, NativeSettings};
     let exe = compile("native_next_round");
     let token = "c-next-round-token";
     let (server, fingerprint) = native_server(token);

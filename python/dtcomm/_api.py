@@ -4,7 +4,6 @@ arrays and CPU torch tensors (sync, or ``async_op=True`` for a :class:`Work`).""
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import sys
 from collections.abc import Callable
@@ -91,73 +90,37 @@ def init(
     if cfg.native.value:
         _group = _init_native(cfg, algo=algo, socket_ifname=socket_ifname, verbose=verbose)
         return
-    server: _dtcomm.RdzvServer | None = None
     endpoint = cfg.endpoint.value
     if endpoint is not None and endpoint.startswith(_config.HOROVOD_KV):
         _group = _init_horovod_kv(cfg, endpoint, algo=algo, socket_ifname=socket_ifname,
                                   verbose=verbose)
         return
-    wait = _setup_wait(cfg)
-    endpoint, server = meet(cfg, wait, socket_ifname)
-    # Rank 0's store is a new server at every init: meet at the one of this init.
-    store = _dtcomm.StoreClient.for_init(endpoint, cfg.run_id.value, host=server is not None,
-                                         rank0_hosts=cfg.rank0_hosts.value,
-                                         rank=cfg.rank.value, timeout=wait)
-    base = f"{cfg.run_id.value}/dtcomm"
-    me = rank_of(cfg, functools.partial(store.add, delta=1), base)
-    # Each rank counts its own joins: the n-th init() of every rank meets under generation n,
-    # so an earlier run's keys (same run id, long-lived server) are never read.
-    gen = store.add(f"{base}/gen/{me}", 1)
-    comm = _dtcomm.Communicator.connect(
-        endpoint,
-        me,
-        cfg.world_size.value,
-        prefix=f"{base}/g{gen}",
-        timeout=cfg.timeout.value,
-        algo=algo,
-        socket_ifname=socket_ifname,
-    )
-    del store
+    # The engine's one join (what the C ABI runs): the meeting by the launch rules, rank 0's
+    # store of this init, an OCI worker's rank, the generation.
+    comm, server, gen = _dtcomm.join_store(cfg, timeout=cfg.timeout.value, algo=algo,
+                                           socket_ifname=socket_ifname)
     _group = _Group(comm, cfg, server)
     if verbose:
-        _say(f"dtcomm: {cfg.log_line()} generation={gen}; engine: {comm.config()}; "
-             f"{comm.transport()}")
+        met = "" if gen is None else f" generation={gen}"
+        _say(f"dtcomm: {cfg.log_line()}{met}; engine: {comm.config()}; {comm.transport()}")
 
 
 def meet(cfg: _config.Resolved, wait: float,
          socket_ifname: str | None = None) -> tuple[str, _dtcomm.RdzvServer | None]:
     """The store endpoint every rank of ``cfg`` meets at, and the server this process hosts
-    for it (a world of one's private store; rank 0's under Open MPI, MPICH, Slurm, OCI or
-    torch's env:// rule), by the launch rules (``dtcomm::launch``)."""
-    endpoint = cfg.endpoint.value
-    server: _dtcomm.RdzvServer | None = None
-    if endpoint is None:
-        # A world of one: a private in-process store.
+    for it (rank 0's under Open MPI, MPICH, Slurm, OCI or torch's env:// rule; the engine's
+    ``dtcomm_launch::meet``), or for a world of one a private in-process store."""
+    met = _dtcomm.meet(cfg, wait, socket_ifname)
+    if met is None:
         server = _dtcomm.RdzvServer("127.0.0.1", 0)
         return server.endpoint, server
-    if endpoint.startswith(_config.MPI_SESSION):
-        from ._mpi_session import meet as meet_session
-
-        if cfg.rank.value is None:
-            raise _config.ConfigError("Open MPI's session directory needs OMPI_COMM_WORLD_RANK")
-        return meet_session(endpoint[len(_config.MPI_SESSION):], cfg.rank.value,
-                            cfg.run_id.value, wait)
-    if endpoint.startswith((_config.MPI_PMIX, _config.MPI_PMI1)):
-        from ._mpi_session import meet_mpi
-
-        if cfg.rank.value is None:
-            raise _config.ConfigError("meeting through the MPI process manager needs a rank "
-                                      "variable")
-        return meet_mpi(endpoint, cfg.rank.value, cfg.run_id.value, wait, socket_ifname)
-    if cfg.host_store.value:
-        host, port = _dtcomm.split_host_port(endpoint, _dtcomm.STORE_PORT)
-        server = _dtcomm.RdzvServer("::" if not host.startswith("127.") else host, port)
-    return endpoint, server
+    return met
 
 
 def rank_of(cfg: _config.Resolved, add: Callable[[str], int], base: str) -> int:
     """This process's rank: the launcher's, or (an OCI worker) its number of arrival through
-    the store counter ``add`` under ``base``."""
+    the store counter ``add`` under ``base`` (``dtcomm://``'s, on torch's own store; the
+    engine's join does the same in ``rank_and_generation``)."""
     me = cfg.rank.value
     if me is not None:
         return me

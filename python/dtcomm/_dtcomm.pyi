@@ -11,7 +11,7 @@ __all__ = [
     "flight_entries", "flight_summary",
     "flight_dump", "flight_dump_bytes", "flight_capacity", "job_token", "store_link_secret",
     "resolve_launch",
-    "native_settings", "slurm_step", "mpi_meet", "mpi_session_meet", "advertised_ip",
+    "native_settings", "slurm_step", "join_store", "meet", "is_native", "parse_members",
     "engine_setup_timeout", "DtcommError", "CommTimeoutError", "PeerLostError", "RoundEndedError",
     "MismatchError", "SetupError", "ShutdownError", "DeviceError", "RdzvError",
     "RdzvConnectError", "RdzvRefusedError", "RdzvJobEndedError", "RdzvTimeoutError",
@@ -249,9 +249,6 @@ class RdzvServer:
 @final
 class StoreClient:
     def __new__(cls, endpoint: str, timeout: float = 60.0) -> StoreClient: ...
-    @staticmethod
-    def for_init(endpoint: str, run_id: str, *, host: bool, rank0_hosts: bool,
-                 rank: int | None, timeout: float = 60.0) -> StoreClient: ...
     def set(self, key: str, value: bytes) -> None: ...
     def get(self, key: str, timeout: float | None = None) -> bytes: ...
     def add(self, key: str, delta: int) -> int: ...
@@ -463,28 +460,33 @@ def slurm_step(env: dict[str, str]) -> dict[str, Any] | None:
     nodes, first_host, port, run_id), or None; ValueError when Slurm's variables disagree."""
     ...
 
-def mpi_meet(endpoint: str, rank: int, run_id: str, n: int, mine: str | None,
-             timeout: float) -> str:
-    """Under an MPI launcher: the n-th meeting of run ``run_id`` through the process manager
-    that ``endpoint`` names (``mpi-pmix://...``, ``mpi-pmi://...``). Rank 0 passes its store's
-    ``host:port`` as ``mine``; every rank gets rank 0's (TimeoutError past ``timeout``)."""
+def join_store(resolved: Any, *, timeout: float | None = None, algo: str | None = None,
+               socket_ifname: str | None = None
+               ) -> tuple[Communicator, RdzvServer | None, int | None]:
+    """Joins the group ``resolved`` (a ``dtcomm._config.Resolved``) describes through a store,
+    the engine's one join (what the C ABI runs): ``(communicator, the store this process hosts
+    or None, generation or None)``."""
     ...
 
-def advertised_ip(socket_ifname: str | None = None) -> str:
-    """The address the data plane advertises (``socket_ifname`` in NCCL's syntax, else the
-    first interface that is up and not loopback)."""
+def is_native(env: dict[str, str], endpoint: str) -> tuple[bool, str]:
+    """Whether ``endpoint`` speaks dt-rdzv's native protocol by the launch rules:
+    ``(bool, source)``; ValueError naming a bad ``DTCOMM_RDZV_BACKEND`` or endpoint."""
+    ...
+
+def parse_members(text: str, var: str) -> tuple[int, int]:
+    """``N`` or ``MIN:MAX`` as ``(min, max)``; ValueError naming ``var``."""
+    ...
+
+def meet(resolved: Any, wait: float, socket_ifname: str | None = None
+         ) -> tuple[str, RdzvServer | None] | None:
+    """The store every rank of ``resolved`` meets at by the launch rules: ``(endpoint, the
+    store this process hosts or None)``, or None for a world of one."""
     ...
 
 def engine_setup_timeout(timeout: float | None = None) -> float:
     """The engine's set-up deadline in seconds as it resolves it (``DTCOMM_SETUP_TIMEOUT``,
     else ``timeout`` when given, else ``DTCOMM_TIMEOUT``, else 300). Raises ValueError naming
     a bad value."""
-    ...
-
-def mpi_session_meet(dir: str, rank: int, run_id: str, n: int, mine: str | None,
-                     timeout: float) -> str:
-    """The n-th meeting in Open MPI's session directory: rank 0 leaves ``mine``, the others
-    read it (TimeoutError past ``timeout``)."""
     ...
 
 def native_settings(

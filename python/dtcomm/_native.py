@@ -91,36 +91,24 @@ def own_ip(w: _dtcomm.Welcome) -> str:
 
 
 def is_native(env: Mapping[str, str], endpoint: str | None = None) -> Value[bool]:
-    """Whether ``endpoint`` (default ``DTCOMM_RDZV_ENDPOINT``) speaks the native protocol."""
+    """Whether ``endpoint`` (default ``DTCOMM_RDZV_ENDPOINT``) speaks the native protocol (the
+    launch rules' answer, ``dtcomm_launch::is_native``)."""
     ep = endpoint if endpoint is not None else _set(env, "DTCOMM_RDZV_ENDPOINT")
     if ep is None:
         return Value(False, "no DTCOMM_RDZV_ENDPOINT")
-    backend = (_set(env, "DTCOMM_RDZV_BACKEND") or "").lower()
-    if backend == "native":
-        return Value(True, "DTCOMM_RDZV_BACKEND")
-    if backend in ("store", "tcpstore", "c10d"):
-        return Value(False, "DTCOMM_RDZV_BACKEND")
-    if backend:
-        raise ConfigError(f"DTCOMM_RDZV_BACKEND={backend!r}: expected 'native' or 'store'")
-    for var in ("DTCOMM_RDZV_FINGERPRINT", "DTCOMM_RDZV_CACERT"):
-        if _set(env, var) is not None:
-            return Value(True, var)
-    if split_host_port(ep.split(",")[0], STORE_PORT)[1] == NATIVE_PORT:
-        return Value(True, f"port {NATIVE_PORT}")
-    return Value(False, "default (TCPStore protocol)")
+    try:
+        native, source = _dtcomm.is_native(dict(env), ep)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return Value(native, source)
 
 
 def parse_members(text: str, var: str) -> tuple[int, int]:
-    """``N`` or ``MIN:MAX`` as (min, max)."""
-    lo, sep, hi = text.partition(":")
+    """``N`` or ``MIN:MAX`` as (min, max) (the native settings' rule)."""
     try:
-        mn = int(lo)
-        mx = int(hi) if sep else mn
-    except ValueError:
-        raise ConfigError(f"{var}={text!r}: expected N or MIN:MAX") from None
-    if mn < 1 or mx < mn:
-        raise ConfigError(f"{var}={text!r}: need 1 <= MIN <= MAX")
-    return mn, mx
+        return _dtcomm.parse_members(text, var)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 @dataclass(frozen=True)

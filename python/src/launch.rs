@@ -1,12 +1,11 @@
 //! `dtcomm._dtcomm.resolve_launch`: the engine's launcher-environment resolver
-//! ([`dtcomm::launch`], what the C ABI's `dtcomm_comm_init` uses), so that the tests can hold it
+//! ([`dtcomm_launch`], what the C ABI's `dtcomm_comm_init` uses), so that the tests can hold it
 //! to the same answers as Python's `dtcomm._config.resolve`.
 
 use std::collections::HashMap;
 
-use dtcomm::launch::mpi_hosts::MeetError;
-use dtcomm::launch::native::{NativeExplicit, NativeSettings};
-use dtcomm::launch::{Explicit, Sourced, resolve};
+use dtcomm_launch::native::{NativeExplicit, NativeSettings};
+use dtcomm_launch::{Explicit, Sourced, resolve};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -57,7 +56,7 @@ pub(crate) fn resolve_launch<'py>(
 }
 
 /// The Slurm step this process is a task of (`srun` started it), as the launch rules read it
-/// ([`dtcomm::launch::slurm::step`]): a dict (`rank`, `world`, `local_rank`, `local_size`,
+/// ([`dtcomm_launch::slurm::step`]): a dict (`rank`, `world`, `local_rank`, `local_size`,
 /// `node`, `nodes`, `first_host`, `port`, `run_id`), or None outside `srun`. Raises
 /// ValueError naming the variables when they disagree.
 #[pyfunction]
@@ -66,7 +65,7 @@ pub(crate) fn slurm_step<'py>(
     env: HashMap<String, String>,
 ) -> PyResult<Option<Bound<'py, PyDict>>> {
     let Some(st) =
-        dtcomm::launch::slurm::step(&|k| env.get(k).cloned()).map_err(PyValueError::new_err)?
+        dtcomm_launch::slurm::step(&|k| env.get(k).cloned()).map_err(PyValueError::new_err)?
     else {
         return Ok(None);
     };
@@ -84,7 +83,7 @@ pub(crate) fn slurm_step<'py>(
 }
 
 /// Resolves the native rendezvous' settings from `env` and the explicit values as every front
-/// end does ([`dtcomm::launch::native::NativeSettings::resolve`]): a dict of `name: (value,
+/// end does ([`dtcomm_launch::native::NativeSettings::resolve`]): a dict of `name: (value,
 /// source)` plus `server_name` and `log_line`. Raises ValueError naming the variable.
 #[pyfunction]
 #[pyo3(signature = (env, *, endpoint=None, job=None, members=None, token=None, fingerprint=None,
@@ -137,74 +136,21 @@ pub(crate) fn native_settings<'py>(
     Ok(d)
 }
 
-/// Under `mpirun` on one host: the n-th meeting of run `run_id` in Open MPI's session
-/// directory `dir` ([`dtcomm::launch::mpi_session`], what the C ABI uses). Rank 0 passes its
-/// store's `host:port` as `mine` and leaves it there; the others read it, waiting at most
-/// `timeout` seconds (Ctrl-C stops the wait). Raises TimeoutError or RuntimeError naming the
-/// rank.
+/// Whether `endpoint` speaks dt-rdzv's native protocol by the launch rules
+/// ([`dtcomm_launch::is_native`], from `env`): `(bool, source)`. Raises ValueError naming a
+/// bad `DTCOMM_RDZV_BACKEND` or endpoint.
 #[pyfunction]
-#[pyo3(signature = (dir, rank, run_id, n, mine, timeout))]
-pub(crate) fn mpi_session_meet(
-    py: Python<'_>,
-    dir: String,
-    rank: usize,
-    run_id: String,
-    n: u64,
-    mine: Option<String>,
-    timeout: f64,
-) -> PyResult<String> {
-    let wait = std::time::Duration::try_from_secs_f64(timeout)
-        .map_err(|e| PyValueError::new_err(format!("timeout {timeout}: {e}")))?;
-    let path = dtcomm::launch::mpi_session::endpoint_file(&dir, &run_id, n);
-    if let Some(ep) = mine {
-        dtcomm::launch::mpi_session::publish(&path, &ep)
-            .map_err(pyo3::exceptions::PyRuntimeError::new_err)?;
-        return Ok(ep);
-    }
-    let (r, raised) =
-        crate::interrupt::detach(py, || dtcomm::launch::mpi_session::read(&path, rank, wait));
-    if let Some(e) = raised {
-        return Err(e);
-    }
-    r.map_err(pyo3::exceptions::PyTimeoutError::new_err)
+pub(crate) fn is_native(env: HashMap<String, String>, endpoint: &str) -> PyResult<(bool, String)> {
+    let v = dtcomm_launch::is_native(&|k| env.get(k).cloned(), endpoint)
+        .map_err(PyValueError::new_err)?;
+    Ok((v.value, v.source))
 }
 
-/// Under an MPI launcher: the n-th meeting of run `run_id` through the process manager that
-/// `endpoint` names (`mpi-pmix://...`: Open MPI's PMIx server; `mpi-pmi://...`: Hydra's PMI-1
-/// socket; [`dtcomm::launch::mpi_hosts::meet`]). Rank 0 passes its store's `host:port` as
-/// `mine`; every rank gets rank 0's. Raises TimeoutError when a rank does not arrive in time,
-/// RuntimeError for the other failures, naming the rank.
+/// `N` or `MIN:MAX` members as `(min, max)` ([`dtcomm_launch::native::parse_members`]);
+/// ValueError naming `var`.
 #[pyfunction]
-#[pyo3(signature = (endpoint, rank, run_id, n, mine, timeout))]
-pub(crate) fn mpi_meet(
-    py: Python<'_>,
-    endpoint: String,
-    rank: usize,
-    run_id: String,
-    n: u64,
-    mine: Option<String>,
-    timeout: f64,
-) -> PyResult<String> {
-    let wait = std::time::Duration::try_from_secs_f64(timeout)
-        .map_err(|e| PyValueError::new_err(format!("timeout {timeout}: {e}")))?;
-    py.detach(|| {
-        dtcomm::launch::mpi_hosts::meet(&endpoint, rank, &run_id, n, mine.as_deref(), wait)
-    })
-    .map_err(|e| match e {
-        MeetError::Timeout(m) => pyo3::exceptions::PyTimeoutError::new_err(m),
-        MeetError::Failed(m) => pyo3::exceptions::PyRuntimeError::new_err(m),
-    })
-}
-
-/// The address rank 0's store listens on when the ranks meet through PMIx: the one its data
-/// plane advertises (`socket_ifname` in NCCL's syntax, else the first interface that is up
-/// and not loopback).
-#[pyfunction]
-#[pyo3(signature = (socket_ifname=None))]
-pub(crate) fn advertised_ip(socket_ifname: Option<String>) -> PyResult<String> {
-    dtcomm::launch::mpi_hosts::advertised_ip(socket_ifname.as_deref())
-        .map(|ip| ip.to_string())
-        .map_err(pyo3::exceptions::PyRuntimeError::new_err)
+pub(crate) fn parse_members(text: &str, var: &str) -> PyResult<(u32, u32)> {
+    dtcomm_launch::native::parse_members(text, var).map_err(PyValueError::new_err)
 }
 
 /// The engine's set-up deadline in seconds as it resolves it (`DTCOMM_SETUP_TIMEOUT`, else

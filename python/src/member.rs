@@ -1,12 +1,12 @@
 //! `dtcomm._dtcomm.NativeMember`: one member of a native job, the engine's
-//! (`dtcomm::launch::native::Member`), for Python's `dtcomm._native.Member` (which `dtcomm.init`,
+//! (`dtcomm_launch::native::Member`), for Python's `dtcomm._native.Member` (which `dtcomm.init`,
 //! elastic training, `dtrun` and the torchrun handler use): one join path for every front end.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use dtcomm::launch::native::{JoinError, Member, NativeExplicit, NativeSettings, Stop};
+use dtcomm_launch::native::{JoinError, Member, NativeExplicit, NativeSettings, Stop};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 

@@ -7,7 +7,6 @@ use std::time::Duration;
 use dt_rdzv::client::TcpStoreClient;
 use dt_rdzv::server::{BackgroundServer, ServeConfig};
 use dt_rdzv::store::Store;
-use dtcomm::launch::hosted;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -66,6 +65,17 @@ impl RdzvServer {
     }
 }
 
+impl RdzvServer {
+    /// The server a join started for this process (rank 0's store, a meeting's).
+    pub(crate) fn hosting(server: BackgroundServer) -> RdzvServer {
+        RdzvServer {
+            endpoint: server.endpoint(),
+            port: server.addr().port(),
+            inner: Some(server),
+        }
+    }
+}
+
 /// A blocking client of a TCPStore server (`dt-rdzv serve` or torch's), every wait bounded.
 #[pyclass(module = "dtcomm._dtcomm", name = "StoreClient")]
 pub struct StoreClient {
@@ -90,29 +100,6 @@ impl StoreClient {
         let client = py
             .detach(move || TcpStoreClient::connect(&endpoint, t))
             .map_err(store_err)?;
-        Ok(StoreClient { client, timeout: t })
-    }
-
-    /// Connects for one `init()` by the launch rules ([`dtcomm::launch::hosted`]): `host`
-    /// (this process hosts the store) announces its hosting; where `rank0_hosts` (rank 0 of
-    /// the job hosts it) and not `host`, returns only once connected to rank 0's hosting for
-    /// this init, not to the store of its previous one. `rank` names this process in errors.
-    #[staticmethod]
-    #[pyo3(signature = (endpoint, run_id, *, host, rank0_hosts, rank, timeout=60.0))]
-    fn for_init(
-        py: Python<'_>,
-        endpoint: String,
-        run_id: String,
-        host: bool,
-        rank0_hosts: bool,
-        rank: Option<usize>,
-        timeout: f64,
-    ) -> PyResult<Self> {
-        let t = dtcomm::secs::saturating(timeout).max(Duration::from_millis(1));
-        let role = hosted::Role::of(host, rank0_hosts);
-        let client = py
-            .detach(move || hosted::connect(&endpoint, &run_id, role, rank, t))
-            .map_err(SetupError::new_err)?;
         Ok(StoreClient { client, timeout: t })
     }
 

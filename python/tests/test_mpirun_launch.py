@@ -1,6 +1,6 @@
 """``hvd.init()`` and ``dtcomm.init()`` under a real ``mpirun`` (Open MPI, from Debian's
 ``openmpi-bin``) on one host with no rendezvous endpoint: the ranks meet in the job's session
-directory (``dtcomm._mpi_session``), several init/shutdown cycles in one process; and under
+directory (the engine's ``dtcomm_launch::mpi_session``), several init/shutdown cycles in one process; and under
 MPICH's ``mpiexec.hydra`` (Debian's ``mpich``), where they meet through its PMI-1 socket."""
 
 from __future__ import annotations

@@ -17,6 +17,13 @@ pub(crate) struct IfAddr {
     pub ip: IpAddr,
 }
 
+/// The address this host's data plane advertises under `spec` (`DTCOMM_SOCKET_IFNAME`'s
+/// syntax; `None`: the first interface that is up and not loopback, as the listener picks).
+pub fn advertised_ip(spec: Option<&str>) -> Result<IpAddr, String> {
+    let addrs = list().map_err(|e| format!("listing interfaces: {e}"))?;
+    choose(spec, &addrs).map(|a| a.ip)
+}
+
 /// Lists the addresses of interfaces that are up (IPv4 and IPv6, link-local v6 skipped).
 pub(crate) fn list() -> std::io::Result<Vec<IfAddr>> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();

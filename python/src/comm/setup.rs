@@ -131,7 +131,7 @@ pub(super) fn from_welcome(
         .detach(move || Communicator::from_welcome(l, &peers, &secret))
         .map_err(to_py)?;
     if let Some(h) = handle {
-        dtcomm::launch::native::watch_round(&h, &comm, round);
+        dtcomm_launch::native::watch_round(&h, &comm, round);
     }
     Ok(PyCommunicator {
         comm: Some(Arc::new(comm)),

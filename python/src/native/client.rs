@@ -77,7 +77,7 @@ impl NativeClient {
         }
     }
 
-    /// The member's handle for its communicators (see `dtcomm::launch::native::watch_round`).
+    /// The member's handle for its communicators (see `dtcomm_launch::native::watch_round`).
     pub(crate) fn member_handle(&self, py: Python<'_>) -> PyResult<MemberHandle> {
         self.call(py, |c| Ok(c.handle()))
     }

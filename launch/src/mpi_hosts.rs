@@ -56,8 +56,7 @@ pub fn key(run_id: &str, n: u64) -> String {
 /// (`DTCOMM_SOCKET_IFNAME` as NCCL reads it, else the first interface that is up and not
 /// loopback).
 pub fn advertised_ip(socket_ifname: Option<&str>) -> Result<IpAddr, String> {
-    let addrs = crate::transport::iface::list().map_err(|e| format!("listing interfaces: {e}"))?;
-    crate::transport::iface::choose(socket_ifname, &addrs).map(|a| a.ip)
+    dtcomm::advertised_ip(socket_ifname)
 }
 
 /// Why a meeting failed: at its deadline (a rank did not arrive, or the process manager did

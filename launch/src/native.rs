@@ -2,13 +2,10 @@
 //! and one member's rounds ([`member`], feature `native`: it links dt-rdzv's QUIC client,
 //! which the engine alone does not need).
 
-#[cfg(feature = "native")]
 pub mod member;
 pub mod settings;
 
 /// What a member knows of its rounds, kept by its session's machine (dt-rdzv-proto's).
-#[cfg(feature = "native")]
 pub use dt_rdzv_proto::native::member::{Rounds, Stop};
-#[cfg(feature = "native")]
 pub use member::{JoinError, Member, watch_round};
 pub use settings::{NativeExplicit, NativeSettings, loose_bool, parse_members};

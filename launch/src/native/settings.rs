@@ -108,7 +108,7 @@ fn seconds(env: Env<'_>, var: &str) -> Result<Option<f64>, String> {
     let v: f64 = t
         .parse()
         .map_err(|_| format!("{var}={t:?} is not a number of seconds"))?;
-    crate::secs::limit(v).map_err(|e| format!("{var}={t:?}: {e}"))?;
+    dtcomm::secs::limit(v).map_err(|e| format!("{var}={t:?}: {e}"))?;
     Ok(Some(v))
 }
 
@@ -264,7 +264,7 @@ impl NativeSettings {
             ("join_timeout", ex.join_timeout),
         ] {
             if let Some(v) = v {
-                crate::secs::limit(v).map_err(|e| format!("{name}={v:e}: {e}"))?;
+                dtcomm::secs::limit(v).map_err(|e| format!("{name}={v:e}: {e}"))?;
             }
         }
         let last_call = match (ex.last_call, seconds(env, "DTCOMM_RDZV_LAST_CALL")?) {
@@ -323,7 +323,7 @@ impl NativeSettings {
 
     /// The join deadline as a duration.
     pub fn join_deadline(&self) -> Duration {
-        crate::secs::saturating(self.join_timeout.value)
+        dtcomm::secs::saturating(self.join_timeout.value)
     }
 
     /// One line for the start-up log: every value with its source (the token's source only).

@@ -20,9 +20,9 @@ use dt_rdzv_proto::native::{JobSpec, LateJoin, Peer, Role, Welcome};
 
 use super::super::{join_host_port, split_host_port};
 use super::settings::NativeSettings;
-use crate::bootstrap::welcome::{DataListener, RoundPeers, round_secret};
-use crate::communicator::Communicator;
-use crate::error::CommError;
+use dtcomm::CommError;
+use dtcomm::Communicator;
+use dtcomm::{DataListener, RoundPeers, round_secret};
 
 /// Why joining a native round failed.
 #[derive(Debug, thiserror::Error)]
@@ -88,7 +88,7 @@ impl std::fmt::Debug for Member {
 }
 
 fn secs(s: f64) -> Duration {
-    crate::secs::saturating(s)
+    dtcomm::secs::saturating(s)
 }
 
 impl Member {
@@ -126,15 +126,15 @@ impl Member {
         // A member that builds communicators tells the server what its calls are doing on
         // every heartbeat (`dt-rdzv status --hang`); a launcher's agent makes no calls.
         let place: Place = Arc::default();
-        if listener.is_some() && crate::flight::enabled() {
+        if listener.is_some() && dtcomm::flight::enabled() {
             let p = place.clone();
             cfg.progress = Some(ProgressSource::new(move || {
                 let (rank, round) = (*p.lock().unwrap_or_else(|e| e.into_inner()))?;
-                Some(crate::flight::summary(rank, round))
+                Some(dtcomm::flight::summary(rank, round))
             }));
         }
         // Ctrl-C is heard within 100 ms while the connection is made, too.
-        let stop = || match crate::interrupt::requested() {
+        let stop = || match dtcomm::interrupt::requested() {
             Some(why) => Err(JoinError::Interrupted(format!(
                 "{who}: interrupted while connecting to dt-rdzv: {why}"
             ))),
@@ -150,7 +150,7 @@ impl Member {
                 if let Some((rank, r)) = here
                     && r == round
                 {
-                    crate::flight::on_peer_timeout(rank, Some(asker), why);
+                    dtcomm::flight::on_peer_timeout(rank, Some(asker), why);
                 }
             });
         }
@@ -380,10 +380,10 @@ impl Member {
         }
     }
 
-    /// Every wait here looks at this thread's interrupt check (`crate::interrupt`) between
+    /// Every wait here looks at this thread's interrupt check (`dtcomm::interrupt`) between
     /// its slices of at most 500 ms, so Ctrl-C in Python stops it.
     fn interrupted(&self, waiting_for: &str) -> Result<(), JoinError> {
-        match crate::interrupt::requested() {
+        match dtcomm::interrupt::requested() {
             Some(why) => Err(JoinError::Interrupted(format!(
                 "{}: interrupted while {waiting_for}: {why}",
                 self.who()
@@ -506,7 +506,7 @@ impl Member {
     /// timeout and a second.
     fn wait_round_end(&mut self) -> Result<bool, JoinError> {
         let hb = self.heartbeat_timeout();
-        let deadline = crate::secs::deadline(Instant::now(), secs(2.0 * hb + 1.0));
+        let deadline = dtcomm::secs::deadline(Instant::now(), secs(2.0 * hb + 1.0));
         loop {
             if self.poll()? {
                 return Ok(true);

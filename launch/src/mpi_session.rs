@@ -74,7 +74,7 @@ pub fn read(path: &Path, rank: usize, timeout: Duration) -> Result<String, Strin
                 path.display()
             ));
         }
-        if let Some(why) = crate::interrupt::requested() {
+        if let Some(why) = dtcomm::interrupt::requested() {
             return Err(format!(
                 "rank {rank}: interrupted while waiting for rank 0's store address ({why})"
             ));

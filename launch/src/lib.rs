@@ -17,10 +17,15 @@
 //! ([`mpi_session`]); across hosts, through the job's PMIx server, and under MPICH's Hydra
 //! through its PMI-1 socket ([`mpi_hosts`]). Under `horovodrun --gloo`, its HTTP key-value
 //! server ([`HOROVOD_KV`]; Python's front end speaks it).
+//!
+//! From a resolved [`Launch`], [`join()`] builds the communicator, the same way for every
+//! front end (the C ABI, Python's `dtcomm.init()`): meeting at a store or joining the native
+//! rendezvous ([`join`](mod@join)).
 
 use std::fmt;
 
 pub mod hosted;
+pub mod join;
 pub mod mpi_hosts;
 pub mod mpi_session;
 pub mod native;
@@ -252,8 +257,12 @@ pub fn split_host_port(endpoint: &str, default_port: u16) -> Result<(String, u16
 }
 
 pub use dt_rdzv_proto::endpoint::join as join_host_port;
+pub use join::{Joined, Meeting, join, join_native, join_store, meet};
 
-fn is_native(env: &dyn Fn(&str) -> Option<String>, ep: &str) -> Result<Sourced<bool>, String> {
+/// Whether `ep` (one endpoint or a fail-over list) speaks dt-rdzv's native protocol:
+/// `DTCOMM_RDZV_BACKEND`, else a pinned fingerprint or CA, else the first endpoint's port
+/// (29401). An unknown backend is an error naming the variable.
+pub fn is_native(env: &dyn Fn(&str) -> Option<String>, ep: &str) -> Result<Sourced<bool>, String> {
     match var(env, "DTCOMM_RDZV_BACKEND")
         .map(|b| b.to_ascii_lowercase())
         .as_deref()
