@@ -1,6 +1,6 @@
 """Where rank, world size, local rank and the rendezvous come from, with provenance.
 
-The rules live once, in the engine (``dtcomm::launch``, which the C ABI's ``dtcomm_comm_init``
+The rules live once, in the engine (``dtcomm_launch``, which the C ABI's ``dtcomm_comm_init``
 uses too; ``docs/architecture.md`` lists the precedence): this module asks it
 (``_dtcomm.resolve_launch``) and adds what only Python's ``dtcomm.init()`` takes (explicit local
 rank and size, ``host_store``, ``timeout``). Explicit arguments come first, then ``DTCOMM_*``,
@@ -50,7 +50,7 @@ class Resolved:
     #: Whether ranks come from the native rendezvous (``endpoint`` is then its native port).
     native: Value[bool] = Value(False, "default")
     #: Whether rank 0 of the job hosts the store by the launch rules (env://, PyTorchJob pods,
-    #: an srun step), a new one at every init (``dtcomm::launch::hosted``).
+    #: an srun step), a new one at every init (``dtcomm_launch::hosted``).
     rank0_hosts: Value[bool] = Value(False, "default")
 
     def log_line(self) -> str:
@@ -103,7 +103,7 @@ def resolve(
     host_store: bool | None = None,
     env: Mapping[str, str] | None = None,
 ) -> Resolved:
-    """Resolves the launcher environment with the engine's rules (``dtcomm::launch``, one
+    """Resolves the launcher environment with the engine's rules (``dtcomm_launch``, one
     copy for every front end), then the arguments only Python takes. Raises
     :class:`ConfigError` naming the variables."""
     from . import _dtcomm

@@ -195,7 +195,7 @@ def settings(
 ) -> Settings:
     """Resolves the native rendezvous settings: explicit arguments, then ``DTCOMM_RDZV_*``,
     then the OCI Data Science variables, then defaults, by the engine's rules
-    (``dtcomm::launch::native::NativeSettings``, what the C ABI uses too). Raises
+    (``dtcomm_launch::native::NativeSettings``, what the C ABI uses too). Raises
     :class:`ConfigError` naming the variable."""
     env = os.environ if env is None else env
     explicit: dict[str, Any] = dict(
@@ -223,7 +223,7 @@ RoundChanged = _dtcomm.RdzvRoundChangedError
 
 
 class Member:
-    """One member of a native job: the engine's member (``dtcomm::launch::native::Member``,
+    """One member of a native job: the engine's member (``dtcomm_launch::native::Member``,
     also what the C ABI joins with), seen from Python. It keeps the rounds the server pushes:
     the current welcome, why the round ended, members waiting to join, per-round values rank 0
     publishes, the job's end.

@@ -3,7 +3,7 @@ launch rules, so a script needs no ``MASTER_ADDR`` under any launcher dtcomm kno
 
 torch's default ``env://`` needs ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT``,
 which torchrun sets and ``srun``, ``mpirun`` and OCI jobs do not. ``dtcomm://`` resolves rank and
-world size as :func:`dtcomm.init` does (``dtcomm::launch``: ``DTCOMM_*``, torchrun, Horovod,
+world size as :func:`dtcomm.init` does (``dtcomm_launch``: ``DTCOMM_*``, torchrun, Horovod,
 Open MPI / PMI, Slurm's ``SLURM_PROCID`` and node list, OCI), meets where those rules say (rank
 0 of an ``srun`` step hosts a store on the first host of the step's node list, on a port every
 task derives from the job and step ids; Open MPI's session directory; PMIx / PMI-1), and hands

@@ -1,7 +1,7 @@
 """``hvd.init()`` and the C ABI's ``dtcomm_comm_init`` under a real ``mpirun`` (Open MPI), and
 ``hvd.init()`` under MPICH's ``mpiexec.hydra``, across two emulated hosts with no
 rendezvous endpoint: the ranks share no session directory, so rank 0's address travels through
-the job's PMIx server, or Hydra's PMI-1 socket (``dtcomm::launch::mpi_hosts``). The hosts are network namespaces made by
+the job's PMIx server, or Hydra's PMI-1 socket (``dtcomm_launch::mpi_hosts``). The hosts are network namespaces made by
 ``scripts/emu_cluster.sh`` (``EMU_WIRE=1``); ``mpirun`` starts its daemon on the second host
 through an ``ssh`` stand-in that enters the namespace (``plm_rsh_agent``). Skips without root,
 /dev/net/tun, iproute2 or ``mpirun``."""
