@@ -81,7 +81,7 @@ cargo build --quiet --workspace --bins "${FEATURES[@]}"
 # The Python package dtcomm (PyO3 module + python/dtcomm), installed editable into the venv by
 # maturin (release build). Skipped when no Rust source it links and no build file changed.
 pkg=$( { cat pyproject.toml Cargo.lock python/Cargo.toml;
-         find python/src collectives/src rdzv/src rdzv/proto/src sys/nccl/src -name '*.rs' -print0 | sort -z | xargs -0 cat; } \
+         find python/src collectives/src launch/src rdzv/src rdzv/proto/src sys/nccl/src -name '*.rs' -print0 | sort -z | xargs -0 cat; } \
        | sha256sum | cut -c1-16)
 if [ "$pkg" != "$(cat "$VENV/.dtcomm-pkg-stamp" 2>/dev/null || true)" ] \
    || ! ls python/dtcomm/_dtcomm*.so >/dev/null 2>&1; then

@@ -37,7 +37,7 @@ JOB_SECRET_KEYS = {"token", "fingerprint"}
 """A training job's Secret `dt-rdzv-job-JOB` (deploy/make-secret.sh --job JOB DIR)."""
 ETCD_SECRET_KEYS = {"ca.crt", "member.crt", "member.key", "client.crt", "client.key"}
 """The HA manifest's etcd Secret `dt-rdzv-etcd` (deploy/make-secret.sh --etcd DIR)."""
-SOURCE_DIRS = ("rdzv", "python/dtcomm", "python/src", "collectives/src")
+SOURCE_DIRS = ("rdzv", "python/dtcomm", "python/src", "collectives/src", "launch/src")
 
 Doc = dict[str, Any]
 
