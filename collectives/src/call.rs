@@ -9,71 +9,35 @@ use std::time::Duration;
 use crate::dtype::{DType, Element};
 use crate::op::ReduceOp;
 
-/// The kind of a collective or point-to-point call; its `u8` value travels in frame headers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum OpKind {
-    /// `all_reduce`.
-    AllReduce = 1,
-    /// `broadcast`.
-    Broadcast = 2,
-    /// `reduce`.
-    Reduce = 3,
-    /// `all_gather` and `all_gather_v`.
-    AllGather = 4,
-    /// `reduce_scatter`.
-    ReduceScatter = 5,
-    /// `gather`.
-    Gather = 6,
-    /// `scatter`.
-    Scatter = 7,
-    /// `all_to_all` and `all_to_all_v`.
-    AllToAll = 8,
-    /// `barrier`.
-    Barrier = 9,
-    /// `send` / `recv` (point to point).
-    SendRecv = 10,
-}
-
-impl OpKind {
-    const ALL: [OpKind; 10] = [
-        OpKind::AllReduce,
-        OpKind::Broadcast,
-        OpKind::Reduce,
-        OpKind::AllGather,
-        OpKind::ReduceScatter,
-        OpKind::Gather,
-        OpKind::Scatter,
-        OpKind::AllToAll,
-        OpKind::Barrier,
-        OpKind::SendRecv,
-    ];
-
+dt_rdzv_proto::wire_enum! {
+    /// The kind of a collective or point-to-point call; its `u8` value travels in frame headers.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum OpKind: u8 {
+        /// `all_reduce`.
+        AllReduce = 1 => "all_reduce",
+        /// `broadcast`.
+        Broadcast = 2 => "broadcast",
+        /// `reduce`.
+        Reduce = 3 => "reduce",
+        /// `all_gather` and `all_gather_v`.
+        AllGather = 4 => "all_gather",
+        /// `reduce_scatter`.
+        ReduceScatter = 5 => "reduce_scatter",
+        /// `gather`.
+        Gather = 6 => "gather",
+        /// `scatter`.
+        Scatter = 7 => "scatter",
+        /// `all_to_all` and `all_to_all_v`.
+        AllToAll = 8 => "all_to_all",
+        /// `barrier`.
+        Barrier = 9 => "barrier",
+        /// `send` / `recv` (point to point).
+        SendRecv = 10 => "send/recv",
+    }
+    const ALL;
     /// The snake-case name of the call.
-    pub const fn name(self) -> &'static str {
-        match self {
-            OpKind::AllReduce => "all_reduce",
-            OpKind::Broadcast => "broadcast",
-            OpKind::Reduce => "reduce",
-            OpKind::AllGather => "all_gather",
-            OpKind::ReduceScatter => "reduce_scatter",
-            OpKind::Gather => "gather",
-            OpKind::Scatter => "scatter",
-            OpKind::AllToAll => "all_to_all",
-            OpKind::Barrier => "barrier",
-            OpKind::SendRecv => "send/recv",
-        }
-    }
-
-    pub(crate) fn from_u8(v: u8) -> Option<OpKind> {
-        OpKind::ALL.iter().copied().find(|o| *o as u8 == v)
-    }
-}
-
-impl fmt::Display for OpKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
+    pub const fn name;
+    pub(crate) const fn from_u8(code);
 }
 
 /// One call as the engine sees it; what a frame header carries and what errors print.
@@ -442,5 +406,25 @@ impl Call {
     pub fn deadline(mut self, d: Duration) -> Call {
         self.deadline = Some(d);
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn op_kind_table_round_trips() {
+        let mut codes = std::collections::HashSet::new();
+        assert_eq!(OpKind::SPELLINGS.len(), OpKind::ALL.len());
+        for (&(op, spellings), all) in OpKind::SPELLINGS.iter().zip(OpKind::ALL) {
+            assert_eq!(op, all);
+            assert!(codes.insert(op as u8), "{op:?}: code {} twice", op as u8);
+            assert_eq!(OpKind::from_u8(op as u8), Some(op));
+            assert_eq!(spellings, [op.name()]);
+            assert_eq!(op.to_string(), op.name());
+        }
+        assert_eq!((OpKind::from_u8(0), OpKind::from_u8(11)), (None, None));
+        assert_eq!(OpKind::SendRecv.name(), "send/recv");
     }
 }

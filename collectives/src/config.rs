@@ -8,85 +8,49 @@ use std::time::Duration;
 
 pub use crate::device::CudaMode;
 
-/// Which algorithm family the engine uses (`DTCOMM_ALGO`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Algo {
-    /// Choose by message size and world size.
-    Auto,
-    /// Bandwidth-optimal: ring allreduce (reduce-scatter + allgather), pipelined chain
-    /// broadcast, ring allgather.
-    Ring,
-    /// Latency-optimal: recursive-doubling allreduce (what `Auto` picks for small messages),
-    /// binomial-tree broadcast, Bruck's allgather.
-    Doubling,
-    /// Tree allreduce: binomial reduce to rank 0 then binomial broadcast (a real tree; half the
-    /// links of doubling per step); binomial-tree broadcast.
-    Tree,
-    /// Allreduce as a reduce-scatter and an allgather with every peer at once (two steps);
-    /// other collectives as under `Auto`.
-    Direct,
-}
-
-impl FromStr for Algo {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "auto" | "" => Ok(Algo::Auto),
-            "ring" | "chain" => Ok(Algo::Ring),
-            "tree" => Ok(Algo::Tree),
-            "rd" | "recursive_doubling" | "doubling" => Ok(Algo::Doubling),
-            "direct" => Ok(Algo::Direct),
-            other => Err(format!(
-                "unknown algorithm {other:?} (auto, ring, doubling, tree, direct)"
-            )),
-        }
+dt_rdzv_proto::wire_enum! {
+    /// Which algorithm family the engine uses (`DTCOMM_ALGO`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Algo {
+        /// Choose by message size and world size.
+        Auto => "auto" | "",
+        /// Bandwidth-optimal: ring allreduce (reduce-scatter + allgather), pipelined chain
+        /// broadcast, ring allgather.
+        Ring => "ring" | "chain",
+        /// Latency-optimal: recursive-doubling allreduce (what `Auto` picks for small messages),
+        /// binomial-tree broadcast, Bruck's allgather.
+        Doubling => "doubling" | "rd" | "recursive_doubling",
+        /// Tree allreduce: binomial reduce to rank 0 then binomial broadcast (a real tree; half
+        /// the links of doubling per step); binomial-tree broadcast.
+        Tree => "tree",
+        /// Allreduce as a reduce-scatter and an allgather with every peer at once (two steps);
+        /// other collectives as under `Auto`.
+        Direct => "direct",
     }
+    const ALL;
+    /// The name `DTCOMM_ALGO` takes.
+    const fn name;
+    /// Parses `DTCOMM_ALGO` in any case; the empty string is `Auto`.
+    impl FromStr for "algorithm";
 }
 
-impl fmt::Display for Algo {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Algo::Auto => "auto",
-            Algo::Ring => "ring",
-            Algo::Doubling => "doubling",
-            Algo::Tree => "tree",
-            Algo::Direct => "direct",
-        })
+dt_rdzv_proto::wire_enum! {
+    /// Which links same-host peers use (`DTCOMM_TRANSPORT`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum LinkKind {
+        /// Shared memory between ranks of one host when every one of them can attach, TCP
+        /// otherwise (with one warning line saying why).
+        Auto => "auto" | "",
+        /// TCP between every pair of ranks.
+        Tcp => "tcp",
+        /// Shared memory between ranks of one host, or fail at start-up saying why not.
+        Shm => "shm",
     }
-}
-
-/// Which links same-host peers use (`DTCOMM_TRANSPORT`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LinkKind {
-    /// Shared memory between ranks of one host when every one of them can attach, TCP
-    /// otherwise (with one warning line saying why).
-    Auto,
-    /// TCP between every pair of ranks.
-    Tcp,
-    /// Shared memory between ranks of one host, or fail at start-up saying why not.
-    Shm,
-}
-
-impl FromStr for LinkKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "auto" | "" => Ok(LinkKind::Auto),
-            "tcp" => Ok(LinkKind::Tcp),
-            "shm" => Ok(LinkKind::Shm),
-            other => Err(format!("unknown transport {other:?} (auto, tcp, shm)")),
-        }
-    }
-}
-
-impl fmt::Display for LinkKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            LinkKind::Auto => "auto",
-            LinkKind::Tcp => "tcp",
-            LinkKind::Shm => "shm",
-        })
-    }
+    const ALL;
+    /// The name `DTCOMM_TRANSPORT` takes.
+    const fn name;
+    /// Parses `DTCOMM_TRANSPORT` in any case; the empty string is `Auto`.
+    impl FromStr for "transport";
 }
 
 /// A launcher's secret for the store path's links (`DTCOMM_LINK_SECRET`, hex, at least 16
@@ -530,5 +494,35 @@ mod tests {
         let shown = format!("{c} {c:?}");
         assert!(shown.contains("link_secret=launcher (explicit)"), "{shown}");
         assert!(!shown.contains("8899aabb"), "{shown}");
+    }
+
+    #[test]
+    fn algo_and_transport_tables_parse_every_spelling() {
+        for &(a, spellings) in Algo::SPELLINGS {
+            assert_eq!(spellings[0], a.to_string());
+            for s in spellings {
+                assert_eq!(s.parse::<Algo>(), Ok(a), "{s}");
+                assert_eq!(s.to_ascii_uppercase().parse::<Algo>(), Ok(a), "{s}");
+            }
+        }
+        assert_eq!(Algo::ALL.len(), Algo::SPELLINGS.len());
+        assert_eq!("RD".parse::<Algo>(), Ok(Algo::Doubling));
+        assert_eq!(
+            "Bogus".parse::<Algo>(),
+            Err("unknown algorithm \"bogus\" (auto, ring, doubling, tree, direct)".to_string())
+        );
+        for &(l, spellings) in LinkKind::SPELLINGS {
+            assert_eq!(spellings[0], l.to_string());
+            for s in spellings {
+                assert_eq!(s.parse::<LinkKind>(), Ok(l), "{s}");
+                assert_eq!(s.to_ascii_uppercase().parse::<LinkKind>(), Ok(l), "{s}");
+            }
+        }
+        assert_eq!(LinkKind::ALL.len(), LinkKind::SPELLINGS.len());
+        assert_eq!("".parse::<LinkKind>(), Ok(LinkKind::Auto));
+        assert_eq!(
+            "udp".parse::<LinkKind>(),
+            Err("unknown transport \"udp\" (auto, tcp, shm)".to_string())
+        );
     }
 }

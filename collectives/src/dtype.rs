@@ -5,53 +5,45 @@ use std::fmt;
 
 use half::{bf16, f16};
 
-/// The element type of a buffer. Its `u8` value goes into every data frame header.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum DType {
-    /// 32-bit IEEE float (`float`).
-    F32 = 1,
-    /// 64-bit IEEE float (`double`).
-    F64 = 2,
-    /// 16-bit IEEE float (`half`).
-    F16 = 3,
-    /// bfloat16 (`bfloat16`).
-    BF16 = 4,
-    /// Signed 8-bit integer (`int8`).
-    I8 = 5,
-    /// Unsigned 8-bit integer (`uint8`).
-    U8 = 6,
-    /// Signed 32-bit integer (`int32`).
-    I32 = 7,
-    /// Signed 64-bit integer (`int64`).
-    I64 = 8,
-    /// Signed 16-bit integer (`int16`).
-    I16 = 9,
-    /// Complex number of two 32-bit floats, real part first (`complex64`).
-    C64 = 10,
-    /// Complex number of two 64-bit floats, real part first (`complex128`).
-    C128 = 11,
-    /// Boolean, one byte holding 0 or 1 (`bool`).
-    Bool = 12,
+dt_rdzv_proto::wire_enum! {
+    /// The element type of a buffer. Its `u8` value goes into every data frame header.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum DType: u8 {
+        /// 32-bit IEEE float (`float`).
+        F32 = 1 => "float" | "f32" | "float32",
+        /// 64-bit IEEE float (`double`).
+        F64 = 2 => "double" | "f64" | "float64",
+        /// 16-bit IEEE float (`half`).
+        F16 = 3 => "half" | "f16" | "float16",
+        /// bfloat16 (`bfloat16`).
+        BF16 = 4 => "bfloat16" | "bf16",
+        /// Signed 8-bit integer (`int8`).
+        I8 = 5 => "int8" | "i8" | "char",
+        /// Unsigned 8-bit integer (`uint8`).
+        U8 = 6 => "uint8" | "u8",
+        /// Signed 32-bit integer (`int32`).
+        I32 = 7 => "int32" | "i32" | "int",
+        /// Signed 64-bit integer (`int64`).
+        I64 = 8 => "int64" | "i64" | "long",
+        /// Signed 16-bit integer (`int16`).
+        I16 = 9 => "int16" | "i16" | "short",
+        /// Complex number of two 32-bit floats, real part first (`complex64`).
+        C64 = 10 => "complex64" | "c64" | "cfloat",
+        /// Complex number of two 64-bit floats, real part first (`complex128`).
+        C128 = 11 => "complex128" | "c128" | "cdouble",
+        /// Boolean, one byte holding 0 or 1 (`bool`).
+        Bool = 12 => "bool",
+    }
+    /// Every dtype, in tag order.
+    pub const ALL;
+    /// The name nccl-tests prints (`float`, `half`, `bfloat16`, `int32`, ...).
+    pub const fn name;
+    pub(crate) const fn from_u8(code);
+    /// Parses a name as nccl-tests spells it, or the Rust/torch spelling (`f32`, `float32`).
+    pub fn parse(name);
 }
 
 impl DType {
-    /// Every dtype, in tag order.
-    pub const ALL: [DType; 12] = [
-        DType::F32,
-        DType::F64,
-        DType::F16,
-        DType::BF16,
-        DType::I8,
-        DType::U8,
-        DType::I32,
-        DType::I64,
-        DType::I16,
-        DType::C64,
-        DType::C128,
-        DType::Bool,
-    ];
-
     /// Size of one element in bytes.
     pub const fn size(self) -> usize {
         match self {
@@ -76,53 +68,6 @@ impl DType {
     /// Whether this is a complex type (two floats per element).
     pub const fn is_complex(self) -> bool {
         matches!(self, DType::C64 | DType::C128)
-    }
-
-    /// The name nccl-tests prints (`float`, `half`, `bfloat16`, `int32`, ...).
-    pub const fn name(self) -> &'static str {
-        match self {
-            DType::F32 => "float",
-            DType::F64 => "double",
-            DType::F16 => "half",
-            DType::BF16 => "bfloat16",
-            DType::I8 => "int8",
-            DType::U8 => "uint8",
-            DType::I32 => "int32",
-            DType::I64 => "int64",
-            DType::I16 => "int16",
-            DType::C64 => "complex64",
-            DType::C128 => "complex128",
-            DType::Bool => "bool",
-        }
-    }
-
-    /// Parses a name as nccl-tests spells it, or the Rust/torch spelling (`f32`, `float32`).
-    pub fn parse(s: &str) -> Option<DType> {
-        Some(match s.to_ascii_lowercase().as_str() {
-            "float" | "f32" | "float32" => DType::F32,
-            "double" | "f64" | "float64" => DType::F64,
-            "half" | "f16" | "float16" => DType::F16,
-            "bfloat16" | "bf16" => DType::BF16,
-            "int8" | "i8" | "char" => DType::I8,
-            "uint8" | "u8" => DType::U8,
-            "int32" | "i32" | "int" => DType::I32,
-            "int64" | "i64" | "long" => DType::I64,
-            "int16" | "i16" | "short" => DType::I16,
-            "complex64" | "c64" | "cfloat" => DType::C64,
-            "complex128" | "c128" | "cdouble" => DType::C128,
-            "bool" => DType::Bool,
-            _ => return None,
-        })
-    }
-
-    pub(crate) fn from_u8(v: u8) -> Option<DType> {
-        DType::ALL.iter().copied().find(|d| *d as u8 == v)
-    }
-}
-
-impl fmt::Display for DType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 
@@ -208,5 +153,26 @@ mod tests {
         );
         assert_eq!((DType::C64.align(), DType::C128.align()), (4, 8));
         assert_eq!(<bf16 as Element>::DTYPE.size(), 2);
+    }
+
+    #[test]
+    fn table_round_trips() {
+        let mut codes = std::collections::HashSet::new();
+        assert_eq!(DType::SPELLINGS.len(), DType::ALL.len());
+        for (&(d, spellings), all) in DType::SPELLINGS.iter().zip(DType::ALL) {
+            assert_eq!(d, all);
+            assert!(codes.insert(d as u8), "{d:?}: code {} twice", d as u8);
+            assert_eq!(DType::from_u8(d as u8), Some(d));
+            assert_eq!(spellings[0], d.name());
+            assert_eq!(d.to_string(), d.name());
+            for s in spellings {
+                assert_eq!(DType::parse(s), Some(d), "{s}");
+                assert_eq!(DType::parse(&s.to_ascii_uppercase()), Some(d), "{s}");
+            }
+        }
+        assert_eq!(DType::parse("Float32"), Some(DType::F32));
+        assert_eq!(DType::parse("cdouble"), Some(DType::C128));
+        assert_eq!(DType::parse("float128"), None);
+        assert_eq!(DType::parse(""), None);
     }
 }

@@ -253,62 +253,45 @@ pub enum CommError {
 /// [`ErrorCode::Mismatch`].
 const MISMATCH_PREFIX: &str = "mismatched calls: ";
 
-/// The stable numeric code of an error: the C ABI's `dtcomm_result_t` and the `code`
-/// attribute of Python's exceptions. Values never change meaning; new ones are appended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(i32)]
-pub enum ErrorCode {
-    /// Success (never carried by a [`CommError`]).
-    Ok = 0,
-    /// Bad arguments: [`CommError::InvalidArgument`].
-    InvalidArgument = 1,
-    /// A deadline passed: [`CommError::Timeout`].
-    Timeout = 2,
-    /// A peer vanished: [`CommError::PeerLost`].
-    PeerLost = 3,
-    /// Another rank failed and said so: [`CommError::Aborted`].
-    Aborted = 4,
-    /// Ranks disagree on the call: [`CommError::Mismatch`].
-    Mismatch = 5,
-    /// A peer sent an invalid frame: [`CommError::Protocol`].
-    Protocol = 6,
-    /// Building the communicator failed: [`CommError::Setup`].
-    Setup = 7,
-    /// An earlier call failed the communicator: [`CommError::Failed`].
-    Failed = 8,
-    /// The communicator was shut down, or used from a forked child: [`CommError::Shutdown`].
-    Shutdown = 9,
-    /// A bug in dtcomm (a panic caught at an API boundary). Reserved for front ends.
-    Internal = 10,
-    /// The membership service ended the communicator's round: [`CommError::RoundEnded`]. (11
-    /// is the C ABI's "still in progress", never an error.)
-    RoundEnded = 12,
-    /// CUDA or NCCL failed, or no path for device buffers: [`CommError::Device`].
-    Device = 13,
-    /// The call was interrupted (a signal on this rank): [`CommError::Interrupted`].
-    Interrupted = 14,
-}
-
-impl ErrorCode {
-    /// The name of the code (`"timeout"`, `"peer_lost"`, ...).
-    pub const fn name(self) -> &'static str {
-        match self {
-            ErrorCode::Ok => "ok",
-            ErrorCode::InvalidArgument => "invalid_argument",
-            ErrorCode::Timeout => "timeout",
-            ErrorCode::PeerLost => "peer_lost",
-            ErrorCode::Aborted => "aborted",
-            ErrorCode::Mismatch => "mismatch",
-            ErrorCode::Protocol => "protocol",
-            ErrorCode::Setup => "setup",
-            ErrorCode::Failed => "failed",
-            ErrorCode::Shutdown => "shutdown",
-            ErrorCode::Internal => "internal",
-            ErrorCode::RoundEnded => "round_ended",
-            ErrorCode::Device => "device",
-            ErrorCode::Interrupted => "interrupted",
-        }
+dt_rdzv_proto::wire_enum! {
+    /// The stable numeric code of an error: the C ABI's `dtcomm_result_t` and the `code`
+    /// attribute of Python's exceptions. Values never change meaning; new ones are appended.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum ErrorCode: i32 {
+        /// Success (never carried by a [`CommError`]).
+        Ok = 0 => "ok",
+        /// Bad arguments: [`CommError::InvalidArgument`].
+        InvalidArgument = 1 => "invalid_argument",
+        /// A deadline passed: [`CommError::Timeout`].
+        Timeout = 2 => "timeout",
+        /// A peer vanished: [`CommError::PeerLost`].
+        PeerLost = 3 => "peer_lost",
+        /// Another rank failed and said so: [`CommError::Aborted`].
+        Aborted = 4 => "aborted",
+        /// Ranks disagree on the call: [`CommError::Mismatch`].
+        Mismatch = 5 => "mismatch",
+        /// A peer sent an invalid frame: [`CommError::Protocol`].
+        Protocol = 6 => "protocol",
+        /// Building the communicator failed: [`CommError::Setup`].
+        Setup = 7 => "setup",
+        /// An earlier call failed the communicator: [`CommError::Failed`].
+        Failed = 8 => "failed",
+        /// The communicator was shut down, or used from a forked child: [`CommError::Shutdown`].
+        Shutdown = 9 => "shutdown",
+        /// A bug in dtcomm (a panic caught at an API boundary). Reserved for front ends.
+        Internal = 10 => "internal",
+        /// The membership service ended the communicator's round: [`CommError::RoundEnded`]. (11
+        /// is the C ABI's "still in progress", never an error.)
+        RoundEnded = 12 => "round_ended",
+        /// CUDA or NCCL failed, or no path for device buffers: [`CommError::Device`].
+        Device = 13 => "device",
+        /// The call was interrupted (a signal on this rank): [`CommError::Interrupted`].
+        Interrupted = 14 => "interrupted",
     }
+    /// Every code, in number order.
+    pub const ALL;
+    /// The name of the code (`"timeout"`, `"peer_lost"`, ...).
+    pub const fn name;
 }
 
 impl CommError {
@@ -339,5 +322,25 @@ impl CommError {
             CommError::Failed(e) => e.root_cause(),
             e => e,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_code_table_is_stable() {
+        let mut codes = std::collections::HashSet::new();
+        assert_eq!(ErrorCode::SPELLINGS.len(), ErrorCode::ALL.len());
+        for (&(c, spellings), all) in ErrorCode::SPELLINGS.iter().zip(ErrorCode::ALL) {
+            assert_eq!(c, all);
+            assert!(codes.insert(c as i32), "{c:?}: code {} twice", c as i32);
+            assert_eq!(spellings, [c.name()]);
+            assert_eq!(c.to_string(), c.name());
+        }
+        let numbers: Vec<i32> = ErrorCode::ALL.iter().map(|c| *c as i32).collect();
+        assert_eq!(numbers, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 13, 14]);
+        assert_eq!(ErrorCode::RoundEnded.name(), "round_ended");
     }
 }

@@ -1,46 +1,40 @@
 //! Reduction operators.
 
-use std::fmt;
-
 use crate::dtype::DType;
 
-/// How a reduction combines elements. `Avg` is a sum divided by the world size at the end
-/// (integer division for integer types). The bitwise operators take integer and bool buffers
-/// only; [`ReduceOp::supports`] says which operator a dtype takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum ReduceOp {
-    /// Sum (integers wrap on overflow).
-    Sum = 1,
-    /// Product (integers wrap on overflow).
-    Prod = 2,
-    /// Minimum.
-    Min = 3,
-    /// Maximum.
-    Max = 4,
-    /// Mean over ranks.
-    Avg = 5,
-    /// Bitwise and (integers and bool).
-    Band = 6,
-    /// Bitwise or (integers and bool).
-    Bor = 7,
-    /// Bitwise exclusive or (integers and bool).
-    Bxor = 8,
+dt_rdzv_proto::wire_enum! {
+    /// How a reduction combines elements. `Avg` is a sum divided by the world size at the end
+    /// (integer division for integer types). The bitwise operators take integer and bool buffers
+    /// only; [`ReduceOp::supports`] says which operator a dtype takes.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum ReduceOp: u8 {
+        /// Sum (integers wrap on overflow).
+        Sum = 1 => "sum",
+        /// Product (integers wrap on overflow).
+        Prod = 2 => "prod",
+        /// Minimum.
+        Min = 3 => "min",
+        /// Maximum.
+        Max = 4 => "max",
+        /// Mean over ranks.
+        Avg = 5 => "avg",
+        /// Bitwise and (integers and bool).
+        Band = 6 => "band",
+        /// Bitwise or (integers and bool).
+        Bor = 7 => "bor",
+        /// Bitwise exclusive or (integers and bool).
+        Bxor = 8 => "bxor",
+    }
+    /// Every operator.
+    pub const ALL;
+    /// The name nccl-tests prints.
+    pub const fn name;
+    pub(crate) const fn from_u8(code);
+    /// Parses a name (`sum`, `prod`, `min`, `max`, `avg`, `band`, `bor`, `bxor`).
+    pub fn parse(name);
 }
 
 impl ReduceOp {
-    /// Every operator.
-    pub const ALL: [ReduceOp; 8] = [
-        ReduceOp::Sum,
-        ReduceOp::Prod,
-        ReduceOp::Min,
-        ReduceOp::Max,
-        ReduceOp::Avg,
-        ReduceOp::Band,
-        ReduceOp::Bor,
-        ReduceOp::Bxor,
-    ];
-
     /// The arithmetic operators, which every real and integer dtype takes (not the bitwise
     /// ones).
     pub const ARITHMETIC: [ReduceOp; 5] = [
@@ -50,20 +44,6 @@ impl ReduceOp {
         ReduceOp::Max,
         ReduceOp::Avg,
     ];
-
-    /// The name nccl-tests prints.
-    pub const fn name(self) -> &'static str {
-        match self {
-            ReduceOp::Sum => "sum",
-            ReduceOp::Prod => "prod",
-            ReduceOp::Min => "min",
-            ReduceOp::Max => "max",
-            ReduceOp::Avg => "avg",
-            ReduceOp::Band => "band",
-            ReduceOp::Bor => "bor",
-            ReduceOp::Bxor => "bxor",
-        }
-    }
 
     /// Whether this is one of the bitwise operators.
     pub const fn is_bitwise(self) -> bool {
@@ -90,18 +70,6 @@ impl ReduceOp {
         ))
     }
 
-    /// Parses a name (`sum`, `prod`, `min`, `max`, `avg`, `band`, `bor`, `bxor`).
-    pub fn parse(s: &str) -> Option<ReduceOp> {
-        ReduceOp::ALL
-            .iter()
-            .copied()
-            .find(|o| o.name().eq_ignore_ascii_case(s))
-    }
-
-    pub(crate) fn from_u8(v: u8) -> Option<ReduceOp> {
-        ReduceOp::ALL.iter().copied().find(|o| *o as u8 == v)
-    }
-
     /// The operator partial results are combined with (`Avg` combines by `Sum`).
     pub(crate) fn combine(self) -> ReduceOp {
         if self == ReduceOp::Avg {
@@ -109,12 +77,6 @@ impl ReduceOp {
         } else {
             self
         }
-    }
-}
-
-impl fmt::Display for ReduceOp {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 
@@ -158,5 +120,22 @@ mod tests {
             assert_eq!(ReduceOp::parse(op.name()), Some(op));
             assert_eq!(ReduceOp::from_u8(op as u8), Some(op));
         }
+    }
+
+    #[test]
+    fn table_round_trips() {
+        let mut codes = std::collections::HashSet::new();
+        assert_eq!(ReduceOp::SPELLINGS.len(), ReduceOp::ALL.len());
+        for (&(op, spellings), all) in ReduceOp::SPELLINGS.iter().zip(ReduceOp::ALL) {
+            assert_eq!(op, all);
+            assert!(codes.insert(op as u8), "{op:?}: code {} twice", op as u8);
+            assert_eq!(ReduceOp::from_u8(op as u8), Some(op));
+            assert_eq!(spellings, [op.name()]);
+            assert_eq!(op.to_string(), op.name());
+            assert_eq!(ReduceOp::parse(op.name()), Some(op));
+            assert_eq!(ReduceOp::parse(&op.name().to_ascii_uppercase()), Some(op));
+        }
+        assert_eq!((ReduceOp::from_u8(0), ReduceOp::from_u8(9)), (None, None));
+        assert_eq!(ReduceOp::parse("average"), None);
     }
 }

@@ -5,66 +5,28 @@
 //! with the same words).
 
 use std::fmt;
-use std::str::FromStr;
 
-/// How device buffers are carried (`DTCOMM_CUDA`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum CudaMode {
-    /// NCCL when every rank can use it, host staging otherwise (with one warning line).
-    #[default]
-    Auto,
-    /// NCCL, or fail saying which ranks cannot.
-    Nccl,
-    /// Always host staging: copy to host memory, run the host collective, copy back.
-    Stage,
-    /// Refuse device buffers.
-    Off,
-}
-
-impl FromStr for CudaMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "auto" | "" => Ok(CudaMode::Auto),
-            "nccl" => Ok(CudaMode::Nccl),
-            "stage" | "staging" | "host" => Ok(CudaMode::Stage),
-            "off" | "0" | "none" => Ok(CudaMode::Off),
-            other => Err(format!("unknown mode {other:?} (auto, nccl, stage, off)")),
-        }
+dt_rdzv_proto::wire_enum! {
+    /// How device buffers are carried (`DTCOMM_CUDA`). Its `u8` value travels in the probe
+    /// record every rank sends before the first device call.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub enum CudaMode: u8 {
+        /// NCCL when every rank can use it, host staging otherwise (with one warning line).
+        #[default]
+        Auto = 1 => "auto" | "",
+        /// NCCL, or fail saying which ranks cannot.
+        Nccl = 2 => "nccl",
+        /// Always host staging: copy to host memory, run the host collective, copy back.
+        Stage = 3 => "stage" | "staging" | "host",
+        /// Refuse device buffers.
+        Off = 0 => "off" | "0" | "none",
     }
-}
-
-impl fmt::Display for CudaMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            CudaMode::Auto => "auto",
-            CudaMode::Nccl => "nccl",
-            CudaMode::Stage => "stage",
-            CudaMode::Off => "off",
-        })
-    }
-}
-
-impl CudaMode {
-    fn tag(self) -> u8 {
-        match self {
-            CudaMode::Off => 0,
-            CudaMode::Auto => 1,
-            CudaMode::Nccl => 2,
-            CudaMode::Stage => 3,
-        }
-    }
-
-    fn from_tag(t: u8) -> Option<CudaMode> {
-        [
-            CudaMode::Off,
-            CudaMode::Auto,
-            CudaMode::Nccl,
-            CudaMode::Stage,
-        ]
-        .into_iter()
-        .find(|m| m.tag() == t)
-    }
+    const ALL;
+    /// The name `DTCOMM_CUDA` takes.
+    const fn name;
+    const fn from_tag(code);
+    /// Parses `DTCOMM_CUDA` in any case; the empty string is `Auto`.
+    impl FromStr for "mode";
 }
 
 /// Bytes of an encoded [`Probe`].
@@ -93,7 +55,7 @@ impl Probe {
     pub fn encode(&self) -> [u8; PROBE_LEN] {
         let mut r = [0u8; PROBE_LEN];
         r[..4].copy_from_slice(MAGIC);
-        r[4] = self.mode.tag();
+        r[4] = self.mode as u8;
         r[5] = u8::from(self.nccl);
         r[6] = u8::from(self.p2p);
         r[8..12].copy_from_slice(&self.device.to_le_bytes());
@@ -359,5 +321,34 @@ mod tests {
         assert_eq!(decide(&ps).unwrap().path, DevicePath::Stage);
         let ps: Vec<_> = (0..2).map(|r| probe(CudaMode::Off, true, r, 0)).collect();
         assert!(decide(&ps).unwrap_err().contains("refused"));
+    }
+
+    #[test]
+    fn cuda_mode_table_round_trips() {
+        let mut tags = std::collections::HashSet::new();
+        assert_eq!(CudaMode::SPELLINGS.len(), CudaMode::ALL.len());
+        for (&(m, spellings), all) in CudaMode::SPELLINGS.iter().zip(CudaMode::ALL) {
+            assert_eq!(m, all);
+            assert!(tags.insert(m as u8), "{m:?}: tag {} twice", m as u8);
+            assert_eq!(CudaMode::from_tag(m as u8), Some(m));
+            assert_eq!(spellings[0], m.to_string());
+            for s in spellings {
+                assert_eq!(s.parse::<CudaMode>(), Ok(m), "{s}");
+                assert_eq!(s.to_ascii_uppercase().parse::<CudaMode>(), Ok(m), "{s}");
+            }
+        }
+        let wire = [
+            CudaMode::Off,
+            CudaMode::Auto,
+            CudaMode::Nccl,
+            CudaMode::Stage,
+        ];
+        assert_eq!(wire.map(|m| m as u8), [0, 1, 2, 3]);
+        assert_eq!(CudaMode::from_tag(4), None);
+        assert_eq!(CudaMode::default(), CudaMode::Auto);
+        assert_eq!(
+            "GPU".parse::<CudaMode>(),
+            Err("unknown mode \"gpu\" (auto, nccl, stage, off)".to_string())
+        );
     }
 }

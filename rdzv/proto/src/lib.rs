@@ -15,6 +15,8 @@
 //! * [`torchft`]: torchft's Lighthouse (quorums of replica groups, heartbeats), for many
 //!   jobs, with bounded memory.
 //! * [`ports`]: the doors' default ports; [`endpoint`]: `host[:port]`, read one way everywhere.
+//! * [`wire_enum!`]: an enum with its wire numbers, names and parsing from one table (the
+//!   TCPStore opcodes here; `dtcomm`'s dtypes, reduce ops, call kinds and error codes).
 //!
 //! The cores, [`tcpstore::Engine`], [`etcd_v2::V2Store`], [`rendezvous::RendezvousMachine`]
 //! and the client side's [`native::member::Member`], have one shape ([`sans_io::Core`]): drivers (the tokio
@@ -31,3 +33,4 @@ pub mod rendezvous;
 pub mod sans_io;
 pub mod tcpstore;
 pub mod torchft;
+mod wire_enum;
