@@ -4,6 +4,24 @@
 use dtcomm::device::{DevPtr, DeviceRuntime, StreamHandle};
 use dtcomm::{Communicator, DType, Options, RawBuf};
 
+/// Options for device tests: a 20 s deadline, so that a hang fails the test instead of CI.
+pub fn quick() -> Options {
+    Options {
+        timeout: Some(std::time::Duration::from_secs(20)),
+        ..Options::default()
+    }
+}
+
+/// Fails unless `started` was under 10 s ago: a failure that must come fast, not at a
+/// deadline.
+pub fn assert_fast(started: std::time::Instant, what: &str) {
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "{what} took {:?}: not fast",
+        started.elapsed()
+    );
+}
+
 /// Runs `body` on every rank of an in-memory group of `world` whose ranks use `rt(rank)`.
 pub fn group<R: Send>(
     world: usize,

@@ -5,14 +5,7 @@ mod sim;
 
 use dt_rdzv_proto::native::{ClientMsg, JobSpec, RefusalCode, Role, ServerMsg};
 use dt_rdzv_proto::rendezvous::MachineConfig;
-use sim::Sim;
-
-fn refusal(msgs: &[ServerMsg]) -> Option<(RefusalCode, String)> {
-    msgs.iter().find_map(|m| match m {
-        ServerMsg::Refused { code, message } => Some((*code, message.clone())),
-        _ => None,
-    })
-}
+use sim::{Sim, refusal};
 
 #[test]
 fn a_lookup_answers_each_rank_once_and_refuses_past_its_bound() {

@@ -10,7 +10,7 @@ use dt_rdzv_proto::native::{
     ClientMsg, JobSpec, NodeHello, RefusalCode, Role, RoundCause, ServerMsg,
 };
 use dt_rdzv_proto::rendezvous::{ConnId, Event, Input, MachineConfig};
-use sim::{Sim, TOKEN, join_msg};
+use sim::{Sim, TOKEN, join_msg, refusal};
 
 const JOB: &str = "job";
 
@@ -88,13 +88,6 @@ fn round_ends(sim: &Sim) -> Vec<RoundCause> {
             _ => None,
         })
         .collect()
-}
-
-fn refusal(msgs: &[ServerMsg]) -> Option<(RefusalCode, String)> {
-    msgs.iter().find_map(|m| match m {
-        ServerMsg::Refused { code, message } => Some((*code, message.clone())),
-        _ => None,
-    })
 }
 
 #[test]

@@ -4,7 +4,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use dt_rdzv_proto::rendezvous::MachineConfig;
+use dt_rdzv_proto::rendezvous::{MachineConfig, defaults};
 
 use dt_rdzv_proto::tcpstore::{
     DEFAULT_MAX_NAMESPACE_BYTES, DEFAULT_MAX_STORE_BYTES, EngineConfig, Limits,
@@ -201,7 +201,7 @@ pub struct ServeConfig {
     pub job_idle_ttl: Duration,
 
     /// Most rendezvous jobs at once.
-    #[arg(long, env = "DTRDZV_MAX_JOBS", default_value_t = 4096)]
+    #[arg(long, env = "DTRDZV_MAX_JOBS", default_value_t = defaults::MAX_JOBS)]
     pub max_jobs: usize,
 
     /// Most native connections at once (more are refused at the handshake).
@@ -326,15 +326,15 @@ impl Default for ServeConfig {
             tls_cert: None,
             tls_key: None,
             tls_names: vec!["localhost".into()],
-            heartbeat_interval: Duration::from_millis(500),
-            heartbeat_timeout: Duration::from_secs(2),
-            probe_timeout: Duration::from_millis(300),
-            waiting_heartbeat_interval: Duration::from_secs(2),
-            waiting_heartbeat_timeout: Duration::from_secs(10),
-            resume_window: Duration::from_secs(10),
-            job_retention: Duration::from_secs(60),
-            job_idle_ttl: Duration::from_secs(300),
-            max_jobs: 4096,
+            heartbeat_interval: defaults::HEARTBEAT_INTERVAL,
+            heartbeat_timeout: defaults::HEARTBEAT_TIMEOUT,
+            probe_timeout: defaults::PROBE_TIMEOUT,
+            waiting_heartbeat_interval: defaults::WAITING_HEARTBEAT_INTERVAL,
+            waiting_heartbeat_timeout: defaults::WAITING_HEARTBEAT_TIMEOUT,
+            resume_window: defaults::RESUME_WINDOW,
+            job_retention: defaults::ENDED_RETENTION,
+            job_idle_ttl: defaults::IDLE_TTL,
+            max_jobs: defaults::MAX_JOBS,
             max_native_connections: 65536,
             max_native_connections_per_source: None,
             max_partial_frame_bytes: 256 << 20,
@@ -593,5 +593,27 @@ mod tests {
         assert!(parse_duration("5d").is_err());
         assert_eq!(parse_ttl("never"), Ok(Ttl(None)));
         assert_eq!(parse_ttl("0"), Ok(Ttl(Some(Duration::ZERO))));
+    }
+
+    /// The flags' written defaults, `ServeConfig::default` and the machine's defaults
+    /// (`dt_rdzv_proto::rendezvous::defaults`) are one set of values.
+    #[test]
+    fn the_flags_defaults_are_the_configs_defaults() {
+        #[derive(clap::Parser)]
+        struct Serve {
+            #[command(flatten)]
+            cfg: ServeConfig,
+        }
+        if let Some((k, _)) = std::env::vars().find(|(k, _)| k.starts_with("DTRDZV_")) {
+            eprintln!("skipped: {k} is set, and clap reads it as the flag's value");
+            return;
+        }
+        let parsed = <Serve as clap::Parser>::try_parse_from(["dt-rdzv"]).expect("no flags");
+        assert_eq!(
+            format!("{:?}", parsed.cfg),
+            format!("{:?}", ServeConfig::default())
+        );
+        let machine = ServeConfig::default().machine_config(None);
+        assert_eq!(machine, MachineConfig::default());
     }
 }

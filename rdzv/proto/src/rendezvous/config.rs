@@ -11,6 +11,44 @@ pub const MAX_LOOKUP_RANKS: usize = 2048;
 /// Most ranks one node agent may speak for by default ([`MachineConfig::max_node_ranks`]).
 pub const MAX_NODE_RANKS: usize = 256;
 
+/// The default of every [`MachineConfig`] setting, in one place: `MachineConfig::default`,
+/// `dt-rdzv serve`'s `ServeConfig::default` and its flags' defaults all take these (the server
+/// checks that its flags' written defaults parse to them).
+pub mod defaults {
+    use std::time::Duration;
+
+    /// [`MachineConfig::heartbeat_interval`](super::MachineConfig::heartbeat_interval).
+    pub const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(500);
+    /// [`MachineConfig::heartbeat_timeout`](super::MachineConfig::heartbeat_timeout).
+    pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(2);
+    /// [`MachineConfig::probe_timeout`](super::MachineConfig::probe_timeout).
+    pub const PROBE_TIMEOUT: Duration = Duration::from_millis(300);
+    /// [`MachineConfig::waiting_heartbeat_interval`](super::MachineConfig::waiting_heartbeat_interval).
+    pub const WAITING_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(2);
+    /// [`MachineConfig::waiting_heartbeat_timeout`](super::MachineConfig::waiting_heartbeat_timeout).
+    pub const WAITING_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(10);
+    /// [`MachineConfig::resume_window`](super::MachineConfig::resume_window).
+    pub const RESUME_WINDOW: Duration = Duration::from_secs(10);
+    /// [`MachineConfig::ended_retention`](super::MachineConfig::ended_retention).
+    pub const ENDED_RETENTION: Duration = Duration::from_secs(60);
+    /// [`MachineConfig::idle_ttl`](super::MachineConfig::idle_ttl).
+    pub const IDLE_TTL: Duration = Duration::from_secs(300);
+    /// [`MachineConfig::max_jobs`](super::MachineConfig::max_jobs).
+    pub const MAX_JOBS: usize = 4096;
+    /// [`MachineConfig::max_config_value`](super::MachineConfig::max_config_value).
+    pub const MAX_CONFIG_VALUE: usize = 1 << 20;
+    /// [`MachineConfig::max_config_entries`](super::MachineConfig::max_config_entries).
+    pub const MAX_CONFIG_ENTRIES: usize = 256;
+    /// [`MachineConfig::max_config_bytes`](super::MachineConfig::max_config_bytes).
+    pub const MAX_CONFIG_BYTES: usize = 4 << 20;
+    /// [`MachineConfig::max_welcome_config_bytes`](super::MachineConfig::max_welcome_config_bytes).
+    pub const MAX_WELCOME_CONFIG_BYTES: usize = 256 << 20;
+    /// [`MachineConfig::max_addrs`](super::MachineConfig::max_addrs).
+    pub const MAX_ADDRS: usize = 16;
+    /// [`MachineConfig::max_addr_bytes`](super::MachineConfig::max_addr_bytes).
+    pub const MAX_ADDR_BYTES: usize = 256;
+}
+
 /// Server-wide rendezvous settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MachineConfig {
@@ -71,22 +109,22 @@ impl Default for MachineConfig {
     fn default() -> Self {
         Self {
             token: None,
-            heartbeat_interval: Duration::from_millis(500),
-            heartbeat_timeout: Duration::from_secs(2),
-            probe_timeout: Duration::from_millis(300),
-            waiting_heartbeat_interval: Duration::from_secs(2),
-            waiting_heartbeat_timeout: Duration::from_secs(10),
-            resume_window: Duration::from_secs(10),
-            ended_retention: Duration::from_secs(60),
-            idle_ttl: Duration::from_secs(300),
-            max_jobs: 4096,
-            max_config_value: 1 << 20,
-            max_config_entries: 256,
-            max_config_bytes: 4 << 20,
-            max_welcome_config_bytes: 256 << 20,
+            heartbeat_interval: defaults::HEARTBEAT_INTERVAL,
+            heartbeat_timeout: defaults::HEARTBEAT_TIMEOUT,
+            probe_timeout: defaults::PROBE_TIMEOUT,
+            waiting_heartbeat_interval: defaults::WAITING_HEARTBEAT_INTERVAL,
+            waiting_heartbeat_timeout: defaults::WAITING_HEARTBEAT_TIMEOUT,
+            resume_window: defaults::RESUME_WINDOW,
+            ended_retention: defaults::ENDED_RETENTION,
+            idle_ttl: defaults::IDLE_TTL,
+            max_jobs: defaults::MAX_JOBS,
+            max_config_value: defaults::MAX_CONFIG_VALUE,
+            max_config_entries: defaults::MAX_CONFIG_ENTRIES,
+            max_config_bytes: defaults::MAX_CONFIG_BYTES,
+            max_welcome_config_bytes: defaults::MAX_WELCOME_CONFIG_BYTES,
             max_lookup_ranks: MAX_LOOKUP_RANKS,
-            max_addrs: 16,
-            max_addr_bytes: 256,
+            max_addrs: defaults::MAX_ADDRS,
+            max_addr_bytes: defaults::MAX_ADDR_BYTES,
             max_node_ranks: MAX_NODE_RANKS,
         }
     }

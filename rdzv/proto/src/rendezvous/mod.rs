@@ -55,7 +55,7 @@ mod resume;
 
 pub use admission::MAX_NAME_BYTES;
 pub use auth::{JOB_TOKEN_PREFIX, Scope, authorized, job_token};
-pub use config::{MAX_LOOKUP_RANKS, MAX_NODE_RANKS, MachineConfig};
+pub use config::{MAX_LOOKUP_RANKS, MAX_NODE_RANKS, MachineConfig, defaults};
 pub use effects::{Action, Event, RendezvousStats};
 
 /// A driver's name for one client connection.

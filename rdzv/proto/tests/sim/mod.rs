@@ -5,10 +5,28 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use dt_rdzv_proto::native::{ClientMsg, JobSpec, Join, Resume, Role, ServerMsg, Welcome};
+use dt_rdzv_proto::native::{
+    ClientMsg, JobEnd, JobSpec, Join, RefusalCode, Resume, Role, ServerMsg, Welcome,
+};
 use dt_rdzv_proto::rendezvous::{Action, ConnId, Event, Input, MachineConfig, RendezvousMachine};
 
 pub const TOKEN: &str = "s3cret";
+
+/// The first refusal among `msgs`: its code and message.
+pub fn refusal(msgs: &[ServerMsg]) -> Option<(RefusalCode, String)> {
+    msgs.iter().find_map(|m| match m {
+        ServerMsg::Refused { code, message } => Some((*code, message.clone())),
+        _ => None,
+    })
+}
+
+/// The job's end among `msgs`, if one is there.
+pub fn job_end(msgs: &[ServerMsg]) -> Option<JobEnd> {
+    msgs.iter().find_map(|m| match m {
+        ServerMsg::JobEnded { end, .. } => Some(end.clone()),
+        _ => None,
+    })
+}
 
 pub struct Sim {
     pub m: RendezvousMachine,
