@@ -93,6 +93,46 @@ fn the_timeline_follows_each_rank_and_is_refused_without_the_jobs_token() {
                 .iter()
                 .all(|m| m["job"] == "pic")
         );
+        // What a page that holds these samples asks next: the samples after the last one,
+        // and no mark it already has.
+        let newest = v["times_ms"][n - 1].as_u64().unwrap();
+        let deadline = Instant::now() + WAIT;
+        let later = loop {
+            let path = format!("/v1/jobs/pic/timeline?since={newest}");
+            let (code, body) = http_get(&h, &path, Some(&mine));
+            assert_eq!(code, 200, "{body}");
+            let later: Value = serde_json::from_str(&body).unwrap();
+            if !later["times_ms"].as_array().unwrap().is_empty() {
+                break later;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no sample after {newest}: {later}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        assert_eq!(later["since_ms"], newest);
+        let times = later["times_ms"].as_array().unwrap();
+        assert!(
+            times.iter().all(|t| t.as_u64().unwrap() > newest),
+            "{later}"
+        );
+        for r in 0..3 {
+            assert_eq!(
+                later["ranks"][r]["seq"].as_array().unwrap().len(),
+                times.len()
+            );
+        }
+        assert!(
+            later["marks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|m| m["time_ms"].as_u64().unwrap() > newest),
+            "{later}"
+        );
+        let (code, body) = http_get(&h, "/v1/jobs/pic/timeline?since=soon", Some(&mine));
+        assert_eq!(code, 400, "a since that is not a number: {body}");
     });
     // Refusals: no token, another job's token, a job that does not exist.
     assert_eq!(http_get(&h, "/v1/jobs/pic/timeline", None).0, 401);

@@ -1,6 +1,6 @@
 //! The HTTP port (29402), on axum and hyper: `/` (the status page: one self-contained HTML
 //! file, no external asset), `/healthz`, `/metrics` (Prometheus text format), `/v1/jobs` and
-//! `/v1/jobs/{job}` (JSON), `/v1/jobs/{job}/hang` (why it is stuck, JSON), `/v1/jobs/{job}/timeline` (its ranks'
+//! `/v1/jobs/{job}` (JSON), `/v1/jobs/{job}/hang` (why it is stuck, JSON), `/v1/jobs/{job}/timeline[?since=MS]` (its ranks'
 //! progress over the last minutes, for the page's picture), `/v1/events?since=N[&job=J]` (the recent events, JSON). The JSON
 //! needs `Authorization: Bearer <token>`: the server token for everything, a job token for its
 //! own job only. The page itself carries no data; it asks for the token and sends it with each
@@ -250,15 +250,22 @@ async fn hang(State(s): State<Shared>, Path(job): Path<String>, headers: HeaderM
 }
 
 /// A job's recent history, for the status page's picture.
+/// `?since=MS`: only the samples (and journal marks) after it.
+#[derive(serde::Deserialize)]
+struct TimelineQuery {
+    since: Option<u64>,
+}
+
 async fn timeline(
     State(s): State<Shared>,
     Path(job): Path<String>,
+    Query(q): Query<TimelineQuery>,
     headers: HeaderMap,
 ) -> Response {
     if !s.rdzv.authorized(Scope::Job(&job), token(&headers)) {
         return refused("/v1/jobs/{job}/timeline");
     }
-    match s.rdzv.timeline(&job) {
+    match s.rdzv.timeline(&job, q.since) {
         // Compact: hundreds of numbers per rank, asked for every second.
         Ok(v) => (
             [(header::CONTENT_TYPE, "application/json")],

@@ -166,22 +166,32 @@ impl RdzvCore {
 
     /// `job`'s timeline (`/v1/jobs/{job}/timeline`): its ranks' progress over the last
     /// minutes and the journal's marks in that window.
-    pub(crate) fn timeline(&self, job: &str) -> Result<serde_json::Value, Refusal> {
+    pub(crate) fn timeline(
+        &self,
+        job: &str,
+        since_ms: Option<u64>,
+    ) -> Result<serde_json::Value, Refusal> {
         let now = unix_ms();
         let window = (timeline::INTERVAL * timeline::SAMPLES as u32).as_millis() as u64;
+        // Marks after `since_ms` only, as the samples (the page keeps the earlier ones).
+        let from = since_ms.map_or(0, |t| t.saturating_add(1));
         let marks = self.driver.read(|g| {
             g.core.status(Instant::now(), Some(job))?;
             Ok::<_, Refusal>(
                 g.routes
                     .journal
-                    .recent(job, now.saturating_sub(window), timeline::MAX_MARKS)
+                    .recent(
+                        job,
+                        now.saturating_sub(window).max(from),
+                        timeline::MAX_MARKS,
+                    )
                     .into_iter()
                     .map(|e| e.json())
                     .collect(),
             )
         })?;
         let t = self.timelines.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(t.json(job, now, marks))
+        Ok(t.json(job, now, marks, since_ms))
     }
 
     /// Samples every job's progress into the timelines once a [`timeline::INTERVAL`] until

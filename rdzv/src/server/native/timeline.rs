@@ -163,7 +163,16 @@ impl Timelines {
 
     /// `job`'s timeline as JSON (the job is known to the machine: the caller checked), with
     /// `marks` (journal entries of the job, oldest first) cut to the latest [`MAX_MARKS`].
-    pub(crate) fn json(&self, job: &str, now_ms: u64, mut marks: Vec<Value>) -> Value {
+    /// With `since_ms`, only the samples taken after it (a page that holds the earlier ones
+    /// asks for what is new: a few hundred bytes a second instead of the whole window); the
+    /// ranks' `idle_since_ms` and the laggards chosen still look at the whole window.
+    pub(crate) fn json(
+        &self,
+        job: &str,
+        now_ms: u64,
+        mut marks: Vec<Value>,
+        since_ms: Option<u64>,
+    ) -> Value {
         if marks.len() > MAX_MARKS {
             marks.drain(..marks.len() - MAX_MARKS);
         }
@@ -182,6 +191,7 @@ impl Timelines {
             "window_seconds": (INTERVAL * SAMPLES as u32).as_secs_f64(),
             "limits": limits,
             "marks": marks,
+            "since_ms": since_ms,
         });
         let Some(line) = self.jobs.get(job) else {
             v["followed"] = false.into();
@@ -193,21 +203,24 @@ impl Timelines {
             return v;
         };
         let s = &line.samples;
+        // Samples are in time order: the new ones are a suffix.
+        let from = since_ms.map_or(0, |t| s.iter().take_while(|x| x.at_ms <= t).count());
+        let new = || s.range(from..);
         v["followed"] = true.into();
-        v["times_ms"] = s.iter().map(|x| x.at_ms).collect::<Vec<_>>().into();
-        v["rounds"] = s.iter().map(|x| x.round).collect::<Vec<_>>().into();
-        v["world"] = s.iter().map(|x| x.world).collect::<Vec<_>>().into();
+        v["times_ms"] = new().map(|x| x.at_ms).collect::<Vec<_>>().into();
+        v["rounds"] = new().map(|x| x.round).collect::<Vec<_>>().into();
+        v["world"] = new().map(|x| x.world).collect::<Vec<_>>().into();
         v["summary"] = json!({
-            "reporting": s.iter().map(|x| x.reporting).collect::<Vec<_>>(),
-            "min": s.iter().map(|x| x.spread.map(|p| p.0)).collect::<Vec<_>>(),
-            "median": s.iter().map(|x| x.spread.map(|p| p.1)).collect::<Vec<_>>(),
-            "max": s.iter().map(|x| x.spread.map(|p| p.2)).collect::<Vec<_>>(),
+            "reporting": new().map(|x| x.reporting).collect::<Vec<_>>(),
+            "min": new().map(|x| x.spread.map(|p| p.0)).collect::<Vec<_>>(),
+            "median": new().map(|x| x.spread.map(|p| p.1)).collect::<Vec<_>>(),
+            "max": new().map(|x| x.spread.map(|p| p.2)).collect::<Vec<_>>(),
         });
         if s.iter().all(|x| x.ranks.is_some()) {
             let width = s.iter().map(|x| x.world as usize).max().unwrap_or(0);
             v["mode"] = "ranks".into();
             v["ranks"] = (0..width)
-                .map(|r| rank_json(r as u32, s, |x| x.ranks.as_ref()?.get(r).copied()))
+                .map(|r| rank_json(r as u32, s, from, |x| x.ranks.as_ref()?.get(r).copied()))
                 .collect::<Vec<_>>()
                 .into();
         } else {
@@ -225,7 +238,7 @@ impl Timelines {
             v["laggards"] = chosen
                 .iter()
                 .map(|&r| {
-                    rank_json(r, s, |x| {
+                    rank_json(r, s, from, |x| {
                         x.laggards.iter().find(|(l, _)| *l == r).map(|(_, p)| *p)
                     })
                 })
@@ -236,16 +249,21 @@ impl Timelines {
     }
 }
 
-/// One rank's line: its sequence number per sample (`null` where unknown), and since when
-/// (Unix ms, the first of the last samples) it has been in no world-group call (`null`: in one
-/// at the last sample, or not known).
-fn rank_json(rank: u32, s: &VecDeque<Sample>, at: impl Fn(&Sample) -> Option<Place>) -> Value {
+/// One rank's line: its sequence number per sample from sample `from` on (`null` where
+/// unknown), and since when (Unix ms, the first of the last samples of the whole window) it has
+/// been in no world-group call (`null`: in one at the last sample, or not known).
+fn rank_json(
+    rank: u32,
+    s: &VecDeque<Sample>,
+    from: usize,
+    at: impl Fn(&Sample) -> Option<Place>,
+) -> Value {
     let places: Vec<Option<Place>> = s.iter().map(at).collect();
     let idle = |p: &Option<Place>| p.is_some_and(|p| p.seq.is_some() && !p.waiting);
     let run = places.iter().rev().take_while(|p| idle(p)).count();
     json!({
         "rank": rank,
-        "seq": places.iter().map(|p| p.and_then(|p| p.seq)).collect::<Vec<_>>(),
+        "seq": places[from..].iter().map(|p| p.and_then(|p| p.seq)).collect::<Vec<_>>(),
         "idle_since_ms": (run > 0).then(|| s[s.len() - run].at_ms),
     })
 }

@@ -97,7 +97,7 @@ fn a_small_job_has_a_line_per_rank_bounded_to_the_window() {
     for i in 0..(SAMPLES as u64 + 25) {
         t.sample(1_000 * i, &views(&[small(i)]));
     }
-    let v = t.json("small", 0, Vec::new());
+    let v = t.json("small", 0, Vec::new(), None);
     assert_eq!(v["followed"], true);
     assert_eq!(v["mode"], "ranks");
     let times = v["times_ms"].as_array().unwrap();
@@ -146,7 +146,7 @@ fn a_big_job_is_summarised_with_its_laggards() {
     assert_eq!(line.samples.len(), SAMPLES);
     assert!(line.samples.iter().all(|s| s.ranks.is_none()));
     assert!(line.samples.iter().all(|s| s.laggards.len() == LAGGARDS));
-    let v = t.json("big", 0, Vec::new());
+    let v = t.json("big", 0, Vec::new(), None);
     assert_eq!(v["mode"], "summary");
     assert!(v.get("ranks").is_none(), "no line per rank at {n} ranks");
     let lags: Vec<u64> = v["laggards"]
@@ -175,7 +175,7 @@ fn laggard_lines_are_bounded_when_the_laggards_change() {
             .collect();
         t.sample(u64::from(i), &views(&[job("shifting", members)]));
     }
-    let v = t.json("shifting", 0, Vec::new());
+    let v = t.json("shifting", 0, Vec::new(), None);
     let lines = v["laggards"].as_array().unwrap();
     assert_eq!(lines.len(), MAX_LAGGARD_LINES);
     assert!(
@@ -194,7 +194,7 @@ fn jobs_are_bounded_and_forgotten_ones_dropped() {
     assert_eq!(t.followed(), MAX_JOBS);
     assert_eq!(t.unfollowed, 5);
     let last = format!("j{:03}", MAX_JOBS + 4);
-    let v = t.json(&last, 0, Vec::new());
+    let v = t.json(&last, 0, Vec::new(), None);
     assert_eq!(v["followed"], false);
     assert!(v["why"].as_str().unwrap().contains("at most"));
     // The machine forgets the first job: its room goes to a job not followed so far.
@@ -202,8 +202,8 @@ fn jobs_are_bounded_and_forgotten_ones_dropped() {
     assert_eq!(t.followed(), MAX_JOBS);
     assert!(!t.jobs.contains_key("j000"));
     let next = format!("j{MAX_JOBS:03}");
-    assert_eq!(t.json(&next, 0, Vec::new())["followed"], true);
-    assert_eq!(t.json(&last, 0, Vec::new())["followed"], false);
+    assert_eq!(t.json(&next, 0, Vec::new(), None)["followed"], true);
+    assert_eq!(t.json(&last, 0, Vec::new(), None)["followed"], false);
     assert_eq!(t.unfollowed, 4);
 }
 
@@ -211,7 +211,7 @@ fn jobs_are_bounded_and_forgotten_ones_dropped() {
 fn marks_are_bounded_to_the_latest() {
     let t = Timelines::default();
     let marks: Vec<Value> = (0..MAX_MARKS + 30).map(|i| json!({ "seq": i })).collect();
-    let v = t.json("x", 0, marks);
+    let v = t.json("x", 0, marks, None);
     let m = v["marks"].as_array().unwrap();
     assert_eq!(m.len(), MAX_MARKS);
     assert_eq!(m[0]["seq"], 30);
@@ -233,7 +233,7 @@ fn summaries_of_another_round_or_spares_do_not_count() {
             ..job("r", members)
         }]),
     );
-    let v = t.json("r", 0, Vec::new());
+    let v = t.json("r", 0, Vec::new(), None);
     assert_eq!(v["ranks"][0]["seq"][0], 7);
     assert_eq!(
         v["ranks"][1]["seq"][0],
@@ -249,7 +249,66 @@ fn a_rank_in_no_call_is_dated_from_its_first_such_sample() {
     for i in 0..10 {
         t.sample(1_000 * i, &views(&[small(i)]));
     }
-    let v = t.json("small", 0, Vec::new());
+    let v = t.json("small", 0, Vec::new(), None);
     assert_eq!(v["ranks"][2]["idle_since_ms"], 3_000);
     assert_eq!(v["ranks"][1]["idle_since_ms"], Value::Null);
+}
+
+#[test]
+fn since_a_sample_only_the_later_ones_come_and_idle_runs_still_span_the_window() {
+    let mut t = Timelines::default();
+    for i in 0..10 {
+        t.sample(1_000 * i, &views(&[small(i)]));
+    }
+    let whole = t.json("small", 9_500, Vec::new(), None);
+    let v = t.json("small", 9_500, Vec::new(), Some(7_000));
+    assert_eq!(v["since_ms"], 7_000);
+    assert_eq!(v["times_ms"], json!([8_000, 9_000]));
+    assert_eq!(v["rounds"], json!([1, 1]));
+    assert_eq!(v["summary"]["min"], json!([3, 3]));
+    assert_eq!(v["ranks"][0]["seq"], json!([8, 9]));
+    assert_eq!(v["ranks"][2]["seq"], json!([3, 3]));
+    // Dated from the whole window, not from the samples sent.
+    assert_eq!(v["ranks"][2]["idle_since_ms"], 3_000);
+    assert_eq!(
+        v["ranks"][2]["idle_since_ms"],
+        whole["ranks"][2]["idle_since_ms"]
+    );
+    // The earlier part and the later part make the whole.
+    let head = t.json("small", 9_500, Vec::new(), Some(u64::MAX));
+    assert_eq!(head["times_ms"], json!([]));
+    let all = t.json("small", 9_500, Vec::new(), Some(0));
+    assert_eq!(
+        all["times_ms"].as_array().unwrap().len(),
+        9,
+        "the sample at 0 is not after 0"
+    );
+    assert_eq!(whole["times_ms"].as_array().unwrap().len(), 10);
+}
+
+#[test]
+fn a_page_holding_the_window_gets_a_fraction_of_it_each_second() {
+    let mut t = Timelines::default();
+    let ranks = |i: u64| {
+        job(
+            "wide",
+            (0..MAX_RANK_LINES as u32)
+                .map(|r| member(r, 1, Some(i * 7 + u64::from(r)), true))
+                .collect(),
+        )
+    };
+    for i in 0..SAMPLES as u64 {
+        t.sample(1_000 * i, &views(&[ranks(i)]));
+    }
+    let last = 1_000 * (SAMPLES as u64 - 1);
+    let whole = serde_json::to_vec(&t.json("wide", last, Vec::new(), None))
+        .unwrap()
+        .len();
+    let next = serde_json::to_vec(&t.json("wide", last, Vec::new(), Some(last - 1_000)))
+        .unwrap()
+        .len();
+    eprintln!(
+        "{MAX_RANK_LINES} ranks, {SAMPLES} samples: whole window {whole} B, one new sample {next} B"
+    );
+    assert!(next * 20 < whole, "{next} B of {whole} B");
 }
