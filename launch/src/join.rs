@@ -57,10 +57,12 @@ pub struct Meeting {
     pub server: Option<BackgroundServer>,
 }
 
-fn setup(start: Option<Instant>, detail: impl Into<String>) -> CommError {
+/// A set-up failure of `l`'s rank (0 while the rendezvous has not assigned one), timed from
+/// `start`.
+fn setup(l: &Launch, start: Instant, detail: impl Into<String>) -> CommError {
     CommError::Setup {
-        rank: 0,
-        elapsed: start.map_or(Duration::ZERO, |s| s.elapsed()),
+        rank: l.rank.value.unwrap_or(0),
+        elapsed: start.elapsed(),
         detail: detail.into(),
     }
 }
@@ -92,12 +94,14 @@ pub fn meet(
     socket_ifname: Option<&str>,
     wait: Duration,
 ) -> Result<Option<Meeting>, CommError> {
+    let start = Instant::now();
     let Some(endpoint) = l.endpoint.value.clone() else {
         return Ok(None);
     };
     if endpoint.starts_with(HOROVOD_KV) {
         return Err(setup(
-            None,
+            l,
+            start,
             format!(
                 "horovodrun's key-value rendezvous ({}) is joined from Python only: set \
                  DTCOMM_RDZV_ENDPOINT or MASTER_ADDR/MASTER_PORT",
@@ -112,7 +116,8 @@ pub fn meet(
         return meet_through_mpi(&endpoint, l, socket_ifname, wait).map(Some);
     }
     let server = if l.host_store.value {
-        let (host, port) = split_host_port(&endpoint, STORE_PORT).map_err(|e| setup(None, e))?;
+        let (host, port) =
+            split_host_port(&endpoint, STORE_PORT).map_err(|e| setup(l, start, e))?;
         let bind = if host.starts_with("127.") {
             host.as_str()
         } else {
@@ -120,11 +125,12 @@ pub fn meet(
         };
         let ip: IpAddr = bind
             .parse()
-            .map_err(|e| setup(None, format!("store host {bind:?}: {e}")))?;
+            .map_err(|e| setup(l, start, format!("store host {bind:?}: {e}")))?;
         let server = BackgroundServer::start(ServeConfig::embedded_store(ip, port));
         Some(server.map_err(|e| {
             setup(
-                None,
+                l,
+                start,
                 format!(
                     "hosting the store on {bind}:{port} ({}): {e}",
                     l.host_store.source
@@ -146,11 +152,13 @@ fn meet_through_mpi(
     socket_ifname: Option<&str>,
     wait: Duration,
 ) -> Result<Meeting, CommError> {
+    let start = Instant::now();
     let n = next_meeting();
-    let failed = |e: mpi_hosts::MeetError| setup(None, e.to_string());
+    let failed = |e: mpi_hosts::MeetError| setup(l, start, e.to_string());
     let Some(rank) = l.rank.value else {
         return Err(setup(
-            None,
+            l,
+            start,
             "meeting through the MPI process manager needs a rank variable",
         ));
     };
@@ -161,9 +169,9 @@ fn meet_through_mpi(
             server: None,
         });
     }
-    let ip = mpi_hosts::advertised_ip(socket_ifname).map_err(|e| setup(None, e))?;
+    let ip = mpi_hosts::advertised_ip(socket_ifname).map_err(|e| setup(l, start, e))?;
     let server = BackgroundServer::start(ServeConfig::embedded_store(ip, 0))
-        .map_err(|e| setup(None, format!("hosting the store on {ip}: {e}")))?;
+        .map_err(|e| setup(l, start, format!("hosting the store on {ip}: {e}")))?;
     let mine = server.endpoint();
     mpi_hosts::meet(endpoint, 0, &l.run_id.value, n, Some(&mine), wait).map_err(failed)?;
     Ok(Meeting {
@@ -175,26 +183,28 @@ fn meet_through_mpi(
 /// Under `mpirun` on one host: rank 0 hosts the store on loopback and leaves its address in
 /// Open MPI's session directory; the others read it there ([`mpi_session`]).
 fn meet_in_session(dir: &str, l: &Launch, wait: Duration) -> Result<Meeting, CommError> {
+    let start = Instant::now();
     let n = next_meeting();
     let path = mpi_session::endpoint_file(dir, &l.run_id.value, n);
     match l.rank.value {
         Some(0) => {
             let cfg = ServeConfig::embedded_store(IpAddr::from([127, 0, 0, 1]), 0);
             let server = BackgroundServer::start(cfg)
-                .map_err(|e| setup(None, format!("hosting the store on 127.0.0.1: {e}")))?;
+                .map_err(|e| setup(l, start, format!("hosting the store on 127.0.0.1: {e}")))?;
             let endpoint = server.endpoint();
-            mpi_session::publish(&path, &endpoint).map_err(|e| setup(None, e))?;
+            mpi_session::publish(&path, &endpoint).map_err(|e| setup(l, start, e))?;
             Ok(Meeting {
                 endpoint,
                 server: Some(server),
             })
         }
         Some(r) => Ok(Meeting {
-            endpoint: mpi_session::read(&path, r, wait).map_err(|e| setup(None, e))?,
+            endpoint: mpi_session::read(&path, r, wait).map_err(|e| setup(l, start, e))?,
             server: None,
         }),
         None => Err(setup(
-            None,
+            l,
+            start,
             "Open MPI's session directory needs OMPI_COMM_WORLD_RANK",
         )),
     }
@@ -232,7 +242,8 @@ pub fn rank_and_generation(
 
 /// Joins through a store (see the module docs).
 pub fn join_store(l: &Launch, opts: &Options) -> Result<Joined, CommError> {
-    let cfg = Config::resolve(opts).map_err(|e| setup(None, e))?;
+    let start = Instant::now();
+    let cfg = Config::resolve(opts).map_err(|e| setup(l, start, e))?;
     let wait = cfg.setup_timeout.value;
     let Some(meeting) = meet(l, cfg.socket_ifname.value.as_deref(), wait)? else {
         // A world of one: no store needed.
@@ -250,10 +261,10 @@ pub fn join_store(l: &Launch, opts: &Options) -> Result<Joined, CommError> {
     // Rank 0's store is a new server at every init: meet at the one of this init.
     let role = hosted::Role::of(server.is_some(), l.rank0_hosts.value);
     let client = hosted::connect(&endpoint, &l.run_id.value, role, l.rank.value, wait)
-        .map_err(|e| setup(None, e))?;
+        .map_err(|e| setup(l, start, e))?;
     let base = format!("{}/dtcomm", l.run_id.value);
     let (me, generation) = rank_and_generation(&client, l, &base)
-        .map_err(|e| setup(None, format!("store {endpoint}: {e}")))?;
+        .map_err(|e| setup(l, start, format!("store {endpoint}: {e}")))?;
     let store: Arc<dyn Store> = Arc::new(PrefixStore::new(format!("{base}/g{generation}"), client));
     let comm = Communicator::new(store, me, l.world.value, opts.clone())?;
     Ok(Joined {
@@ -276,14 +287,14 @@ pub fn join_native(l: &Launch, opts: &Options) -> Result<Joined, CommError> {
         job: (l.run_id.source == "explicit").then(|| l.run_id.value.clone()),
         ..NativeExplicit::default()
     };
-    let settings = NativeSettings::resolve(&nex, &env).map_err(|e| setup(None, e))?;
+    let start = Instant::now();
+    let settings = NativeSettings::resolve(&nex, &env).map_err(|e| setup(l, start, e))?;
     let line = settings.log_line();
     // Bound before joining: its address goes in the join, and every round's links come to it.
     let listener = DataListener::bind(opts)?;
-    let start = Instant::now();
     let joined = |e: JoinError| match e {
         JoinError::Comm(c) => c,
-        e => setup(Some(start), e.to_string()),
+        e => setup(l, start, e.to_string()),
     };
     let mut member = Member::join(settings, Some(listener)).map_err(joined)?;
     // Takes the next round when one ends during set-up.
