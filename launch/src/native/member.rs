@@ -403,7 +403,7 @@ impl Member {
     /// peer table left out.
     fn peer_addrs(&mut self, w: &Welcome) -> Result<Vec<Option<SocketAddr>>, JoinError> {
         let world = w.world as usize;
-        let mut peers: Vec<Peer> = w.peers.clone();
+        let mut peers: Vec<Peer> = w.peers.to_vec();
         if !w.all_peers {
             // Every lower rank this rank connects to, in as many lookups as the server's
             // per-request bound takes (one lookup of more than 2,048 ranks was refused: no
@@ -440,7 +440,7 @@ impl Member {
             return None;
         }
         let mut hosts = vec![Vec::new(); w.world as usize];
-        for p in &w.peers {
+        for p in w.peers.iter() {
             if let Some(h) = hosts.get_mut(p.rank as usize) {
                 h.clone_from(&p.host);
             }

@@ -82,7 +82,7 @@ pub(super) fn event(m: ServerMsg) -> RdzvEvent {
             e.kind = "config";
             e.job = Some(job);
             e.key = Some(key);
-            e.value = Some(value);
+            e.value = Some(std::sync::Arc::unwrap_or_clone(value));
         }
         ServerMsg::JobEnded { job, end } => {
             e.kind = "job_ended";

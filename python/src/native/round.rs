@@ -96,7 +96,7 @@ impl From<&Welcome> for PyWelcome {
             all_peers: w.all_peers,
             restarts: w.restarts,
             heartbeat_timeout: w.heartbeat_timeout_ms as f64 / 1000.0,
-            config: w.config.clone(),
+            config: w.config.to_vec(),
         }
     }
 }

@@ -92,3 +92,96 @@ fn published_configuration_is_bounded_per_job_and_per_round_of_welcomes() {
     assert_eq!(i, 3, "three MiB plus keys fit, the fourth does not: {msg}");
     assert!(msg.contains("max_config_bytes"), "{msg}");
 }
+
+#[test]
+fn welcomes_share_the_configuration_and_the_table_and_the_table_is_capped() {
+    use dt_rdzv_proto::rendezvous::defaults::MAX_FULL_PEER_TABLE;
+    use std::sync::Arc;
+
+    // Published configuration, then a new round: every welcome holds the same copy.
+    let mut sim = Sim::new();
+    let spec = JobSpec::fixed(3);
+    sim.join_as(0, "j", "main", "a", &spec, Role::Main);
+    sim.join_as(1, "j", "w1", "a", &spec, Role::Worker);
+    sim.join_as(2, "j", "w2", "a", &spec, Role::Worker);
+    let first = sim.welcomes(0..3);
+    assert!(Arc::ptr_eq(&first[&0].peers, &first[&2].peers), "one table");
+    sim.send(
+        0,
+        ClientMsg::Publish {
+            key: "k".into(),
+            value: vec![1; 1000],
+        },
+    );
+    let configs: Vec<Arc<Vec<u8>>> = (0..3)
+        .flat_map(|c| sim.take(c))
+        .filter_map(|m| match m {
+            ServerMsg::Config { value, .. } => Some(value),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(configs.len(), 3);
+    assert!(
+        configs.iter().all(|v| Arc::ptr_eq(v, &configs[0])),
+        "one value"
+    );
+
+    // A job asking for the whole table at any size gets it up to the server's cap only.
+    let n = MAX_FULL_PEER_TABLE as u64 + 1;
+    for (world, all) in [(MAX_FULL_PEER_TABLE as u64, true), (n, false)] {
+        let mut sim = Sim::new();
+        let spec = JobSpec {
+            full_peer_table_max: u32::MAX,
+            ..JobSpec::fixed(world as u32)
+        };
+        for c in 0..world {
+            sim.join(c, "big", &spec, 8);
+        }
+        let w = sim.welcomes(0..world);
+        assert_eq!(w.len() as u64, world);
+        assert_eq!(w[&0].all_peers, all, "world {world}");
+        assert!(w[&0].peers.len() as u64 <= if all { world } else { 64 });
+    }
+}
+
+#[test]
+fn published_configuration_is_counted_server_wide_and_refused_past_the_servers_room() {
+    let mut sim = Sim::new();
+    let spec = JobSpec::fixed(1);
+    for (c, job) in [(0, "a"), (1, "b")] {
+        sim.join_as(c, job, "main", "h", &spec, Role::Main);
+    }
+    assert_eq!(sim.welcomes(0..2).len(), 2);
+    let publish = |sim: &mut Sim, c, key: &str, n: usize| {
+        sim.send(
+            c,
+            ClientMsg::Publish {
+                key: key.into(),
+                value: vec![1; n],
+            },
+        );
+        refusal(&sim.take(c))
+    };
+    assert_eq!(publish(&mut sim, 0, "k", 1000), None);
+    assert_eq!(publish(&mut sim, 1, "k", 500), None);
+    assert_eq!(sim.m.config_bytes(), 1502);
+    // Replacing counts the difference.
+    assert_eq!(publish(&mut sim, 0, "k", 100), None);
+    assert_eq!(sim.m.config_bytes(), 602);
+    // The server's budget leaves 50 bytes: more is refused, naming it; a smaller
+    // replacement still goes through.
+    sim.m.set_config_room(Some(50));
+    let (code, msg) = publish(&mut sim, 1, "l", 100).expect("refused");
+    assert_eq!(code, RefusalCode::BadRequest);
+    assert!(
+        msg.contains("--max-memory-bytes") && msg.contains("50 bytes left"),
+        "{msg}"
+    );
+    assert_eq!(publish(&mut sim, 1, "k", 10), None);
+    assert_eq!(sim.m.config_bytes(), 112);
+    sim.m.set_config_room(None);
+    // A job that finishes and is forgotten takes its bytes with it.
+    sim.send(0, ClientMsg::Finish);
+    sim.advance_with_heartbeats(std::time::Duration::from_secs(3600), &[1]);
+    assert_eq!(sim.m.config_bytes(), 11, "job b's one entry is left");
+}

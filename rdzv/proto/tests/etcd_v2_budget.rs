@@ -124,3 +124,23 @@ fn answers_being_sent_are_bounded_server_wide() {
     s.set_answers_in_flight(0);
     assert!(ask(&mut s, 2, "/d", read()).is_ok());
 }
+
+#[test]
+fn the_servers_budget_binds_writes_and_reads_beside_the_other_doors() {
+    let mut s = store(Limits::default());
+    let value = "v".repeat(100_000);
+    // The other doors hold 850 KB of a 1 MB budget: one 100 KB value fits, a second does not.
+    s.set_server_budget(Some(1_000_000), 850_000);
+    ask(&mut s, 1, "/a/1", put(&value)).unwrap();
+    let e = ask(&mut s, 1, "/a/2", put(&value)).unwrap_err();
+    assert_eq!(e.code, ErrorCode::RaftInternal);
+    assert!(e.cause.contains("--max-memory-bytes"), "{}", e.cause);
+    assert!(e.cause.contains("other doors 850000"), "{}", e.cause);
+    // A read whose answer would pass it is refused too; with room again, it is answered.
+    s.set_server_budget(Some(1_000_000), 999_000);
+    let e = ask(&mut s, 1, "/a/1", read()).unwrap_err();
+    assert!(e.cause.contains("--max-memory-bytes"), "{}", e.cause);
+    s.set_server_budget(None, 0);
+    ask(&mut s, 1, "/a/1", read()).unwrap();
+    ask(&mut s, 1, "/a/2", put(&value)).unwrap();
+}

@@ -436,7 +436,7 @@ fn main_member_is_rank_zero_publishes_config_and_ends_an_ephemeral_job() {
     sim.join_as(6, "oci", "w1", "a", &spec, Role::Worker);
     sim.join_as(7, "oci", "w2", "a", &spec, Role::Worker);
     let w = sim.welcome(6).unwrap();
-    assert_eq!(w.config, vec![("k".to_string(), b"v".to_vec())]);
+    assert_eq!(*w.config, vec![("k".to_string(), b"v".to_vec())]);
 }
 
 #[test]

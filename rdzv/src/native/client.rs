@@ -220,10 +220,10 @@ impl NativeClient {
     fn note(&mut self, m: &ServerMsg) {
         match m {
             ServerMsg::Config { key, value, .. } => {
-                self.config.insert(key.clone(), value.clone());
+                self.config.insert(key.clone(), value.to_vec());
             }
             ServerMsg::Welcome(w) => {
-                for (k, v) in &w.config {
+                for (k, v) in w.config.iter() {
                     self.config.insert(k.clone(), v.clone());
                 }
                 self.welcome = Some(w.clone());

@@ -64,6 +64,13 @@ pub struct ServeConfig {
     #[arg(long, env = "DTRDZV_MAX_STORE_BYTES", default_value_t = DEFAULT_MAX_STORE_BYTES)]
     pub max_store_bytes: u64,
 
+    /// The server's one memory budget, over every door (TCPStore, etcd v2, native): what
+    /// their clients make it hold together; a request that would pass it is refused, naming
+    /// it. Default: three quarters of the cgroup's memory limit (a container's), none without
+    /// one. 0: none.
+    #[arg(long, env = "DTRDZV_MAX_MEMORY_BYTES")]
+    pub max_memory_bytes: Option<u64>,
+
     /// TCP keepalive idle time before probing a silent peer (0 disables).
     #[arg(long, env = "DTRDZV_TCP_KEEPALIVE", default_value = "30s", value_parser = parse_duration)]
     pub tcp_keepalive: Duration,
@@ -306,6 +313,7 @@ impl Default for ServeConfig {
             max_tcpstore_connections: None,
             max_namespace_bytes: DEFAULT_MAX_NAMESPACE_BYTES,
             max_store_bytes: DEFAULT_MAX_STORE_BYTES,
+            max_memory_bytes: None,
             tcp_keepalive: Duration::from_secs(30),
             worker_threads: None,
             no_tcpstore: false,
@@ -376,6 +384,15 @@ impl ServeConfig {
             no_native: true,
             no_http: true,
             ..Self::default()
+        }
+    }
+
+    /// The server's memory budget and where it came from (`None`: none).
+    pub(crate) fn memory_budget(&self) -> Option<(u64, String)> {
+        match self.max_memory_bytes {
+            Some(0) => None,
+            Some(n) => Some((n, super::memory::FLAG.to_owned())),
+            None => super::memory::default_budget(),
         }
     }
 

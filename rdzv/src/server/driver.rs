@@ -90,11 +90,6 @@ impl<C: Core, R: Route<C::Output>> Driver<C, R> {
         f(&self.lock())
     }
 
-    /// Feeds one input that arrives now.
-    pub(crate) fn input(&self, input: C::Input) {
-        self.with(|g| g.handle(Instant::now(), input));
-    }
-
     /// Runs the core's deadlines until `stop` turns.
     pub(crate) async fn run_timers(&self, mut stop: watch::Receiver<bool>) {
         loop {

@@ -36,6 +36,7 @@ mod fdlimit;
 mod ha;
 mod http;
 mod http_serve;
+mod memory;
 mod native;
 mod ratelog;
 mod tcpstore;
@@ -75,6 +76,8 @@ pub struct Server {
     token: Option<String>,
     token_generated: bool,
     max_tcpstore_connections: usize,
+    /// The one memory budget over every door.
+    memory: Arc<memory::ServerMemory>,
     /// Jobs shared with other servers (`--backend`), and where the machine tells it.
     owners: Option<(
         Arc<owner::Owners>,
@@ -102,8 +105,23 @@ impl Server {
         } else {
             Some(listener::bind(&config)?)
         };
-        let core = Arc::new(StoreCore::new(config.engine_config()));
-        let rdzv = Arc::new(RdzvCore::new(config.machine_config(token.clone())));
+        let budget = config.memory_budget();
+        match &budget {
+            Some((bytes, source)) => {
+                tracing::info!(bytes, source = %source, "the server's memory budget")
+            }
+            None => tracing::info!(
+                "no server-wide memory budget (no cgroup memory limit and no --max-memory-bytes)"
+            ),
+        }
+        let memory = memory::ServerMemory::new(budget.map(|b| b.0));
+        let core = Arc::new(StoreCore::new(config.engine_config(), memory.clone()));
+        let native_memory =
+            native::memory::NativeMemory::new(memory.clone(), config.max_partial_frame_bytes);
+        let rdzv = Arc::new(RdzvCore::new(
+            config.machine_config(token.clone()),
+            native_memory,
+        ));
         let (native, fingerprint) = if config.no_native {
             (None, None)
         } else {
@@ -142,6 +160,7 @@ impl Server {
             config,
             listener,
             core,
+            memory,
             native,
             rdzv,
             http,
@@ -302,16 +321,20 @@ impl Server {
             tokio::spawn(http::accept_loop(l, state, stop_rx.clone()));
         }
         if let Some(l) = self.etcd_v2 {
-            let door = etcd_v2::V2Door::new(etcd_v2::V2Config {
-                token: self.token.clone(),
-                store: dt_rdzv_proto::etcd_v2::StoreConfig {
-                    limits: dt_rdzv_proto::etcd_v2::Limits {
-                        max_bytes: config.max_store_bytes,
-                        ..Default::default()
+            let door = etcd_v2::V2Door::new(
+                etcd_v2::V2Config {
+                    token: self.token.clone(),
+                    store: dt_rdzv_proto::etcd_v2::StoreConfig {
+                        limits: dt_rdzv_proto::etcd_v2::Limits {
+                            max_bytes: config.max_store_bytes,
+                            ..Default::default()
+                        },
+                        idle_ttl: config.namespace_ttl.0,
                     },
-                    idle_ttl: config.namespace_ttl.0,
                 },
-            });
+                self.memory.clone(),
+            );
+            self.memory.register(memory::Door::EtcdV2, door.clone());
             tokio::spawn(etcd_v2::run(l, door, stop_rx.clone()));
         }
         if let Some(l) = self.torchft {

@@ -31,6 +31,10 @@ pub struct Served {
     pub store: String,
     pub native: SocketAddr,
     pub fingerprint: String,
+    /// The HTTP port (`/metrics`, `/healthz`).
+    pub http: String,
+    /// The etcd v2 port, when `--etcd-v2-port` was given.
+    pub etcd: Option<String>,
     pub log: PathBuf,
 }
 
@@ -67,12 +71,24 @@ impl Served {
         let native = next();
         let rest = native.strip_prefix("dt-rdzv listening native=").unwrap();
         let (endpoint, fp) = rest.split_once(" fingerprint=").unwrap();
+        let http = next()
+            .strip_prefix("dt-rdzv listening http=")
+            .expect("http line")
+            .to_string();
+        let etcd = flags.contains(&"--etcd-v2-port").then(|| {
+            next()
+                .strip_prefix("dt-rdzv listening etcd_v2=")
+                .expect("etcd v2 line")
+                .to_string()
+        });
         // Keep its stdout open and drained (a closed pipe would fail its next line).
         std::thread::spawn(move || lines.for_each(drop));
         Self {
             store,
             native: endpoint.parse().unwrap(),
             fingerprint: fp.trim().to_string(),
+            http,
+            etcd,
             log,
             child,
         }

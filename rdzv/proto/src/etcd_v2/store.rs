@@ -59,6 +59,9 @@ pub struct V2Store {
     answers_in_flight: u64,
     /// The size of the last read's answer ([`V2Store::take_answer_bytes`]).
     answer_bytes: u64,
+    /// The server's memory budget over every door and what its other doors hold
+    /// ([`V2Store::set_server_budget`]).
+    server: Option<(u64, u64)>,
 }
 
 impl V2Store {
@@ -75,6 +78,7 @@ impl V2Store {
             runs: RunTracker::default(),
             outputs: VecDeque::new(),
             answers_in_flight: 0,
+            server: None,
             answer_bytes: 0,
         }
     }
@@ -159,6 +163,13 @@ impl V2Store {
     /// keys and values, the run bookkeeping, and the answers being sent.
     pub fn held_bytes(&self) -> u64 {
         self.bytes + self.runs.bytes() + self.answers_in_flight
+    }
+
+    /// The server's memory budget over every door (`None`: none) and what its other doors
+    /// hold now: a write or a read's answer must fit in what that leaves too, and a refusal it
+    /// causes names the server's budget.
+    pub fn set_server_budget(&mut self, limit: Option<u64>, elsewhere: u64) {
+        self.server = limit.map(|l| (l, elsewhere));
     }
 
     /// The driver is still sending `bytes` of answers, over every connection: a read whose

@@ -4,6 +4,9 @@
 //! them behind magic, version and length. Durations travel as milliseconds (`*_ms`), addresses
 //! as strings (`host:port`, IPv6 in brackets), so the wire format depends on nothing but rkyv.
 
+use std::sync::Arc;
+
+use rkyv::with::Unshare;
 use rkyv::{Archive, Deserialize, Serialize};
 
 use super::progress::Progress;
@@ -59,6 +62,9 @@ pub struct JobSpec {
     pub ttl_ms: Option<u64>,
     /// Up to this world size a `Welcome` carries every member's addresses; above it, only the
     /// peers a member's rank talks to in rings and trees (and its host), the rest on request.
+    /// The server takes at most
+    /// [`MAX_FULL_PEER_TABLE`](crate::rendezvous::defaults::MAX_FULL_PEER_TABLE) (every
+    /// member's welcome is encoded with the whole table: the table's square on the wire).
     pub full_peer_table_max: u32,
 }
 
@@ -333,11 +339,16 @@ pub struct Welcome {
     /// Peers this member needs: everyone when `all_peers`, else rank 0, ring and tree
     /// neighbours, and the same node's members (on a node of more than 64, the node's first
     /// and its ring and tree neighbours there). Ask for others with [`ClientMsg::Lookup`].
-    pub peers: Vec<Peer>,
+    /// The whole table is one copy shared by every welcome of the round; on the wire, a plain
+    /// list.
+    #[rkyv(with = Unshare)]
+    pub peers: Arc<Vec<Peer>>,
     /// Whether `peers` is the whole round.
     pub all_peers: bool,
-    /// The job's published configuration.
-    pub config: Vec<(String, Vec<u8>)>,
+    /// The job's published configuration: one copy shared by every welcome of a round (and
+    /// by its job until an entry changes); on the wire, a plain list.
+    #[rkyv(with = Unshare)]
+    pub config: Arc<Vec<(String, Vec<u8>)>>,
     /// Send a heartbeat at least this often.
     pub heartbeat_interval_ms: u64,
     /// The server declares a member lost after this long without a message.
@@ -515,8 +526,9 @@ pub enum ServerMsg {
         job: String,
         /// Entry name.
         key: String,
-        /// Entry value.
-        value: Vec<u8>,
+        /// Entry value: one copy shared by every member's message; on the wire, plain bytes.
+        #[rkyv(with = Unshare)]
+        value: Arc<Vec<u8>>,
     },
     /// Addresses asked for with [`ClientMsg::Lookup`].
     Peers(Vec<Peer>),

@@ -43,6 +43,11 @@ pub mod defaults {
     pub const MAX_CONFIG_BYTES: usize = 4 << 20;
     /// [`MachineConfig::max_welcome_config_bytes`](super::MachineConfig::max_welcome_config_bytes).
     pub const MAX_WELCOME_CONFIG_BYTES: usize = 256 << 20;
+    /// Largest round whose welcomes carry the whole peer table, whatever a job's
+    /// [`JobSpec::full_peer_table_max`](crate::native::JobSpec::full_peer_table_max) asks: each
+    /// member's welcome is encoded with the table, so a round of `n` puts `n` squared peers on
+    /// the wire (256: about 10 MB); bigger rounds get their neighbours and `Lookup`.
+    pub const MAX_FULL_PEER_TABLE: u32 = 256;
     /// [`MachineConfig::max_addrs`](super::MachineConfig::max_addrs).
     pub const MAX_ADDRS: usize = 16;
     /// [`MachineConfig::max_addr_bytes`](super::MachineConfig::max_addr_bytes).

@@ -2,10 +2,11 @@
 //! connection's requests here and collects the [`Effects`].
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::ConnId;
-use super::config::MachineConfig;
+use super::config::{MachineConfig, defaults};
 use super::effects::{Effects, Event};
 use super::error::Refusal;
 use super::{peers, ranks};
@@ -100,7 +101,7 @@ pub(crate) struct Job {
     pub(crate) round: u64,
     pub(crate) phase: Phase,
     pub(crate) restarts: u32,
-    pub(crate) config: BTreeMap<String, Vec<u8>>,
+    pub(crate) config: super::published::Published,
     /// Members of the last round that are gone (while forming).
     pub(crate) missing: BTreeSet<String>,
     pub(crate) counts: [u32; 3],
@@ -184,7 +185,7 @@ impl Job {
                 carried: false,
             },
             restarts: 0,
-            config: BTreeMap::new(),
+            config: Default::default(),
             missing: BTreeSet::new(),
             counts: [0; 3],
             next_arrival: 0,
@@ -497,17 +498,19 @@ impl Job {
                 observed_ip: m.observed_ip.clone(),
             })
         };
-        let all = world <= self.spec.full_peer_table_max;
-        let table: Vec<Peer> = if all {
+        let all = world
+            <= self
+                .spec
+                .full_peer_table_max
+                .min(defaults::MAX_FULL_PEER_TABLE);
+        // The whole table once, shared by every welcome.
+        let table: Arc<Vec<Peer>> = Arc::new(if all {
             (0..world).filter_map(peer).collect()
         } else {
             Vec::new()
-        };
-        let config: Vec<(String, Vec<u8>)> = self
-            .config
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        });
+        // One list for every welcome (and every later round, until an entry changes).
+        let config = self.config.shared();
         for (r, m) in by_rank.iter().enumerate() {
             let Some(m) = m else {
                 continue;
@@ -520,7 +523,8 @@ impl Job {
                 peers::neighbours(r as u32, world, node, local_rank)
                     .into_iter()
                     .filter_map(peer)
-                    .collect()
+                    .collect::<Vec<_>>()
+                    .into()
             };
             fx.send(
                 m.conn,

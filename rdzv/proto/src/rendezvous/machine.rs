@@ -62,6 +62,11 @@ pub struct RendezvousMachine {
     /// reported closed: what they still send was in flight and is dropped, not refused.
     closing: BTreeSet<ConnId>,
     fx: Effects,
+    /// Bytes of published configuration over every job.
+    config_bytes: u64,
+    /// What the server's memory budget leaves for more configuration
+    /// ([`RendezvousMachine::set_config_room`]).
+    config_room: Option<u64>,
 }
 
 impl RendezvousMachine {
@@ -71,6 +76,18 @@ impl RendezvousMachine {
             config,
             ..Self::default()
         }
+    }
+
+    /// Bytes of published configuration (keys and values) over every job.
+    pub fn config_bytes(&self) -> u64 {
+        self.config_bytes
+    }
+
+    /// What the server's memory budget leaves now for more published configuration (`None`:
+    /// no budget): a publish that would add more is refused, naming the budget. The driver
+    /// sets it before each input.
+    pub fn set_config_room(&mut self, room: Option<u64>) {
+        self.config_room = room;
     }
 
     /// Its settings.
@@ -171,6 +188,7 @@ impl RendezvousMachine {
         let Some(j) = self.jobs.remove(job) else {
             return Vec::new();
         };
+        self.config_bytes -= j.config.bytes() as u64;
         let mut conns: Vec<ConnId> = j.members.values().map(|m| m.conn).collect();
         // Its node agents go too (their members follow them to the owner).
         conns.extend(self.nodes_of(job));
@@ -228,6 +246,7 @@ impl RendezvousMachine {
 
     fn forget(&mut self, name: &str) {
         if let Some(j) = self.jobs.remove(name) {
+            self.config_bytes -= j.config.bytes() as u64;
             for m in j.members.values() {
                 self.fx.close(m.conn, format!("job {name:?} forgotten"));
             }

@@ -49,6 +49,7 @@ mod machine;
 mod peers;
 mod probes;
 mod progress_view;
+mod published;
 mod ranks;
 mod requests;
 mod resume;

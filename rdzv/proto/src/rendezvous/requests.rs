@@ -11,13 +11,15 @@ use super::progress_view::JobProgress;
 use crate::native::{JobStatus, MemberStatus, Peer, Role, ServerMsg};
 
 impl Job {
-    /// Publishes a configuration entry to every member.
+    /// Publishes a configuration entry to every member, if the server's memory budget leaves
+    /// `room` for it (`None`: no budget).
     pub(crate) fn publish(
         &mut self,
         by: &str,
         key: String,
         value: Vec<u8>,
         cfg: &MachineConfig,
+        room: Option<u64>,
         fx: &mut Effects,
     ) -> Result<(), Refusal> {
         let m = self
@@ -36,7 +38,7 @@ impl Job {
             });
         }
         let too_many =
-            !self.config.contains_key(&key) && self.config.len() >= cfg.max_config_entries;
+            self.config.get(&key).is_none() && self.config.len() >= cfg.max_config_entries;
         let refuse = |why: String| Refusal::BadRequest {
             job: self.name.clone(),
             member: by.into(),
@@ -50,16 +52,27 @@ impl Job {
                 cfg.max_config_entries
             )));
         }
-        // Every welcome carries the whole configuration: bound it per job, and in one round's
-        // welcomes together.
+        // Every welcome carries the whole configuration (one shared copy in the server, one
+        // encoded copy per member on the wire): bound it per job, and in one round's welcomes
+        // together.
         let replaced = self.config.get(&key).map_or(0, |v| key.len() + v.len());
-        let total = self.config_bytes() - replaced + key.len() + value.len();
+        let total = self.config.bytes() - replaced + key.len() + value.len();
         if total > cfg.max_config_bytes {
             return Err(refuse(format!(
                 "config entry {key:?} of {} bytes refused: the job's configuration would be \
                  {total} bytes, over its {}-byte budget (max_config_bytes)",
                 value.len(),
                 cfg.max_config_bytes
+            )));
+        }
+        let growth = (key.len() + value.len()).saturating_sub(replaced) as u64;
+        if let Some(room) = room
+            && growth > room
+        {
+            return Err(refuse(format!(
+                "config entry {key:?} of {} bytes refused: the server's memory budget \
+                 (--max-memory-bytes) has {room} bytes left for it",
+                value.len()
             )));
         }
         let copies = total.saturating_mul(self.members.len());
@@ -73,10 +86,11 @@ impl Job {
                 cfg.max_welcome_config_bytes
             )));
         }
+        // One copy of the value for every member's message.
         let msg = ServerMsg::Config {
             job: self.name.clone(),
             key: key.clone(),
-            value: value.clone(),
+            value: std::sync::Arc::new(value.clone()),
         };
         self.config.insert(key, value);
         let mut members: Vec<&Member> = self.members.values().collect();
@@ -85,11 +99,6 @@ impl Job {
             fx.send(m.conn, msg.clone());
         }
         Ok(())
-    }
-
-    /// Bytes of the published configuration (keys and values).
-    pub(crate) fn config_bytes(&self) -> usize {
-        self.config.iter().map(|(k, v)| k.len() + v.len()).sum()
     }
 
     /// Addresses of some ranks of the running round: each rank once, in the order first asked,

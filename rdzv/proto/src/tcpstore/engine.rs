@@ -89,6 +89,18 @@ pub struct Engine {
     /// frames), charged to the store quota with what the engine holds
     /// ([`Engine::set_external_bytes`]).
     external: u64,
+    /// The server's budget over every door and what its other doors hold
+    /// ([`Engine::set_server_budget`]).
+    server: Option<ServerShare>,
+}
+
+/// The server's memory budget as one door's engine sees it.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct ServerShare {
+    /// The budget, over every door.
+    pub(super) limit: u64,
+    /// What the server's other doors hold now.
+    pub(super) elsewhere: u64,
 }
 
 impl Engine {
@@ -167,6 +179,13 @@ impl Engine {
     /// write, wait, touch or LIST_KEYS answer must fit beside them.
     pub fn set_external_bytes(&mut self, bytes: u64) {
         self.external = bytes;
+    }
+
+    /// The server's memory budget over every door (`None`: none) and what its other doors
+    /// hold now: the next write, wait, touch or LIST_KEYS answer must fit in what that leaves
+    /// too, and a refusal it causes names the server's budget, not the store quota.
+    pub fn set_server_budget(&mut self, limit: Option<u64>, elsewhere: u64) {
+        self.server = limit.map(|limit| ServerShare { limit, elsewhere });
     }
 
     /// Number of open connections.

@@ -32,6 +32,7 @@ use tokio::sync::{oneshot, watch};
 use self::answers::{ChargedBody, InFlight};
 use super::driver::{Driver, Route};
 use super::http_serve::{Bounds, accept_loop};
+use super::memory::{Door, Held, ServerMemory};
 
 /// Connections open at once (each may hold one watch).
 const MAX_CONNECTIONS: usize = 4096;
@@ -74,6 +75,21 @@ pub(crate) struct V2Door {
     next_conn: AtomicU64,
     /// Answers being sent, over every connection (the store bounds them).
     in_flight: InFlight,
+    /// What the store held after its last request, answers in flight apart.
+    held: AtomicU64,
+    /// The server's budget, over every door.
+    server: Arc<ServerMemory>,
+}
+
+impl Held for V2Door {
+    fn held(&self) -> u64 {
+        self.held.load(Ordering::Relaxed) + self.in_flight.bytes()
+    }
+
+    fn frames(&self) -> u64 {
+        // Request bodies are hyper's buffers (at most 6 MiB each), not charged.
+        0
+    }
 }
 
 /// Which connection a request came on (for run namespaces).
@@ -87,7 +103,7 @@ fn now_ms() -> u64 {
 }
 
 impl V2Door {
-    pub(crate) fn new(config: V2Config) -> Arc<Self> {
+    pub(crate) fn new(config: V2Config, server: Arc<ServerMemory>) -> Arc<Self> {
         let now = now_ms();
         let cluster_id = format!("{:016x}", now.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         let store = V2Store::new(config.store, WallClock::new(Instant::now(), now));
@@ -97,6 +113,8 @@ impl V2Door {
             cluster_id,
             next_conn: AtomicU64::new(0),
             in_flight: InFlight::default(),
+            held: AtomicU64::new(0),
+            server,
         })
     }
 
@@ -124,7 +142,14 @@ impl V2Door {
     }
 
     fn disconnect(&self, conn: u64) {
-        self.driver.input(Input::Closed { conn });
+        self.driver.with(|g| {
+            g.handle(Instant::now(), Input::Closed { conn });
+            let in_flight = self.in_flight.bytes();
+            self.held.store(
+                g.core.held_bytes().saturating_sub(in_flight),
+                Ordering::Relaxed,
+            );
+        });
     }
 
     /// Runs one parsed request; a read's answer is counted in flight (under the store's
@@ -137,8 +162,17 @@ impl V2Door {
     ) -> (Result<DoorAnswer, V2Error>, answers::Charge) {
         let key = key.to_owned();
         self.driver.with(|g| {
-            g.core.set_answers_in_flight(self.in_flight.bytes());
+            let in_flight = self.in_flight.bytes();
+            g.core.set_answers_in_flight(in_flight);
+            g.core.set_server_budget(
+                self.server.data_limit(),
+                self.server.elsewhere(Door::EtcdV2),
+            );
             g.handle(Instant::now(), Input::Request { conn, key, request });
+            self.held.store(
+                g.core.held_bytes().saturating_sub(in_flight),
+                Ordering::Relaxed,
+            );
             let charge = self.in_flight.charge(g.core.take_answer_bytes());
             let answer = g
                 .routes

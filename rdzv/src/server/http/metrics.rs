@@ -191,5 +191,33 @@ pub(crate) fn render(store: Option<&StoreCore>, rdzv: &RdzvCore) -> String {
             &one(store.stored_bytes()),
         );
     }
+    let memory = &rdzv.memory().server;
+    if let Some(limit) = memory.limit() {
+        metric(
+            &mut o,
+            "dtrdzv_memory_budget_bytes",
+            "gauge",
+            "The server's memory budget over every door (--max-memory-bytes).",
+            &one(limit),
+        );
+    }
+    let held: Vec<(String, u64)> = memory
+        .by_door()
+        .flat_map(|(door, data, frames)| {
+            [
+                (format!("{{door=\"{door}\",kind=\"data\"}}"), data),
+                (format!("{{door=\"{door}\",kind=\"frames\"}}"), frames),
+            ]
+        })
+        .collect();
+    metric(
+        &mut o,
+        "dtrdzv_memory_held_bytes",
+        "gauge",
+        "Bytes each door holds for its clients against the server's memory budget: data \
+         (stored values, bookkeeping, queued answers, published configuration) and partly \
+         received frames.",
+        &held,
+    );
     o
 }

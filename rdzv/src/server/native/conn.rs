@@ -20,9 +20,10 @@ use dt_rdzv_proto::rendezvous::Input;
 use tokio::sync::watch;
 
 use super::claims::Claims;
+use super::memory::NativeMemory;
 use super::outbox;
 use super::pace::Pace;
-use super::partial::{self, PartialBudget};
+use super::partial;
 use super::reader::{Conn, OnNode};
 use super::rendezvous::RdzvCore;
 use super::sources::{Slot, Sources};
@@ -81,7 +82,7 @@ pub(crate) async fn accept_loop(
     // Native connection ids count down from the top, away from the store's; a node agent's
     // streams take theirs from the same counter.
     let ids = Arc::new(AtomicU64::new(u64::MAX));
-    let budget = PartialBudget::new(config.max_partial_frame_bytes);
+    let memory = core.memory().clone();
     let sources = Sources::default();
     let per_source = config.native_connections_per_source();
     loop {
@@ -106,7 +107,7 @@ pub(crate) async fn accept_loop(
                         continue;
                     }
                 };
-                let charges = Charges { budget: budget.clone(), _slot: slot };
+                let charges = Charges { memory: memory.clone(), _slot: slot };
                 tokio::spawn(serve(ids.clone(), incoming, core.clone(), owners.clone(),
                     config.clone(), stop.clone(), charges));
             }
@@ -116,10 +117,10 @@ pub(crate) async fn accept_loop(
     let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
 }
 
-/// What one connection is charged to while it lives: the server-wide budget of partly
-/// received frames, and its place in its source address's share of the door.
+/// What one connection is charged to while it lives: the door's memory (its queue, its
+/// partly received frames), and its place in its source address's share of the door.
 struct Charges {
-    budget: Arc<PartialBudget>,
+    memory: Arc<NativeMemory>,
     _slot: Slot,
 }
 
@@ -160,7 +161,7 @@ async fn serve(
         }
     };
     tracing::debug!(conn = id, %peer, "native connection opened");
-    let (tx, rx) = outbox::outbox();
+    let (tx, rx) = outbox::outbox(charges.memory.clone());
     core.connect(id, peer.ip().to_canonical().to_string(), tx.clone());
     let shutting_down = stop.clone();
     let admitted = Arc::new(AtomicBool::new(false));
@@ -185,7 +186,7 @@ async fn serve(
         owners: owners.clone(),
         config: config.clone(),
         stop: stop.clone(),
-        budget: charges.budget.clone(),
+        memory: charges.memory.clone(),
     };
     let mut c = Conn {
         id,
@@ -193,7 +194,7 @@ async fn serve(
         own: tx,
         admitted,
         owners,
-        partial: partial::Charge::new(charges.budget),
+        partial: partial::Charge::new(charges.memory.partial.clone()),
         pace: Pace::new(std::time::Instant::now()),
         on_node: Some(OnNode {
             accepted: node_rx,

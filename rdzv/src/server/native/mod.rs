@@ -3,7 +3,8 @@
 //!
 //! * `conn`: the QUIC endpoint, its accept loop and one task per member connection, `reader`
 //!   reading it, `writer` a task writing to it from its `outbox` (bytes queued bounded), `partial` the
-//!   server-wide budget for partly received frames, `sources` the connections each source
+//!   server-wide budget for partly received frames, `memory` what the door holds against the
+//!   server's one memory budget, `sources` the connections each source
 //!   address holds (its share of the door), `streams` the ranks' streams on a node agent's
 //!   connection, `claims` who owns a job (asked of a group's owners before a join is let in);
 //! * `rendezvous`: the rendezvous machine and the native connections' outboxes, behind the
@@ -19,6 +20,7 @@ pub(super) mod claims;
 pub(super) mod conn;
 pub(super) mod identity;
 pub(super) mod journal;
+pub(super) mod memory;
 mod outbox;
 mod pace;
 mod partial;

@@ -2,13 +2,17 @@
 //! the bytes queued counted. A member that does not read (its flow-control window full) would
 //! otherwise let every welcome, configuration entry and answer pile up in the server; past
 //! [`MAX_QUEUED`] its connection is closed instead, naming the bound (at once: its writer is
-//! stopped mid-write, since what it is blocked on is that member's reading).
+//! stopped mid-write, since what it is blocked on is that member's reading). Past
+//! [`QUEUED_FLOOR`] a connection's queue also needs room in the server's memory budget
+//! ([`NativeMemory`], which counts every connection's queue).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use dt_rdzv_proto::native::ServerMsg;
 use tokio::sync::{Notify, mpsc};
+
+use super::memory::{NativeMemory, QUEUED_FLOOR};
 
 /// What a native connection task receives.
 #[derive(Debug)]
@@ -56,11 +60,12 @@ pub(crate) fn approx_len(m: &ServerMsg) -> usize {
     }
 }
 
-#[derive(Default)]
 struct Shared {
     queued: AtomicUsize,
     kill: Notify,
     why: Mutex<Option<String>>,
+    /// The door's holdings, which count every connection's queue.
+    memory: Arc<NativeMemory>,
 }
 
 /// The sending side (the machine's routes, and the connection's reader for a redirect).
@@ -76,10 +81,15 @@ pub(crate) struct OutboxRx {
     shared: Arc<Shared>,
 }
 
-/// A new outbox.
-pub(crate) fn outbox() -> (Outbox, OutboxRx) {
+/// A new outbox, its queue counted in `memory`.
+pub(crate) fn outbox(memory: Arc<NativeMemory>) -> (Outbox, OutboxRx) {
     let (tx, rx) = mpsc::unbounded_channel();
-    let shared = Arc::new(Shared::default());
+    let shared = Arc::new(Shared {
+        queued: AtomicUsize::new(0),
+        kill: Notify::new(),
+        why: Mutex::new(None),
+        memory,
+    });
     (
         Outbox {
             tx,
@@ -90,18 +100,42 @@ pub(crate) fn outbox() -> (Outbox, OutboxRx) {
 }
 
 impl Outbox {
-    /// Queues `out`; `Err(bytes queued)` when a message would pass [`MAX_QUEUED`] (not
-    /// queued: close the connection).
-    pub(crate) fn send(&self, out: NativeOut) -> Result<(), usize> {
+    /// Queues `out`; `Err(why)` when a message would pass [`MAX_QUEUED`], or pass
+    /// [`QUEUED_FLOOR`] while the server's memory budget has no room for it (not queued:
+    /// close the connection).
+    pub(crate) fn send(&self, out: NativeOut) -> Result<(), String> {
+        let mut counted = 0;
         if let NativeOut::Msg(m) = &out {
             let n = approx_len(m);
             let before = self.shared.queued.fetch_add(n, Ordering::AcqRel);
-            if before + n > MAX_QUEUED {
+            let refused = if before + n > MAX_QUEUED {
+                Some(format!(
+                    "{before} bytes already queued for it, the most a connection may have \
+                     queued is {MAX_QUEUED}"
+                ))
+            } else {
+                self.shared
+                    .memory
+                    .queue(before as u64, n as u64)
+                    .err()
+                    .map(|why| {
+                        format!(
+                            "{before} bytes already queued for it (past {QUEUED_FLOOR}, a \
+                             connection's queue needs the server's room): {why}"
+                        )
+                    })
+            };
+            if let Some(why) = refused {
                 self.shared.queued.fetch_sub(n, Ordering::AcqRel);
-                return Err(before);
+                return Err(why);
             }
+            counted = n;
         }
-        let _ = self.tx.send(out);
+        if self.tx.send(out).is_err() && counted > 0 {
+            // The writer is gone: nothing will take it off the queue.
+            self.shared.queued.fetch_sub(counted, Ordering::AcqRel);
+            self.shared.memory.unqueue(counted as u64);
+        }
         Ok(())
     }
 
@@ -125,14 +159,27 @@ impl OutboxRx {
 
     /// `m` was taken off the queue (encoded for writing).
     pub(crate) fn taken(&self, m: &ServerMsg) {
-        self.shared
-            .queued
-            .fetch_sub(approx_len(m), Ordering::AcqRel);
+        let n = approx_len(m);
+        self.shared.queued.fetch_sub(n, Ordering::AcqRel);
+        self.shared.memory.unqueue(n as u64);
     }
 
     /// What resolves once [`Outbox::kill`] was called.
     pub(crate) fn killed(&self) -> Killed {
         Killed(self.shared.clone())
+    }
+}
+
+impl Drop for OutboxRx {
+    /// What is still queued is dropped: no longer held. (Closing first: a message sent from
+    /// now on finds no writer and uncounts itself.)
+    fn drop(&mut self) {
+        self.rx.close();
+        while let Ok(out) = self.rx.try_recv() {
+            if let NativeOut::Msg(m) = &out {
+                self.taken(m);
+            }
+        }
     }
 }
 

@@ -3,29 +3,32 @@
 //! most of a frame (1,200 x 1.9 MiB took the server to 2.3 GB) cannot exhaust memory. A
 //! connection whose bytes do not fit is closed, naming the budget
 //! (`--max-partial-frame-bytes`, 256 MiB by default: 128 connections each holding the largest
-//! client frame, 2 MiB).
+//! client frame, 2 MiB), and within the server's budget for every door's partial frames.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::server::memory::{Door, ServerMemory};
 
 /// Bytes of partly received frames, server-wide.
 #[derive(Debug)]
 pub(crate) struct PartialBudget {
     limit: usize,
     used: AtomicUsize,
+    server: Arc<ServerMemory>,
 }
 
 impl PartialBudget {
-    /// A budget of `limit` bytes.
-    pub(crate) fn new(limit: usize) -> Arc<Self> {
+    /// A budget of `limit` bytes, within `server`'s share for partial frames.
+    pub(crate) fn new(limit: usize, server: Arc<ServerMemory>) -> Arc<Self> {
         Arc::new(Self {
             limit,
             used: AtomicUsize::new(0),
+            server,
         })
     }
 
     /// Bytes charged now.
-    #[cfg(test)]
     pub(crate) fn used(&self) -> usize {
         self.used.load(Ordering::Relaxed)
     }
@@ -55,6 +58,7 @@ impl Charge {
             return Ok(());
         }
         let more = bytes - self.held;
+        self.budget.server.frame_room(Door::Native, more as u64)?;
         let limit = self.budget.limit;
         self.budget
             .used
@@ -85,7 +89,7 @@ mod tests {
 
     #[test]
     fn charges_past_the_budget_are_refused_and_released_on_drop() {
-        let b = PartialBudget::new(100);
+        let b = PartialBudget::new(100, ServerMemory::new(None));
         let mut one = Charge::new(b.clone());
         let mut two = Charge::new(b.clone());
         one.set(60).unwrap();

@@ -3,7 +3,7 @@
 //! the lock is held, so each connection receives its messages in the machine's order.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use dt_rdzv_proto::native::hang::{HangOptions, HangReport, diagnose};
@@ -14,8 +14,8 @@ use dt_rdzv_proto::rendezvous::{
 use tokio::sync::{mpsc, watch};
 
 use super::journal::{Journal, now_ms as unix_ms};
-use super::outbox::NativeOut;
-use super::outbox::{MAX_QUEUED, Outbox};
+use super::memory::NativeMemory;
+use super::outbox::{NativeOut, Outbox};
 use super::timeline::{self, Timelines};
 use crate::server::driver::{Driven, Driver, Route};
 
@@ -32,6 +32,8 @@ pub(crate) struct RdzvCore {
     driver: Driver<RendezvousMachine, Routes>,
     /// Each job's recent history, sampled by [`RdzvCore::run_timeline`].
     timelines: Mutex<Timelines>,
+    /// What the door holds against the server's memory budget.
+    memory: Arc<NativeMemory>,
 }
 
 /// Where the machine's actions go.
@@ -45,11 +47,17 @@ struct Routes {
 }
 
 impl RdzvCore {
-    pub(crate) fn new(config: MachineConfig) -> Self {
+    pub(crate) fn new(config: MachineConfig, memory: Arc<NativeMemory>) -> Self {
         Self {
             driver: Driver::new(RendezvousMachine::new(config), Routes::default()),
             timelines: Mutex::default(),
+            memory,
         }
+    }
+
+    /// What the door holds against the server's memory budget.
+    pub(crate) fn memory(&self) -> &Arc<NativeMemory> {
+        &self.memory
     }
 
     /// Tells `notes` of every completed round and forgotten job from now on.
@@ -113,7 +121,9 @@ impl RdzvCore {
         };
         // A join may set an earlier deadline (a last call): the driver lets the timer know.
         self.driver.with(|g| {
+            g.core.set_config_room(self.memory.config_room());
             g.core.handle(Instant::now(), input);
+            self.memory.set_config(g.core.config_bytes());
             if let Some(c) = closed {
                 g.routes.outboxes.remove(&c);
             }
@@ -223,13 +233,10 @@ impl Route<Action> for Routes {
         match action {
             Action::Send { conn, msg } => {
                 if let Some(tx) = self.outboxes.get(&conn)
-                    && let Err(queued) = tx.send(NativeOut::Msg(Box::new(msg)))
+                    && let Err(refused) = tx.send(NativeOut::Msg(Box::new(msg)))
                 {
                     // The member does not read: close it rather than hold more for it.
-                    let why = format!(
-                        "the member reads too slowly: {queued} bytes already queued for it, \
-                         the most a connection may have queued is {MAX_QUEUED}"
-                    );
+                    let why = format!("the member reads too slowly: {refused}");
                     crate::server::ratelog::limited!(warn, "native connection closed: not reading", conn, %why);
                     if let Some(tx) = self.outboxes.remove(&conn) {
                         tx.kill(why);

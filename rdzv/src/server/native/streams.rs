@@ -17,9 +17,10 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::claims::Claims;
+use super::memory::NativeMemory;
 use super::outbox;
 use super::pace::Pace;
-use super::partial::{self, PartialBudget};
+use super::partial;
 use super::reader::Conn;
 use super::rendezvous::RdzvCore;
 use super::writer::Writer;
@@ -40,7 +41,8 @@ pub(super) struct Agent {
     pub(super) owners: Option<Arc<dyn Claims>>,
     pub(super) config: Arc<ServeConfig>,
     pub(super) stop: watch::Receiver<bool>,
-    pub(super) budget: Arc<PartialBudget>,
+    /// The door's holdings: queues and partial frames.
+    pub(super) memory: Arc<NativeMemory>,
 }
 
 impl Agent {
@@ -70,7 +72,7 @@ impl Agent {
     async fn rank(self: Arc<Self>, send: quinn::SendStream, recv: quinn::RecvStream) {
         let id = next_id(&self.ids);
         let arrived = tokio::time::Instant::now();
-        let (tx, rx) = outbox::outbox();
+        let (tx, rx) = outbox::outbox(self.memory.clone());
         let ip = self.conn.remote_address().ip().to_canonical().to_string();
         self.core.stream(id, self.carrier, ip, tx.clone());
         let admitted = Arc::new(AtomicBool::new(false));
@@ -91,7 +93,7 @@ impl Agent {
             own: tx,
             admitted,
             owners: self.owners.clone(),
-            partial: partial::Charge::new(self.budget.clone()),
+            partial: partial::Charge::new(self.memory.partial.clone()),
             pace: Pace::new(std::time::Instant::now()),
             on_node: None,
         };

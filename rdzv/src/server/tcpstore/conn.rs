@@ -127,14 +127,11 @@ impl Input {
         }
         let grow = want as u64;
         if want > KEEP_BUFFER
-            && let Err(left) = memory.room_for_frame(grow)
+            && let Err(why) = memory.room_for_frame(grow)
         {
             return Err(format!(
-                "a partial frame of {} bytes needs {want} more; partial frames may hold half \
-                 the store quota (the TCPStore door's memory budget) of {} bytes, and {left} of \
-                 that half is left",
+                "a partial frame of {} bytes needs {want} more; {why}",
                 self.buf.len(),
-                memory.limit.unwrap_or(0),
             ));
         }
         self.buf.reserve(want);

@@ -17,7 +17,9 @@
 //! waiting keys, plus what [`DoorMemory`] counts here for all connections together: the bytes
 //! of queued replies that are theirs (not shared with stored values) and the connections'
 //! partial frames. The engine is told that sum before each request, so a write, a wait or a
-//! LIST_KEYS answer that would pass the budget is refused by name.
+//! LIST_KEYS answer that would pass the budget is refused by name. The door's holdings count
+//! against the server's one budget too ([`ServerMemory`]): the engine is told what the other
+//! doors hold, and a partial frame must fit in what the server has left.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -31,6 +33,7 @@ use dt_rdzv_proto::tcpstore::{
 use tokio::sync::{mpsc, watch};
 
 use crate::server::driver::{Driver, Route};
+use crate::server::memory::{Door, Held, ServerMemory};
 
 /// What a connection task receives.
 #[derive(Debug)]
@@ -49,7 +52,7 @@ pub(crate) struct StoreCore {
 }
 
 /// What the door holds for its clients, over every connection, against its budget.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct DoorMemory {
     /// The budget (the store quota), if any.
     pub(crate) limit: Option<u64>,
@@ -61,18 +64,35 @@ pub(crate) struct DoorMemory {
     pub(crate) frames: AtomicU64,
     /// What the engine held after its last request ([`Engine::held_bytes`]).
     pub(crate) engine: AtomicU64,
+    /// The server's budget, over every door.
+    pub(crate) server: Arc<ServerMemory>,
+}
+
+impl Held for DoorMemory {
+    fn held(&self) -> u64 {
+        self.engine.load(Ordering::Relaxed) + self.external.load(Ordering::Relaxed)
+    }
+
+    fn frames(&self) -> u64 {
+        self.frames.load(Ordering::Relaxed)
+    }
 }
 
 impl DoorMemory {
     /// Whether a partial frame may grow by `more` bytes: partial frames together hold at most
-    /// half the budget; else what is left of that half.
-    pub(crate) fn room_for_frame(&self, more: u64) -> Result<(), u64> {
+    /// half the budget, and the server must have room; else why not.
+    pub(crate) fn room_for_frame(&self, more: u64) -> Result<(), String> {
+        self.server.frame_room(Door::TcpStore, more)?;
         let Some(limit) = self.limit else {
             return Ok(());
         };
         let held = self.frames.load(Ordering::Relaxed);
         if held.saturating_add(more) > limit / 2 {
-            return Err((limit / 2).saturating_sub(held));
+            let left = (limit / 2).saturating_sub(held);
+            return Err(format!(
+                "partial frames may hold half the store quota (the TCPStore door's memory \
+                 budget) of {limit} bytes, and {left} of that half is left"
+            ));
         }
         Ok(())
     }
@@ -123,11 +143,15 @@ struct Outboxes {
 }
 
 impl StoreCore {
-    pub(crate) fn new(config: EngineConfig) -> Self {
+    pub(crate) fn new(config: EngineConfig, server: Arc<ServerMemory>) -> Self {
         let memory = Arc::new(DoorMemory {
             limit: config.max_store_bytes,
-            ..DoorMemory::default()
+            external: AtomicU64::new(0),
+            frames: AtomicU64::new(0),
+            engine: AtomicU64::new(0),
+            server: server.clone(),
         });
+        server.register(Door::TcpStore, memory.clone());
         let outboxes = Outboxes {
             conns: HashMap::new(),
             memory: memory.clone(),
@@ -159,6 +183,9 @@ impl StoreCore {
             while let Some(request) = requests.pop_front() {
                 let external = self.memory.external.load(Ordering::Relaxed);
                 g.core.set_external_bytes(external);
+                let server = &self.memory.server;
+                g.core
+                    .set_server_budget(server.data_limit(), server.elsewhere(Door::TcpStore));
                 g.handle(now, Input::Request { conn: id, request });
                 self.memory
                     .engine

@@ -125,6 +125,19 @@ impl V2Store {
                 ),
             ));
         }
+        if adding > 0
+            && let Some((limit, elsewhere)) = self.server
+            && held.saturating_add(elsewhere).saturating_add(adding) > limit
+        {
+            return Err(self.err(
+                ErrorCode::RaftInternal,
+                format!(
+                    "the server's memory budget is spent: the etcd v2 door holds {held} bytes and \
+                     the server's other doors {elsewhere}, of the {limit} bytes their data may \
+                     hold (three quarters of --max-memory-bytes); this needs {adding} more"
+                ),
+            ));
+        }
         Ok(())
     }
 

@@ -133,9 +133,10 @@ fn server_messages_round_trip() {
                 addrs: vec!["1.2.3.4:5".into()],
                 host: vec![1, 2, 3],
                 observed_ip: "1.2.3.4".into(),
-            }],
+            }]
+            .into(),
             all_peers: true,
-            config: vec![("k".into(), vec![1, 2, 3])],
+            config: vec![("k".into(), vec![1, 2, 3])].into(),
             heartbeat_interval_ms: 500,
             heartbeat_timeout_ms: 2000,
             restarts: 1,
@@ -225,4 +226,37 @@ proptest! {
             prop_assert!(false, "a payload flip must not change the framing: {:?}", split);
         }
     }
+}
+
+/// A welcome's shared lists (`Arc`, `Unshare`) are archived exactly as the plain lists they
+/// were: the wire format did not change, so older members and servers still read them.
+#[test]
+fn shared_lists_encode_as_plain_lists() {
+    use std::sync::Arc;
+
+    #[derive(rkyv::Archive, rkyv::Serialize)]
+    struct Plain {
+        config: Vec<(String, Vec<u8>)>,
+        value: Vec<u8>,
+    }
+    #[derive(rkyv::Archive, rkyv::Serialize)]
+    struct Shared {
+        #[rkyv(with = rkyv::with::Unshare)]
+        config: Arc<Vec<(String, Vec<u8>)>>,
+        #[rkyv(with = rkyv::with::Unshare)]
+        value: Arc<Vec<u8>>,
+    }
+    let config = vec![("k".to_string(), vec![7u8; 300]), ("l".into(), vec![])];
+    let value = vec![1u8, 2, 3];
+    let plain = rkyv::to_bytes::<rkyv::rancor::Error>(&Plain {
+        config: config.clone(),
+        value: value.clone(),
+    })
+    .unwrap();
+    let shared = rkyv::to_bytes::<rkyv::rancor::Error>(&Shared {
+        config: Arc::new(config),
+        value: Arc::new(value),
+    })
+    .unwrap();
+    assert_eq!(plain.as_slice(), shared.as_slice());
 }

@@ -83,8 +83,14 @@ impl RendezvousMachine {
                 }
             }
             (ClientMsg::Publish { key, value }, Some((job, id))) => {
+                let room = self.config_room;
                 let r = match self.jobs.get_mut(&job) {
-                    Some(j) => j.publish(&id, key, value, &self.config, &mut self.fx),
+                    Some(j) => {
+                        let before = j.config.bytes() as u64;
+                        let r = j.publish(&id, key, value, &self.config, room, &mut self.fx);
+                        self.config_bytes = self.config_bytes - before + j.config.bytes() as u64;
+                        r
+                    }
                     None => Err(Refusal::UnknownJob { job }),
                 };
                 if let Err(e) = r {

@@ -69,7 +69,7 @@ pub enum CloseReason {
         op: &'static str,
         /// The key, lossily printed.
         key: String,
-        /// `namespace` or `store`.
+        /// `namespace`, `store`, or `server memory (--max-memory-bytes)`.
         scope: &'static str,
         /// The quota.
         limit: u64,
@@ -93,10 +93,7 @@ pub enum CloseReason {
     },
     /// An answer (LIST_KEYS) larger than what the store quota leaves beside everything else
     /// the door holds: refused before it is built.
-    #[error(
-        "{op} would answer with {bytes} bytes; the store quota (the door's memory budget) of \
-         {limit} bytes leaves {room}"
-    )]
+    #[error("{op} would answer with {bytes} bytes; {budget} of {limit} bytes leaves {room}")]
     AnswerOverBudget {
         /// The request's opcode name.
         op: &'static str,
@@ -104,7 +101,10 @@ pub enum CloseReason {
         bytes: u64,
         /// What the quota leaves.
         room: u64,
-        /// [`EngineConfig::max_store_bytes`](super::EngineConfig::max_store_bytes).
+        /// The budget that binds, in words: the store quota or the server's budget.
+        budget: &'static str,
+        /// [`EngineConfig::max_store_bytes`](super::EngineConfig::max_store_bytes), or the
+        /// server's budget ([`Engine::set_server_budget`](super::Engine::set_server_budget)).
         limit: u64,
     },
     /// ADD or BARRIER on a value that is not a counter.

@@ -215,14 +215,20 @@ impl Engine {
     /// ever built for a client that may never read it.
     fn list_keys(&mut self, conn: ConnId, now: Instant) {
         let size = 8 + self.kv.keys().map(|k| 8 + k.len() as u64).sum::<u64>();
-        if let Some(max) = self.config.max_store_bytes {
-            let room = max.saturating_sub(self.usage.total() + self.other_bytes());
+        if let Some(quota) = self.store_quota() {
+            let room = quota.saturating_sub(self.usage.total());
             if size > room {
+                let (scope, limit) = self.binding_budget();
                 let reason = CloseReason::AnswerOverBudget {
                     op: "LIST_KEYS",
                     bytes: size,
                     room,
-                    limit: max,
+                    budget: if scope == "store" {
+                        "the store quota (the door's memory budget)"
+                    } else {
+                        "the server's memory budget (--max-memory-bytes)"
+                    },
+                    limit: limit.unwrap_or(quota),
                 };
                 return self.close(conn, reason, now);
             }

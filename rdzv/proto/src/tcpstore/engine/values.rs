@@ -90,12 +90,42 @@ impl Engine {
         self.config.max_namespace_bytes
     }
 
-    /// What the store quota leaves for keys and values, beside everything else the door
-    /// holds ([`Engine::held_bytes`], [`Engine::set_external_bytes`]).
+    /// What the store quota and the server's budget leave for keys and values, the tighter of
+    /// the two, beside everything else the door (and, for the server's, every other door)
+    /// holds ([`Engine::held_bytes`], [`Engine::set_external_bytes`],
+    /// [`Engine::set_server_budget`]).
     pub(super) fn store_quota(&self) -> Option<u64> {
-        self.config
+        let door = self
+            .config
             .max_store_bytes
-            .map(|max| max.saturating_sub(self.other_bytes()))
+            .map(|max| max.saturating_sub(self.other_bytes()));
+        match (door, self.server_quota()) {
+            (Some(d), Some(s)) => Some(d.min(s)),
+            (d, s) => d.or(s),
+        }
+    }
+
+    /// What the server's budget leaves for this door's keys and values.
+    fn server_quota(&self) -> Option<u64> {
+        self.server.map(|s| {
+            s.limit
+                .saturating_sub(self.other_bytes().saturating_add(s.elsewhere))
+        })
+    }
+
+    /// The budget that binds now, in words, and its size: the server's when it leaves less
+    /// than the store quota, else the store quota.
+    pub(super) fn binding_budget(&self) -> (&'static str, Option<u64>) {
+        let door = self
+            .config
+            .max_store_bytes
+            .map(|max| max.saturating_sub(self.other_bytes()));
+        match (self.server_quota(), self.server) {
+            (Some(s), Some(share)) if door.is_none_or(|d| s < d) => {
+                ("server memory (--max-memory-bytes)", Some(share.limit))
+            }
+            _ => ("store", self.config.max_store_bytes),
+        }
     }
 
     /// Whether growing `key`'s namespace by `grow` bytes, and marking it live for `conn`,
@@ -139,8 +169,12 @@ impl Engine {
     ) {
         let (scope, limit) = match over {
             Over::Namespace(l) => ("namespace", l),
-            // The configured quota, not what it left beside the rest the door holds.
-            Over::Store(l) => ("store", self.config.max_store_bytes.unwrap_or(l)),
+            // The configured quota (or the server's budget, when that is what binds), not
+            // what it left beside the rest the door holds.
+            Over::Store(l) => {
+                let (scope, limit) = self.binding_budget();
+                (scope, limit.unwrap_or(l))
+            }
         };
         let key = String::from_utf8_lossy(key).into_owned();
         self.close(

@@ -12,12 +12,13 @@ fn welcome(round: u64, config: &[(&str, &str)]) -> Welcome {
         local_world: 2,
         node_rank: 0,
         nodes: 1,
-        peers: Vec::new(),
+        peers: Default::default(),
         all_peers: true,
         config: config
             .iter()
             .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
-            .collect(),
+            .collect::<Vec<_>>()
+            .into(),
         heartbeat_interval_ms: 500,
         heartbeat_timeout_ms: 2000,
         restarts: 0,
@@ -36,7 +37,7 @@ fn rounds_values_and_the_end_as_the_server_pushes_them() {
     let config = |v: &str| ServerMsg::Config {
         job: "j".into(),
         key: "s".into(),
-        value: v.as_bytes().to_vec(),
+        value: v.as_bytes().to_vec().into(),
     };
     s.take(&config("2 later")).unwrap();
     assert_eq!(s.round_value("s"), None);

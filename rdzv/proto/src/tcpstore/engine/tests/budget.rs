@@ -275,8 +275,10 @@ fn list_keys_is_refused_when_its_answer_would_pass_the_quota() {
             bytes,
             limit,
             room,
+            budget,
         }) => {
             assert_eq!((bytes, limit), (size, 1 << 20));
+            assert!(budget.contains("store quota"), "{budget}");
             assert!(room < size, "{room}");
         }
         other => panic!("{other:?}"),
@@ -317,4 +319,71 @@ fn replies_say_which_bytes_are_their_own() {
         [16 + 500]
     );
     assert_eq!(owned(h.req(1, Request::ListKeys)), [8 + 8 + 4]);
+}
+
+#[test]
+fn the_servers_budget_binds_when_the_other_doors_hold_most_of_it() {
+    // A 1 MiB store quota, in a server whose 1.5 MiB budget the other doors hold 1 MiB of.
+    let mut h = quota(1 << 20);
+    h.conn(1);
+    let set = |h: &mut H, i: usize| {
+        h.req(
+            1,
+            Request::Set {
+                key: format!("/s/{i}").into_bytes(),
+                value: vec![0; 100 << 10],
+            },
+        )
+    };
+    h.e.set_server_budget(Some(3 << 19), 1 << 20);
+    let mut refused = None;
+    for i in 0..12 {
+        let a = set(&mut h, i);
+        if let Some(r) = closed(&a, 1) {
+            refused = Some((i, r));
+            break;
+        }
+    }
+    let (i, reason) = refused.expect("refused within the server's half MiB");
+    assert!(i <= 5, "{i} writes of 100 KiB fit in half a MiB");
+    match reason {
+        CloseReason::QuotaExceeded { scope, limit, .. } => {
+            assert_eq!(
+                (scope, limit),
+                ("server memory (--max-memory-bytes)", 3 << 19)
+            );
+            let text = reason.to_string();
+            assert!(text.contains("--max-memory-bytes"), "{text}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(h.e.held_bytes() <= 1 << 19, "{}", h.e.held_bytes());
+    // The other doors let go: the store quota binds again, and names itself.
+    h.conn(2);
+    h.e.set_server_budget(Some(3 << 19), 0);
+    let mut refused = None;
+    for i in 20..40 {
+        let a = h.req(
+            2,
+            Request::Set {
+                key: format!("/s/{i}").into_bytes(),
+                value: vec![0; 100 << 10],
+            },
+        );
+        if let Some(r) = store_quota_refusal(&a, 2) {
+            refused = Some(r);
+            break;
+        }
+    }
+    assert_eq!(refused.map(|r| r.1), Some(1 << 20));
+    // LIST_KEYS names the server's budget when it is what leaves no room.
+    h.conn(3);
+    h.e.set_server_budget(Some(3 << 19), (3 << 19) - h.e.held_bytes());
+    match closed(&h.req(3, Request::ListKeys), 3) {
+        Some(CloseReason::AnswerOverBudget { budget, limit, .. }) => {
+            assert!(budget.contains("--max-memory-bytes"), "{budget}");
+            assert_eq!(limit, 3 << 19);
+        }
+        other => panic!("{other:?}"),
+    }
 }
