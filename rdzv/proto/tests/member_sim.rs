@@ -11,6 +11,7 @@ use std::time::Duration;
 use dt_rdzv_proto::native::member::{Input as MIn, Loss};
 use dt_rdzv_proto::native::{ClientMsg, JobSpec, RoundCause, ServerMsg};
 
+use dt_rdzv_proto::rendezvous::{MachineConfig, RendezvousMachine};
 use dt_rdzv_proto::sans_io::Core;
 use member_world::*;
 
@@ -256,4 +257,80 @@ fn a_member_stopped_past_its_timeout_that_heartbeats_on_waking_still_does_not_re
         },
     );
     removed_for_its_silence(&w, "reset by peer");
+}
+
+#[test]
+fn a_member_whose_connection_timed_out_on_its_side_only_rejoins_once_the_server_lets_go() {
+    let mut w = formed(
+        vec![Server::Up(Box::new(machine()))],
+        Some(Duration::from_secs(60)),
+    );
+    // Node 0's connection times out on its side (its process starved just short of the
+    // heartbeat timeout); the server still holds it, and refuses the rejoin (`MemberTaken`)
+    // and closes its connection until its heartbeat timeout lets go of the old one.
+    let lost_at = w.now;
+    w.nodes[0].link = None;
+    let why = "timed out".to_string();
+    w.feed(
+        0,
+        MIn::ConnectionLost {
+            why,
+            loss: Loss::Silent,
+        },
+    );
+    w.pump();
+    w.advance(Duration::from_secs(5));
+    let n = &w.nodes[0];
+    assert!(n.ended.is_none(), "{:?}", n.ended);
+    assert!(
+        n.rejoins.len() > 2,
+        "refused, then tried again: {:?}",
+        n.dials
+    );
+    // Each refused attempt after a longer pause, up to 1 s.
+    let gaps: Vec<Duration> = n.dials.windows(2).map(|d| d[1].0 - d[0].0).collect();
+    assert_eq!(gaps[0], 50 * MS, "{gaps:?}");
+    assert!(gaps.windows(2).all(|g| g[1] >= g[0]), "{gaps:?}");
+    // The server lets go at its timeout for a member silent since its first welcome (4 s);
+    // the attempt after that is taken.
+    let last = n.dials.last().unwrap().0 - lost_at;
+    assert!(
+        last > Duration::from_secs(4) && last <= Duration::from_secs(5),
+        "{last:?} {gaps:?}"
+    );
+    assert!(
+        !n.delivered
+            .iter()
+            .any(|m| matches!(m, ServerMsg::Refused { .. })),
+        "the refusals are the session's business"
+    );
+    // Let in as the server dropped the old connection: both go on in the next round.
+    for i in 0..2 {
+        assert!(w.nodes[i].ended.is_none());
+        assert_eq!(w.welcome(i).map(|x| x.round), Some(2), "node {i}");
+    }
+}
+
+#[test]
+fn a_rejoin_the_server_refuses_for_good_ends_the_session_with_its_reason() {
+    let mut w = formed(
+        vec![Server::Up(Box::new(machine()))],
+        Some(Duration::from_secs(60)),
+    );
+    w.stop(0, Loss::ServerGone);
+    // It comes back with another token.
+    w.servers[0] = Server::Up(Box::new(RendezvousMachine::new(MachineConfig {
+        token: Some("another".into()),
+        ..MachineConfig::default()
+    })));
+    w.advance(Duration::from_secs(1));
+    let n = &w.nodes[0];
+    let why = n.ended.as_deref().expect("ended");
+    assert!(
+        why.starts_with("dt-rdzv refused this member's rejoin (BadToken): ")
+            && why.ends_with("(the connection: server closed the stream)"),
+        "{why}"
+    );
+    assert_eq!(n.dials.len(), 1, "not tried again");
+    assert!(n.ends.iter().any(|e| e.removed), "{:?}", n.ends);
 }

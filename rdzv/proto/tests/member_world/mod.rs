@@ -144,10 +144,12 @@ impl World {
             let Some(a) = m.poll_action() else { return };
             match a {
                 Action::Send { conn, msg } => self.onto_wire(server, conn, MIn::Message(msg)),
-                Action::Close { conn, reason } => {
+                // As `dt-rdzv serve` closes a connection: what was queued, then the end of
+                // the stream (the member reads it before the connection's close).
+                Action::Close { conn, .. } => {
                     let lost = MIn::ConnectionLost {
-                        why: reason,
-                        loss: Loss::Closed,
+                        why: "server closed the stream".into(),
+                        loss: Loss::Stream,
                     };
                     self.onto_wire(server, conn, lost);
                 }

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use crate::native::{RefusalCode, Resume, RoundEnd, ServerMsg};
 
 use super::io::Output;
-use super::{FIRST_PAUSE, Member};
+use super::{Answer, FIRST_PAUSE, Member};
 
 impl Member {
     /// Notes what the session needs of `msg` and hands it to the application (or answers it);
@@ -59,6 +59,9 @@ impl Member {
             }
             ServerMsg::Removed { job, round, why } => {
                 self.leaving = true;
+                self.answer = Some(Answer::Final(format!(
+                    "dt-rdzv removed this member from job {job:?} (round {round}): {why}"
+                )));
                 self.out.push_back(Output::EndAll(RoundEnd {
                     round: *round,
                     lost: None,
@@ -79,6 +82,8 @@ impl Member {
                     self.out.push_back(Output::Rejoined);
                 }
                 self.rejoining = false;
+                self.answer = None;
+                self.attempt = 0;
                 self.reconnect_until = None;
                 self.pause = FIRST_PAUSE;
             }
@@ -102,13 +107,26 @@ impl Member {
                 });
             }
             // The server still holds this member's old connection (it has not noticed the
-            // loss yet): try again until it lets go.
+            // loss yet): it closes this one; try again until it lets go.
             ServerMsg::Refused {
                 code: RefusalCode::MemberTaken,
-                ..
-            } if self.rejoining => return false,
-            // Any other answer to a rejoin is final.
-            ServerMsg::Refused { .. } => self.rejoining = false,
+                message,
+            } if self.rejoining => {
+                self.answer = Some(Answer::Later(format!(
+                    "dt-rdzv refused the rejoin for now (MemberTaken): {message}"
+                )));
+                return false;
+            }
+            // Any other answer to a rejoin is final: the session ends with its reason when
+            // the server closes the connection.
+            ServerMsg::Refused { code, message } => {
+                if self.rejoining {
+                    self.answer = Some(Answer::Final(format!(
+                        "dt-rdzv refused this member's rejoin ({code:?}): {message}"
+                    )));
+                }
+                self.rejoining = false;
+            }
             ServerMsg::JobEnded { job, end } => {
                 self.rejoining = false;
                 self.out.push_back(Output::EndAll(RoundEnd {

@@ -15,9 +15,11 @@ pub enum Loss {
     /// endpoint list is tried first.
     Silent,
     /// The server closed the connection on purpose (or the handshake side did): final unless
-    /// this member was rejoining.
+    /// this member was rejoining (then one more failed attempt, unless the server refused the
+    /// rejoin for good first).
     Closed,
-    /// The stream ended or failed: final.
+    /// The stream ended or failed (how `dt-rdzv serve` closes a connection on purpose: it
+    /// finishes the stream first): final, but for a rejoin, as for [`Loss::Closed`].
     Stream,
 }
 

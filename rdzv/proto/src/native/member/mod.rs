@@ -7,9 +7,13 @@
 //! `Redirect` to the job's owner), asks for a new connection ([`Output::Dial`]: the named
 //! owner first, then the endpoint list, the next server first after one went silent) and
 //! joins again asking for the place it held ([`Resume`]), within the reconnect window, with
-//! backoff between attempts. What ends a session: the application closing it, the window
-//! running out, the server closing this member's connection on purpose, or this member's own
-//! silence past its round's heartbeat timeout ([`Output::Ended`] says why). It also keeps
+//! backoff between attempts. A rejoin whose connection the server closes or resets, or that
+//! drops before an answer, is one more failed attempt: a server that still holds this member's
+//! old connection refuses it (`MemberTaken`) and closes the new one until it lets go of the
+//! old. What ends a session: the application closing it, the window running out, the server
+//! closing this member's connection on purpose, the server refusing its rejoin for good (a bad
+//! token, the job ended, ...: its reason is the session's), or this member's own silence past
+//! its round's heartbeat timeout ([`Output::Ended`] says why). It also keeps
 //! what the member knows of its rounds ([`Rounds`]), reading each message it hands to the
 //! application once.
 //!
@@ -42,6 +46,17 @@ pub const MAX_PAUSE: Duration = Duration::from_secs(1);
 /// How late a heartbeat may run before the next is counted from when it ran rather than from
 /// when it was due (tokio's interval, `MissedTickBehavior::Delay`).
 const LATE: Duration = Duration::from_millis(5);
+
+/// The server's word before it closes a connection: its answer to a join sent again after
+/// reconnecting, or this member's removal.
+#[derive(Debug, Clone)]
+enum Answer {
+    /// Not yet (it still holds this member's old connection: `MemberTaken`): try again.
+    Later(String),
+    /// Never (a bad token, the job ended, the spec differs, this member removed...): the
+    /// session ends, saying so.
+    Final(String),
+}
 
 /// Where the session stands.
 #[derive(Debug, Clone)]
@@ -82,6 +97,10 @@ pub struct Member {
     leaving: bool,
     /// Reconnected and waiting for the server's answer to the join sent again.
     rejoining: bool,
+    /// The server's refusal of that join, or this member's removal, if it said so.
+    answer: Option<Answer>,
+    /// Which reconnection attempt the join sent again belongs to (counting on when it fails).
+    attempt: u32,
     /// Until when reconnecting may go on (set by the first loss, cleared by a `Joined`).
     reconnect_until: Option<Instant>,
     /// Pause before the next reconnection after a refused rejoin (doubles up to 1 s).
@@ -118,6 +137,8 @@ impl Member {
             heartbeat_timeout: None,
             leaving: false,
             rejoining: false,
+            answer: None,
+            attempt: 0,
             reconnect_until: None,
             pause: FIRST_PAUSE,
             server,
@@ -210,7 +231,9 @@ impl Member {
 
     /// The connection is gone; `retry` when the server did not mean it.
     fn lost_for(&mut self, now: Instant, why: String, retry: bool) {
-        if let Some(end) = self.silenced(now) {
+        // A member reconnecting has been silent because it had no connection, not because it
+        // was stopped: only the loss of a connection it served can be its own silence.
+        if let Some(end) = self.silenced(now).filter(|_| !self.rejoining) {
             // Not the server's loss but this member's silence: it was removed.
             let text = format!("{} (the connection: {why})", end.why);
             self.out.push_back(Output::EndAll(end));
@@ -222,7 +245,7 @@ impl Member {
         let Some(window) = window else {
             if !retry && !self.leaving {
                 // The server closed this member's connection on purpose: it was declared lost
-                // (or its job was forgotten).
+                // (or its job was forgotten, or it refused the rejoin for good).
                 self.out.push_back(Output::EndAll(RoundEnd {
                     round: self.resume.map_or(u64::MAX, |r| r.round),
                     lost: None,
@@ -230,22 +253,32 @@ impl Member {
                     removed: true,
                 }));
             }
+            self.rejoining = false;
             return self.end(why);
         };
         let until = *self.reconnect_until.get_or_insert(now + window);
-        let at = if self.rejoining {
-            // The last rejoin was refused (the server still held the old connection).
+        let (at, attempt) = if self.rejoining {
+            // The last rejoin failed (refused while the server still held the old connection,
+            // or its connection closed or dropped before an answer): one more failed attempt,
+            // after the pause.
+            self.rejoining = false;
             let p = self.pause;
             self.pause = (p * 2).min(MAX_PAUSE);
-            now + p
+            if now + p >= until {
+                return self.end(format!(
+                    "lost the connection to dt-rdzv and could not rejoin within the reconnect \
+                     window: {why}"
+                ));
+            }
+            (now + p, self.attempt)
         } else {
-            now
+            (now, 0)
         };
         let retry = Retry {
             why,
             until,
             backoff: FIRST_PAUSE,
-            attempt: 0,
+            attempt,
         };
         self.phase = Phase::Waiting { at, retry };
         self.out.push_back(Output::Disconnect);
@@ -294,17 +327,33 @@ impl Core for Member {
                 self.message(now, msg);
             }
             (Input::ConnectionLost { why, loss }, Phase::Serving { .. }) => {
-                let retry = match loss {
-                    Loss::ServerGone | Loss::Silent => true,
-                    Loss::Closed => self.rejoining,
-                    Loss::Stream => false,
-                };
                 // A server that went silent (killed, its host lost) is not tried first again
                 // when the endpoint list has another.
                 if loss == Loss::Silent {
                     self.server += 1;
                 }
-                self.lost_for(now, why, retry);
+                match self.answer.take() {
+                    // The server refused the rejoin for good, or removed this member: its reason
+                    // ends the session.
+                    Some(Answer::Final(refused)) => {
+                        self.lost_for(now, format!("{refused} (the connection: {why})"), false);
+                    }
+                    // Not yet: the server closed this connection after refusing; try again.
+                    Some(Answer::Later(refused)) => {
+                        self.lost_for(now, format!("{refused} (the connection: {why})"), true);
+                    }
+                    None => {
+                        // A rejoin unanswered when its connection ended (closed, reset, timed
+                        // out: the server restarting or letting go of this member's old
+                        // connection meanwhile) is a failed attempt, tried again.
+                        let retry = self.rejoining
+                            || match loss {
+                                Loss::ServerGone | Loss::Silent => true,
+                                Loss::Closed | Loss::Stream => false,
+                            };
+                        self.lost_for(now, why, retry);
+                    }
+                }
             }
             (Input::Connected { server }, phase @ Phase::Dialing { .. }) => {
                 self.phase = phase;
@@ -313,8 +362,12 @@ impl Core for Member {
                 join.resume = self.resume;
                 self.out.push_back(Output::Rejoin(join));
             }
-            (Input::RejoinSent, Phase::Dialing { .. }) => {
+            (Input::RejoinSent, Phase::Dialing { retry }) => {
                 self.rejoining = true;
+                self.answer = None;
+                self.attempt = retry.attempt;
+                // Written: this member's sign of life on its new connection.
+                self.last_sent = now;
                 self.phase = Phase::Serving {
                     next: self.every.map(|e| now + e),
                     seq: 0,
@@ -378,3 +431,6 @@ impl Core for Member {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
