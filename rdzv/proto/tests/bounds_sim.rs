@@ -185,3 +185,60 @@ fn published_configuration_is_counted_server_wide_and_refused_past_the_servers_r
     sim.advance_with_heartbeats(std::time::Duration::from_secs(3600), &[1]);
     assert_eq!(sim.m.config_bytes(), 11, "job b's one entry is left");
 }
+
+#[test]
+fn one_token_holds_a_bounded_number_of_connections_that_are_not_members() {
+    use dt_rdzv_proto::rendezvous::job_token;
+
+    let mut sim = Sim::with(MachineConfig {
+        token: Some(sim::TOKEN.into()),
+        max_operator_connections: 3,
+        ..MachineConfig::default()
+    });
+    let spec = JobSpec::fixed(2);
+    // Members are not counted: two members of job j.
+    sim.join(0, "j", &spec, 1);
+    sim.join(1, "j", &spec, 1);
+    let token = job_token(sim::TOKEN, "j");
+    let status = |sim: &mut Sim, conn, token: &str| {
+        sim.send(
+            conn,
+            ClientMsg::Status {
+                token: token.into(),
+                job: Some("j".into()),
+            },
+        );
+        sim.take(conn)
+    };
+    for c in 10..13 {
+        let got = status(&mut sim, c, &token);
+        assert!(matches!(got[..], [ServerMsg::Status(_)]), "{got:?}");
+    }
+    // Asking again on a connection already counted is not another.
+    assert!(matches!(
+        status(&mut sim, 10, &token)[..],
+        [ServerMsg::Status(_)]
+    ));
+    // A fourth connection on the job's token: refused and closed, naming the bound.
+    let (code, msg) = refusal(&status(&mut sim, 13, &token)).expect("refused");
+    assert_eq!(code, RefusalCode::BadRequest);
+    assert!(msg.contains("max_operator_connections"), "{msg}");
+    assert!(sim.closed.contains_key(&13));
+    // The server's token is another token; a member asking is not counted.
+    assert!(matches!(
+        status(&mut sim, 20, sim::TOKEN)[..],
+        [ServerMsg::Status(_)]
+    ));
+    assert!(matches!(
+        status(&mut sim, 0, &token).last(),
+        Some(ServerMsg::Status(_))
+    ));
+    // One closes: a newcomer takes its place.
+    sim.close(11);
+    assert!(matches!(
+        status(&mut sim, 14, &token)[..],
+        [ServerMsg::Status(_)]
+    ));
+    let (_, msg) = refusal(&status(&mut sim, 15, &token)).expect("full again");
+    assert!(msg.contains("job \"j\"'s token holds 3"), "{msg}");
+}

@@ -211,6 +211,12 @@ pub struct ServeConfig {
     #[arg(long, env = "DTRDZV_MAX_JOBS", default_value_t = defaults::MAX_JOBS)]
     pub max_jobs: usize,
 
+    /// Most native connections one token (the server's, or one job's) may hold open that are
+    /// not members (status and stop requests); one past it is refused and closed, naming
+    /// this bound. Members are not counted.
+    #[arg(long, env = "DTRDZV_MAX_OPERATOR_CONNECTIONS", default_value_t = defaults::MAX_OPERATOR_CONNECTIONS)]
+    pub max_operator_connections: usize,
+
     /// Most native connections at once (more are refused at the handshake).
     #[arg(long, env = "DTRDZV_MAX_NATIVE_CONNECTIONS", default_value_t = 65536)]
     pub max_native_connections: usize,
@@ -343,6 +349,7 @@ impl Default for ServeConfig {
             job_retention: defaults::ENDED_RETENTION,
             job_idle_ttl: defaults::IDLE_TTL,
             max_jobs: defaults::MAX_JOBS,
+            max_operator_connections: defaults::MAX_OPERATOR_CONNECTIONS,
             max_native_connections: 65536,
             max_native_connections_per_source: None,
             max_partial_frame_bytes: 256 << 20,
@@ -494,6 +501,7 @@ impl ServeConfig {
             ended_retention: self.job_retention,
             idle_ttl: self.job_idle_ttl,
             max_jobs: self.max_jobs,
+            max_operator_connections: self.max_operator_connections,
             ..MachineConfig::default()
         }
     }

@@ -48,6 +48,8 @@ pub mod defaults {
     /// member's welcome is encoded with the table, so a round of `n` puts `n` squared peers on
     /// the wire (256: about 10 MB); bigger rounds get their neighbours and `Lookup`.
     pub const MAX_FULL_PEER_TABLE: u32 = 256;
+    /// [`MachineConfig::max_operator_connections`](super::MachineConfig::max_operator_connections).
+    pub const MAX_OPERATOR_CONNECTIONS: usize = 256;
     /// [`MachineConfig::max_addrs`](super::MachineConfig::max_addrs).
     pub const MAX_ADDRS: usize = 16;
     /// [`MachineConfig::max_addr_bytes`](super::MachineConfig::max_addr_bytes).
@@ -102,6 +104,11 @@ pub struct MachineConfig {
     pub max_addr_bytes: usize,
     /// Most ranks one node agent may speak for (a join past it is refused, naming it).
     pub max_node_ranks: usize,
+    /// Most connections one token (the server's, or one job's) may hold open that are not
+    /// members: status and stop requests (`dt-rdzv status --watch`, dashboards). One past it
+    /// is refused and closed, naming the bound; members are not counted (a job of 65,536
+    /// members is one token's too).
+    pub max_operator_connections: usize,
 }
 
 impl Default for MachineConfig {
@@ -110,7 +117,7 @@ impl Default for MachineConfig {
     /// first round), ended jobs kept 60 s, empty jobs forgotten after 300 s, 4096 jobs, 1 MiB
     /// config values, 256 entries, 4 MiB of configuration per job and 256 MiB in one round's
     /// welcomes together, lookups of 2048 distinct ranks, 16 addresses of at most 256 bytes per
-    /// member, 256 ranks per node agent.
+    /// member, 256 ranks per node agent, 256 operator connections per token.
     fn default() -> Self {
         Self {
             token: None,
@@ -131,6 +138,7 @@ impl Default for MachineConfig {
             max_addrs: defaults::MAX_ADDRS,
             max_addr_bytes: defaults::MAX_ADDR_BYTES,
             max_node_ranks: MAX_NODE_RANKS,
+            max_operator_connections: defaults::MAX_OPERATOR_CONNECTIONS,
         }
     }
 }

@@ -31,6 +31,7 @@ mod dumps;
 mod joins;
 mod messages;
 mod nodes;
+mod operators;
 mod reports;
 mod timeouts;
 
@@ -45,6 +46,9 @@ struct Conn {
     node: Option<nodes::NodeConn>,
     /// A stream of a node agent's connection: the agent's hello stream.
     carrier: Option<ConnId>,
+    /// Not a member: the token scope its status or stop requests were let in for (the job,
+    /// or `None` for the server's), counted in [`RendezvousMachine::operators`].
+    operator: Option<Option<String>>,
 }
 
 /// The rendezvous state machine of one server. See the module docs.
@@ -64,6 +68,9 @@ pub struct RendezvousMachine {
     fx: Effects,
     /// Bytes of published configuration over every job.
     config_bytes: u64,
+    /// Connections that are not members open per token scope (a job, or `None` for the
+    /// server's token): status and stop requests.
+    operators: BTreeMap<Option<String>, usize>,
     /// What the server's memory budget leaves for more configuration
     /// ([`RendezvousMachine::set_config_room`]).
     config_room: Option<u64>,

@@ -119,6 +119,9 @@ impl RendezvousMachine {
                     self.refuse_operator(conn, member.is_some(), Refusal::BadToken { job });
                     return;
                 }
+                if member.is_none() && self.operator(conn, job.as_deref(), &token).is_err() {
+                    return;
+                }
                 match self.status(now, job.as_deref()) {
                     Ok(s) => self.fx.send(conn, ServerMsg::Status(s)),
                     Err(e) => self.refuse(conn, e),
@@ -127,6 +130,9 @@ impl RendezvousMachine {
             (ClientMsg::Stop { token, job, reason }, member) => {
                 if !self.authorized(Scope::Job(&job), &token) {
                     self.refuse_operator(conn, member.is_some(), Refusal::BadToken { job });
+                    return;
+                }
+                if member.is_none() && self.operator(conn, Some(&job), &token).is_err() {
                     return;
                 }
                 match self.stoppable(&job) {

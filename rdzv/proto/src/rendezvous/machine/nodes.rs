@@ -57,8 +57,13 @@ impl RendezvousMachine {
 
     /// Forgets a connection; a rank's stream leaves its agent's set.
     pub(super) fn forget_conn(&mut self, conn: ConnId) {
-        if let Some(c) = self.conns.remove(&conn)
-            && let Some(carrier) = c.carrier
+        let Some(c) = self.conns.remove(&conn) else {
+            return;
+        };
+        if let Some(scope) = c.operator {
+            self.operator_left(scope);
+        }
+        if let Some(carrier) = c.carrier
             && let Some(n) = self.agent_mut(carrier)
         {
             n.streams.remove(&conn);
