@@ -301,6 +301,13 @@ class Member:
         (rank 0; the job's members read it with :meth:`round_value`)."""
         self._inner.publish_round_value(key, value)
 
+    def relay_records(self, world: int, records: list[bytes]) -> int:
+        """Relays the summaries this member's workers wrote in their store (each worker's
+        ``dtcomm/progress/<rank>`` value) to the server, so that ``dt-rdzv status --hang`` and
+        ``/v1/jobs/JOB/hang`` diagnose the workers (a launcher's agent, whose workers meet
+        through a store, not as members). Returns how many it relayed."""
+        return self._inner.relay_records(world, records)
+
     def round_value(self, key: str, timeout: float, what: str) -> str:
         """What rank 0 published for the current round under ``key`` (waits at most
         ``timeout``). Raises :class:`RoundChanged` if the round ends first."""

@@ -173,6 +173,12 @@ impl PyNativeMember {
         self.with(py, move |m| m.publish_round_value(&key, &value))
     }
 
+    /// Relays the summaries this member's workers wrote in their store (`records`: each
+    /// worker's `dtcomm/progress/<rank>` value) to the server; returns how many it relayed.
+    fn relay_records(&self, py: Python<'_>, world: u32, records: Vec<Vec<u8>>) -> PyResult<usize> {
+        self.with(py, move |m| m.relay_records(world, &records))
+    }
+
     /// What rank 0 published for the current round under `key` (waits at most `timeout`).
     fn round_value(
         &self,

@@ -154,3 +154,32 @@ def test_a_store_job_is_diagnosed_from_its_store(procs: Procs, tmp_path: Path) -
     procs.wait_for("a waiting finding in the store", look, 60)
     assert found[0]["culprits"] == [1], found
     assert found[0]["waiters"] == [0, 2], found
+
+
+def test_a_dtrun_jobs_workers_are_diagnosed_from_their_agents_relays(
+        server: NativeServer, procs: Procs, tmp_path: Path) -> None:
+    """dtrun --rdzv-backend native: the agents (one per node) are the job's members, the
+    workers meet through node 0's store and publish their summaries there; each agent relays
+    its own workers' (ClientMsg::Relay), so the server names the worker the others wait for,
+    from its own answer (`/v1/jobs/JOB/hang` and `dt-rdzv status --hang`)."""
+    pytest.importorskip("torch")
+    script = tmp_path / "store_worker.py"
+    # Four workers on two nodes; rank 1 sleeps, the others wait for it.
+    script.write_text(STORE_WORKER)
+    job = f"dtrun-hang-{uuid.uuid4().hex[:8]}"
+    env = base_env({**server.client_env(job), "DTCOMM_TIMEOUT": "600"})
+    del env["DTCOMM_RDZV_ENDPOINT"]
+    cmd = [sys.executable, "-m", "dtcomm", "--rdzv-backend", "native", "--rdzv-endpoint",
+           server.native, "--nnodes", "2", "--nproc-per-node", "2", str(script)]
+    for n in ("A", "B"):
+        procs.start(f"{job}-{n}", cmd, env)
+    procs.wait_for("every worker ready",
+                   lambda: sum(procs.out(f"{job}-{n}").count("READY") for n in "AB") == 4, 180)
+    found, report = _finding(server, procs, job, "waiting")
+    assert found["culprits"] == [1], report
+    assert found["waiters"] == [0, 2, 3], report
+    assert "rank 1" in found["words"], report
+    # The per-rank table lists the workers, each named after the agent that relays it.
+    ranks = {r["rank"]: r for r in report["ranks"]}
+    assert sorted(ranks) == [0, 1, 2, 3], report
+    assert all("/rank" in r["member"] for r in ranks.values()), report

@@ -16,7 +16,8 @@ use dt_rdzv::native::{
     Trust,
 };
 use dt_rdzv_proto::native::member::{Rounds, Stop};
-use dt_rdzv_proto::native::{JobSpec, LateJoin, Peer, Role, Welcome};
+use dt_rdzv_proto::native::progress::from_record;
+use dt_rdzv_proto::native::{JobSpec, LateJoin, MAX_RELAYED, Peer, Relayed, Role, Welcome};
 
 use super::super::{join_host_port, split_host_port};
 use super::settings::NativeSettings;
@@ -334,6 +335,31 @@ impl Member {
         self.client
             .publish(key, format!("{round} {value}").into_bytes())
             .map_err(|e| self.rdzv_err(e))
+    }
+
+    /// Relays to the server the summaries of this member's workers' calls, as they wrote them
+    /// in their store (`records`: each worker's record, `dtcomm/progress/<rank>`: the writer's
+    /// Unix ms and the summary), so that `dt-rdzv status --hang` and `/v1/jobs/JOB/hang` say
+    /// why the workers hang (a launcher's agent, whose workers are not members). Records that
+    /// do not decode are left out; the age of each is taken against this host's clock.
+    pub fn relay_records(&mut self, world: u32, records: &[Vec<u8>]) -> Result<usize, JoinError> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let workers: Vec<Relayed> = records
+            .iter()
+            .filter_map(|r| from_record(r).ok())
+            .map(|(at, p)| Relayed {
+                progress: p.bounded(),
+                age_ms: now.saturating_sub(at),
+            })
+            .take(MAX_RELAYED)
+            .collect();
+        let n = workers.len();
+        self.client
+            .relay(world, workers)
+            .map_err(|e| self.rdzv_err(e))?;
+        Ok(n)
     }
 
     /// What rank 0 published for the current round under `key`, waiting at most `timeout`

@@ -133,12 +133,16 @@ def _native_main(a: argparse.Namespace, cmd: list[str]) -> int:
             assert w is not None
             spec = workers.Spec(cmd, a.nproc_per_node, w.world, rdzv.namespace, restarts,
                                 a.max_restarts)
+            relay = rendezvous.Relay(member, rdzv.store, *workers.node_ranks(spec, rdzv))
 
-            def changed() -> str | None:
+            def changed(relay: rendezvous.Relay = relay) -> str | None:
                 try:
-                    return member.ended if member.poll() else None
+                    if member.poll():
+                        return member.ended
                 except _dtcomm.RdzvJobEndedError as e:
                     return str(e)
+                relay.step()
+                return None
 
             code = 1
             try:

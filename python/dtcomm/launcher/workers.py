@@ -72,11 +72,17 @@ def _die_with_parent(parent: int) -> Callable[[], None] | None:
     return pre
 
 
+def node_ranks(spec: Spec, rdzv: Rendezvous) -> tuple[list[int], int]:
+    """The global ranks of this node's workers, and the workers' world size."""
+    first = spec.rank_offset if spec.rank_offset is not None else rdzv.node_rank * spec.nproc
+    world = spec.world if spec.world is not None else spec.nnodes * spec.nproc
+    return [first + lr for lr in range(spec.nproc)], world
+
+
 def worker_env(spec: Spec, rdzv: Rendezvous, local_rank: int) -> dict[str, str]:
     """torchrun's variables (so scripts run unchanged) plus dtcomm's."""
-    first = spec.rank_offset if spec.rank_offset is not None else rdzv.node_rank * spec.nproc
-    rank = first + local_rank
-    world = spec.world if spec.world is not None else spec.nnodes * spec.nproc
+    ranks, world = node_ranks(spec, rdzv)
+    rank = ranks[local_rank]
     env = dict(os.environ)
     env.update(
         RANK=str(rank),

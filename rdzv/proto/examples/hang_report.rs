@@ -68,6 +68,8 @@ fn job(n: u32) -> JobStatus {
         restarts: 0,
         age_ms: 60_000,
         config_keys: Vec::new(),
+        workers: Vec::new(),
+        workers_world: 0,
     }
 }
 

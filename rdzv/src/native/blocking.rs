@@ -132,6 +132,15 @@ impl BlockingNativeClient {
         self.client().publish(key, value)
     }
 
+    /// Relays the summaries this member's workers published in their store.
+    pub fn relay(
+        &mut self,
+        world: u32,
+        workers: Vec<dt_rdzv_proto::native::Relayed>,
+    ) -> Result<(), NativeError> {
+        self.client().relay(world, workers)
+    }
+
     /// Asks for a new round now.
     pub fn next_round(&mut self) -> Result<(), NativeError> {
         self.client().next_round()

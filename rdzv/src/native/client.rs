@@ -307,6 +307,17 @@ impl NativeClient {
         })
     }
 
+    /// Relays the summaries this member's workers published in their store (a launcher's
+    /// agent whose workers meet through a store: [`ClientMsg::Relay`]); replaces the last
+    /// relay. A refusal arrives as a message.
+    pub fn relay(
+        &self,
+        world: u32,
+        workers: Vec<dt_rdzv_proto::native::Relayed>,
+    ) -> Result<(), NativeError> {
+        self.send(ClientMsg::Relay { world, workers })
+    }
+
     /// A handle for the rest of the process: round-end callbacks and data-plane reports (see
     /// [`MemberHandle`]).
     pub fn handle(&self) -> MemberHandle {

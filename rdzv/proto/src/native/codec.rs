@@ -10,7 +10,7 @@ use super::messages::{ClientMsg, ServerMsg};
 /// First four bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"DTRZ";
 /// The protocol version this build speaks.
-pub const VERSION: u16 = 5;
+pub const VERSION: u16 = 6;
 /// Bytes before the payload.
 pub const HEADER_LEN: usize = 12;
 /// Default largest payload accepted (a status report of a few thousand members fits).

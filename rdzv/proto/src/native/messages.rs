@@ -240,6 +240,29 @@ pub enum ClientMsg {
         /// What the agent saw (an exit status), for the round's cause.
         why: String,
     },
+    /// From a launcher's agent that is this job's member while its workers meet through a
+    /// store (`dtrun`): the summaries its workers published there (`dtcomm/progress/<rank>`),
+    /// relayed on the connection it holds, so that the server can say why the workers'
+    /// collectives hang. Replaces what this member relayed before; at most
+    /// [`MAX_RELAYED`] workers.
+    Relay {
+        /// The workers' world size.
+        world: u32,
+        /// The latest summary of each of this member's workers that published one.
+        workers: Vec<Relayed>,
+    },
+}
+
+/// Most workers one [`ClientMsg::Relay`] carries (a node's; more are refused).
+pub const MAX_RELAYED: usize = 256;
+
+/// One worker's summary in a [`ClientMsg::Relay`].
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Relayed {
+    /// The summary (its `rank`: the worker's global rank).
+    pub progress: Progress,
+    /// Milliseconds since the worker wrote it, as of sending.
+    pub age_ms: u64,
 }
 
 /// A node agent's hello ([`ClientMsg::Node`]).
@@ -483,6 +506,13 @@ pub struct JobStatus {
     pub age_ms: u64,
     /// Published configuration keys.
     pub config_keys: Vec<String>,
+    /// Workers whose summaries the members relay ([`ClientMsg::Relay`]: a launcher's agents
+    /// are the members, their workers meet through a store), as if members: rank, the
+    /// relaying member and node, silence (the relay's, plus the record's age), summary.
+    /// Empty for jobs whose members are the ranks.
+    pub workers: Vec<MemberStatus>,
+    /// The workers' world size, as relayed (0: none relayed).
+    pub workers_world: u32,
 }
 
 /// Server to client.

@@ -26,7 +26,8 @@ pub use codec::{
 };
 pub use messages::{
     ClientMsg, JobEnd, JobSpec, JobStatus, Join, LateJoin, MAX_DUMP_REASON_BYTES, MAX_HOST_BYTES,
-    MemberStatus, NodeHello, Peer, RefusalCode, Resume, Role, RoundCause, ServerMsg, Welcome,
+    MAX_RELAYED, MemberStatus, NodeHello, Peer, RefusalCode, Relayed, Resume, Role, RoundCause,
+    ServerMsg, Welcome,
 };
 pub use progress::{CallState, GroupProgress, PendingCall, Progress, ProgressError};
 pub use round_end::RoundEnd;

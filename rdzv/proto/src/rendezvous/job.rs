@@ -41,12 +41,26 @@ pub(crate) struct Member {
     pub(crate) place: Place,
     /// Its latest summary of its calls and when it arrived (`dt-rdzv status --hang`).
     pub(crate) progress: Option<(Progress, Instant)>,
+    /// Its workers' summaries, if it relays them ([`crate::native::ClientMsg::Relay`]): their
+    /// world, each summary and its age when it arrived, and when that was.
+    pub(crate) relayed: Option<Relay>,
     /// When it was first welcomed into a round. Until a message of it arrives after that, it
     /// has the round's timeout plus one waiting heartbeat interval: it beats at the waiting
     /// rate until the welcome reaches it, so its next beat may be due a whole waiting interval
     /// after the welcome (with the round's timeout from the welcome on, 8,192 members on one
     /// machine, whose welcomes took a while to reach them all, were lost 2 s after forming).
     pub(crate) welcomed_at: Option<Instant>,
+}
+
+/// What a member relays of its workers (a launcher's agent whose workers meet through a store).
+#[derive(Debug, Clone)]
+pub(crate) struct Relay {
+    /// The workers' world size.
+    pub(crate) world: u32,
+    /// Each worker's summary and its age (ms) as relayed.
+    pub(crate) workers: Vec<crate::native::Relayed>,
+    /// When it arrived.
+    pub(crate) at: Instant,
 }
 
 impl Member {
@@ -296,6 +310,7 @@ impl Job {
                 rank: resumed,
                 place,
                 progress: None,
+                relayed: None,
                 welcomed_at: None,
             },
         );

@@ -127,6 +127,24 @@ impl Job {
 
     /// Its ranks and their latest summaries, borrowed (the timeline's sample).
     pub(crate) fn progress(&self) -> JobProgress<'_> {
+        // A launcher's agents relaying their workers' summaries: the workers' world.
+        let relays: Vec<&super::job::Relay> = self
+            .members
+            .values()
+            .filter_map(|m| m.relayed.as_ref())
+            .collect();
+        if !relays.is_empty() {
+            return JobProgress {
+                job: &self.name,
+                round: 0,
+                world: relays.iter().map(|r| r.world).max().unwrap_or(0),
+                ranks: relays
+                    .iter()
+                    .flat_map(|r| r.workers.iter())
+                    .map(|w| (w.progress.rank, Some(&w.progress)))
+                    .collect(),
+            };
+        }
         JobProgress {
             job: &self.name,
             round: self.round,
@@ -170,7 +188,7 @@ impl Job {
             world,
             spec: self.spec.clone(),
             members: members
-                .into_iter()
+                .iter()
                 .map(|m| MemberStatus {
                     member: m.id.clone(),
                     node: m.node.clone(),
@@ -195,6 +213,42 @@ impl Job {
             restarts: self.restarts,
             age_ms: now.saturating_duration_since(self.created).as_millis() as u64,
             config_keys: self.config.keys().cloned().collect(),
+            workers_world: members
+                .iter()
+                .filter_map(|m| m.relayed.as_ref().map(|r| r.world))
+                .max()
+                .unwrap_or(0),
+            workers: relayed_workers(&members, now),
         }
     }
+}
+
+/// The workers `members` relay, as if members (ranks of the workers' world): each named after
+/// its relaying member, silent for the record's age when relayed plus the time since.
+fn relayed_workers(members: &[&Member], now: Instant) -> Vec<MemberStatus> {
+    let mut out: Vec<MemberStatus> = members
+        .iter()
+        .filter_map(|m| Some((*m, m.relayed.as_ref()?)))
+        .flat_map(|(m, r)| {
+            let since = now.saturating_duration_since(r.at).as_millis() as u64;
+            r.workers.iter().map(move |w| {
+                let age = w.age_ms.saturating_add(since);
+                MemberStatus {
+                    member: format!("{}/rank{}", m.id, w.progress.rank),
+                    node: m.node.clone(),
+                    state: "active".into(),
+                    rank: Some(w.progress.rank),
+                    role: Role::Worker,
+                    last_seen_ms: age,
+                    addrs: Vec::new(),
+                    observed_ip: m.observed_ip.clone(),
+                    // Read as of the workers' world (round 0, set as the relay arrived).
+                    progress: Some(w.progress.clone()),
+                    progress_age_ms: age,
+                }
+            })
+        })
+        .collect();
+    out.sort_by_key(|w| w.rank);
+    out
 }

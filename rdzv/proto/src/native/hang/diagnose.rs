@@ -23,6 +23,10 @@ const MAX_DESCRIBED: usize = 4;
 
 /// Why `job` is stuck, if it is.
 pub fn diagnose(job: &JobStatus, opts: &HangOptions) -> HangReport {
+    // A launcher's agents are the members and relay their workers' calls: the workers hang.
+    if let Some(workers) = super::store::workers_job(job) {
+        return diagnose(&workers, opts);
+    }
     let views = views(job, opts);
     let waits: BTreeMap<u32, PendingCall> = views
         .values()

@@ -1,7 +1,9 @@
 //! Jobs that meet through a store (torchrun's static rendezvous, `env://`): each rank
 //! publishes its summary under [`key`] (see [`to_record`](crate::native::progress::to_record));
 //! read back, they make a [`JobStatus`] that [`diagnose`](super::diagnose) takes as it takes a
-//! native job's.
+//! native job's. A launcher's agents that are a native job's members relay their workers'
+//! records ([`ClientMsg::Relay`](crate::native::ClientMsg::Relay)): [`workers_job`] is that
+//! job's workers as such a job.
 
 use crate::native::progress::Progress;
 use crate::native::{JobSpec, JobStatus, MemberStatus, Role};
@@ -54,5 +56,37 @@ pub fn store_job(name: &str, records: &[Option<(u64, Progress)>], now_unix_ms: u
         restarts: 0,
         age_ms: 0,
         config_keys: Vec::new(),
+        workers: Vec::new(),
+        workers_world: 0,
     }
+}
+
+/// The workers of `job` as a job of their own, when its members relay their workers'
+/// summaries (`dtrun`'s agents): what [`diagnose`](super::diagnose) reads instead of the
+/// agents. `None` when nothing is relayed.
+pub fn workers_job(job: &JobStatus) -> Option<JobStatus> {
+    if job.workers.is_empty() {
+        return None;
+    }
+    let world = job.workers_world.max(
+        job.workers
+            .iter()
+            .filter_map(|w| w.rank)
+            .max()
+            .map_or(0, |r| r + 1),
+    );
+    Some(JobStatus {
+        job: job.job.clone(),
+        state: job.state.clone(),
+        round: 0,
+        world,
+        spec: JobSpec::fixed(world),
+        members: job.workers.clone(),
+        missing: Vec::new(),
+        restarts: job.restarts,
+        age_ms: job.age_ms,
+        config_keys: Vec::new(),
+        workers: Vec::new(),
+        workers_world: 0,
+    })
 }

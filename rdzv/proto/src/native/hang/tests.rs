@@ -33,6 +33,8 @@ fn job(members: Vec<MemberStatus>) -> JobStatus {
         restarts: 0,
         age_ms: 60_000,
         config_keys: Vec::new(),
+        workers: Vec::new(),
+        workers_world: 0,
     }
 }
 

@@ -9,10 +9,10 @@ use super::super::ConnId;
 use super::super::auth::Scope;
 use super::super::effects::Event;
 use super::super::error::Refusal;
-use super::super::job::Removal;
+use super::super::job::{Relay, Removal};
 use super::super::probes::ReportVerdict;
 use super::RendezvousMachine;
-use crate::native::{ClientMsg, JobEnd, ServerMsg};
+use crate::native::{ClientMsg, JobEnd, MAX_RELAYED, Relayed, ServerMsg};
 
 impl RendezvousMachine {
     pub(super) fn on_message(&mut self, now: Instant, conn: ConnId, msg: ClientMsg) {
@@ -71,6 +71,35 @@ impl RendezvousMachine {
                 {
                     m.progress = Some((p, now));
                 }
+            }
+            (ClientMsg::Relay { world, workers }, Some((job, id))) => {
+                if let Err(why) = check_relay(world, &workers) {
+                    let why = format!("relayed summaries refused: {why}");
+                    self.refuse(
+                        conn,
+                        Refusal::BadRequest {
+                            job,
+                            member: id,
+                            why,
+                        },
+                    );
+                } else if let Some(m) = self.jobs.get_mut(&job).and_then(|j| j.members.get_mut(&id))
+                {
+                    // The workers' own numbering of rounds is not the job's: their summaries
+                    // are read as of the workers' world, round 0.
+                    let mut workers = workers;
+                    for w in &mut workers {
+                        w.progress.round = 0;
+                    }
+                    m.relayed = Some(Relay {
+                        world,
+                        workers,
+                        at: now,
+                    });
+                }
+            }
+            (ClientMsg::Relay { .. }, None) => {
+                self.refuse_and_close(conn, Refusal::NotJoined { what: "Relay" })
             }
             (ClientMsg::Leave, Some((job, id))) => {
                 if let Some(j) = self.jobs.get_mut(&job) {
@@ -202,4 +231,24 @@ impl RendezvousMachine {
             }
         }
     }
+}
+
+/// Whether a relay is within the protocol's bounds: at most [`MAX_RELAYED`] workers, each
+/// summary within its own bounds, ranks within the world and each once.
+fn check_relay(world: u32, workers: &[Relayed]) -> Result<(), String> {
+    if workers.len() > MAX_RELAYED {
+        return Err(format!("{} workers (at most {MAX_RELAYED})", workers.len()));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for w in workers {
+        w.progress.check().map_err(|e| e.to_string())?;
+        let r = w.progress.rank;
+        if r >= world {
+            return Err(format!("rank {r} in a world of {world}"));
+        }
+        if !seen.insert(r) {
+            return Err(format!("rank {r} twice"));
+        }
+    }
+    Ok(())
 }

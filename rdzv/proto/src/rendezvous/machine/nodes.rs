@@ -336,5 +336,6 @@ fn kind(msg: &ClientMsg) -> &'static str {
         ClientMsg::Dump { .. } => "Dump",
         ClientMsg::Node(_) => "Node",
         ClientMsg::RankLost { .. } => "RankLost",
+        ClientMsg::Relay { .. } => "Relay",
     }
 }

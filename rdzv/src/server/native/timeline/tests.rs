@@ -75,6 +75,8 @@ fn job(name: &str, members: Vec<MemberStatus>) -> JobStatus {
         restarts: 0,
         age_ms: 0,
         config_keys: Vec::new(),
+        workers: Vec::new(),
+        workers_world: 0,
     }
 }
 
