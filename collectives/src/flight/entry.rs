@@ -216,6 +216,7 @@ const OPS: [&str; 12] = [
 ];
 
 /// `op`'s code (a `match`, compiled to a switch on the length and one comparison).
+#[inline]
 pub(crate) fn op_code(op: &str) -> u64 {
     match op {
         "all_reduce" => 0,
@@ -242,6 +243,7 @@ pub(crate) fn op_name(c: u64) -> &'static str {
 const NONE32: u64 = u32::MAX as u64;
 
 /// `info` as words 1..=7 of a slot.
+#[inline]
 pub(crate) fn encode_info(i: &CallInfo) -> [u64; 7] {
     [
         i.group,
