@@ -314,7 +314,9 @@ pub(crate) fn decode(w: &[u64; WORDS]) -> Option<Slot> {
 /// A recorded call, as [`entries`](super::entries) returns it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
-    /// Its record id: counts every call this process recorded, from 0.
+    /// Its record id: counts every call this process recorded, from 0, in the order the
+    /// calls were made (given when the recorder is read: two calls of different threads made
+    /// within a few ns of each other may swap ids between two reads).
     pub record_id: u64,
     /// What the call is.
     pub info: CallInfo,

@@ -273,11 +273,14 @@ pub(crate) fn register(group: &Group, local: usize, size: usize) -> Option<Arc<L
 /// A call being recorded: what [`queued`], [`started`] and [`ended`] pass along.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Record {
+    /// Where it is: a call of this thread's ring ends on this thread (under the
+    /// communicator's state lock), one of the shared ring anywhere.
     id: CallId,
     seq: u64,
     op: &'static str,
     p2p: bool,
-    /// In the communicator's list of open calls (queued or watched), not its running slot.
+    /// In the shared ring and the communicator's list of open calls (queued or watched, or
+    /// no thread ring was left), not its running slot.
     listed: bool,
     /// When it started (ticks; when it was queued, until it starts).
     at: u64,
