@@ -10,7 +10,7 @@
 //! are written only where a wait parks, after its spin budget.
 //!
 //! * [`summary`]: a rank's compact summary for its heartbeats ([`Progress`]);
-//! * [`entries`]: a snapshot of the ring;
+//! * [`entries`]: a snapshot of the rings, merged in time order;
 //! * [`dump`] / [`dump_bytes`]: this process's trace in torch's Flight Recorder format
 //!   (`fr.rs`, a pickle `torchfrtrace` reads), and a dump when a call times out if
 //!   `TORCH_FR_DUMP_ON_TIMEOUT` (or `DTCOMM_FR_DUMP_ON_TIMEOUT`) is set;
@@ -112,7 +112,7 @@ pub fn capacity() -> usize {
 
 /// Rank `rank`'s summary for round `round`: its pending calls (the oldest per group, oldest
 /// first), its last completed collective per group, how long it has been in no call, cut to
-/// the protocol's bounds. Reads each communicator's open calls and counts, not the ring:
+/// the protocol's bounds. Reads each communicator's open calls and counts, not the rings:
 /// meant for every heartbeat. Empty when the recorder is off.
 pub fn summary(rank: u32, round: u64) -> Progress {
     match recorder() {
