@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-/// Ticks since the start (never 0: 0 means "not yet" in the ring).
+/// Ticks since the start (never 0: 0 means "not yet" in a ring).
 #[derive(Debug)]
 pub(crate) struct Clock {
     base: Instant,

@@ -1,11 +1,48 @@
-//! One recorded call: the ring's words of it (encoded and decoded here), a copy of them
-//! ([`Slot`]) and the snapshot callers get ([`Entry`], wall-clock times and the waited-for
-//! ranks as a list).
+//! One recorded call: where it is ([`CallId`]), a ring slot's words of it (written, encoded
+//! and decoded here, the same for every ring), a copy of them ([`Slot`]) and the snapshot
+//! callers get ([`Entry`], wall-clock times and the waited-for ranks as a list).
 
 use dt_rdzv_proto::native::CallState;
 use dt_rdzv_proto::native::progress::MAX_WAITING_FOR;
 
+use super::seqlock::Write;
 use crate::dtype::DType;
+
+/// Where a recorded call is: call `n` of the shared ring (calls queued for or watched by a
+/// progress thread), or call `index` of the ring of the thread that ran it (key `ring`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CallId {
+    /// In the shared ring.
+    Shared(u64),
+    /// In thread ring `ring` (a key from 1, below 2^16).
+    Local { ring: u32, index: u64 },
+}
+
+/// Bits of a packed [`CallId`] that hold the number in its ring + 1.
+const INDEX_BITS: u32 = 48;
+const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
+
+impl CallId {
+    /// As one word, never 0: the number in its ring + 1 in the low 48 bits (2.8e14 calls,
+    /// years of a thread calling at full speed), the thread ring's key above (0: shared).
+    pub(crate) fn pack(self) -> u64 {
+        match self {
+            CallId::Shared(n) => (n + 1) & INDEX_MASK,
+            CallId::Local { ring, index } => {
+                (u64::from(ring) << INDEX_BITS) | ((index + 1) & INDEX_MASK)
+            }
+        }
+    }
+
+    /// A [`pack`](Self::pack)ed word back (`None`: 0).
+    pub(crate) fn unpack(w: u64) -> Option<CallId> {
+        let n = (w & INDEX_MASK).checked_sub(1)?;
+        Some(match (w >> INDEX_BITS) as u32 {
+            0 => CallId::Shared(n),
+            ring => CallId::Local { ring, index: n },
+        })
+    }
+}
 
 /// What a call is, known when it is queued or started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +110,95 @@ pub(crate) const W_WAITING: usize = 13;
 /// counts, three times, the waited-for ranks two to a word.
 pub(crate) const WORDS: usize = 13 + MAX_WAITING_FOR / 2;
 
+/// A ring slot being written.
+pub(crate) type SlotWrite<'a> = Write<'a, WORDS>;
+
+/// Fills a slot with call `n` of its ring (queued, or started at once with its sequence
+/// number).
+#[inline]
+pub(crate) fn write_new(
+    w: &SlotWrite<'_>,
+    n: u64,
+    info: &CallInfo,
+    seq: u64,
+    state: CallState,
+    now: u64,
+) {
+    w.set(W_ID, n + 1);
+    for (i, v) in encode_info(info).into_iter().enumerate() {
+        w.set(1 + i, v);
+    }
+    w.set(W_SEQ, seq);
+    w.set(W_STATE, state_code(state));
+    w.set(W_QUEUED, now);
+    w.set(W_STARTED, if state == CallState::Queued { 0 } else { now });
+    w.set(W_ENDED, 0);
+}
+
+/// A queued call starts, with its sequence number.
+pub(crate) fn write_start(w: &SlotWrite<'_>, seq: u64, now: u64) {
+    w.set(W_SEQ, seq);
+    let st = w.get(W_STATE);
+    w.set(W_STATE, (st & !0xff) | state_code(CallState::Started));
+    w.set(W_STARTED, now);
+}
+
+/// The ranks a call waits for (global; at most [`MAX_WAITING_FOR`] are named, all counted),
+/// as the words [`write_waiting`] takes.
+pub(crate) fn waiting_words(ranks: impl Iterator<Item = u32>) -> ([u32; MAX_WAITING_FOR], u64) {
+    let mut named = [0u32; MAX_WAITING_FOR];
+    let mut n = 0u64;
+    for r in ranks {
+        if let Some(x) = named.get_mut(n as usize) {
+            *x = r;
+        }
+        n += 1;
+    }
+    (named, n)
+}
+
+/// The ranks a started call waits for, as of now ([`waiting_words`]).
+pub(crate) fn write_waiting(w: &SlotWrite<'_>, named: &[u32; MAX_WAITING_FOR], total: u64) {
+    let len = total.min(MAX_WAITING_FOR as u64);
+    for (k, pair) in named.chunks(2).enumerate() {
+        w.set(
+            W_WAITING + k,
+            u64::from(pair[0]) | (u64::from(pair[1]) << 32),
+        );
+    }
+    let st = w.get(W_STATE) & 0xff;
+    w.set(
+        W_STATE,
+        st | (len << 8) | (total.min(u64::from(u32::MAX)) << 32),
+    );
+}
+
+/// The call ended, successfully or not.
+#[inline]
+pub(crate) fn write_end(w: &SlotWrite<'_>, ok: bool, now: u64) {
+    let st = w.get(W_STATE);
+    let state = if ok {
+        CallState::Completed
+    } else {
+        CallState::Failed
+    };
+    w.set(W_STATE, (st & !0xff) | state_code(state));
+    if w.get(W_STARTED) == 0 {
+        w.set(W_STARTED, now);
+    }
+    w.set(W_ENDED, now);
+}
+
+/// A state's code in a slot (0: an empty slot).
+pub(crate) fn state_code(s: CallState) -> u64 {
+    match s {
+        CallState::Queued => 1,
+        CallState::Started => 2,
+        CallState::Completed => 3,
+        CallState::Failed => 4,
+    }
+}
+
 /// The operations' names, by code (`Collective::name`'s).
 const OPS: [&str; 12] = [
     "all_reduce",
@@ -90,6 +216,7 @@ const OPS: [&str; 12] = [
 ];
 
 /// `op`'s code (a `match`, compiled to a switch on the length and one comparison).
+#[inline]
 pub(crate) fn op_code(op: &str) -> u64 {
     match op {
         "all_reduce" => 0,
@@ -116,6 +243,7 @@ pub(crate) fn op_name(c: u64) -> &'static str {
 const NONE32: u64 = u32::MAX as u64;
 
 /// `info` as words 1..=7 of a slot.
+#[inline]
 pub(crate) fn encode_info(i: &CallInfo) -> [u64; 7] {
     [
         i.group,
@@ -186,7 +314,9 @@ pub(crate) fn decode(w: &[u64; WORDS]) -> Option<Slot> {
 /// A recorded call, as [`entries`](super::entries) returns it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
-    /// Its record id: counts every call this process recorded, from 0.
+    /// Its record id: counts every call this process recorded, from 0, in the order the
+    /// calls were made (given when the recorder is read: two calls of different threads made
+    /// within a few ns of each other may swap ids between two reads).
     pub record_id: u64,
     /// What the call is.
     pub info: CallInfo,
@@ -213,6 +343,23 @@ pub struct Entry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn call_ids_pack_into_one_word() {
+        for id in [
+            CallId::Shared(0),
+            CallId::Shared(12345),
+            CallId::Local { ring: 1, index: 0 },
+            CallId::Local {
+                ring: 65535,
+                index: (1 << 47) + 3,
+            },
+        ] {
+            assert_ne!(id.pack(), 0);
+            assert_eq!(CallId::unpack(id.pack()), Some(id));
+        }
+        assert_eq!(CallId::unpack(0), None);
+    }
 
     #[test]
     fn op_codes_name_every_op() {

@@ -1,14 +1,16 @@
 //! Each communicator's part of the recorder ([`Live`]): who it is (group, ranks), the calls
-//! it has open and its counts, written by the communicator's own calls with no global lock,
-//! read by the heartbeat summary through the [`Registry`] of this process. A communicator
+//! it has open and its counts, written by the communicator's own calls with no global lock
+//! (and, for a call run on its caller's thread, with no atomic read-modify-write either: it
+//! runs under the communicator's state lock, one writer at a time), read by the heartbeat
+//! summary through the [`Registry`] of this process. A communicator
 //! dropped leaves its counts and last completed call behind (`Retired`), so a rank's summary
 //! still counts them.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::entry::{op_code, op_name};
-use super::seqlock::SeqCell;
+use super::entry::{CallId, op_code, op_name};
+use super::seqlock::{SeqCell, Write};
 
 /// Most (rank, group) pairs of dropped communicators whose last completed call is kept (the
 /// least recently active go first); a summary carries at most `MAX_GROUPS` of a rank's.
@@ -38,7 +40,7 @@ pub(crate) struct RankStats {
     pub last_end: Option<u64>,
 }
 
-// Words of `Live::stats`.
+// Words of `Live::fast` and `Live::slow`.
 const S_ENDED: usize = 0;
 const S_LAST_END: usize = 1;
 const S_DONE_SEQ: usize = 2;
@@ -57,14 +59,31 @@ pub(crate) struct Live {
     pub group_size: u32,
     /// Global rank of each rank (`None`: the same numbers).
     pub globals: Option<Arc<[u32]>>,
-    /// Record id + 1 of the call running on the caller's thread (0: none): one at a time,
-    /// under the communicator's state lock.
+    /// The call running on the caller's thread ([`CallId::pack`]ed; 0: none): one at a
+    /// time, written under the communicator's state lock.
     running: AtomicU64,
-    /// Record ids of the calls queued for the progress thread or watched there (device
-    /// calls): slower paths, under a lock.
+    /// The shared ring's numbers of the calls queued for the progress thread or watched there
+    /// (device calls): slower paths, under a lock.
     open: Mutex<Vec<u64>>,
-    /// Ended calls, last end, last completed collective (seq, op, when).
-    stats: SeqCell<5>,
+    /// Ended calls, last end, last completed collective (seq, op, when) of the calls run on
+    /// the caller's thread: written under the communicator's state lock, one writer at a
+    /// time ([`SeqCell::write_alone`]).
+    fast: SeqCell<5>,
+    /// The same of the queued and watched calls (which may end outside that lock): written
+    /// under the cell's own compare-and-swap.
+    slow: SeqCell<5>,
+}
+
+/// Counts call ended at `now` in `w`, and `done` (a completed collective's seq and op).
+#[inline]
+fn count_end(w: &Write<'_, 5>, done: Option<(u64, &str)>, now: u64) {
+    w.set(S_ENDED, w.get(S_ENDED) + 1);
+    w.set(S_LAST_END, now);
+    if let Some((seq, op)) = done {
+        w.set(S_DONE_SEQ, seq);
+        w.set(S_DONE_OP, op_code(op));
+        w.set(S_DONE_AT, now);
+    }
 }
 
 impl Live {
@@ -76,56 +95,57 @@ impl Live {
         }
     }
 
-    /// Call `id` runs on the caller's thread.
-    pub(crate) fn running(&self, id: u64) {
-        self.running.store(id + 1, Ordering::Release);
+    /// Call `id` runs on the caller's thread, under the communicator's state lock.
+    #[inline]
+    pub(crate) fn running(&self, id: CallId) {
+        self.running.store(id.pack(), Ordering::Release);
     }
 
-    /// Call `id` is queued or watched (it ends with `listed`).
-    pub(crate) fn listed(&self, id: u64) {
-        lock(&self.open).push(id);
+    /// Call `n` of the shared ring is queued or watched (it ends with `listed`).
+    pub(crate) fn listed(&self, n: u64) {
+        lock(&self.open).push(n);
     }
 
-    /// Call `id` ended (`listed`: it was [`listed`](Self::listed)); a completed collective
-    /// (`done`: its seq and op) becomes the group's last.
-    pub(crate) fn ended(&self, id: u64, listed: bool, done: Option<(u64, &str)>, now: u64) {
-        {
-            let w = self.stats.write();
-            w.set(S_ENDED, w.get(S_ENDED) + 1);
-            w.set(S_LAST_END, now);
-            if let Some((seq, op)) = done {
-                w.set(S_DONE_SEQ, seq);
-                w.set(S_DONE_OP, op_code(op));
-                w.set(S_DONE_AT, now);
-            }
-        }
+    /// Call `id` ended (`listed`: it was [`listed`](Self::listed), else it was
+    /// [`running`](Self::running) and ends under the communicator's state lock); a completed
+    /// collective (`done`: its seq and op) becomes the group's last.
+    #[inline]
+    pub(crate) fn ended(&self, id: CallId, listed: bool, done: Option<(u64, &str)>, now: u64) {
         if listed {
-            let mut open = lock(&self.open);
-            if let Some(i) = open.iter().position(|x| *x == id) {
-                open.remove(i);
+            count_end(&self.slow.write(), done, now);
+            if let CallId::Shared(n) = id {
+                let mut open = lock(&self.open);
+                if let Some(i) = open.iter().position(|x| *x == n) {
+                    open.remove(i);
+                }
             }
         } else {
             // One writer: the thread that holds the communicator's state lock.
-            if self.running.load(Ordering::Relaxed) == id + 1 {
+            count_end(&self.fast.write_alone(), done, now);
+            if self.running.load(Ordering::Relaxed) == id.pack() {
                 self.running.store(0, Ordering::Release);
             }
         }
     }
 
-    /// Its open calls, oldest first.
-    pub(crate) fn open(&self) -> Vec<u64> {
-        let mut ids = lock(&self.open).clone();
-        if let Some(id) = self.running.load(Ordering::Acquire).checked_sub(1) {
-            ids.push(id);
-        }
-        ids.sort_unstable();
+    /// Its open calls: the listed ones (oldest first), then the running one.
+    pub(crate) fn open(&self) -> Vec<CallId> {
+        let mut ns = lock(&self.open).clone();
+        ns.sort_unstable();
+        let mut ids: Vec<CallId> = ns.into_iter().map(CallId::Shared).collect();
+        ids.extend(CallId::unpack(self.running.load(Ordering::Acquire)));
         ids
     }
 
     /// Its counts and its last completed collective.
     pub(crate) fn stats(&self) -> (RankStats, Option<GroupLast>) {
         let open = self.open().len() as u64;
-        let w = self.stats.read().unwrap_or_default();
+        let f = self.fast.read().unwrap_or_default();
+        let s = self.slow.read().unwrap_or_default();
+        // The sum of the counts, the later end, the later completed collective.
+        let mut w = if s[S_DONE_AT] > f[S_DONE_AT] { s } else { f };
+        w[S_ENDED] = f[S_ENDED] + s[S_ENDED];
+        w[S_LAST_END] = f[S_LAST_END].max(s[S_LAST_END]);
         let stats = RankStats {
             calls: w[S_ENDED] + open,
             in_flight: open,
@@ -205,12 +225,11 @@ fn merge_group(groups: &mut Vec<GroupLast>, last: GroupLast) {
     }
 }
 
-/// What a rank's summary reads: its communicators' open calls (record ids, oldest first per
-/// communicator), its last completed collective per group (in the order the groups first
-/// appeared), its counts.
+/// What a rank's summary reads: its communicators' open calls (per communicator), its last
+/// completed collective per group (in the order the groups first appeared), its counts.
 #[derive(Debug, Default)]
 pub(crate) struct RankView {
-    pub open: Vec<Vec<u64>>,
+    pub open: Vec<Vec<CallId>>,
     pub groups: Vec<GroupLast>,
     pub stats: RankStats,
 }
@@ -235,7 +254,8 @@ impl Registry {
             globals,
             running: AtomicU64::new(0),
             open: Mutex::new(Vec::new()),
-            stats: SeqCell::default(),
+            fast: SeqCell::default(),
+            slow: SeqCell::default(),
         });
         g.all.push(live.clone());
         live
@@ -291,26 +311,27 @@ mod tests {
     #[test]
     fn counts_and_last_calls_outlive_their_communicator() {
         let reg = Registry::default();
+        let local = |index| CallId::Local { ring: 1, index };
         let a = reg.register(3, 0, 4, None);
-        a.running(0);
-        assert_eq!(reg.view(3).open, vec![vec![0]]);
+        a.running(local(0));
+        assert_eq!(reg.view(3).open, vec![vec![local(0)]]);
         assert_eq!(reg.view(3).stats.in_flight, 1);
-        a.ended(0, false, Some((1, "all_reduce")), 10);
+        a.ended(local(0), false, Some((1, "all_reduce")), 10);
         a.listed(1);
         a.listed(2);
-        a.ended(1, true, None, 11);
+        a.ended(CallId::Shared(1), true, None, 11);
         let v = reg.view(3);
-        assert_eq!(v.open, vec![vec![2]]);
+        assert_eq!(v.open, vec![vec![CallId::Shared(2)]]);
         assert_eq!(
             (v.stats.calls, v.stats.in_flight, v.stats.last_end),
             (3, 1, Some(11))
         );
         assert_eq!((v.groups[0].seq, v.groups[0].op), (1, "all_reduce"));
-        a.ended(2, true, Some((2, "barrier")), 12);
+        a.ended(CallId::Shared(2), true, Some((2, "barrier")), 12);
         drop(a);
         let b = reg.register(3, 9, 2, None);
-        b.running(3);
-        b.ended(3, false, Some((1, "broadcast")), 13);
+        b.running(local(3));
+        b.ended(local(3), false, Some((1, "broadcast")), 13);
         let v = reg.view(3);
         assert_eq!(lock(&reg.inner).all.len(), 1, "the dropped one was folded");
         assert_eq!((v.stats.calls, v.stats.last_end), (4, Some(13)));

@@ -1,12 +1,16 @@
-//! The flight recorder: every call of every communicator of this process, in a fixed ring
-//! (`ring.rs`, no lock: a `fetch_add` claims a slot, a sequence lock per slot keeps readers
-//! from torn entries), cheap enough to stay on: one TSC read per state change (`clock.rs`),
-//! a few atomic operations, no allocation; each communicator keeps its open calls and counts
-//! for the summary (`live.rs`); the peers a call waits for are written only where a wait
-//! parks, after its spin budget.
+//! The flight recorder: every call of every communicator of this process, in fixed rings,
+//! cheap enough to stay on. A call run on its caller's thread from start to end (the fast
+//! path: a blocking call) goes to that thread's ring (`local.rs`, one writer: a plain store
+//! numbers it, a sequence lock taken with plain stores keeps readers from torn entries, no
+//! atomic read-modify-write); a call queued for a progress thread or watched by it goes to
+//! the shared ring (`ring.rs`: a `fetch_add` claims a slot, a compare-and-swap takes its
+//! sequence lock). Readers merge the rings by time and number the calls (`snapshot.rs`).
+//! One TSC read per call on the fast path (`clock.rs`), no allocation; each communicator
+//! keeps its open calls and counts for the summary (`live.rs`); the peers a call waits for
+//! are written only where a wait parks, after its spin budget.
 //!
 //! * [`summary`]: a rank's compact summary for its heartbeats ([`Progress`]);
-//! * [`entries`]: a snapshot of the ring;
+//! * [`entries`]: a snapshot of the rings, merged in time order;
 //! * [`dump`] / [`dump_bytes`]: this process's trace in torch's Flight Recorder format
 //!   (`fr.rs`, a pickle `torchfrtrace` reads), and a dump when a call times out if
 //!   `TORCH_FR_DUMP_ON_TIMEOUT` (or `DTCOMM_FR_DUMP_ON_TIMEOUT`) is set;
@@ -24,12 +28,16 @@ pub mod config;
 mod entry;
 mod fr;
 mod live;
+mod local;
 mod pickle;
 mod ring;
 mod seqlock;
+mod slots;
+mod snapshot;
 mod summary;
+mod threads;
 
-use std::cell::Cell;
+use std::cell::{Cell, OnceCell};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -41,15 +49,21 @@ pub use fr::{MAX_DUMP_ENTRIES, dump, dump_bytes};
 pub(crate) use live::Live;
 
 use clock::Clock;
+use entry::CallId;
 use live::Registry;
+use local::Owner;
 use ring::Ring;
+use threads::Threads;
 
 /// The recorder of this process.
 struct Recorder {
     clock: Clock,
     /// Wall-clock ns when the clock started.
     base_wall_ns: u64,
+    /// The calls queued for or watched by a progress thread.
     ring: Ring,
+    /// Each thread's calls run from start to end on it.
+    threads: Threads,
     /// The communicators, for summaries and the peers a call waits for.
     registry: Registry,
     /// The global ranks of the groups made here: (group, ranks), for the dumps' `pg_config`.
@@ -73,6 +87,7 @@ fn recorder() -> Option<&'static Recorder> {
                         .map_or(0, |d| d.as_nanos() as u64),
                     clock,
                     ring: Ring::new(cap),
+                    threads: Threads::new(cap),
                     registry: Registry::default(),
                     groups: Mutex::new(Vec::new()),
                 }
@@ -97,16 +112,22 @@ pub fn capacity() -> usize {
 
 /// Rank `rank`'s summary for round `round`: its pending calls (the oldest per group, oldest
 /// first), its last completed collective per group, how long it has been in no call, cut to
-/// the protocol's bounds. Reads each communicator's open calls and counts, not the ring:
+/// the protocol's bounds. Reads each communicator's open calls and counts, not the rings:
 /// meant for every heartbeat. Empty when the recorder is off.
 pub fn summary(rank: u32, round: u64) -> Progress {
     match recorder() {
         Some(r) => {
             let rate = r.clock.rate();
             let view = r.registry.view(rank);
+            let held = r.threads.held(r.ring.next_id());
             summary::summarize(
                 &view,
-                |id| r.ring.slot(id),
+                |id| match id {
+                    CallId::Shared(n) => r.ring.slot(n),
+                    CallId::Local { ring, index } => {
+                        held.rings.iter().find(|x| x.key() == ring)?.slot(index)
+                    }
+                },
                 |t| rate.ns(t),
                 rank,
                 round,
@@ -121,8 +142,9 @@ pub fn summary(rank: u32, round: u64) -> Progress {
     }
 }
 
-/// A snapshot of the ring, oldest first (every rank of this process). Each entry is a
-/// consistent copy (never half of one state change and half of the next).
+/// A snapshot of the recorder, oldest first (every rank of this process; the newest
+/// [`capacity`] calls). Each entry is a consistent copy (never half of one state change and
+/// half of the next); record ids are given here (`snapshot.rs`).
 pub fn entries() -> Vec<Entry> {
     let Some(r) = recorder() else {
         return Vec::new();
@@ -130,11 +152,11 @@ pub fn entries() -> Vec<Entry> {
     let rate = r.clock.rate();
     let wall = |t: u64| r.base_wall_ns.saturating_add(rate.ns(t));
     let now = rate.now_ns();
-    r.ring
-        .slots()
+    let held = r.threads.held(r.ring.next_id());
+    snapshot::merge(&r.ring, &held.rings, held.freed, r.ring.capacity())
         .into_iter()
-        .map(|s| Entry {
-            record_id: s.id,
+        .map(|(record_id, s)| Entry {
+            record_id,
             info: s.info,
             seq: s.seq,
             state: s.state,
@@ -251,11 +273,14 @@ pub(crate) fn register(group: &Group, local: usize, size: usize) -> Option<Arc<L
 /// A call being recorded: what [`queued`], [`started`] and [`ended`] pass along.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Record {
-    id: u64,
+    /// Where it is: a call of this thread's ring ends on this thread (under the
+    /// communicator's state lock), one of the shared ring anywhere.
+    id: CallId,
     seq: u64,
     op: &'static str,
     p2p: bool,
-    /// In the communicator's list of open calls (queued or watched), not its running slot.
+    /// In the shared ring and the communicator's list of open calls (queued or watched, or
+    /// no thread ring was left), not its running slot.
     listed: bool,
     /// When it started (ticks; when it was queued, until it starts).
     at: u64,
@@ -268,9 +293,38 @@ pub(crate) struct Record {
 const TIMED_BYTES: u64 = 64 << 10;
 
 thread_local! {
-    /// The call this thread runs now: record id + 1 (0: none), its communicator's key (for
-    /// [`waiting`]), and whether it has waited ([`note_wait`]).
+    /// The call this thread runs now: its [`CallId::pack`] (0: none), its communicator's key
+    /// (for [`waiting`]), and whether it has waited ([`note_wait`]).
     static CURRENT: Cell<(u64, u64, bool)> = const { Cell::new((0, 0, false)) };
+    /// This thread's ring, made at its first call run here (`None`: no ring was left; its
+    /// calls go to the shared ring).
+    static OWN: OnceCell<Option<Owner>> = const { OnceCell::new() };
+}
+
+/// `f` on this thread's ring, made now if it has none yet (`None`: none, or the thread is
+/// ending and its thread-locals are gone).
+#[inline]
+fn with_own<T>(r: &Recorder, f: impl FnOnce(&Owner) -> T) -> Option<T> {
+    OWN.try_with(|o| {
+        o.get_or_init(|| r.threads.open(r.ring.next_id()))
+            .as_ref()
+            .map(f)
+    })
+    .ok()
+    .flatten()
+}
+
+/// `f` on this thread's ring if it is the one with key `ring` (a call in a thread ring is
+/// written by its thread only).
+#[inline]
+fn on_own(ring: u32, f: impl FnOnce(&Owner)) {
+    let _ = OWN.try_with(|o| {
+        if let Some(Some(own)) = o.get()
+            && own.key() == ring
+        {
+            f(own);
+        }
+    });
 }
 
 /// Records a call of `live` submitted behind others (its sequence number comes when it
@@ -278,10 +332,10 @@ thread_local! {
 pub(crate) fn queued(live: &Live, info: &CallInfo) -> Option<Record> {
     let r = recorder()?;
     let now = r.clock.now();
-    let id = r.ring.push(info, 0, CallState::Queued, now);
-    live.listed(id);
+    let n = r.ring.push(info, 0, CallState::Queued, now);
+    live.listed(n);
     Some(Record {
-        id,
+        id: CallId::Shared(n),
         seq: 0,
         op: info.op,
         p2p: info.p2p,
@@ -292,8 +346,10 @@ pub(crate) fn queued(live: &Live, info: &CallInfo) -> Option<Record> {
 }
 
 /// The call `queued` (or a new one of `info`) of `live` starts on this thread with sequence
-/// number `seq`, under the communicator's state lock; a new one that is `watched` (a device
-/// call the progress thread follows to its end) goes in the list of open calls.
+/// number `seq`, under the communicator's state lock. A new one that is `watched` (a device
+/// call the progress thread follows to its end) goes to the shared ring and the list of open
+/// calls; any other new one (it ends on this thread, under the same lock) to this thread's
+/// ring: the fast path.
 pub(crate) fn started(
     live: &Live,
     queued: Option<Record>,
@@ -305,35 +361,50 @@ pub(crate) fn started(
     let now = r.clock.now();
     let rec = match queued {
         Some(q) => {
-            r.ring.start(q.id, seq, now);
+            if let CallId::Shared(n) = q.id {
+                r.ring.start(n, seq, now);
+            }
             Record { seq, at: now, ..q }
         }
         None => {
             let info = info();
-            let id = r.ring.push(&info, seq, CallState::Started, now);
-            if watched {
-                live.listed(id);
-            } else {
-                live.running(id);
-            }
+            let local = (!watched)
+                .then(|| {
+                    with_own(r, |o| CallId::Local {
+                        ring: o.key(),
+                        index: o.push(&info, seq, CallState::Started, now),
+                    })
+                })
+                .flatten();
+            let (id, listed) = match local {
+                Some(id) => {
+                    live.running(id);
+                    (id, false)
+                }
+                None => {
+                    let n = r.ring.push(&info, seq, CallState::Started, now);
+                    live.listed(n);
+                    (CallId::Shared(n), true)
+                }
+            };
             let bytes = info.in_count.max(info.out_count) * info.dtype.size() as u64;
             Record {
                 id,
                 seq,
                 op: info.op,
                 p2p: info.p2p,
-                listed: watched,
+                listed,
                 at: now,
                 timed: watched || bytes >= TIMED_BYTES,
             }
         }
     };
-    CURRENT.with(|c| c.set((rec.id + 1, live.key(), false)));
+    CURRENT.with(|c| c.set((rec.id.pack(), live.key(), false)));
     Some(rec)
 }
 
 /// The call ended (failed when `ok` is false). A call that ran on the caller's thread ends
-/// under the communicator's state lock.
+/// there, under the communicator's state lock.
 ///
 /// Its end time is a clock read only when the call may have taken long: it waited for a peer
 /// ([`note_wait`]: it checked its deadline, which a wait does once its spin is over), it moved
@@ -347,7 +418,7 @@ pub(crate) fn ended(live: &Live, rec: Record, ok: bool) {
     };
     let waited = CURRENT.with(|c| {
         let (id, _, waited) = c.get();
-        if id == rec.id + 1 {
+        if id == rec.id.pack() {
             c.set((0, 0, false));
             waited
         } else {
@@ -359,7 +430,10 @@ pub(crate) fn ended(live: &Live, rec: Record, ok: bool) {
     } else {
         rec.at
     };
-    r.ring.end(rec.id, ok, now);
+    match rec.id {
+        CallId::Shared(n) => r.ring.end(n, ok, now),
+        CallId::Local { ring, index } => on_own(ring, |o| o.end(index, ok, now)),
+    }
     let done = (ok && !rec.p2p).then_some((rec.seq, rec.op));
     live.ended(rec.id, rec.listed, done, now);
 }
@@ -382,11 +456,13 @@ pub(crate) fn waiting(ranks: &[usize]) {
     };
     note_wait();
     let (id, key, _) = CURRENT.with(Cell::get);
-    let Some(id) = id.checked_sub(1) else {
+    let (Some(id), Some(live)) = (CallId::unpack(id), r.registry.get(key)) else {
         return;
     };
-    if let Some(live) = r.registry.get(key) {
-        r.ring.waiting(id, ranks.iter().map(|l| live.global(*l)));
+    let globals = ranks.iter().map(|l| live.global(*l));
+    match id {
+        CallId::Shared(n) => r.ring.waiting(n, globals),
+        CallId::Local { ring, index } => on_own(ring, |o| o.waiting(index, globals)),
     }
 }
 

@@ -1,57 +1,38 @@
-//! The ring: the last `capacity` calls of this process, oldest overwritten first, with no
-//! lock. A call claims record id `n` with one `fetch_add` and owns slot `n % slots` (the
-//! capacity rounded up to a power of two) until call `n + slots` takes it; each slot is a sequence lock (`seqlock.rs`) whose writers
-//! check the slot still holds their call, so a late update of an overwritten call changes
-//! nothing and a reader never sees a torn entry. Slots come in chunks allocated as calls
-//! reach them. Sans-IO: every method takes the time (the recorder's ticks).
+//! The shared ring: the calls that start or end away from the thread that made them (queued
+//! for a progress thread, or device calls it watches to their end), the last `capacity` of
+//! them, oldest overwritten first, with no lock. A call claims number `n` with one
+//! `fetch_add` and owns slot `n % slots` (the capacity rounded up to a power of two) until
+//! call `n + slots` takes it; each slot is a sequence lock (`seqlock.rs`) taken with a
+//! compare-and-swap, whose writers check the slot still holds their call, so a late update of
+//! an overwritten call changes nothing and a reader never sees a torn entry. Calls run on
+//! their caller's thread go to that thread's ring instead (`local.rs`: no read-modify-write).
+//! Sans-IO: every method takes the time (the recorder's ticks).
 
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use dt_rdzv_proto::native::CallState;
-use dt_rdzv_proto::native::progress::MAX_WAITING_FOR;
 
 use super::entry::{
-    CallInfo, Slot, W_ENDED, W_ID, W_QUEUED, W_SEQ, W_STARTED, W_STATE, W_WAITING, WORDS, decode,
-    encode_info,
+    CallInfo, Slot, SlotWrite, W_ID, decode, waiting_words, write_end, write_new, write_start,
+    write_waiting,
 };
-use super::seqlock::SeqCell;
+use super::slots::Slots;
 
-/// Slots per chunk.
-const CHUNK: usize = 256;
-
-/// The recorder's ring.
+/// The recorder's shared ring.
 #[derive(Debug)]
 pub(crate) struct Ring {
     cap: usize,
-    /// Slots - 1: `cap` rounded up to a power of two, so finding a slot is a mask, not a
-    /// division (readers still see only the last `cap` calls).
-    mask: u64,
     next: AtomicU64,
-    chunks: Box<[OnceLock<Box<[SeqCell<WORDS>]>>]>,
-}
-
-pub(crate) fn state_code(s: CallState) -> u64 {
-    match s {
-        CallState::Queued => 1,
-        CallState::Started => 2,
-        CallState::Completed => 3,
-        CallState::Failed => 4,
-    }
+    slots: Slots,
 }
 
 impl Ring {
     /// An empty ring of `cap` slots (`cap > 0`); memory grows as calls come.
     pub(crate) fn new(cap: usize) -> Ring {
-        assert!(cap > 0, "a ring has at least one slot");
-        let slots = cap.next_power_of_two();
         Ring {
             cap,
-            mask: slots as u64 - 1,
             next: AtomicU64::new(0),
-            chunks: (0..slots.div_ceil(CHUNK))
-                .map(|_| OnceLock::new())
-                .collect(),
+            slots: Slots::new(cap),
         }
     }
 
@@ -60,44 +41,26 @@ impl Ring {
         self.cap
     }
 
-    /// The next record id (how many calls were recorded).
+    /// The next call's number (how many calls were recorded here).
     pub(crate) fn next_id(&self) -> u64 {
         self.next.load(Ordering::Acquire)
     }
 
-    fn cell(&self, id: u64) -> &SeqCell<WORDS> {
-        let i = (id & self.mask) as usize;
-        let chunk = self.chunks[i / CHUNK].get_or_init(|| {
-            let n = CHUNK.min(self.mask as usize + 1 - i / CHUNK * CHUNK);
-            (0..n).map(|_| SeqCell::default()).collect()
-        });
-        &chunk[i % CHUNK]
-    }
-
     /// Records a new call (queued, or started at once with its sequence number); returns its
-    /// record id.
+    /// number.
     pub(crate) fn push(&self, info: &CallInfo, seq: u64, state: CallState, now: u64) -> u64 {
         let id = self.next.fetch_add(1, Ordering::AcqRel);
-        let w = self.cell(id).write();
+        let w = self.slots.cell(id).write();
         // A call `capacity` later wrote here first (this thread was preempted): it stays.
-        if w.get(W_ID) > id + 1 {
-            return id;
+        if w.get(W_ID) <= id + 1 {
+            write_new(&w, id, info, seq, state, now);
         }
-        w.set(W_ID, id + 1);
-        for (i, v) in encode_info(info).into_iter().enumerate() {
-            w.set(1 + i, v);
-        }
-        w.set(W_SEQ, seq);
-        w.set(W_STATE, state_code(state));
-        w.set(W_QUEUED, now);
-        w.set(W_STARTED, if state == CallState::Queued { 0 } else { now });
-        w.set(W_ENDED, 0);
         id
     }
 
     /// Runs `f` on call `id`'s slot if it still holds it.
-    fn update(&self, id: u64, f: impl FnOnce(&super::seqlock::Write<'_, WORDS>)) {
-        let w = self.cell(id).write();
+    fn update(&self, id: u64, f: impl FnOnce(&SlotWrite<'_>)) {
+        let w = self.slots.cell(id).write();
         if w.get(W_ID) == id + 1 {
             f(&w);
         }
@@ -105,55 +68,18 @@ impl Ring {
 
     /// A queued call starts, with its sequence number.
     pub(crate) fn start(&self, id: u64, seq: u64, now: u64) {
-        self.update(id, |w| {
-            w.set(W_SEQ, seq);
-            let st = w.get(W_STATE);
-            w.set(W_STATE, (st & !0xff) | state_code(CallState::Started));
-            w.set(W_STARTED, now);
-        });
+        self.update(id, |w| write_start(w, seq, now));
     }
 
     /// The ranks (global) a started call waits for, as of now.
     pub(crate) fn waiting(&self, id: u64, ranks: impl Iterator<Item = u32>) {
-        let mut named = [0u32; MAX_WAITING_FOR];
-        let mut n = 0usize;
-        for r in ranks {
-            if n < MAX_WAITING_FOR {
-                named[n] = r;
-            }
-            n += 1;
-        }
-        let len = n.min(MAX_WAITING_FOR) as u64;
-        self.update(id, |w| {
-            for (k, pair) in named.chunks(2).enumerate() {
-                w.set(
-                    W_WAITING + k,
-                    u64::from(pair[0]) | (u64::from(pair[1]) << 32),
-                );
-            }
-            let st = w.get(W_STATE) & 0xff;
-            w.set(
-                W_STATE,
-                st | (len << 8) | ((n as u64).min(u64::from(u32::MAX)) << 32),
-            );
-        });
+        let (named, total) = waiting_words(ranks);
+        self.update(id, |w| write_waiting(w, &named, total));
     }
 
     /// Call `id` ended, successfully or not.
     pub(crate) fn end(&self, id: u64, ok: bool, now: u64) {
-        self.update(id, |w| {
-            let st = w.get(W_STATE);
-            let state = if ok {
-                CallState::Completed
-            } else {
-                CallState::Failed
-            };
-            w.set(W_STATE, (st & !0xff) | state_code(state));
-            if w.get(W_STARTED) == 0 {
-                w.set(W_STARTED, now);
-            }
-            w.set(W_ENDED, now);
-        });
+        self.update(id, |w| write_end(w, ok, now));
     }
 
     /// A copy of call `id`'s slot, if it was not overwritten.
@@ -162,21 +88,21 @@ impl Ring {
         if id >= next || id + (self.cap as u64) < next {
             return None;
         }
-        let words = self.cell(id).read()?;
+        let words = self.slots.cell(id).read()?;
         (words[W_ID] == id + 1).then(|| decode(&words)).flatten()
     }
 
+    /// The calls still in the ring numbered below `end` (at most [`next_id`](Self::next_id)),
+    /// oldest first.
+    pub(crate) fn slots_before(&self, end: u64) -> Vec<Slot> {
+        let first = end.saturating_sub(self.cap as u64);
+        (first..end).filter_map(|id| self.slot(id)).collect()
+    }
+
     /// Every call still in the ring, oldest first.
+    #[cfg(test)]
     pub(crate) fn slots(&self) -> Vec<Slot> {
-        let next = self.next_id();
-        let first = next.saturating_sub(self.cap as u64);
-        let mut out = Vec::with_capacity((next - first) as usize);
-        for id in first..next {
-            if let Some(s) = self.slot(id) {
-                out.push(s);
-            }
-        }
-        out
+        self.slots_before(self.next_id())
     }
 }
 
@@ -184,6 +110,7 @@ impl Ring {
 pub(crate) mod tests {
     use super::*;
     use crate::dtype::DType;
+    use dt_rdzv_proto::native::progress::MAX_WAITING_FOR;
 
     pub(crate) fn info(rank: u32, group: u64, op: &'static str) -> CallInfo {
         CallInfo {

@@ -5,7 +5,7 @@
 
 use dt_rdzv_proto::native::{GroupProgress, PendingCall, Progress};
 
-use super::entry::Slot;
+use super::entry::{CallId, Slot};
 use super::live::RankView;
 
 fn ms(ns: u64) -> u64 {
@@ -13,24 +13,28 @@ fn ms(ns: u64) -> u64 {
 }
 
 /// Rank `rank`'s summary for round `round` from `view`, as of `now` (ticks); `slot` reads a
-/// call from the ring, `ns` turns ticks into nanoseconds.
+/// call from its ring, `ns` turns ticks into nanoseconds.
 pub(crate) fn summarize(
     view: &RankView,
-    slot: impl Fn(u64) -> Option<Slot>,
+    slot: impl Fn(CallId) -> Option<Slot>,
     ns: impl Fn(u64) -> u64,
     rank: u32,
     round: u64,
     now: u64,
 ) -> Progress {
     let age = |t: u64| ms(ns(now).saturating_sub(ns(t)));
-    // Each communicator's oldest open call still in the ring (calls run in submission order
+    // Each communicator's oldest open call still in a ring (calls run in submission order
     // per communicator: the oldest is the one its group is stuck in), oldest first.
     let mut oldest: Vec<Slot> = view
         .open
         .iter()
-        .filter_map(|ids| ids.iter().find_map(|id| slot(*id)))
+        .filter_map(|ids| {
+            ids.iter()
+                .filter_map(|id| slot(*id))
+                .min_by_key(|s| s.queued)
+        })
         .collect();
-    oldest.sort_by_key(|s| s.id);
+    oldest.sort_by_key(|s| s.queued);
     let mut pending: Vec<PendingCall> = Vec::new();
     for s in oldest {
         if pending.iter().any(|p| p.group == s.info.group) {
@@ -80,44 +84,72 @@ mod tests {
 
     use super::*;
     use crate::flight::entry::CallInfo;
+    use std::sync::Arc;
+
     use crate::flight::live::{Live, Registry};
+    use crate::flight::local::{Owner, ThreadRing};
     use crate::flight::ring::Ring;
     use crate::flight::ring::tests::info;
 
     const MS: u64 = 1_000_000;
 
-    /// A ring and a registry driven as the recorder drives them.
+    /// The rings (this thread's and the shared one) and a registry driven as the recorder
+    /// drives them.
     struct Rec {
         ring: Ring,
+        local: Arc<ThreadRing>,
+        own: Owner,
         reg: Registry,
     }
 
     impl Rec {
         fn new(cap: usize) -> Rec {
+            let (local, own) = ThreadRing::new(1, cap);
             Rec {
                 ring: Ring::new(cap),
+                local,
+                own,
                 reg: Registry::default(),
             }
         }
-        fn start(&self, l: &Live, i: &CallInfo, seq: u64, at: u64) -> u64 {
-            let id = self.ring.push(i, seq, CallState::Started, at);
+        fn start(&self, l: &Live, i: &CallInfo, seq: u64, at: u64) -> CallId {
+            let index = self.own.push(i, seq, CallState::Started, at);
+            let id = CallId::Local { ring: 1, index };
             l.running(id);
             id
         }
-        fn queue(&self, l: &Live, i: &CallInfo, at: u64) -> u64 {
-            let id = self.ring.push(i, 0, CallState::Queued, at);
-            l.listed(id);
-            id
+        fn queue(&self, l: &Live, i: &CallInfo, at: u64) -> CallId {
+            let n = self.ring.push(i, 0, CallState::Queued, at);
+            l.listed(n);
+            CallId::Shared(n)
         }
-        fn end(&self, l: &Live, id: u64, listed: bool, ok: bool, at: u64) {
-            let s = self.ring.slot(id).unwrap();
-            self.ring.end(id, ok, at);
+        fn slot(&self, id: CallId) -> Option<Slot> {
+            match id {
+                CallId::Shared(n) => self.ring.slot(n),
+                CallId::Local { index, .. } => self.local.slot(index),
+            }
+        }
+        fn ring_end(&self, id: CallId, ok: bool, at: u64) {
+            match id {
+                CallId::Shared(n) => self.ring.end(n, ok, at),
+                CallId::Local { index, .. } => self.own.end(index, ok, at),
+            }
+        }
+        fn waiting(&self, id: CallId, ranks: impl Iterator<Item = u32>) {
+            match id {
+                CallId::Shared(n) => self.ring.waiting(n, ranks),
+                CallId::Local { index, .. } => self.own.waiting(index, ranks),
+            }
+        }
+        fn end(&self, l: &Live, id: CallId, listed: bool, ok: bool, at: u64) {
+            let s = self.slot(id).unwrap();
+            self.ring_end(id, ok, at);
             let done = (ok && !s.info.p2p).then_some((s.seq, s.info.op));
             l.ended(id, listed, done, at);
         }
         fn summary(&self, rank: u32, now: u64) -> Progress {
             let v = self.reg.view(rank);
-            summarize(&v, |id| self.ring.slot(id), |t| t, rank, 7, now)
+            summarize(&v, |id| self.slot(id), |t| t, rank, 7, now)
         }
     }
 
@@ -131,7 +163,7 @@ mod tests {
             r.end(&l, id, false, true, seq * MS + 10);
         }
         let stuck = r.start(&l, &i, 4, 10 * MS);
-        r.ring.waiting(stuck, [3u32, 5].into_iter());
+        r.waiting(stuck, [3u32, 5].into_iter());
         // Another rank of this process (in-memory groups) is not in rank 2's summary.
         let other = r.reg.register(3, WORLD_GROUP, 4, None);
         r.start(&other, &info(3, WORLD_GROUP, "all_reduce"), 4, 10 * MS);
@@ -202,7 +234,10 @@ mod tests {
         );
         let world_last = p.groups.iter().find(|g| g.group == WORLD_GROUP).unwrap();
         assert_eq!(world_last.completed_seq, 1);
-        r.ring.start(queued, 2, 13 * MS);
+        let CallId::Shared(n) = queued else {
+            unreachable!()
+        };
+        r.ring.start(n, 2, 13 * MS);
         r.end(&world_comm, queued, true, true, 14 * MS);
         let p = r.summary(1, 15 * MS);
         assert_eq!(p.idle_ms, Some(1));
@@ -221,10 +256,10 @@ mod tests {
         assert!(p.pending.is_empty());
         assert_eq!((p.calls, p.idle_ms), (2, None));
         // Its end changes nothing in the ring, but is counted.
-        r.ring.end(stuck, true, 5);
+        r.ring_end(stuck, true, 5);
         l.ended(stuck, false, Some((1, "all_reduce")), 5);
         assert_eq!(r.summary(0, 6).idle_ms, Some(0));
-        assert_eq!(r.ring.slot(other).unwrap().state, CallState::Completed);
+        assert_eq!(r.slot(other).unwrap().state, CallState::Completed);
     }
 
     #[test]
@@ -236,7 +271,7 @@ mod tests {
             if g >= 100 {
                 r.end(&l, id, false, true, g * MS + 1);
             } else {
-                r.ring.waiting(id, 0..100);
+                r.waiting(id, 0..100);
             }
         }
         let p = r.summary(0, 1000 * MS);
