@@ -19,6 +19,8 @@ DTCOMM_VENV="$VENV" scripts/lint_python.sh
 read -r -a FEATURES <<< "$(scripts/features.sh)"
 echo "== cargo clippy -D warnings ${FEATURES[*]}"
 cargo clippy --quiet --workspace --all-targets "${FEATURES[@]}" -- -D warnings
+echo "== cargo doc -D warnings (broken and private intra-doc links) ${FEATURES[*]}"
+RUSTDOCFLAGS="-D warnings" cargo doc --quiet --workspace --no-deps "${FEATURES[@]}"
 echo "== cargo test ${FEATURES[*]}"
 cargo test --workspace "${FEATURES[@]}"
 echo "== pytest (real torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)'))"

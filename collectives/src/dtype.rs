@@ -38,7 +38,9 @@ dt_rdzv_proto::wire_enum! {
     pub const ALL;
     /// The name nccl-tests prints (`float`, `half`, `bfloat16`, `int32`, ...).
     pub const fn name;
-    pub(crate) const fn from_u8(code);
+    /// The dtype of a wire number (the `u8` value above, which the C ABI's `DTCOMM_FLOAT32`
+    /// .. `DTCOMM_BOOL` and frame headers carry); `None` for a number no dtype has.
+    pub const fn from_u8(code);
     /// Parses a name as nccl-tests spells it, or the Rust/torch spelling (`f32`, `float32`).
     pub fn parse(name);
 }

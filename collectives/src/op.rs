@@ -29,7 +29,10 @@ dt_rdzv_proto::wire_enum! {
     pub const ALL;
     /// The name nccl-tests prints.
     pub const fn name;
-    pub(crate) const fn from_u8(code);
+    /// The operator of a wire number (the `u8` value above, which Python's `dtcomm.ReduceOp`,
+    /// the C ABI's `DTCOMM_SUM` .. `DTCOMM_BXOR` and frame headers carry); `None` for a number
+    /// no operator has.
+    pub const fn from_u8(code);
     /// Parses a name (`sum`, `prod`, `min`, `max`, `avg`, `band`, `bor`, `bxor`).
     pub fn parse(name);
 }

@@ -11,8 +11,8 @@
 //!   with, see [`set_compute_threads`]) outnumber the cores this process may run on
 //!   (`sched_getaffinity`): the peer needs the core the spinner would take;
 //! * otherwise for about twice what recent waits took, learned from their lengths
-//!   ([`SpinPolicy::record`]): waits that mostly outlast the budget stop spinning (and try it
-//!   again every [`PROBE_EVERY`] waits, in case the pattern changed).
+//!   (`SpinPolicy::record`): waits that mostly outlast the budget stop spinning (and try it
+//!   again every `PROBE_EVERY` waits, in case the pattern changed).
 //!
 //! Sans-IO: the policy only sees durations; the waits measure them.
 

@@ -68,6 +68,18 @@ def test_unsupported_device_dtype_and_layout() -> None:
         dtcomm.all_reduce(np.zeros(2))
 
 
+def test_unknown_reduce_op_lists_the_engines() -> None:
+    """An op number the engine lacks is refused naming every operator and its number (the
+    list comes from the engine's table, ``ReduceOp::ALL``)."""
+    dtcomm.init(verbose=False)
+    try:
+        with pytest.raises(ValueError, match=r"^rank 0: all_reduce: unknown reduce op 9 \(sum=1, "
+                           r"prod=2, min=3, max=4, avg=5, band=6, bor=7, bxor=8\)$"):
+            dtcomm.all_reduce(np.zeros(2), op=9)  # type: ignore[arg-type]
+    finally:
+        dtcomm.shutdown()
+
+
 @pytest.mark.parametrize(
     "env, match",
     [

@@ -5,7 +5,7 @@
 //!
 //! * [`link`]: when a frame leaves its sender's NIC and when it reaches the receiver (pure).
 //! * [`switch`]: which ports a frame goes to (MAC learning, flooding; pure).
-//! * [`line`]: the frames in flight, in delivery order (pure).
+//! * [`line`](mod@line): the frames in flight, in delivery order (pure).
 //! * [`tap`]: opening TAP devices (Linux I/O).
 
 pub mod line;

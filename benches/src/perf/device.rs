@@ -207,7 +207,7 @@ fn call(
     })
 }
 
-/// [`super::run::measure`] on device buffers.
+/// The host benchmark's `measure` (`perf/run.rs`) on device buffers.
 pub fn measure<T: BenchElem>(c: &Communicator, gpu: &Gpu, spec: &Spec) -> Result<Measured, String> {
     let (coll, op, root) = (spec.coll, spec.op, spec.root);
     let mut k: Case<T> = fill(c, coll, spec.count, op);

@@ -31,7 +31,7 @@ pub struct LibStatus {
     pub tried: Vec<String>,
 }
 
-/// Whether this process can use a GPU, and everything [`cuda_status`] found on the way.
+/// Whether this process can use a GPU, and everything [`cuda_status`](super::cuda_status) found on the way.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CudaStatus {
     /// dtcomm was built with the cargo feature `cuda`.

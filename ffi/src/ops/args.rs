@@ -10,27 +10,27 @@ use crate::status::{Fail, invalid};
 use crate::types::*;
 
 pub(crate) fn dtype(func: &str, d: dtcomm_dtype_t) -> Result<DType, Fail> {
-    DType::ALL
-        .iter()
-        .copied()
-        .find(|t| *t as i32 == d)
+    u8::try_from(d)
+        .ok()
+        .and_then(DType::from_u8)
         .ok_or_else(|| {
             invalid(
                 func,
-                format!("unknown dtype {d} (DTCOMM_FLOAT32=1 .. DTCOMM_BOOL=12)"),
+                format!("unknown dtype {d} (DTCOMM_FLOAT32={DTCOMM_FLOAT32} .. DTCOMM_BOOL={DTCOMM_BOOL})"),
             )
         })
 }
 
 pub(crate) fn redop(func: &str, o: dtcomm_op_t) -> Result<ReduceOp, Fail> {
-    ReduceOp::ALL
-        .iter()
-        .copied()
-        .find(|r| *r as i32 == o)
+    u8::try_from(o)
+        .ok()
+        .and_then(ReduceOp::from_u8)
         .ok_or_else(|| {
             invalid(
                 func,
-                format!("unknown reduction {o} (DTCOMM_SUM=1 .. DTCOMM_BXOR=8)"),
+                format!(
+                    "unknown reduction {o} (DTCOMM_SUM={DTCOMM_SUM} .. DTCOMM_BXOR={DTCOMM_BXOR})"
+                ),
             )
         })
 }
@@ -69,4 +69,35 @@ pub(super) fn counts(
     // communicator's size) readable while the call runs; the slice is copied into a `Vec` at once,
     // so nothing keeps the caller's array.
     Ok(unsafe { std::slice::from_raw_parts(p, world) }.to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_the_engines_wire_numbers() {
+        for d in DType::ALL {
+            assert_eq!(dtype("f", d as i32).ok(), Some(d));
+        }
+        for o in ReduceOp::ALL {
+            assert_eq!(redop("f", o as i32).ok(), Some(o));
+        }
+        // A code past a byte is refused, not truncated to a dtype's or operator's number.
+        for bad in [0, 13, -1, 256 + 1, i32::MIN, i32::MAX] {
+            let e = dtype("f", bad).unwrap_err();
+            assert_eq!(e.code, DTCOMM_INVALID_ARGUMENT);
+            assert_eq!(
+                e.msg,
+                format!("f: unknown dtype {bad} (DTCOMM_FLOAT32=1 .. DTCOMM_BOOL=12)")
+            );
+        }
+        for bad in [0, 9, -1, 256 + 1] {
+            let e = redop("f", bad).unwrap_err();
+            assert_eq!(
+                e.msg,
+                format!("f: unknown reduction {bad} (DTCOMM_SUM=1 .. DTCOMM_BXOR=8)")
+            );
+        }
+    }
 }

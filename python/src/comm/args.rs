@@ -14,15 +14,16 @@ use crate::buffer::{Access, Buf};
 use crate::errors::Ctx;
 
 pub(super) fn redop(rank: usize, op: &str, v: u8) -> PyResult<ReduceOp> {
-    ReduceOp::ALL
-        .iter()
-        .copied()
-        .find(|o| *o as u8 == v)
-        .ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "rank {rank}: {op}: unknown reduce op {v} (sum=1, prod=2, min=3, max=4, avg=5, band=6, bor=7, bxor=8)"
-            ))
-        })
+    ReduceOp::from_u8(v).ok_or_else(|| {
+        let known: Vec<String> = ReduceOp::ALL
+            .iter()
+            .map(|o| format!("{o}={}", *o as u8))
+            .collect();
+        PyValueError::new_err(format!(
+            "rank {rank}: {op}: unknown reduce op {v} ({})",
+            known.join(", ")
+        ))
+    })
 }
 
 impl PyCommunicator {
