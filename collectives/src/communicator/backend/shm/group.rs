@@ -36,6 +36,10 @@ use crate::watchdog::{Deadline, Phase};
 /// How long one nap on a futex lasts before the liveness checks run again.
 const NAP: Duration = Duration::from_millis(2);
 
+/// Spins between two reads of the clock while a wait spins (a power of two, dividing the 128
+/// spins between yields).
+const SPINS_PER_CLOCK: u32 = 16;
+
 /// This rank's view of its host's segment.
 pub(crate) struct ShmGroup {
     map: Arc<Mapping>,
@@ -190,8 +194,11 @@ impl ShmGroup {
         check: bool,
     ) -> Result<(), EngineError> {
         let target = self.posted;
-        // The clock is read once a peer is found not ready: a wait whose peers all posted
-        // already (the small-message common case) costs no clock read.
+        // The clock is read once a peer is found not ready, and then only every
+        // `SPINS_PER_CLOCK` spins: a wait whose peers all posted already (the small-message
+        // common case) costs no clock read, and a peer that posts within a few spins (ranks in
+        // step) none either. A clock read is 20-70 ns on a VM: read on every spin it was a
+        // third of an 8-byte all_reduce at world 2 (`docs/shared-memory.md`).
         let mut start: Option<Instant> = None;
         let spin = self.spin.budget();
         let mut spins = 0u32;
@@ -207,6 +214,11 @@ impl ShmGroup {
                 continue;
             }
             spins += 1;
+            // Spinning at all (a budget): between clock reads, only the peer's word is read.
+            if !spin.is_zero() && !spins.is_multiple_of(SPINS_PER_CLOCK) {
+                std::hint::spin_loop();
+                continue;
+            }
             if start.get_or_insert_with(Instant::now).elapsed() < spin {
                 std::hint::spin_loop();
                 if spins.is_multiple_of(128) {
