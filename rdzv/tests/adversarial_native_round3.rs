@@ -33,23 +33,9 @@ fn partial_frames_are_bounded_before_admission_and_share_one_budget() {
         }
         // Accepted members, each starting a 1.9 MiB frame (within the 2 MiB client limit):
         // about eight fit in 16 MiB; the others are closed, naming the budget.
-        let mut members = Vec::new();
-        for i in 0..16 {
-            let (conn, mut send, recv) = raw_member(&ep, &s, &format!("partial{i}")).await;
-            send.write_all(&header(1900 * 1024)).await.unwrap();
-            let _ = tokio::time::timeout(
-                Duration::from_secs(2),
-                send.write_all(&vec![7u8; 1800 * 1024]),
-            )
-            .await;
-            members.push((conn, send, recv));
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        let (open, _members) = partial_frames(&ep, &s, "partial", 16).await;
         peak = peak.max(s.rss());
-        let closed = members
-            .iter()
-            .filter(|(c, _, _)| c.close_reason().is_some())
-            .count();
+        let closed = 16 - open;
         eprintln!(
             "measured: {closed} of 16 partial frames refused; peak RSS {} MiB (base {} MiB)",
             peak / MIB,

@@ -153,22 +153,7 @@ fn partial_frames_have_a_quarter_of_the_budget_and_take_nothing_from_writes() {
     let store = StoreBystander::start(&s.store);
     rt().block_on(async {
         let ep = raw_endpoint(&s.fingerprint);
-        let mut members = Vec::new();
-        for i in 0..8 {
-            let (conn, mut send, recv) = raw_member(&ep, &s, &format!("frames{i}")).await;
-            send.write_all(&header(1900 * 1024)).await.unwrap();
-            let _ = tokio::time::timeout(
-                Duration::from_secs(2),
-                send.write_all(&vec![7u8; 1800 * 1024]),
-            )
-            .await;
-            members.push((conn, send, recv));
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let open = members
-            .iter()
-            .filter(|(c, _, _)| c.close_reason().is_none())
-            .count();
+        let (open, _members) = partial_frames(&ep, &s, "frames", 8).await;
         eprintln!("measured: {open} of 8 partial frames of 1.9 MiB held in 4 MiB");
         assert!((1..=2).contains(&open), "{open} of 8 held");
         let frames = metric(

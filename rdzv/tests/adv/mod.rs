@@ -263,3 +263,34 @@ pub async fn raw_member(
         .expect("an answer to the join");
     (conn, send, recv)
 }
+
+/// `n` raw members (jobs `{prefix}0..`), each starting a 1.9 MiB frame (within the 2 MiB
+/// client limit) and sending 1.8 MiB of it; after half a second, how many of them the server
+/// still holds (the others it closed, naming the budget that had no room), and the members.
+pub async fn partial_frames(
+    ep: &quinn::Endpoint,
+    s: &Served,
+    prefix: &str,
+    n: usize,
+) -> (
+    usize,
+    Vec<(quinn::Connection, quinn::SendStream, quinn::RecvStream)>,
+) {
+    let mut members = Vec::new();
+    for i in 0..n {
+        let (conn, mut send, recv) = raw_member(ep, s, &format!("{prefix}{i}")).await;
+        send.write_all(&header(1900 * 1024)).await.unwrap();
+        let _ = tokio::time::timeout(
+            Duration::from_secs(2),
+            send.write_all(&vec![7u8; 1800 * 1024]),
+        )
+        .await;
+        members.push((conn, send, recv));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let open = members
+        .iter()
+        .filter(|(c, _, _)| c.close_reason().is_none())
+        .count();
+    (open, members)
+}

@@ -9,7 +9,7 @@ use super::super::ConnId;
 use super::super::auth::Scope;
 use super::super::effects::Event;
 use super::super::error::Refusal;
-use super::super::job::{Relay, Removal};
+use super::super::job::{Member, Relay, Removal};
 use super::super::probes::ReportVerdict;
 use super::RendezvousMachine;
 use crate::native::{ClientMsg, JobEnd, MAX_RELAYED, Relayed, ServerMsg};
@@ -57,34 +57,15 @@ impl RendezvousMachine {
             }
             (ClientMsg::Heartbeat { .. }, Some(_)) => {}
             (ClientMsg::Progress(p), Some((job, id))) => {
-                if let Err(e) = p.check() {
-                    let why = format!("progress summary refused: {e}");
-                    self.refuse(
-                        conn,
-                        Refusal::BadRequest {
-                            job,
-                            member: id,
-                            why,
-                        },
-                    );
-                } else if let Some(m) = self.jobs.get_mut(&job).and_then(|j| j.members.get_mut(&id))
-                {
-                    m.progress = Some((p, now));
-                }
+                let checked = p
+                    .check()
+                    .map_err(|e| format!("progress summary refused: {e}"));
+                self.keep(conn, job, id, checked, |m| m.progress = Some((p, now)));
             }
             (ClientMsg::Relay { world, workers }, Some((job, id))) => {
-                if let Err(why) = check_relay(world, &workers) {
-                    let why = format!("relayed summaries refused: {why}");
-                    self.refuse(
-                        conn,
-                        Refusal::BadRequest {
-                            job,
-                            member: id,
-                            why,
-                        },
-                    );
-                } else if let Some(m) = self.jobs.get_mut(&job).and_then(|j| j.members.get_mut(&id))
-                {
+                let checked = check_relay(world, &workers)
+                    .map_err(|why| format!("relayed summaries refused: {why}"));
+                self.keep(conn, job, id, checked, |m| {
                     // The workers' own numbering of rounds is not the job's: their summaries
                     // are read as of the workers' world, round 0.
                     let mut workers = workers;
@@ -96,7 +77,7 @@ impl RendezvousMachine {
                         workers,
                         at: now,
                     });
-                }
+                });
             }
             (ClientMsg::Relay { .. }, None) => {
                 self.refuse_and_close(conn, Refusal::NotJoined { what: "Relay" })
@@ -228,6 +209,35 @@ impl RendezvousMachine {
             }
             (ClientMsg::Lookup { .. }, None) => {
                 self.refuse_and_close(conn, Refusal::NotJoined { what: "Lookup" })
+            }
+        }
+    }
+}
+
+impl RendezvousMachine {
+    /// Keeps what member `id` of `job` sent (`update`), or refuses it when `checked` says why
+    /// (the member keeps its place either way).
+    fn keep(
+        &mut self,
+        conn: ConnId,
+        job: String,
+        id: String,
+        checked: Result<(), String>,
+        update: impl FnOnce(&mut Member),
+    ) {
+        match checked {
+            Err(why) => self.refuse(
+                conn,
+                Refusal::BadRequest {
+                    job,
+                    member: id,
+                    why,
+                },
+            ),
+            Ok(()) => {
+                if let Some(m) = self.jobs.get_mut(&job).and_then(|j| j.members.get_mut(&id)) {
+                    update(m);
+                }
             }
         }
     }
