@@ -20,6 +20,7 @@
 //! without a cgroup limit there is none unless one is given.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// A door whose holdings count against the budget.
@@ -198,6 +199,13 @@ impl ServerMemory {
     }
 }
 
+/// Takes `n` from a gauge, stopping at zero (a release counted twice must not wrap it).
+pub(crate) fn release(gauge: &AtomicU64, n: u64) {
+    let _ = gauge.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+        Some(v.saturating_sub(n))
+    });
+}
+
 /// The budget when none is given: three quarters of the cgroup's memory limit, with where it
 /// came from; `None` without a limit.
 pub(crate) fn default_budget() -> Option<(u64, String)> {
@@ -231,7 +239,6 @@ fn parse_limit(text: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicU64, Ordering};
 
     struct Gauge(AtomicU64, AtomicU64);
     impl Held for Gauge {

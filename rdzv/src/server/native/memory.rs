@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::partial::PartialBudget;
-use crate::server::memory::{Door, Held, ServerMemory};
+use crate::server::memory::{Door, Held, ServerMemory, release};
 
 /// Queued messages a connection may hold whatever the server's budget says: a member reading
 /// at its pace (a welcome, an answer or two) is never closed for the budget.
@@ -62,11 +62,7 @@ impl NativeMemory {
 
     /// `n` queued bytes were written or dropped.
     pub(crate) fn unqueue(&self, n: u64) {
-        let _ = self
-            .queued
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
-                Some(v.saturating_sub(n))
-            });
+        release(&self.queued, n);
     }
 
     /// The machine's published configuration is `bytes` now.

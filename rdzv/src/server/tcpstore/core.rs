@@ -33,7 +33,7 @@ use dt_rdzv_proto::tcpstore::{
 use tokio::sync::{mpsc, watch};
 
 use crate::server::driver::{Driver, Route};
-use crate::server::memory::{Door, Held, ServerMemory};
+use crate::server::memory::{Door, Held, ServerMemory, release};
 
 /// What a connection task receives.
 #[derive(Debug)]
@@ -104,11 +104,7 @@ impl DoorMemory {
 
     /// `n` bytes fewer of partial frames held.
     pub(crate) fn sub_frames(&self, n: u64) {
-        let _ = self
-            .frames
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
-                Some(v.saturating_sub(n))
-            });
+        release(&self.frames, n);
     }
 
     /// `n` more bytes held outside the engine.
@@ -118,11 +114,7 @@ impl DoorMemory {
 
     /// `n` bytes fewer held outside the engine.
     pub(crate) fn sub(&self, n: u64) {
-        let _ = self
-            .external
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
-                Some(v.saturating_sub(n))
-            });
+        release(&self.external, n);
     }
 }
 
