@@ -101,6 +101,13 @@ impl SpinPolicy {
         Duration::ZERO
     }
 
+    /// Whether this host's compute threads outnumber the cores (with the process's reported
+    /// compute threads): a wait then gives its core away (`sched_yield`) a few times before
+    /// it sleeps, since the peer it waits for is likely runnable and waiting for a core.
+    pub(crate) fn oversubscribed(&self) -> bool {
+        oversubscribed(self.host_ranks, compute_threads(), self.cores)
+    }
+
     /// How long the next wait may spin (with the process's reported compute threads).
     pub(crate) fn budget(&mut self) -> Duration {
         self.budget_for(compute_threads())

@@ -40,6 +40,11 @@ const NAP: Duration = Duration::from_millis(2);
 /// spins between yields).
 const SPINS_PER_CLOCK: u32 = 16;
 
+/// Times a wait on an oversubscribed host gives its core away (`sched_yield`) before it
+/// sleeps: the peer it waits for is likely runnable, waiting for a core (what Open MPI's
+/// shared-memory waits do); a few microseconds each.
+const YIELDS_WHEN_OVERSUBSCRIBED: u32 = 16;
+
 /// This rank's view of its host's segment.
 pub(crate) struct ShmGroup {
     map: Arc<Mapping>,
@@ -201,6 +206,11 @@ impl ShmGroup {
         // third of an 8-byte all_reduce at world 2 (`docs/shared-memory.md`).
         let mut start: Option<Instant> = None;
         let spin = self.spin.budget();
+        let yields = if spin.is_zero() && self.spin.oversubscribed() {
+            YIELDS_WHEN_OVERSUBSCRIBED
+        } else {
+            0
+        };
         let mut spins = 0u32;
         let mut next = 0;
         while next < self.size() {
@@ -217,6 +227,10 @@ impl ShmGroup {
             // Spinning at all (a budget): between clock reads, only the peer's word is read.
             if !spin.is_zero() && !spins.is_multiple_of(SPINS_PER_CLOCK) {
                 std::hint::spin_loop();
+                continue;
+            }
+            if spins <= yields {
+                std::thread::yield_now();
                 continue;
             }
             if start.get_or_insert_with(Instant::now).elapsed() < spin {
