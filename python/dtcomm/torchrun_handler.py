@@ -45,7 +45,7 @@ from torch.distributed.elastic.rendezvous import (
 )
 from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError
 
-from . import _dtcomm, _native
+from . import _dtcomm, _native, _relay
 
 BACKEND = "dtcomm"
 #: Configuration entry group rank 0's agent publishes for every round: ``"<round> <host:port>"``
@@ -80,6 +80,7 @@ class DtcommRendezvousHandler(RendezvousHandler):
         self._handed: int = 0  # the round the agent's workers run in
         self._hosted: _dtcomm.RdzvServer | None = None  # this round's store, on group rank 0
         self._closed = False
+        self._relay: _relay.Relay | None = None  # the workers' summaries, to the server
 
     def get_backend(self) -> str:
         return BACKEND
@@ -145,6 +146,8 @@ class DtcommRendezvousHandler(RendezvousHandler):
         else:
             os.environ.pop("DTCOMM_LINK_SECRET", None)
         boot = RendezvousStoreInfo.build(w.rank, store, self._local_addr)
+        self._relay = _relay.Relay(self._member, _workers_store(boot),
+                                   _agent_ranks(w.rank, w.world))
         return RendezvousInfo(store, w.rank, w.world, boot)
 
     def _stop_hosted(self) -> None:
@@ -181,6 +184,10 @@ class DtcommRendezvousHandler(RendezvousHandler):
             return 0
         if changed:
             return max(1, self._member.waiting)
+        # torch's agent asks this every monitor interval while its workers run: their
+        # summaries go to the server from here (once a second).
+        if self._relay is not None:
+            self._relay.step()
         return self._member.waiting
 
     def shutdown(self) -> bool:
@@ -190,6 +197,27 @@ class DtcommRendezvousHandler(RendezvousHandler):
             self._member = None
         self._stop_hosted()
         return True
+
+
+def _workers_store(boot: RendezvousStoreInfo) -> Callable[[], _dtcomm.StoreClient | None]:
+    """Opens the workers' store (rank 0's first worker hosts it at ``boot``'s address), or
+    ``None`` while it is not up."""
+    def open_store() -> _dtcomm.StoreClient | None:
+        try:
+            return _dtcomm.StoreClient(f"{boot.master_addr}:{boot.master_port}", 0.5)
+        except _dtcomm.DtcommError:
+            return None
+    return open_store
+
+
+def _agent_ranks(group_rank: int, agents: int) -> Callable[[int], list[int]]:
+    """The global ranks of this agent's workers in a world of ``world``: torch's agents give
+    each agent's workers consecutive ranks in the order of the agents' group ranks, and
+    torchrun starts as many on each (``--nproc-per-node``)."""
+    def ranks(world: int) -> list[int]:
+        per = world // agents if agents > 0 and world % agents == 0 else 0
+        return list(range(group_rank * per, (group_rank + 1) * per))
+    return ranks
 
 
 def create_handler(params: RendezvousParameters) -> RendezvousHandler:

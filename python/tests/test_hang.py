@@ -193,3 +193,36 @@ def test_a_dtrun_jobs_workers_are_diagnosed_from_their_agents_relays(
     ranks = {r["rank"]: r for r in report["ranks"]}
     assert sorted(ranks) == [0, 1, 2, 3], report
     assert all("/rank" in r["member"] for r in ranks.values()), report
+
+
+def test_a_torchrun_jobs_workers_are_diagnosed_from_their_agents_relays(
+        server: NativeServer, procs: Procs, tmp_path: Path) -> None:
+    """torchrun --rdzv-backend=dtcomm: torch's own elastic agents, with dtcomm's handler, are
+    the job's members; the workers meet at rank 0's store and publish their summaries there;
+    each agent relays its own workers' from its monitor loop, so the server names the worker
+    the others wait for."""
+    pytest.importorskip("torch")
+    script = tmp_path / "store_worker.py"
+    script.write_text(STORE_WORKER)
+    job = f"torchrun-hang-{uuid.uuid4().hex[:8]}"
+    env = base_env({"DTCOMM_RDZV_TOKEN": server.token, "DTCOMM_TIMEOUT": "600"})
+    conf = f"fingerprint={server.fingerprint},last_call_timeout=5,join_timeout=120"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2",
+           "--monitor-interval=0.5", "--rdzv-backend=dtcomm", f"--rdzv-endpoint={server.native}",
+           f"--rdzv-id={job}", f"--rdzv-conf={conf}", "--local-addr=127.0.0.1", str(script)]
+    for n in ("A", "B"):
+        procs.start(f"{job}-{n}", cmd, env)
+    procs.wait_for("every worker ready",
+                   lambda: sum(procs.out(f"{job}-{n}").count("READY") for n in "AB") == 4, 180)
+    seen: list[tuple[dict[str, Any], dict[str, Any]]] = []
+
+    def settled() -> bool:
+        report = _hang(server, job)
+        seen[:] = [(f, report) for f in report["findings"]
+                   if f["kind"] == "waiting" and f["waiters"] == [0, 2, 3]]
+        return bool(seen)
+
+    procs.wait_for("ranks 0, 2 and 3 waiting", settled, 60)
+    found, report = seen[0]
+    assert found["culprits"] == [1], report
+    assert sorted(r["rank"] for r in report["ranks"]) == [0, 1, 2, 3], report

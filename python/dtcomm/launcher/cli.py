@@ -8,7 +8,7 @@ import signal
 import sys
 import uuid
 
-from .. import _dtcomm, _native
+from .. import _dtcomm, _native, _relay
 from . import hosts, rendezvous, workers
 
 
@@ -133,9 +133,10 @@ def _native_main(a: argparse.Namespace, cmd: list[str]) -> int:
             assert w is not None
             spec = workers.Spec(cmd, a.nproc_per_node, w.world, rdzv.namespace, restarts,
                                 a.max_restarts)
-            relay = rendezvous.Relay(member, rdzv.store, *workers.node_ranks(spec, rdzv))
+            ranks, world = workers.node_ranks(spec, rdzv)
+            relay = _relay.Relay(member, _relay.opened(rdzv.store), _relay.fixed(ranks), world)
 
-            def changed(relay: rendezvous.Relay = relay) -> str | None:
+            def changed(relay: _relay.Relay = relay) -> str | None:
                 try:
                     if member.poll():
                         return member.ended

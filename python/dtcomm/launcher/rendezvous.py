@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import secrets
 import sys
-import time
 from dataclasses import dataclass
 
 from .. import _dtcomm, _native
@@ -215,38 +214,3 @@ def finish(rdzv: Rendezvous, nnodes: int, ok: bool) -> None:
     finally:
         rdzv.close()
 
-
-class Relay:
-    """Relays this node's workers' summaries of their calls, as they write them in their store
-    (``dtcomm/progress/<rank>``, ``dtcomm._progress``), to the native server once a second on
-    the agent's own connection: the workers are not members, the agents are, and this is how
-    ``dt-rdzv status --hang JOB`` and ``/v1/jobs/JOB/hang`` see the workers' calls (nothing
-    depends on node 0's agent, whose store they are read from only by each node for its own
-    workers)."""
-
-    #: Seconds between two relays.
-    EVERY = 1.0
-
-    def __init__(self, member: _native.Member, store: _dtcomm.StoreClient, ranks: list[int],
-                 world: int) -> None:
-        self._member = member
-        self._store = store
-        self._keys = [f"dtcomm/progress/{r}" for r in ranks]
-        self._world = world
-        self._last = 0.0
-
-    def step(self) -> None:
-        """Relays the records present now, if a second has passed since the last relay; a
-        store or server that does not answer only skips this one."""
-        now = time.monotonic()
-        if now - self._last < self.EVERY:
-            return
-        self._last = now
-        try:
-            records = [bytes(self._store.get(k, 5.0)) for k in self._keys
-                       if self._store.check([k])]
-            if records:
-                self._member.relay_records(self._world, records)
-        except (_dtcomm.DtcommError, _dtcomm.RdzvError) as e:
-            print(f"[dtrun] relaying the workers' summaries failed once: {e}", file=sys.stderr,
-                  flush=True)
