@@ -135,7 +135,18 @@ fn members_are_sent_to_the_owner_and_the_job_moves_on_when_it_stops() {
         assert_eq!(owner(&storage, "ha"), Some(a_ep.clone()));
         let on_b = json(&http_get(&b.http_endpoint().unwrap(), "/v1/jobs"));
         assert_eq!(on_b["jobs"], serde_json::json!([]), "B holds no copy");
-        let record = storage.peek("/dt-rdzv/round/ha").expect("round record");
+        // The owner writes the round's record after the round completes, beside the welcomes:
+        // a member may hold its welcome a moment before the record is in the storage.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let record = loop {
+            match storage.peek("/dt-rdzv/round/ha") {
+                Some(r) => break r,
+                None if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(20)).await
+                }
+                None => panic!("no round record 10 s after every member's welcome"),
+            }
+        };
         let record: serde_json::Value = serde_json::from_slice(&record).unwrap();
         assert_eq!(
             (record["round"].as_u64(), record["world"].as_u64()),
