@@ -65,7 +65,10 @@ class Relay:
             if records:
                 self._member.relay_records(world, records)
             self._failed = False
-        except (_dtcomm.DtcommError, _dtcomm.RdzvError, ValueError) as e:
+        # Whatever goes wrong (a store or server that does not answer, a record that does not
+        # parse), a relay only skips this second: it must never stop the agent that calls it
+        # (torch's elastic agent calls it from its monitor loop).
+        except Exception as e:  # noqa: BLE001
             self._store = None
             if not self._failed:
                 self._failed = True
