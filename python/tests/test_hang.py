@@ -156,6 +156,28 @@ def test_a_store_job_is_diagnosed_from_its_store(procs: Procs, tmp_path: Path) -
     assert found[0]["waiters"] == [0, 2], found
 
 
+def _agents_workers_waiting(server: NativeServer, procs: Procs, job: str, cmd: list[str],
+                            env: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Starts two agents (`cmd`) of STORE_WORKER's four workers, waits until every worker is
+    ready and the server's report has ranks 0, 2 and 3 waiting; that finding and the report.
+    Summaries reach the server up to ~2 s late (each worker writes once a second, its agent
+    relays once a second), hence the wait for the settled finding."""
+    for n in ("A", "B"):
+        procs.start(f"{job}-{n}", cmd, env)
+    procs.wait_for("every worker ready",
+                   lambda: sum(procs.out(f"{job}-{n}").count("READY") for n in "AB") == 4, 180)
+    seen: list[tuple[dict[str, Any], dict[str, Any]]] = []
+
+    def settled() -> bool:
+        report = _hang(server, job)
+        seen[:] = [(f, report) for f in report["findings"]
+                   if f["kind"] == "waiting" and f["waiters"] == [0, 2, 3]]
+        return bool(seen)
+
+    procs.wait_for("ranks 0, 2 and 3 waiting", settled, 60)
+    return seen[0]
+
+
 def test_a_dtrun_jobs_workers_are_diagnosed_from_their_agents_relays(
         server: NativeServer, procs: Procs, tmp_path: Path) -> None:
     """dtrun --rdzv-backend native: the agents (one per node) are the job's members, the
@@ -171,22 +193,7 @@ def test_a_dtrun_jobs_workers_are_diagnosed_from_their_agents_relays(
     del env["DTCOMM_RDZV_ENDPOINT"]
     cmd = [sys.executable, "-m", "dtcomm", "--rdzv-backend", "native", "--rdzv-endpoint",
            server.native, "--nnodes", "2", "--nproc-per-node", "2", str(script)]
-    for n in ("A", "B"):
-        procs.start(f"{job}-{n}", cmd, env)
-    procs.wait_for("every worker ready",
-                   lambda: sum(procs.out(f"{job}-{n}").count("READY") for n in "AB") == 4, 180)
-    # Summaries reach the server up to ~2 s late (each worker writes once a second, its agent
-    # relays once a second): wait for the one where every other worker waits.
-    seen: list[tuple[dict[str, Any], dict[str, Any]]] = []
-
-    def settled() -> bool:
-        report = _hang(server, job)
-        seen[:] = [(f, report) for f in report["findings"]
-                   if f["kind"] == "waiting" and f["waiters"] == [0, 2, 3]]
-        return bool(seen)
-
-    procs.wait_for("ranks 0, 2 and 3 waiting", settled, 60)
-    found, report = seen[0]
+    found, report = _agents_workers_waiting(server, procs, job, cmd, env)
     assert found["culprits"] == [1], report
     assert "rank 1" in found["words"], report
     # The per-rank table lists the workers, each named after the agent that relays it.
@@ -210,19 +217,6 @@ def test_a_torchrun_jobs_workers_are_diagnosed_from_their_agents_relays(
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2",
            "--monitor-interval=0.5", "--rdzv-backend=dtcomm", f"--rdzv-endpoint={server.native}",
            f"--rdzv-id={job}", f"--rdzv-conf={conf}", "--local-addr=127.0.0.1", str(script)]
-    for n in ("A", "B"):
-        procs.start(f"{job}-{n}", cmd, env)
-    procs.wait_for("every worker ready",
-                   lambda: sum(procs.out(f"{job}-{n}").count("READY") for n in "AB") == 4, 180)
-    seen: list[tuple[dict[str, Any], dict[str, Any]]] = []
-
-    def settled() -> bool:
-        report = _hang(server, job)
-        seen[:] = [(f, report) for f in report["findings"]
-                   if f["kind"] == "waiting" and f["waiters"] == [0, 2, 3]]
-        return bool(seen)
-
-    procs.wait_for("ranks 0, 2 and 3 waiting", settled, 60)
-    found, report = seen[0]
+    found, report = _agents_workers_waiting(server, procs, job, cmd, env)
     assert found["culprits"] == [1], report
     assert sorted(r["rank"] for r in report["ranks"]) == [0, 1, 2, 3], report
