@@ -19,6 +19,7 @@ use super::pending::{Local, Owed, Slot, now_us};
 pub use super::pending::{NegotiateError, Output};
 use super::request::{Kind, Request};
 use super::slot::Slots;
+use super::stall_clock::StallClock;
 use super::wire;
 use crate::{CommError, Communicator};
 
@@ -252,14 +253,6 @@ impl Drop for Negotiator {
     }
 }
 
-/// What a cycle counts toward the stall deadline: the cycle times since the previous one
-/// (`elapsed`), at least 1 when the rank waited its whole cycle time, 0 for an early cycle that
-/// came within one.
-fn charge(elapsed: Duration, cycle: Duration, waited: bool) -> u32 {
-    let n = (elapsed.as_secs_f64() / cycle.as_secs_f64().max(1e-4)) as u32;
-    if waited { n.max(1) } else { n }
-}
-
 fn run(comm: Arc<Communicator>, shared: Arc<Shared>, cycle: Duration, threshold: u64) {
     let world = comm.world();
     let stall = comm.config().timeout.value;
@@ -273,7 +266,7 @@ fn run(comm: Arc<Communicator>, shared: Arc<Shared>, cycle: Duration, threshold:
         }
     };
     let mut slots = Slots::default();
-    let mut last_cycle = Instant::now();
+    let mut clock = StallClock::new(cycle, Instant::now());
     loop {
         let payload = {
             let st = shared.lock();
@@ -281,9 +274,7 @@ fn run(comm: Arc<Communicator>, shared: Arc<Shared>, cycle: Duration, threshold:
                 .wake
                 .wait_timeout_while(st, cycle, |s| !s.nudged)
                 .unwrap_or_else(|p| p.into_inner());
-            let waited = !std::mem::take(&mut st.nudged);
-            let charge = charge(last_cycle.elapsed(), cycle, waited);
-            last_cycle = Instant::now();
+            st.nudged = false;
             let full = st.marks.as_ref().map(|m| m.len() >= MAX_MARKS);
             match full {
                 Some(false) => st.marks.as_mut().expect("marking").push(now_us()),
@@ -293,7 +284,7 @@ fn run(comm: Arc<Communicator>, shared: Arc<Shared>, cycle: Duration, threshold:
             let new = std::mem::take(&mut st.new);
             let flags = wire::Flags {
                 stopping: st.stopping,
-                charge,
+                charge: clock.propose(),
             };
             wire::encode(flags, &new)
         };
@@ -301,6 +292,7 @@ fn run(comm: Arc<Communicator>, shared: Arc<Shared>, cycle: Duration, threshold:
             Ok(g) => g,
             Err(e) => return fail_all(e.to_string()),
         };
+        clock.gathered(Instant::now());
         let (mut stoppers, mut charged) = (Vec::new(), 0u32);
         for (rank, bytes) in gathered.iter().enumerate() {
             match wire::decode(bytes) {
@@ -318,6 +310,7 @@ fn run(comm: Arc<Communicator>, shared: Arc<Shared>, cycle: Duration, threshold:
             }
         }
         // Every rank saw the same flags, so all count the same cycles.
+        clock.charged(charged);
         let responses = coord.cycle_by(u64::from(charged));
         for resp in responses {
             if let Err(e) = execute(&comm, &mut |names| take_present(&shared, names), resp) {
@@ -388,25 +381,6 @@ fn take_present(shared: &Shared, names: &[String]) -> Vec<Local> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_slow_cycle_counts_the_cycle_times_it_lasted() {
-        let c = Duration::from_millis(5);
-        assert_eq!(charge(Duration::from_millis(5), c, true), 1);
-        assert_eq!(
-            charge(Duration::from_millis(1), c, true),
-            1,
-            "woken late, still one"
-        );
-        assert_eq!(
-            charge(Duration::from_millis(1), c, false),
-            0,
-            "early: not counted"
-        );
-        // 100k pending names made one cycle last 80 ms: 16 cycle times, not 1.
-        assert_eq!(charge(Duration::from_millis(80), c, true), 16);
-        assert_eq!(charge(Duration::from_millis(80), c, false), 16);
-    }
 
     #[test]
     fn an_operation_left_behind_by_a_failed_collective_fails_instead_of_blocking() {

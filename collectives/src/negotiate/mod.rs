@@ -23,7 +23,8 @@
 //! The all-gather is one round trip: contributions travel in fixed-size slots sized from the
 //! previous cycles (`slot`), and only what overflows takes a second round. `driver.rs` is
 //! the cycle thread, `execute.rs` runs each response on the communicator, `pending.rs` holds an
-//! operation between its submission and its result.
+//! operation between its submission and its result, `stall_clock.rs` says what a cycle
+//! counts toward the stall deadline.
 
 mod coordinator;
 mod driver;
@@ -34,6 +35,7 @@ mod pending;
 mod request;
 mod scale;
 mod slot;
+mod stall_clock;
 mod validate;
 mod wire;
 

@@ -25,9 +25,8 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
 pub(crate) struct Flags {
     /// It is shutting down.
     pub stopping: bool,
-    /// Cycle times since its previous cycle (at least 1 when it waited the whole cycle time
-    /// rather than being woken early by a caller waiting for its operations): what the cycle
-    /// counts toward the stall deadline, the largest of every rank's.
+    /// Whole cycle times it has not charged yet (`stall_clock.rs`): what the cycle counts
+    /// toward the stall deadline, the largest of every rank's.
     pub charge: u32,
 }
 
