@@ -29,6 +29,7 @@ first worker, as with torch's own handlers.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from datetime import timedelta
@@ -147,7 +148,7 @@ class DtcommRendezvousHandler(RendezvousHandler):
             os.environ.pop("DTCOMM_LINK_SECRET", None)
         boot = RendezvousStoreInfo.build(w.rank, store, self._local_addr)
         self._relay = _relay.Relay(self._member, _workers_store(boot),
-                                   _agent_ranks(w.rank, w.world))
+                                   _agent_ranks(store, w.rank, w.world))
         return RendezvousInfo(store, w.rank, w.world, boot)
 
     def _stop_hosted(self) -> None:
@@ -210,11 +211,38 @@ def _workers_store(boot: RendezvousStoreInfo) -> Callable[[], _dtcomm.StoreClien
     return open_store
 
 
-def _agent_ranks(group_rank: int, agents: int) -> Callable[[int], list[int]]:
+def _agent_ranks(store: Store, group_rank: int, agents: int) -> Callable[[int], list[int]]:
     """The global ranks of this agent's workers in a world of ``world``: torch's agents give
-    each agent's workers consecutive ranks in the order of the agents' group ranks, and
-    torchrun starts as many on each (``--nproc-per-node``)."""
+    each agent's workers consecutive ranks in the order of the agents' group ranks, as many as
+    each agent starts (``--nproc-per-node``, which may differ between nodes). Torch's agents
+    write what they settled in the agents' store (``store``: ``torchelastic/role_info/<g>``,
+    each agent's worker count, and ``torchelastic/assigned_ranks/<g>``, its first rank and the
+    world, which rank 0's agent writes), and those are read once present; with
+    ``TORCH_ELASTIC_WORKER_IDENTICAL=1`` torch writes neither, and every agent starts as many
+    workers."""
+    found: list[int] = []
+
+    def settled(world: int) -> list[int] | None:
+        info = f"torchelastic/role_info/{group_rank}"
+        assigned = f"torchelastic/assigned_ranks/{group_rank}"
+        try:
+            if not store.check([info, assigned]):
+                return None
+            base, total = json.loads(store.get(assigned))[:2]
+            local = json.loads(store.get(info))["local_world_size"]
+        except Exception:  # noqa: BLE001 (a store that fails or a torch that wrote otherwise)
+            return None
+        if not (isinstance(base, int) and isinstance(local, int) and total == world):
+            return None
+        return list(range(base, base + local))
+
     def ranks(world: int) -> list[int]:
+        if found:
+            return found
+        mine = settled(world)
+        if mine is not None:
+            found[:] = mine
+            return found
         per = world // agents if agents > 0 and world % agents == 0 else 0
         return list(range(group_rank * per, (group_rank + 1) * per))
     return ranks

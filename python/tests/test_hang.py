@@ -156,25 +156,28 @@ def test_a_store_job_is_diagnosed_from_its_store(procs: Procs, tmp_path: Path) -
     assert found[0]["waiters"] == [0, 2], found
 
 
-def _agents_workers_waiting(server: NativeServer, procs: Procs, job: str, cmd: list[str],
-                            env: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Starts two agents (`cmd`) of STORE_WORKER's four workers, waits until every worker is
-    ready and the server's report has ranks 0, 2 and 3 waiting; that finding and the report.
+def _agents_workers_waiting(server: NativeServer, procs: Procs, job: str,
+                            cmds: list[list[str]], env: dict[str, str],
+                            waiters: list[int]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Starts the agents (`cmds`, one each) of STORE_WORKER's workers, waits until every
+    worker is ready and the server's report has `waiters` waiting; that finding and the report.
     Summaries reach the server up to ~2 s late (each worker writes once a second, its agent
     relays once a second), hence the wait for the settled finding."""
-    for n in ("A", "B"):
-        procs.start(f"{job}-{n}", cmd, env)
+    names = [f"{job}-{i}" for i in range(len(cmds))]
+    for n, cmd in zip(names, cmds):
+        procs.start(n, cmd, env)
+    workers = len(waiters) + 1
     procs.wait_for("every worker ready",
-                   lambda: sum(procs.out(f"{job}-{n}").count("READY") for n in "AB") == 4, 180)
+                   lambda: sum(procs.out(n).count("READY") for n in names) == workers, 180)
     seen: list[tuple[dict[str, Any], dict[str, Any]]] = []
 
     def settled() -> bool:
         report = _hang(server, job)
         seen[:] = [(f, report) for f in report["findings"]
-                   if f["kind"] == "waiting" and f["waiters"] == [0, 2, 3]]
+                   if f["kind"] == "waiting" and f["waiters"] == waiters]
         return bool(seen)
 
-    procs.wait_for("ranks 0, 2 and 3 waiting", settled, 60)
+    procs.wait_for(f"ranks {waiters} waiting", settled, 60)
     return seen[0]
 
 
@@ -193,7 +196,7 @@ def test_a_dtrun_jobs_workers_are_diagnosed_from_their_agents_relays(
     del env["DTCOMM_RDZV_ENDPOINT"]
     cmd = [sys.executable, "-m", "dtcomm", "--rdzv-backend", "native", "--rdzv-endpoint",
            server.native, "--nnodes", "2", "--nproc-per-node", "2", str(script)]
-    found, report = _agents_workers_waiting(server, procs, job, cmd, env)
+    found, report = _agents_workers_waiting(server, procs, job, [cmd, cmd], env, [0, 2, 3])
     assert found["culprits"] == [1], report
     assert "rank 1" in found["words"], report
     # The per-rank table lists the workers, each named after the agent that relays it.
@@ -202,21 +205,37 @@ def test_a_dtrun_jobs_workers_are_diagnosed_from_their_agents_relays(
     assert all("/rank" in r["member"] for r in ranks.values()), report
 
 
+def _torchrun(server: NativeServer, job: str, script: Path, nproc: int) -> list[str]:
+    conf = f"fingerprint={server.fingerprint},last_call_timeout=5,join_timeout=120"
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes=2",
+            f"--nproc-per-node={nproc}", "--monitor-interval=0.5", "--rdzv-backend=dtcomm",
+            f"--rdzv-endpoint={server.native}", f"--rdzv-id={job}", f"--rdzv-conf={conf}",
+            "--local-addr=127.0.0.1", str(script)]
+
+
+@pytest.mark.parametrize("nprocs", [(2, 2), (1, 2)])
 def test_a_torchrun_jobs_workers_are_diagnosed_from_their_agents_relays(
-        server: NativeServer, procs: Procs, tmp_path: Path) -> None:
+        server: NativeServer, procs: Procs, tmp_path: Path, nprocs: tuple[int, int]) -> None:
     """torchrun --rdzv-backend=dtcomm: torch's own elastic agents, with dtcomm's handler, are
     the job's members; the workers meet at rank 0's store and publish their summaries there;
     each agent relays its own workers' from its monitor loop, so the server names the worker
-    the others wait for."""
+    the others wait for. With a different --nproc-per-node on each node (1 and 2: three
+    workers), each agent finds its workers' ranks where torch's agents settled them."""
     pytest.importorskip("torch")
     script = tmp_path / "store_worker.py"
     script.write_text(STORE_WORKER)
     job = f"torchrun-hang-{uuid.uuid4().hex[:8]}"
     env = base_env({"DTCOMM_RDZV_TOKEN": server.token, "DTCOMM_TIMEOUT": "600"})
-    conf = f"fingerprint={server.fingerprint},last_call_timeout=5,join_timeout=120"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2",
-           "--monitor-interval=0.5", "--rdzv-backend=dtcomm", f"--rdzv-endpoint={server.native}",
-           f"--rdzv-id={job}", f"--rdzv-conf={conf}", "--local-addr=127.0.0.1", str(script)]
-    found, report = _agents_workers_waiting(server, procs, job, cmd, env)
+    cmds = [_torchrun(server, job, script, n) for n in nprocs]
+    workers = sum(nprocs)
+    waiters = [r for r in range(workers) if r != 1]
+    found, report = _agents_workers_waiting(server, procs, job, cmds, env, waiters)
     assert found["culprits"] == [1], report
-    assert sorted(r["rank"] for r in report["ranks"]) == [0, 1, 2, 3], report
+    ranks = {r["rank"]: r for r in report["ranks"]}
+    assert sorted(ranks) == list(range(workers)), report
+    # Each worker is relayed by its own agent: the agent with one worker relays one rank.
+    by_agent: dict[str, int] = {}
+    for r in ranks.values():
+        agent = r["member"].rsplit("/rank", 1)[0]
+        by_agent[agent] = by_agent.get(agent, 0) + 1
+    assert sorted(by_agent.values()) == sorted(nprocs), report

@@ -9,8 +9,9 @@
 //! budget, and a refusal names it with what each door holds.
 //!
 //! Partly received frames, which anyone who reaches a port can make the server hold, have a
-//! quarter of the budget to themselves ([`ServerMemory::frame_room`]), half of it for each
-//! door that reads frames of its own (TCPStore, native), and the rest (stored values,
+//! quarter of the budget to themselves ([`ServerMemory::frame_room`]), shared out among the
+//! doors ([`Door::frame_share`]: three eighths each for the TCPStore and native doors' frames,
+//! a quarter for the etcd door's request bodies), and the rest (stored values,
 //! bookkeeping, queued answers, published configuration) the other three quarters: strangers
 //! holding frames cannot get a client's writes refused, nor one door's the other's frames,
 //! and all of it together never passes the budget.
@@ -39,6 +40,15 @@ impl Door {
 
     fn index(self) -> usize {
         self as usize
+    }
+
+    /// Its share of the partial frames' quarter, in eighths: what it may hold of requests
+    /// still arriving (the TCPStore and native doors' frames, the etcd door's bodies).
+    fn frame_share(self) -> u64 {
+        match self {
+            Door::TcpStore | Door::Native => 3,
+            Door::EtcdV2 => 2,
+        }
     }
 
     fn name(self) -> &'static str {
@@ -147,9 +157,13 @@ impl ServerMemory {
     }
 
     /// Whether `door` may hold `more` bytes of partly received frames beside its others,
-    /// within its half of [`frame_limit`](Self::frame_limit); `Err` names the budget.
+    /// within its share of [`frame_limit`](Self::frame_limit) ([`Door::frame_share`]); `Err`
+    /// names the budget.
     pub(crate) fn frame_room(&self, door: Door, more: u64) -> Result<(), String> {
-        let Some(limit) = self.frame_limit().map(|l| l / 2) else {
+        let Some(limit) = self
+            .frame_limit()
+            .map(|l| l.saturating_mul(door.frame_share()) / 8)
+        else {
             return Ok(());
         };
         let held = self.frames(door);
@@ -158,9 +172,10 @@ impl ServerMemory {
         }
         Err(format!(
             "the server's memory budget for partly received frames is spent: the {} door needs \
-             {more} bytes more, and its partial frames hold {held} of their {limit} bytes (an \
-             eighth of the server's budget, {FLAG})",
+             {more} bytes more, and its partial frames hold {held} of their {limit} bytes ({}/32 \
+             of the server's budget, {FLAG})",
             door.name(),
+            door.frame_share(),
         ))
     }
 
@@ -274,10 +289,13 @@ mod tests {
         ] {
             assert!(why.contains(part), "{why}");
         }
-        // A quarter for partial frames, half of it per door: 125 each.
-        assert!(m.frame_room(Door::TcpStore, 115).is_ok());
-        let why = m.frame_room(Door::TcpStore, 116).unwrap_err();
-        assert!(why.contains("hold 10 of their 125"), "{why}");
+        // A quarter for partial frames (250), three eighths of it for the TCPStore's (93) and
+        // the native door's, a quarter for the etcd door's bodies (62).
+        assert!(m.frame_room(Door::TcpStore, 83).is_ok());
+        let why = m.frame_room(Door::TcpStore, 84).unwrap_err();
+        assert!(why.contains("hold 10 of their 93 bytes (3/32"), "{why}");
+        assert!(m.frame_room(Door::EtcdV2, 62).is_ok());
+        assert!(m.frame_room(Door::EtcdV2, 63).is_err());
         assert!(
             m.frame_room(Door::Native, 1).is_err(),
             "the native door's 200 are over"

@@ -7,6 +7,7 @@
 //! out at once (as etcd sends them) and whose body is the event.
 
 mod answers;
+mod body;
 mod json;
 
 use std::collections::HashMap;
@@ -38,8 +39,6 @@ use super::memory::{Door, Held, ServerMemory};
 const MAX_CONNECTIONS: usize = 4096;
 /// Largest request head.
 const MAX_HEAD: usize = 16 << 10;
-/// Largest request body (a 1.5 MiB value, URL-encoded).
-const MAX_BODY: usize = 6 << 20;
 /// A request head must arrive within this; hyper counts a keep-alive connection's idle time
 /// against it too, so it is long: `python-etcd` keeps its pooled connection for the whole
 /// run, and an open connection is what marks a run alive (agents touch theirs every 1-5 s).
@@ -75,6 +74,8 @@ pub(crate) struct V2Door {
     next_conn: AtomicU64,
     /// Answers being sent, over every connection (the store bounds them).
     in_flight: InFlight,
+    /// Request bodies being read, over every connection (`body.rs`).
+    bodies: InFlight,
     /// What the store held after its last request, answers in flight apart.
     held: AtomicU64,
     /// The server's budget, over every door.
@@ -87,8 +88,7 @@ impl Held for V2Door {
     }
 
     fn frames(&self) -> u64 {
-        // Request bodies are hyper's buffers (at most 6 MiB each), not charged.
-        0
+        self.bodies.bytes()
     }
 }
 
@@ -113,6 +113,7 @@ impl V2Door {
             cluster_id,
             next_conn: AtomicU64::new(0),
             in_flight: InFlight::default(),
+            bodies: InFlight::default(),
             held: AtomicU64::new(0),
             server,
         })
@@ -294,7 +295,7 @@ async fn keys(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
     if !door.authorized(&headers) {
         super::ratelog::limited!(warn, "etcd v2 request without a valid token refused");
@@ -312,8 +313,18 @@ async fn keys(
     let key = percent_encoding::percent_decode_str(raw)
         .decode_utf8_lossy()
         .into_owned();
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let (body, frame) = match body::read(body, declared, &door.bodies, &door.server).await {
+        Ok(read) => read,
+        Err(e) => {
+            super::ratelog::limited!(warn, "etcd v2 request body refused", why = %e);
+            return (e.status(), e.to_string()).into_response();
+        }
+    };
     let pairs = params(&method, &uri, &body);
-    drop(body);
+    drop((body, frame));
     let (answer, mut charge) = match request::parse(m, &Params(&pairs)) {
         Ok(req) => door.apply(conn, &key, req),
         Err(e) => (Err(e), door.in_flight.charge(0)),
@@ -410,7 +421,6 @@ fn router(door: Arc<V2Door>) -> Router {
         .route("/v2/keys", any(keys))
         .route("/v2/keys/", any(keys))
         .route("/v2/keys/{*key}", any(keys))
-        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
         .with_state(door)
 }
 
