@@ -5,7 +5,11 @@ rendezvous, ``env://``), each rank writes its flight recorder's summary under
 Members of native rounds send the same summary on their heartbeats instead (``docs/hang.md``).
 
 One daemon thread per process, started with the world group; it stops at the group's
-shutdown, and at the first store error (a store that went away: nothing left to tell).
+shutdown, at the first store error (a store that went away: nothing left to tell), and at the
+interpreter's exit (``atexit``), which most programs reach without destroying the group: a
+daemon thread still calling torch's store when the interpreter finalises is ended inside C++
+(``pthread_exit`` unwinding through torch's frames), which aborts the process ("terminate
+called without an active exception") after the program's work is done.
 
 With ``TORCH_FR_DUMP_ON_TIMEOUT`` set, the same thread carries asks to dump (:class:`DumpAsks`):
 a rank whose call timed out (and dumped its own trace) posts the ask to the store, and every
@@ -17,6 +21,7 @@ rendezvous server instead.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import struct
 import threading
@@ -26,6 +31,9 @@ from . import _dtcomm
 
 #: Seconds between two summaries.
 EVERY = 1.0
+#: Longest :meth:`Publisher.stop` waits for a store call in flight (one takes microseconds;
+#: a store that stopped answering is left to its own timeout).
+JOIN = 2.0
 WORLD_KEY = "dtcomm/progress/world"
 #: torch's key, at the store's root: a rank whose watchdog caught a timeout sets it (its rank,
 #: 4 bytes little-endian) and every rank's monitor that sees it dumps its flight recorder.
@@ -99,6 +107,8 @@ class Publisher:
 
     def start(self) -> Publisher:
         """Starts the thread (after one summary written at once)."""
+        with _LOCK:
+            _RUNNING.add(self)
         self._thread.start()
         return self
 
@@ -119,7 +129,35 @@ class Publisher:
                     return
         except Exception as e:  # noqa: BLE001 - the store went away: nothing left to tell
             _log.debug("dtcomm: rank %d stops publishing its calls: %s", self._rank, e)
+        finally:
+            with _LOCK:
+                _RUNNING.discard(self)
 
-    def stop(self) -> None:
-        """Stops the thread (at most one store call later)."""
+    def stop(self, wait: float = JOIN) -> None:
+        """Stops the thread and waits (at most ``wait`` seconds) for the store call it may be
+        in, so that none is in flight once the group is gone or the interpreter exits."""
         self._stop.set()
+        with _LOCK:
+            _RUNNING.discard(self)
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(wait)
+            if self._thread.is_alive():
+                _log.debug("dtcomm: rank %d: the store call of its summary did not end within "
+                           "%.0fs", self._rank, wait)
+
+
+_LOCK = threading.Lock()
+#: The publishers started and not stopped.
+_RUNNING: set[Publisher] = set()
+
+
+def _stop_all() -> None:
+    """At the interpreter's exit: every publisher stops, out of any store call (see the
+    module's doc)."""
+    with _LOCK:
+        running = list(_RUNNING)
+    for p in running:
+        p.stop()
+
+
+atexit.register(_stop_all)
