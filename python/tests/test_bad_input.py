@@ -76,6 +76,10 @@ def test_unknown_reduce_op_lists_the_engines() -> None:
         with pytest.raises(ValueError, match=r"^rank 0: all_reduce: unknown reduce op 9 \(sum=1, "
                            r"prod=2, min=3, max=4, avg=5, band=6, bor=7, bxor=8\)$"):
             dtcomm.all_reduce(np.zeros(2), op=9)  # type: ignore[arg-type]
+        # Numbers outside a byte too, rather than an integer overflow (pyo3's conversion).
+        for v in (256, -1):
+            with pytest.raises(ValueError, match=rf"^rank 0: all_reduce: unknown reduce op {v} "):
+                dtcomm.all_reduce(np.zeros(2), op=v)  # type: ignore[arg-type]
     finally:
         dtcomm.shutdown()
 

@@ -13,8 +13,9 @@ use super::communicator::PyCommunicator;
 use crate::buffer::{Access, Buf};
 use crate::errors::Ctx;
 
-pub(super) fn redop(rank: usize, op: &str, v: u8) -> PyResult<ReduceOp> {
-    ReduceOp::from_u8(v).ok_or_else(|| {
+/// The reduce op numbered `v` (any Python int: one outside a byte is as unknown as 7).
+pub(super) fn redop(rank: usize, op: &str, v: i64) -> PyResult<ReduceOp> {
+    u8::try_from(v).ok().and_then(ReduceOp::from_u8).ok_or_else(|| {
         let known: Vec<String> = ReduceOp::ALL
             .iter()
             .map(|o| format!("{o}={}", *o as u8))

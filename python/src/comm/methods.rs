@@ -203,7 +203,7 @@ impl PyCommunicator {
         &self,
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
-        op: u8,
+        op: i64,
         async_op: bool,
         callback: Option<Py<PyAny>>,
     ) -> PyResult<Option<Work>> {
@@ -234,7 +234,7 @@ impl PyCommunicator {
         &self,
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
-        op: u8,
+        op: i64,
         root: usize,
         async_op: bool,
         callback: Option<Py<PyAny>>,
@@ -274,7 +274,7 @@ impl PyCommunicator {
         py: Python<'_>,
         send: &Bound<'_, PyAny>,
         recv: &Bound<'_, PyAny>,
-        op: u8,
+        op: i64,
         async_op: bool,
         callback: Option<Py<PyAny>>,
     ) -> PyResult<Option<Work>> {
