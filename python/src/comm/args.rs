@@ -15,16 +15,19 @@ use crate::errors::Ctx;
 
 /// The reduce op numbered `v` (any Python int: one outside a byte is as unknown as 7).
 pub(super) fn redop(rank: usize, op: &str, v: i64) -> PyResult<ReduceOp> {
-    u8::try_from(v).ok().and_then(ReduceOp::from_u8).ok_or_else(|| {
-        let known: Vec<String> = ReduceOp::ALL
-            .iter()
-            .map(|o| format!("{o}={}", *o as u8))
-            .collect();
-        PyValueError::new_err(format!(
-            "rank {rank}: {op}: unknown reduce op {v} ({})",
-            known.join(", ")
-        ))
-    })
+    u8::try_from(v)
+        .ok()
+        .and_then(ReduceOp::from_u8)
+        .ok_or_else(|| {
+            let known: Vec<String> = ReduceOp::ALL
+                .iter()
+                .map(|o| format!("{o}={}", *o as u8))
+                .collect();
+            PyValueError::new_err(format!(
+                "rank {rank}: {op}: unknown reduce op {v} ({})",
+                known.join(", ")
+            ))
+        })
 }
 
 impl PyCommunicator {
