@@ -13,7 +13,7 @@ use super::communicator::PyCommunicator;
 use crate::buffer::{Access, Buf};
 use crate::errors::Ctx;
 
-/// The reduce op numbered `v` (any Python int: one outside a byte is as unknown as 7).
+/// The reduce op numbered `v` (any Python int: one outside a byte is as unknown as 9).
 pub(super) fn redop(rank: usize, op: &str, v: i64) -> PyResult<ReduceOp> {
     u8::try_from(v)
         .ok()
