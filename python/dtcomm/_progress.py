@@ -135,11 +135,11 @@ class Publisher:
 
     def stop(self, wait: float = JOIN) -> None:
         """Stops the thread and waits (at most ``wait`` seconds) for the store call it may be
-        in, so that none is in flight once the group is gone or the interpreter exits."""
+        in, so that none is in flight once the group is gone. With ``wait=0`` (an abort, which
+        must not wait on a store that may be gone) it returns at once; the thread stays listed
+        until it ends, so the interpreter's exit still waits for it."""
         self._stop.set()
-        with _LOCK:
-            _RUNNING.discard(self)
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
+        if wait > 0 and self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(wait)
             if self._thread.is_alive():
                 _log.debug("dtcomm: rank %d: the store call of its summary did not end within "
@@ -147,7 +147,7 @@ class Publisher:
 
 
 _LOCK = threading.Lock()
-#: The publishers started and not stopped.
+#: The publishers whose thread has not ended.
 _RUNNING: set[Publisher] = set()
 
 

@@ -181,7 +181,7 @@ class DtcommBackend(_C10dBackend):
             c.arm_abort()
             c.abort(f"rank {self._rank}: the process group was aborted")
         if self._progress is not None:
-            self._progress.stop()
+            self._progress.stop(wait=0)  # an abort waits on nothing (the store may be gone)
         c.shutdown()
         _LIVE.discard(self)
 

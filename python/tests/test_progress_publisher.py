@@ -53,6 +53,19 @@ def test_stop_gives_up_on_a_store_that_does_not_answer() -> None:
     assert not p._thread.is_alive()
 
 
+def test_an_abort_does_not_wait_and_the_exit_still_does() -> None:
+    store = SlowStore()
+    p = _progress.Publisher(store, 1, 2).start()
+    assert store.entered.wait(30)
+    t0 = time.monotonic()
+    p.stop(wait=0)
+    assert time.monotonic() - t0 < 0.5 and p._thread.is_alive()
+    assert p in _progress._RUNNING, "the exit hook must still wait for it"
+    threading.Timer(0.3, store.release.set).start()
+    _progress._stop_all()
+    assert not p._thread.is_alive() and p not in _progress._RUNNING
+
+
 EXITS_WITHOUT_STOPPING = """
 import atexit, sys, threading, time
 seen = {}
